@@ -1,0 +1,59 @@
+"""hcat-notify: partition notifications for Hive-style partitioned tables.
+
+Spark writers register partitions and mark sets done; the catalog records them with
+their messages in one transaction; a relay publishes the messages to ActiveMQ topics.
+"""
+
+from hcat_notify.errors import (
+    BrokerAuthError,
+    BrokerError,
+    BrokerTimeoutError,
+    BrokerUnavailableError,
+    ConfigError,
+    ConflictError,
+    HcatNotifyError,
+    InvalidIdentifierError,
+    InvalidInputError,
+    InvalidSpecError,
+    PartitionExistsError,
+    StoreError,
+    StoreUnavailableError,
+    TableExistsError,
+    TableNotFoundError,
+    UnknownPartitionKeyError,
+)
+from hcat_notify.names import TableName
+from hcat_notify.settings import Settings, TopicStrategy, load_settings
+from hcat_notify.specs import PartitionSpec
+from hcat_notify.store import Catalog, NewPartition, PartitionInfo, RetainedDone, TableInfo
+from hcat_notify.topics import resolve_topic
+
+__all__ = [
+    "BrokerAuthError",
+    "BrokerError",
+    "BrokerTimeoutError",
+    "BrokerUnavailableError",
+    "Catalog",
+    "ConfigError",
+    "ConflictError",
+    "HcatNotifyError",
+    "InvalidIdentifierError",
+    "InvalidInputError",
+    "InvalidSpecError",
+    "NewPartition",
+    "PartitionExistsError",
+    "PartitionInfo",
+    "PartitionSpec",
+    "RetainedDone",
+    "Settings",
+    "StoreError",
+    "StoreUnavailableError",
+    "TableExistsError",
+    "TableInfo",
+    "TableName",
+    "TableNotFoundError",
+    "TopicStrategy",
+    "UnknownPartitionKeyError",
+    "load_settings",
+    "resolve_topic",
+]

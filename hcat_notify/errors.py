@@ -1,0 +1,111 @@
+"""Exceptions raised by hcat_notify.
+
+Every error the package raises on purpose derives from :class:`HcatNotifyError`, so a
+caller (or the CLI) can catch one type. Library exceptions (SQLAlchemy, stomp.py,
+pydantic) are mapped to these at one boundary each and chained with ``from``.
+
+    HcatNotifyError
+    ├── ConfigError                 settings file, environment or arguments are invalid
+    ├── InvalidInputError           bad user input; nothing was changed
+    │   ├── InvalidIdentifierError  malformed database, table or partition-key name
+    │   ├── InvalidSpecError        malformed partition spec or value
+    │   └── UnknownPartitionKeyError  spec names a key the table does not have
+    ├── TableNotFoundError          no such table in the catalog
+    ├── TableExistsError            the table is already registered
+    ├── PartitionExistsError        the partition is already registered
+    ├── ConflictError               a compare-and-set update lost a race
+    ├── StoreError                  the catalog database failed
+    │   └── StoreUnavailableError   the catalog database cannot be reached
+    └── BrokerError                 the message broker failed
+        ├── BrokerUnavailableError  no broker answered at the configured URL(s)
+        ├── BrokerAuthError         the broker refused the credentials or an action
+        └── BrokerTimeoutError      the broker did not answer within the deadline
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokerAuthError",
+    "BrokerError",
+    "BrokerTimeoutError",
+    "BrokerUnavailableError",
+    "ConfigError",
+    "ConflictError",
+    "HcatNotifyError",
+    "InvalidIdentifierError",
+    "InvalidInputError",
+    "InvalidSpecError",
+    "PartitionExistsError",
+    "StoreError",
+    "StoreUnavailableError",
+    "TableExistsError",
+    "TableNotFoundError",
+    "UnknownPartitionKeyError",
+]
+
+
+class HcatNotifyError(Exception):
+    """Root of every error hcat_notify raises on purpose."""
+
+
+class ConfigError(HcatNotifyError):
+    """The settings file, an environment variable or an argument is invalid."""
+
+
+class InvalidInputError(HcatNotifyError, ValueError):
+    """User input was rejected; nothing was written."""
+
+
+class InvalidIdentifierError(InvalidInputError):
+    """A database, table or partition-key name is malformed."""
+
+
+class InvalidSpecError(InvalidInputError):
+    """A partition spec or one of its values is malformed."""
+
+
+class UnknownPartitionKeyError(InvalidInputError):
+    """A spec names a key that is not a partition key of the table."""
+
+
+class TableNotFoundError(HcatNotifyError, LookupError):
+    """The table is not registered in the catalog."""
+
+
+class TableExistsError(HcatNotifyError):
+    """A table with that name is already registered."""
+
+
+class PartitionExistsError(HcatNotifyError):
+    """A partition with those values is already registered."""
+
+
+class ConflictError(HcatNotifyError):
+    """A compare-and-set update found a different version than expected.
+
+    Another process changed the row first; re-read it and retry if that still makes sense.
+    """
+
+
+class StoreError(HcatNotifyError):
+    """The catalog database failed."""
+
+
+class StoreUnavailableError(StoreError):
+    """The catalog database cannot be reached or opened."""
+
+
+class BrokerError(HcatNotifyError):
+    """The message broker failed or refused an operation."""
+
+
+class BrokerUnavailableError(BrokerError):
+    """No broker answered at the configured URL(s)."""
+
+
+class BrokerAuthError(BrokerError):
+    """The broker refused the credentials, or the principal may not do that."""
+
+
+class BrokerTimeoutError(BrokerError):
+    """The broker did not answer within the deadline."""
