@@ -1,0 +1,178 @@
+"""The messages on the wire: headers and JSON bodies (see DESIGN.md, "Wire contract").
+
+``ADD_PARTITION`` bodies are compatible with Hive's ``JSONAddPartitionMessage`` (Hive's
+reader ignores the extra fields we add); ``MARK_SET_DONE`` is ours. The JSON Schemas in
+``schemas/`` describe both; tests validate built messages against them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from hcat_notify.names import TableName
+from hcat_notify.specs import PartitionSpec
+
+__all__ = [
+    "HEADER_EVENT",
+    "HEADER_EVENT_ID",
+    "HEADER_FORMAT",
+    "HEADER_SPEC",
+    "HEADER_TABLE",
+    "HEADER_VERSION",
+    "MESSAGE_FORMAT",
+    "MESSAGE_VERSION",
+    "EventType",
+    "Message",
+    "PartitionDetails",
+    "build_add_partition",
+    "build_mark_set_done",
+]
+
+# JMS string properties: underscores only, so JMS selectors can use them.
+HEADER_EVENT = "HCAT_EVENT"
+HEADER_VERSION = "HCAT_MESSAGE_VERSION"
+HEADER_FORMAT = "HCAT_MESSAGE_FORMAT"
+HEADER_EVENT_ID = "HCAT_EVENT_ID"
+HEADER_TABLE = "HCAT_TABLE"
+HEADER_SPEC = "HCAT_SPEC"
+
+MESSAGE_VERSION = "0.1"  # Hive's HCatalog message version
+MESSAGE_FORMAT = "json"
+DEFAULT_TABLE_TYPE = "MANAGED_TABLE"
+
+
+class EventType(StrEnum):
+    """Kinds of notification."""
+
+    ADD_PARTITION = "ADD_PARTITION"
+    MARK_SET_DONE = "MARK_SET_DONE"
+
+
+@dataclass(frozen=True)
+class Message:
+    """One notification as it goes on the wire."""
+
+    event_id: int
+    event_type: EventType
+    topic: str
+    headers: Mapping[str, str]
+    body: str
+
+    def body_json(self) -> dict[str, Any]:
+        """The body parsed from JSON."""
+        parsed: dict[str, Any] = json.loads(self.body)
+        return parsed
+
+
+@dataclass(frozen=True)
+class PartitionDetails:
+    """Facts about a committed partition that its ADD_PARTITION message carries."""
+
+    location: str | None = None
+    file_count: int | None = None
+    total_bytes: int | None = None
+    job_id: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _headers(event_type: EventType, event_id: int, table: TableName, spec: str) -> dict[str, str]:
+    return {
+        HEADER_EVENT: event_type.value,
+        HEADER_VERSION: MESSAGE_VERSION,
+        HEADER_FORMAT: MESSAGE_FORMAT,
+        HEADER_EVENT_ID: str(event_id),
+        HEADER_TABLE: str(table),
+        HEADER_SPEC: spec,
+    }
+
+
+def _dump(body: Mapping[str, Any]) -> str:
+    # Compact, UTF-8 kept as is: bodies are compared and validated, not pretty-printed.
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+
+
+def build_add_partition(
+    *,
+    event_id: int,
+    table: TableName,
+    topic: str,
+    partition: PartitionSpec,
+    timestamp: int,
+    server: str,
+    service_principal: str,
+    table_type: str = DEFAULT_TABLE_TYPE,
+    details: PartitionDetails | None = None,
+) -> Message:
+    """Build the ``ADD_PARTITION`` message for one new partition.
+
+    Args:
+        event_id: the outbox event id (``HCAT_EVENT_ID``).
+        table: the table the partition belongs to.
+        topic: the topic the message is published to.
+        partition: the full partition spec, keys in table order.
+        timestamp: epoch seconds (Hive's ``timestamp`` is in seconds).
+        server: the ``server`` field (the service's host or URL).
+        service_principal: the ``servicePrincipal`` field.
+        table_type: Hive table type, ``MANAGED_TABLE`` by default.
+        details: location, file count, bytes and job id, added as extra fields.
+    """
+    body: dict[str, Any] = {
+        "eventType": EventType.ADD_PARTITION.value,
+        "server": server,
+        "servicePrincipal": service_principal,
+        "db": table.db,
+        "table": table.table,
+        "tableType": table_type,
+        "timestamp": int(timestamp),
+        "partitions": [partition.as_strings()],
+        "eventId": event_id,
+        "spec": partition.to_path(),
+    }
+    if details is not None:
+        optional = {
+            "location": details.location,
+            "fileCount": details.file_count,
+            "bytes": details.total_bytes,
+            "jobId": details.job_id,
+        }
+        body.update({key: value for key, value in optional.items() if value is not None})
+        body.update(details.extra)
+    headers = _headers(EventType.ADD_PARTITION, event_id, table, partition.to_path())
+    return Message(event_id, EventType.ADD_PARTITION, topic, headers, _dump(body))
+
+
+def build_mark_set_done(
+    *,
+    event_id: int,
+    table: TableName,
+    topic: str,
+    spec: PartitionSpec,
+    timestamp: int,
+) -> Message:
+    """Build the ``MARK_SET_DONE`` message for a (partial) spec.
+
+    The spec is sorted by key, so that consumers can compare ``spec`` strings directly.
+
+    Args:
+        event_id: the outbox event id (``HCAT_EVENT_ID``).
+        table: the table the set belongs to.
+        topic: the topic the message is published to.
+        spec: the completed (partial) spec; any key order.
+        timestamp: epoch seconds.
+    """
+    canonical = spec.sorted()
+    body = {
+        "eventType": EventType.MARK_SET_DONE.value,
+        "db": table.db,
+        "table": table.table,
+        "timestamp": int(timestamp),
+        "eventId": event_id,
+        "spec": canonical.to_path(),
+        "partitionSpec": canonical.as_strings(),
+    }
+    headers = _headers(EventType.MARK_SET_DONE, event_id, table, canonical.to_path())
+    return Message(event_id, EventType.MARK_SET_DONE, topic, headers, _dump(body))

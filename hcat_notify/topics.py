@@ -1,0 +1,81 @@
+"""Which topic a table's messages go to (Hive's naming conventions).
+
+* ``table`` strategy (default): ``<prefix>.<db>.<table>``;
+* ``database``: ``<prefix>.<db>``;
+* ``single``: ``<prefix>``;
+* a table property ``hcat.msgbus.topic.name`` overrides the name for that table.
+
+Names are lower-cased; the STOMP destination is ``/topic/<name>``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from hcat_notify.errors import InvalidIdentifierError
+from hcat_notify.names import TableName
+from hcat_notify.settings import TopicStrategy
+
+__all__ = [
+    "TOPIC_NAME_PROPERTY",
+    "destination_for",
+    "resolve_topic",
+    "validate_topic_name",
+]
+
+TOPIC_NAME_PROPERTY = "hcat.msgbus.topic.name"
+
+# Dot-separated segments of letters, digits, '_' and '-': no ActiveMQ wildcards
+# ('*', '>'), no '/', which STOMP destinations use as the type prefix, no spaces.
+_TOPIC_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
+
+
+def validate_topic_name(name: str) -> str:
+    """Return ``name`` lower-cased if it is usable as an ActiveMQ topic name.
+
+    Raises:
+        InvalidIdentifierError: empty, or has characters other than letters, digits,
+            ``_``, ``-`` and single dots between segments.
+    """
+    lowered = name.strip().lower() if isinstance(name, str) else ""
+    if not _TOPIC_NAME.fullmatch(lowered):
+        raise InvalidIdentifierError(
+            f"invalid topic name {name!r}: use dot-separated segments of letters, digits, "
+            "'_' and '-' (no wildcards, slashes or spaces)"
+        )
+    return lowered
+
+
+def resolve_topic(
+    table: TableName,
+    *,
+    prefix: str,
+    strategy: TopicStrategy,
+    properties: Mapping[str, str] | None = None,
+) -> str:
+    """Return the topic name for ``table``.
+
+    Args:
+        table: the table whose messages are published.
+        prefix: the deployment's topic prefix (``hcat`` by default).
+        strategy: per table, per database or a single topic.
+        properties: the table's properties; ``hcat.msgbus.topic.name`` wins if present.
+
+    Raises:
+        InvalidIdentifierError: the prefix or the override is not a valid topic name.
+    """
+    override = (properties or {}).get(TOPIC_NAME_PROPERTY)
+    if override:
+        return validate_topic_name(override)
+    prefix = validate_topic_name(prefix)
+    if strategy is TopicStrategy.SINGLE:
+        return prefix
+    if strategy is TopicStrategy.DATABASE:
+        return f"{prefix}.{table.db}"
+    return f"{prefix}.{table.db}.{table.table}"
+
+
+def destination_for(topic: str) -> str:
+    """Return the STOMP destination of a topic name: ``/topic/<name>``."""
+    return f"/topic/{validate_topic_name(topic)}"

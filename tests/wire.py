@@ -1,0 +1,43 @@
+"""Validation of messages against the JSON Schemas in schemas/ (shared by tests)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+BODY_SCHEMAS = {
+    "ADD_PARTITION": "add_partition.schema.json",
+    "MARK_SET_DONE": "mark_set_done.schema.json",
+}
+
+
+@cache
+def _registry() -> tuple[Registry, dict[str, dict[str, Any]]]:
+    schemas = {path.name: json.loads(path.read_text()) for path in SCHEMA_DIR.glob("*.schema.json")}
+    for schema in schemas.values():
+        Draft202012Validator.check_schema(schema)
+    registry = Registry().with_resources(
+        (schema["$id"], Resource.from_contents(schema)) for schema in schemas.values()
+    )
+    return registry, schemas
+
+
+def validator(name: str) -> Draft202012Validator:
+    registry, schemas = _registry()
+    return Draft202012Validator(schemas[name], registry=registry)
+
+
+def validate_message(headers: Mapping[str, str], body: str) -> dict[str, Any]:
+    """Validate headers and body of one wire message; return the parsed body."""
+    hcat_headers = {key: value for key, value in headers.items() if key.startswith("HCAT_")}
+    validator("headers.schema.json").validate(hcat_headers)
+    parsed: dict[str, Any] = json.loads(body)
+    validator(BODY_SCHEMAS[headers["HCAT_EVENT"]]).validate(parsed)
+    return parsed
