@@ -1,0 +1,1 @@
+"""Alembic migrations of the catalog database; applied on first use."""

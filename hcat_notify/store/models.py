@@ -1,0 +1,173 @@
+"""ORM rows of the catalog database (SQLAlchemy 2, typed, dataclass-mapped).
+
+The schema itself is owned by the Alembic migrations in ``hcat_notify/migrations``; a
+test checks that these models and the migrations agree.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, MappedAsDataclass, mapped_column
+
+__all__ = [
+    "Base",
+    "EventCounterRow",
+    "OutboxRow",
+    "PartitionRow",
+    "RetentionRow",
+    "TableRow",
+    "UTCDateTime",
+]
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every backend (SQLite keeps no time zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the catalog; use an aware UTC datetime")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# Stable constraint names, so migrations can refer to them on every backend.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(MappedAsDataclass, DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {  # noqa: RUF012 - SQLAlchemy reads this class attribute
+        datetime: UTCDateTime(),
+        dict[str, Any]: JSON(),
+        list[Any]: JSON(),
+    }
+
+
+class TableRow(Base):
+    """A registered partitioned table."""
+
+    __tablename__ = "hcat_tables"
+    __table_args__ = (UniqueConstraint("db_name", "table_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, init=False)
+    db_name: Mapped[str] = mapped_column(String(128))
+    table_name: Mapped[str] = mapped_column(String(128))
+    location: Mapped[str] = mapped_column(Text)
+    storage_format: Mapped[str] = mapped_column(String(16))
+    partition_keys: Mapped[list[Any]]
+    table_type: Mapped[str] = mapped_column(String(32))
+    properties: Mapped[dict[str, Any]]
+    retention_seconds: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class PartitionRow(Base):
+    """A registered partition; unique per (table, values) through its path spec."""
+
+    __tablename__ = "hcat_partitions"
+    __table_args__ = (UniqueConstraint("table_id", "path_spec"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, init=False)
+    table_id: Mapped[int] = mapped_column(ForeignKey("hcat_tables.id", ondelete="CASCADE"))
+    # Ordered values (None = default partition); path_spec is their escaped path form,
+    # which is injective, so its uniqueness is the uniqueness of the values.
+    partition_values: Mapped[list[Any]]
+    path_spec: Mapped[str] = mapped_column(Text)
+    location: Mapped[str] = mapped_column(Text)
+    job_id: Mapped[str | None] = mapped_column(String(128))
+    file_count: Mapped[int] = mapped_column(Integer)
+    total_bytes: Mapped[int] = mapped_column(BigInteger)
+    archived: Mapped[bool] = mapped_column(Boolean)
+    event_id: Mapped[int | None] = mapped_column(BigInteger, index=True)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class RetentionRow(Base):
+    """A retained MARK_SET_DONE message, for subscribers that start late."""
+
+    __tablename__ = "hcat_mark_set_done"
+    __table_args__ = (
+        # "all unexpired for table T", in event order
+        Index("ix_hcat_mark_set_done_table_expiry", "table_id", "expires_at", "event_id"),
+        # "covering spec S": the covering specs are computable, so an equality lookup
+        Index("ix_hcat_mark_set_done_table_spec", "table_id", "spec"),
+        Index("ix_hcat_mark_set_done_expires_at", "expires_at"),
+    )
+
+    event_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    table_id: Mapped[int] = mapped_column(ForeignKey("hcat_tables.id", ondelete="CASCADE"))
+    spec: Mapped[str] = mapped_column(Text)  # lexically sorted path form
+    spec_json: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+
+
+class OutboxRow(Base):
+    """An event to publish; the relay marks it published after the broker's receipt."""
+
+    __tablename__ = "hcat_outbox"
+    __table_args__ = (
+        Index("ix_hcat_outbox_topic_published", "topic", "published_at"),
+        Index("ix_hcat_outbox_published_at", "published_at"),
+    )
+
+    event_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    topic: Mapped[str] = mapped_column(String(255))
+    event_type: Mapped[str] = mapped_column(String(32))
+    table_name: Mapped[str] = mapped_column(String(257))
+    headers: Mapped[dict[str, Any]]
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    published_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class EventCounterRow(Base):
+    """The single row that hands out event ids.
+
+    Allocating ids by updating one row serialises the writers of events until they
+    commit, so events become visible in event-id order on every backend. A database
+    sequence would not: a transaction holding id 10 could commit after one holding 11,
+    and a relay reading in between would publish 11 first.
+    """
+
+    __tablename__ = "hcat_event_counter"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    last_event_id: Mapped[int] = mapped_column(BigInteger)
