@@ -1,0 +1,396 @@
+"""A STOMP connection to ActiveMQ with deadlines, failover and mapped errors.
+
+stomp.py's own waits have no deadlines, it does not reconnect by itself, and a listener
+that raises kills its receiver thread. This wrapper owns all three: every wait has a
+timeout, callers reconnect by calling :meth:`BrokerConnection.connect` again (it walks the
+configured hosts in order), and the listener never raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import stomp
+from stomp.exception import StompException
+
+from hcat_notify.errors import (
+    BrokerAuthError,
+    BrokerError,
+    BrokerTimeoutError,
+    BrokerUnavailableError,
+)
+from hcat_notify.settings import BrokerAddress, Settings
+
+__all__ = [
+    "DEFAULT_HEARTBEATS",
+    "BrokerConnection",
+    "ReceivedMessage",
+    "consumer_connection",
+    "publisher_connection",
+]
+
+logger = logging.getLogger(__name__)
+
+# (client sends every, client wants every) in ms; ActiveMQ drops silent peers.
+DEFAULT_HEARTBEATS = (10_000, 10_000)
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """A MESSAGE frame as delivered to a subscription."""
+
+    destination: str
+    headers: Mapping[str, str]
+    body: str
+    subscription: str | None = None
+    ack_id: str | None = None
+
+
+@dataclass
+class _Waiter:
+    event: threading.Event = field(default_factory=threading.Event)
+    error: str | None = None
+
+
+class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
+    """Turns frames into events and queue items; never raises (it would kill stomp.py)."""
+
+    def __init__(self, connection: BrokerConnection) -> None:
+        self._connection = connection
+
+    def on_connected(self, frame: Any) -> None:
+        self._connection._on_connected()
+
+    def on_error(self, frame: Any) -> None:
+        try:
+            self._connection._on_error(dict(frame.headers), frame.body or "")
+        except Exception:  # pragma: no cover - defensive: must not kill the receiver
+            logger.exception("error handling an ERROR frame")
+
+    def on_receipt(self, frame: Any) -> None:
+        self._connection._on_receipt(frame.headers.get("receipt-id", ""))
+
+    def on_message(self, frame: Any) -> None:
+        try:
+            headers = dict(frame.headers)
+            self._connection.messages.put(
+                ReceivedMessage(
+                    destination=headers.get("destination", ""),
+                    headers=headers,
+                    body=frame.body if isinstance(frame.body, str) else frame.body.decode(),
+                    subscription=headers.get("subscription"),
+                    ack_id=headers.get("ack") or headers.get("message-id"),
+                )
+            )
+        except Exception:  # pragma: no cover - defensive
+            logger.exception("error handling a MESSAGE frame")
+
+    def on_disconnected(self) -> None:
+        self._connection._on_disconnected()
+
+    def on_heartbeat_timeout(self) -> None:
+        logger.warning("broker heartbeat timed out")
+
+
+class BrokerConnection:
+    """One STOMP 1.2 connection, tried against each configured broker in turn.
+
+    Args:
+        addresses: brokers in failover order.
+        user: login.
+        password: passcode.
+        timeout: seconds for each wait (connect, receipt).
+        heartbeats: STOMP heart-beat header, in ms.
+    """
+
+    def __init__(
+        self,
+        addresses: Sequence[BrokerAddress],
+        *,
+        user: str,
+        password: str,
+        timeout: float = 10.0,
+        heartbeats: tuple[int, int] = DEFAULT_HEARTBEATS,
+    ) -> None:
+        if not addresses:
+            raise BrokerError("no broker address configured")
+        self._addresses = tuple(addresses)
+        self._user = user
+        self._password = password
+        self._timeout = timeout
+        self._heartbeats = heartbeats
+        self._conn: stomp.Connection12 | None = None
+        self._lock = threading.Lock()
+        self._connected = threading.Event()
+        self._receipts: dict[str, _Waiter] = {}
+        self._errors: list[str] = []
+        self._connected_error: str | None = None
+        self.messages: queue.Queue[ReceivedMessage] = queue.Queue()
+        self.address: BrokerAddress | None = None
+
+    # -- listener callbacks ----------------------------------------------------------
+
+    def _on_connected(self) -> None:
+        self._connected.set()
+
+    def _on_error(self, headers: Mapping[str, str], body: str) -> None:
+        message = headers.get("message", "").strip() or body.strip() or "ERROR frame"
+        logger.warning("broker %s sent ERROR: %s", self.address, message)
+        with self._lock:
+            self._errors.append(message)
+            waiter = self._receipts.get(headers.get("receipt-id", ""))
+            # ActiveMQ does not always echo the receipt id; then fail every pending wait
+            # rather than let one wait for its deadline.
+            waiters = list(self._receipts.values()) if waiter is None else [waiter]
+        for item in waiters:
+            item.error = message
+            item.event.set()
+        self._connected_error = message
+        if not self._connected.is_set():
+            self._connected.set()
+
+    def _on_receipt(self, receipt_id: str) -> None:
+        with self._lock:
+            waiter = self._receipts.get(receipt_id)
+        if waiter is not None:
+            waiter.event.set()
+
+    def _on_disconnected(self) -> None:
+        logger.info("disconnected from broker %s", self.address)
+        self._connected.clear()
+        with self._lock:
+            waiters = list(self._receipts.values())
+        for item in waiters:
+            if not item.event.is_set():
+                item.error = "connection lost"
+                item.event.set()
+
+    # -- public API ------------------------------------------------------------------
+
+    @property
+    def is_connected(self) -> bool:
+        return self._conn is not None and bool(self._conn.is_connected())
+
+    @property
+    def errors(self) -> list[str]:
+        """ERROR frames received on this connection (their ``message`` headers)."""
+        with self._lock:
+            return list(self._errors)
+
+    def connect(self) -> BrokerAddress:
+        """Connect to the first broker that accepts us.
+
+        Returns:
+            The address connected to.
+
+        Raises:
+            BrokerAuthError: a broker refused the credentials.
+            BrokerUnavailableError: no broker answered; the message names every URL.
+        """
+        self.close()
+        failures = []
+        for address in self._addresses:
+            try:
+                self._connect_one(address)
+            except BrokerAuthError:
+                raise
+            except BrokerError as exc:
+                failures.append(f"{address}: {exc}")
+                continue
+            self.address = address
+            logger.info("connected to broker %s as %s", address, self._user)
+            return address
+        raise BrokerUnavailableError("cannot connect to broker: " + "; ".join(failures))
+
+    def _connect_one(self, address: BrokerAddress) -> None:
+        conn = stomp.Connection12(
+            [(address.host, address.port)],
+            heartbeats=self._heartbeats,
+            reconnect_attempts_max=1,
+            timeout=self._timeout,
+            try_loopback_connect=False,
+        )
+        conn.set_listener("hcat-notify", _Listener(self))
+        self._connected.clear()
+        self._connected_error = None
+        try:
+            conn.connect(self._user, self._password, wait=False)
+        except (StompException, OSError) as exc:
+            self._stop(conn)
+            raise BrokerUnavailableError(f"connection refused ({type(exc).__name__})") from exc
+        if not self._connected.wait(self._timeout):
+            self._stop(conn)
+            raise BrokerTimeoutError(f"no CONNECTED frame within {self._timeout:g}s")
+        if self._connected_error is not None or not conn.is_connected():
+            reason = self._connected_error or "connection closed during CONNECT"
+            self._stop(conn)
+            raise BrokerAuthError(f"broker {address} refused user {self._user!r}: {reason}")
+        self._conn = conn
+
+    def _require(self) -> stomp.Connection12:
+        if self._conn is None or not self._conn.is_connected():
+            raise BrokerUnavailableError(
+                f"not connected to a broker ({self.address or 'never connected'})"
+            )
+        return self._conn
+
+    def _await_receipt(
+        self, receipt: str, waiter: _Waiter, what: str, timeout: float | None
+    ) -> None:
+        deadline = self._timeout if timeout is None else timeout
+        try:
+            if not waiter.event.wait(deadline):
+                raise BrokerTimeoutError(
+                    f"no RECEIPT for {what} within {deadline:g}s from {self.address}"
+                )
+            if waiter.error is not None:
+                if "not authorized" in waiter.error.lower():
+                    raise BrokerAuthError(f"{what} refused by {self.address}: {waiter.error}")
+                raise BrokerError(f"{what} failed at {self.address}: {waiter.error}")
+        finally:
+            with self._lock:
+                self._receipts.pop(receipt, None)
+
+    def _register(self) -> tuple[str, _Waiter]:
+        receipt = f"hcat-{next(_ids)}"
+        waiter = _Waiter()
+        with self._lock:
+            self._receipts[receipt] = waiter
+        return receipt, waiter
+
+    def send(
+        self,
+        destination: str,
+        body: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        transaction: str | None = None,
+        receipt: bool = True,
+        timeout: float | None = None,
+    ) -> None:
+        """SEND a persistent JMS TextMessage; wait for its RECEIPT unless told not to.
+
+        Raises:
+            BrokerAuthError: the principal may not write to ``destination``.
+            BrokerTimeoutError: no receipt within the deadline (outcome unknown).
+            BrokerError: the connection failed; the outcome is unknown.
+        """
+        conn = self._require()
+        frame_headers = dict(headers or {})
+        # Without amq-msg-type, the content-length header stomp.py adds makes ActiveMQ
+        # deliver a BytesMessage; JMS consumers (Oozie) expect a TextMessage.
+        frame_headers["amq-msg-type"] = "text"
+        frame_headers["persistent"] = "true"
+        if transaction is not None:
+            frame_headers["transaction"] = transaction
+        if not receipt:
+            conn.send(destination, body, content_type="application/json", headers=frame_headers)
+            return
+        receipt_id, waiter = self._register()
+        frame_headers["receipt"] = receipt_id
+        conn.send(destination, body, content_type="application/json", headers=frame_headers)
+        self._await_receipt(receipt_id, waiter, f"SEND to {destination}", timeout)
+
+    def subscribe(
+        self,
+        destination: str,
+        subscription_id: str,
+        *,
+        ack: str = "auto",
+        selector: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """SUBSCRIBE and wait for the receipt: only then is the subscription live."""
+        conn = self._require()
+        headers: dict[str, str] = {}
+        if selector:
+            headers["selector"] = selector
+        receipt_id, waiter = self._register()
+        headers["receipt"] = receipt_id
+        conn.subscribe(destination, subscription_id, ack=ack, headers=headers)
+        self._await_receipt(receipt_id, waiter, f"SUBSCRIBE to {destination}", timeout)
+
+    def receive(self, timeout: float | None = None) -> ReceivedMessage | None:
+        """The next delivered message, or None if none arrives within ``timeout``."""
+        try:
+            return self.messages.get(timeout=self._timeout if timeout is None else timeout)
+        except queue.Empty:
+            return None
+
+    def ack(self, message: ReceivedMessage) -> None:
+        """Acknowledge one message (for ``client`` / ``client-individual`` subscriptions)."""
+        if message.ack_id is None:
+            return
+        self._require().ack(message.ack_id)
+
+    def begin(self) -> str:
+        """Begin a STOMP transaction; return its id."""
+        transaction = f"hcat-tx-{next(_ids)}"
+        self._require().begin(transaction)
+        return transaction
+
+    def commit(self, transaction: str, *, timeout: float | None = None) -> None:
+        """COMMIT a transaction and wait for its RECEIPT."""
+        conn = self._require()
+        receipt_id, waiter = self._register()
+        conn.commit(transaction, headers={"receipt": receipt_id})
+        self._await_receipt(receipt_id, waiter, f"COMMIT {transaction}", timeout)
+
+    def abort(self, transaction: str) -> None:
+        """ABORT a transaction (best effort)."""
+        if self._conn is not None and self._conn.is_connected():
+            self._conn.abort(transaction)
+
+    def close(self) -> None:
+        """Disconnect (best effort) and stop stomp.py's receiver thread."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._stop(conn)
+
+    def _stop(self, conn: stomp.Connection12) -> None:
+        with contextlib.suppress(StompException, OSError):
+            if conn.is_connected():
+                conn.disconnect()
+        with contextlib.suppress(StompException, OSError, AttributeError):
+            conn.transport.stop()
+
+    def __enter__(self) -> BrokerConnection:
+        self.connect()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def publisher_connection(settings: Settings) -> BrokerConnection:
+    """A (not yet connected) connection with the service's publisher credentials."""
+    return BrokerConnection(
+        settings.broker_addresses,
+        user=settings.broker_user,
+        password=settings.broker_password,
+        timeout=settings.broker_timeout,
+    )
+
+
+def consumer_connection(settings: Settings) -> BrokerConnection:
+    """A (not yet connected) connection with the consumer credentials."""
+    return BrokerConnection(
+        settings.broker_addresses,
+        user=settings.consumer_user,
+        password=settings.consumer_password,
+        timeout=settings.broker_timeout,
+    )

@@ -1,0 +1,103 @@
+"""hcat_notify.broker against the real broker: deadlines, failover, mapped errors."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from hcat_notify.broker import BrokerConnection, consumer_connection, publisher_connection
+from hcat_notify.errors import BrokerAuthError, BrokerUnavailableError
+from hcat_notify.settings import BrokerAddress, load_settings
+
+pytestmark = pytest.mark.integration
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def settings(broker):
+    return load_settings(
+        broker_url=broker.url,
+        broker_user=broker.publisher[0],
+        broker_password=broker.publisher[1],
+        consumer_user=broker.reader[0],
+        consumer_password=broker.reader[1],
+        broker_timeout=5,
+    )
+
+
+def test_publisher_to_consumer_text_message(settings):
+    with consumer_connection(settings) as consumer, publisher_connection(settings) as publisher:
+        consumer.subscribe("/topic/hcat.client.test", "s1")
+        publisher.send("/topic/hcat.client.test", json.dumps({"a": "ü"}), {"HCAT_EVENT": "X"})
+        message = consumer.receive(timeout=5)
+    assert message is not None
+    assert json.loads(message.body) == {"a": "ü"}
+    assert message.headers["HCAT_EVENT"] == "X"
+    assert message.headers["persistent"] == "true"
+    assert message.headers["amq-msg-type"] == "text"
+
+
+def test_consumer_may_not_publish(settings):
+    with consumer_connection(settings) as consumer:
+        with pytest.raises(BrokerAuthError, match="not authorized to write"):
+            consumer.send("/topic/hcat.client.test", "{}")
+        # The connection stays usable after the refusal.
+        assert consumer.is_connected
+
+
+def test_wrong_password_is_an_auth_error(broker):
+    connection = BrokerConnection(
+        [BrokerAddress(broker.host, broker.stomp_port)],
+        user=broker.reader[0],
+        password="wrong",
+        timeout=5,
+    )
+    with pytest.raises(BrokerAuthError, match="refused user 'hcat-reader'"):
+        connection.connect()
+
+
+def test_failover_skips_a_dead_broker(broker):
+    dead = BrokerAddress("127.0.0.1", _closed_port())
+    live = BrokerAddress(broker.host, broker.stomp_port)
+    with BrokerConnection(
+        [dead, live], user=broker.publisher[0], password=broker.publisher[1], timeout=5
+    ) as conn:
+        assert conn.address == live
+
+
+def test_no_broker_names_every_url():
+    ports = [_closed_port(), _closed_port()]
+    settings = load_settings(
+        broker_url=",".join(f"stomp://127.0.0.1:{p}" for p in ports), broker_timeout=2
+    )
+    with pytest.raises(BrokerUnavailableError) as info:
+        publisher_connection(settings).connect()
+    for port in ports:
+        assert f"stomp://127.0.0.1:{port}" in str(info.value)
+
+
+def test_selector_filters_on_hcat_headers(settings):
+    with consumer_connection(settings) as consumer, publisher_connection(settings) as publisher:
+        consumer.subscribe("/topic/hcat.web", "db-topic", selector="HCAT_TABLE = 'web.clicks'")
+        publisher.send("/topic/hcat.web", '{"n":1}', {"HCAT_TABLE": "web.views"})
+        publisher.send("/topic/hcat.web", '{"n":2}', {"HCAT_TABLE": "web.clicks"})
+        message = consumer.receive(timeout=5)
+        assert message is not None
+        assert json.loads(message.body) == {"n": 2}
+        assert consumer.receive(timeout=0.5) is None
+
+
+def test_single_topic_strategy_topic_is_writable_by_the_publisher_only(settings):
+    with consumer_connection(settings) as consumer, publisher_connection(settings) as publisher:
+        consumer.subscribe("/topic/hcat", "single")
+        publisher.send("/topic/hcat", '{"n":1}')
+        assert consumer.receive(timeout=5) is not None
+        with pytest.raises(BrokerAuthError, match="not authorized to write"):
+            consumer.send("/topic/hcat", "{}")
