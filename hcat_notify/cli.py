@@ -1,0 +1,429 @@
+"""The ``hcat-notify`` command line.
+
+Exit codes: 0 success; 2 a user or environment error, reported as one line on stderr
+(never a traceback); 1 is kept for "waited and it did not happen".
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from hcat_notify.broker import consumer_connection, publisher_connection
+from hcat_notify.errors import BrokerTimeoutError, HcatNotifyError, InvalidInputError
+from hcat_notify.settings import Settings, load_settings
+from hcat_notify.specs import PartitionSpec
+from hcat_notify.store import Catalog, PartitionInfo, TableInfo
+from hcat_notify.store import engine as engines
+from hcat_notify.topics import destination_for
+
+__all__ = ["main", "parse_duration"]
+
+EXIT_ERROR = 2
+F = TypeVar("F", bound=Callable[..., Any])
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse ``7d``, ``12h``, ``30m``, ``45s``, ``2w`` (combinations like ``1d12h`` too).
+
+    Raises:
+        InvalidInputError: anything else, or a zero duration.
+    """
+    compact = text.strip().lower().replace(" ", "")
+    parts = _DURATION.findall(compact)
+    if not compact or "".join(f"{n}{u}" for n, u in parts) != compact:
+        raise InvalidInputError(f"invalid duration {text!r}: use e.g. 7d, 12h, 30m or 45s")
+    total = sum((timedelta(**{_UNITS[unit]: float(number)}) for number, unit in parts), timedelta())
+    if total <= timedelta(0):
+        raise InvalidInputError(f"duration {text!r} must be positive")
+    return total
+
+
+class _Context:
+    """What the group options give every command."""
+
+    def __init__(self, overrides: dict[str, Any], config_file: Path | None, output: str) -> None:
+        self.overrides = overrides
+        self.config_file = config_file
+        self.output = output
+        self._settings: Settings | None = None
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = load_settings(config_file=self.config_file, **self.overrides)
+        return self._settings
+
+    def catalog(self) -> Catalog:
+        return Catalog.open(self.settings)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"hcat-notify: error: {message}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+def _handle_errors(func: F) -> F:
+    """Map our errors to one line on stderr and exit code 2."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except HcatNotifyError as exc:
+            _fail(str(exc))
+        return None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _output_option(func: F) -> F:
+    """``--output text|json`` on every command (also accepted before the command)."""
+
+    def callback(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+        if value is not None:
+            ctx.ensure_object(_Context).output = value
+
+    return click.option(
+        "--output",
+        "-o",
+        type=click.Choice(["text", "json"]),
+        default=None,
+        expose_value=False,
+        callback=callback,
+        is_eager=True,
+        help="Output format (default: text).",
+    )(func)
+
+
+def _emit(ctx: _Context, data: Any, text: Callable[[], str]) -> None:
+    if ctx.output == "json":
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=_json_default))
+    else:
+        click.echo(text())
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return int(value.total_seconds())
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def _table_dict(table: TableInfo) -> dict[str, Any]:
+    return {
+        "table": str(table.name),
+        "db": table.name.db,
+        "name": table.name.table,
+        "location": table.location,
+        "format": table.storage_format,
+        "partition_keys": list(table.partition_keys),
+        "table_type": table.table_type,
+        "properties": dict(table.properties),
+        "retention_seconds": int(table.retention.total_seconds()),
+        "topic": table.topic,
+        "destination": destination_for(table.topic),
+        "created_at": table.created_at,
+        "version": table.version,
+    }
+
+
+def _partition_dict(partition: PartitionInfo) -> dict[str, Any]:
+    return {
+        "spec": partition.spec.to_path(),
+        "values": partition.spec.as_dict(),
+        "location": partition.location,
+        "file_count": partition.file_count,
+        "bytes": partition.total_bytes,
+        "archived": partition.archived,
+        "job_id": partition.job_id,
+        "event_id": partition.event_id,
+        "created_at": partition.created_at,
+    }
+
+
+def _format_table(table: TableInfo) -> str:
+    rows = [
+        ("table", str(table.name)),
+        ("location", table.location),
+        ("format", table.storage_format),
+        ("partition keys", ", ".join(table.partition_keys)),
+        ("table type", table.table_type),
+        ("retention", str(table.retention)),
+        ("topic", table.topic),
+        ("destination", destination_for(table.topic)),
+        ("created", table.created_at.isoformat(timespec="seconds")),
+        ("version", str(table.version)),
+    ]
+    rows += [(f"property {key}", value) for key, value in sorted(table.properties.items())]
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config", "config_file", type=click.Path(path_type=Path), help="TOML settings file."
+)
+@click.option("--home", type=click.Path(path_type=Path), help="Data directory (HCAT_NOTIFY_HOME).")
+@click.option("--db-url", help="Catalog database URL (HCAT_NOTIFY_DB_URL).")
+@click.option("--broker-url", help="stomp://host:port[,...] (HCAT_NOTIFY_BROKER_URL).")
+@click.option(
+    "--output", "-o", type=click.Choice(["text", "json"]), default="text", help="Output format."
+)
+@click.option("--verbose", "-v", count=True, help="Log more (repeat for debug).")
+@click.version_option(package_name="hcat-notify")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    config_file: Path | None,
+    home: Path | None,
+    db_url: str | None,
+    broker_url: str | None,
+    output: str,
+    verbose: int,
+) -> None:
+    """Partition notifications for Hive-style partitioned tables."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = {"home": home, "db_url": db_url, "broker_url": broker_url}
+    ctx.obj = _Context(overrides, config_file, output)
+
+
+# -- table ----------------------------------------------------------------------------
+
+
+@cli.group()
+def table() -> None:
+    """Register and inspect tables."""
+
+
+@table.command("create")
+@click.argument("name", metavar="DB.TABLE")
+@click.option("--location", required=True, help="Table root directory or URI.")
+@click.option("--partition-keys", required=True, help="Ordered keys, comma-separated: k1,k2.")
+@click.option(
+    "--format",
+    "storage_format",
+    type=click.Choice(["parquet", "orc", "csv", "json"]),
+    default="parquet",
+    show_default=True,
+)
+@click.option(
+    "--retention", default="7d", show_default=True, help="How long mark-set-done messages are kept."
+)
+@click.option("--topic", help="Topic name for this table (hcat.msgbus.topic.name).")
+@click.option("--external", is_flag=True, help="Register as EXTERNAL_TABLE.")
+@_output_option
+@click.pass_obj
+@_handle_errors
+def table_create(
+    obj: _Context,
+    name: str,
+    location: str,
+    partition_keys: str,
+    storage_format: str,
+    retention: str,
+    topic: str | None,
+    external: bool,
+) -> None:
+    """Register a partitioned table."""
+    keys = [key.strip() for key in partition_keys.split(",")]
+    if any(not key for key in keys):
+        raise InvalidInputError(f"empty partition key in {partition_keys!r}")
+    period = parse_duration(retention)
+    with obj.catalog() as catalog:
+        info = catalog.create_table(
+            name,
+            location=location,
+            partition_keys=keys,
+            storage_format=storage_format,
+            table_type="EXTERNAL_TABLE" if external else "MANAGED_TABLE",
+            retention=period,
+            topic=topic,
+        )
+    _emit(obj, _table_dict(info), lambda: f"created {info.name} (topic {info.topic})")
+
+
+@table.command("show")
+@click.argument("name", metavar="DB.TABLE")
+@_output_option
+@click.pass_obj
+@_handle_errors
+def table_show(obj: _Context, name: str) -> None:
+    """Show a table's definition and topic."""
+    with obj.catalog() as catalog:
+        info = catalog.get_table(name)
+    _emit(obj, _table_dict(info), lambda: _format_table(info))
+
+
+@table.command("list")
+@click.option("--db", help="Only this database.")
+@_output_option
+@click.pass_obj
+@_handle_errors
+def table_list(obj: _Context, db: str | None) -> None:
+    """List registered tables."""
+    with obj.catalog() as catalog:
+        tables = catalog.list_tables(db)
+    _emit(
+        obj,
+        [_table_dict(info) for info in tables],
+        lambda: (
+            "\n".join(f"{info.name}\t{info.topic}\t{info.location}" for info in tables)
+            or "no tables"
+        ),
+    )
+
+
+# -- topic, partitions ------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("name", metavar="DB.TABLE")
+@_output_option
+@click.pass_obj
+@_handle_errors
+def topic(obj: _Context, name: str) -> None:
+    """Print the topic a table's messages are published to."""
+    with obj.catalog() as catalog:
+        info = catalog.get_table(name)
+    _emit(
+        obj,
+        {"table": str(info.name), "topic": info.topic, "destination": destination_for(info.topic)},
+        lambda: info.topic,
+    )
+
+
+def _spec_args(values: Sequence[str]) -> PartitionSpec | None:
+    return PartitionSpec.from_args(values) if values else None
+
+
+@cli.command()
+@click.argument("name", metavar="DB.TABLE")
+@click.argument("spec", nargs=-1, metavar="[K=V]...")
+@_output_option
+@click.pass_obj
+@_handle_errors
+def partitions(obj: _Context, name: str, spec: tuple[str, ...]) -> None:
+    """List a table's registered partitions, optionally matching K=V filters."""
+    with obj.catalog() as catalog:
+        found = catalog.list_partitions(name, _spec_args(spec))
+    _emit(
+        obj,
+        [_partition_dict(item) for item in found],
+        lambda: (
+            "\n".join(
+                f"{item.spec}\t{item.location}\t{item.file_count} files\t{item.total_bytes} bytes"
+                for item in found
+            )
+            or "no partitions"
+        ),
+    )
+
+
+# -- db, broker ------------------------------------------------------------------------------
+
+
+@cli.group()
+def db() -> None:
+    """Manage the catalog database."""
+
+
+@db.command("upgrade")
+@_output_option
+@click.pass_obj
+@_handle_errors
+def db_upgrade(obj: _Context) -> None:
+    """Apply pending schema migrations."""
+    engine = engines.open_engine(obj.settings.database_url)
+    try:
+        before, after = engines.upgrade(engine)
+    finally:
+        engine.dispose()
+    url = engines.redact(obj.settings.database_url)
+    _emit(
+        obj,
+        {"database": url, "from": before, "to": after},
+        lambda: (
+            f"{url}: already at {after}"
+            if before == after
+            else f"{url}: {before or 'empty'} -> {after}"
+        ),
+    )
+
+
+@cli.group()
+def broker() -> None:
+    """Check the message broker."""
+
+
+@broker.command("check")
+@_output_option
+@click.pass_obj
+@_handle_errors
+def broker_check(obj: _Context) -> None:
+    """Connect as consumer and publisher and pass one message between them."""
+    settings = obj.settings
+    topic = f"{settings.topic_prefix}.healthcheck"
+    token = uuid.uuid4().hex
+    with consumer_connection(settings) as consumer, publisher_connection(settings) as publisher:
+        consumer.subscribe(
+            destination_for(topic), "healthcheck", selector=f"HCAT_CHECK = '{token}'"
+        )
+        started = time.monotonic()
+        publisher.send(destination_for(topic), "{}", {"HCAT_CHECK": token})
+        received = consumer.receive(timeout=settings.broker_timeout)
+        if received is None:
+            raise BrokerTimeoutError(
+                f"the consumer did not receive the check message on {topic} "
+                f"within {settings.broker_timeout:g}s"
+            )
+        elapsed_ms = (time.monotonic() - started) * 1000
+        publisher_at, consumer_at = str(publisher.address), str(consumer.address)
+        results: dict[str, Any] = {
+            "publisher": {"broker": publisher_at, "user": settings.broker_user},
+            "consumer": {"broker": consumer_at, "user": settings.consumer_user},
+            "topic": topic,
+            "round_trip_ms": round(elapsed_ms, 1),
+        }
+    _emit(
+        obj,
+        results,
+        lambda: (
+            f"publisher: connected to {publisher_at} as {settings.broker_user}\n"
+            f"consumer:  connected to {consumer_at} as {settings.consumer_user}\n"
+            f"round trip on {topic}: {elapsed_ms:.1f} ms"
+        ),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``hcat-notify`` console script."""
+    try:
+        cli.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="hcat-notify",
+            standalone_mode=True,
+        )
+    except SystemExit as exc:
+        return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_ERROR
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

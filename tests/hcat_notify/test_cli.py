@@ -1,0 +1,204 @@
+"""The hcat-notify command line: tables, topics, partitions, db upgrade, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hcat_notify.cli import main, parse_duration
+from hcat_notify.errors import InvalidInputError
+from hcat_notify.settings import load_settings
+from hcat_notify.store import Catalog, NewPartition
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str], db_url: str):
+    def _run(*args: str) -> tuple[int, str, str]:
+        code = main(["--db-url", db_url, *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return _run
+
+
+def _create(run):
+    code, out, err = run(
+        "table",
+        "create",
+        "web.clicks",
+        "--location",
+        "/data/clicks",
+        "--partition-keys",
+        "datestamp,region",
+        "--retention",
+        "3d",
+    )
+    assert (code, err) == (0, "")
+    return out
+
+
+def test_table_create_show_and_topic(run):
+    assert _create(run).strip() == "created web.clicks (topic hcat.web.clicks)"
+    code, out, _ = run("table", "show", "web.clicks", "--output", "json")
+    shown = json.loads(out)
+    assert code == 0
+    assert shown["partition_keys"] == ["datestamp", "region"]
+    assert shown["retention_seconds"] == 3 * 86400
+    assert shown["destination"] == "/topic/hcat.web.clicks"
+    code, out, _ = run("topic", "web.clicks")
+    assert (code, out) == (0, "hcat.web.clicks\n")
+    code, out, _ = run("-o", "json", "topic", "web.clicks")
+    assert json.loads(out) == {
+        "table": "web.clicks",
+        "topic": "hcat.web.clicks",
+        "destination": "/topic/hcat.web.clicks",
+    }
+
+
+def test_topic_override_from_the_command_line(run):
+    code, _, _ = run(
+        "table",
+        "create",
+        "web.views",
+        "--location",
+        "/v",
+        "--partition-keys",
+        "ds",
+        "--topic",
+        "Team.Views",
+    )
+    assert code == 0
+    assert run("topic", "web.views")[1] == "team.views\n"
+
+
+def test_partitions_listing_and_filters(run, db_url: str, tmp_path: Path):
+    _create(run)
+    with Catalog.open(load_settings(home=tmp_path, db_url=db_url)) as catalog:
+        catalog.add_partitions(
+            "web.clicks",
+            [
+                NewPartition(
+                    {"datestamp": "1", "region": r}, f"/data/clicks/datestamp=1/region={r}", 2, 20
+                )
+                for r in ("us", "a/b")
+            ],
+        )
+    code, out, _ = run("partitions", "web.clicks", "--output", "json")
+    assert code == 0
+    assert sorted(p["spec"] for p in json.loads(out)) == [
+        "datestamp=1/region=a%2Fb",
+        "datestamp=1/region=us",
+    ]
+    code, out, _ = run("partitions", "web.clicks", "region=a/b")
+    assert code == 0
+    assert out.startswith(
+        "datestamp=1/region=a%2Fb\t/data/clicks/datestamp=1/region=a/b\t2 files\t20 bytes"
+    )
+    assert run("partitions", "web.clicks", "datestamp=2")[1] == "no partitions\n"
+
+
+def test_db_upgrade_is_idempotent(run):
+    code, out, _ = run("db", "upgrade")
+    assert code == 0
+    assert "0001" in out
+    code, out, _ = run("-o", "json", "db", "upgrade")
+    assert json.loads(out)["from"] == json.loads(out)["to"] == "0001"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["table", "show", "web.nope"], "table web.nope is not registered"),
+        (["topic", "webclicks"], "malformed table name 'webclicks'"),
+        (["table", "show", "web.cl icks"], "invalid table name 'cl icks'"),
+        (["table", "show", 'web."x"'], "invalid table name"),
+        (["partitions", "web.clicks", "country=x"], "no partition key 'country'"),
+        (["partitions", "web.clicks", "region"], "region"),
+        (
+            ["table", "create", "web.clicks", "--location", "/x", "--partition-keys", "ds"],
+            "already registered",
+        ),
+        (
+            ["table", "create", "web.t2", "--location", "/x", "--partition-keys", "ds,"],
+            "empty partition key",
+        ),
+        (
+            ["table", "create", "web.t2", "--location", "/x", "--partition-keys", "d s"],
+            "invalid partition key 'd s'",
+        ),
+        (
+            [
+                "table",
+                "create",
+                "web.t2",
+                "--location",
+                "/x",
+                "--partition-keys",
+                "ds",
+                "--retention",
+                "week",
+            ],
+            "invalid duration 'week'",
+        ),
+    ],
+)
+def test_user_mistakes_are_one_line_and_change_nothing(run, args, message):
+    _create(run)
+    before = run("-o", "json", "table", "list")[1]
+    code, out, err = run(*args)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("hcat-notify: error: ")
+    assert message in err
+    assert err.count("\n") == 1
+    assert run("-o", "json", "table", "list")[1] == before
+
+
+def test_unreachable_database_names_the_url(capsys: pytest.CaptureFixture[str]):
+    code = main(["--db-url", "postgresql+psycopg://u:pw@127.0.0.1:1/cat", "table", "list"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "cannot connect to database postgresql+psycopg://u:***@127.0.0.1:1/cat" in err
+    assert "Traceback" not in err
+
+
+def test_unreachable_broker_names_the_url(capsys: pytest.CaptureFixture[str]):
+    code = main(["--broker-url", "stomp://127.0.0.1:1", "broker", "check"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "cannot connect to broker: stomp://127.0.0.1:1" in err
+    assert err.count("\n") == 1
+
+
+def test_installed_console_script_prints_no_traceback(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
+    env["HCAT_NOTIFY_HOME"] = str(tmp_path)
+    script = Path(sys.executable).with_name("hcat-notify")
+    result = subprocess.run(
+        [str(script), "table", "show", "no.such"], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        "hcat-notify: error: table no.such is not registered "
+        "(create it with 'hcat-notify table create')\n"
+    )
+    assert (tmp_path / "catalog.db").exists()  # default SQLite file in the data dir
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("7d", 604800), ("12h", 43200), ("30m", 1800), ("1d12h", 129600), ("2w", 1209600)],
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text).total_seconds() == seconds
+
+
+@pytest.mark.parametrize("text", ["", "7", "d", "7x", "0d", "-1d"])
+def test_parse_duration_rejects(text):
+    with pytest.raises(InvalidInputError):
+        parse_duration(text)
