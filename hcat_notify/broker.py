@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import logging
 import queue
+import socket
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,24 +63,39 @@ class _Waiter:
 
 
 class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
-    """Turns frames into events and queue items; never raises (it would kill stomp.py)."""
+    """Turns frames into events and queue items; never raises (it would kill stomp.py).
 
-    def __init__(self, connection: BrokerConnection) -> None:
+    Each stomp.py connection gets its own listener with a generation number, so that
+    late callbacks of a connection already replaced (a disconnect, an ERROR) cannot
+    touch the state of the next one.
+    """
+
+    def __init__(self, connection: BrokerConnection, generation: int) -> None:
         self._connection = connection
+        self._generation = generation
+
+    def _current(self) -> bool:
+        return self._generation == self._connection._generation
 
     def on_connected(self, frame: Any) -> None:
-        self._connection._on_connected()
+        if self._current():
+            self._connection._on_connected()
 
     def on_error(self, frame: Any) -> None:
+        if not self._current():
+            return
         try:
             self._connection._on_error(dict(frame.headers), frame.body or "")
         except Exception:  # pragma: no cover - defensive: must not kill the receiver
             logger.exception("error handling an ERROR frame")
 
     def on_receipt(self, frame: Any) -> None:
-        self._connection._on_receipt(frame.headers.get("receipt-id", ""))
+        if self._current():
+            self._connection._on_receipt(frame.headers.get("receipt-id", ""))
 
     def on_message(self, frame: Any) -> None:
+        if not self._current():
+            return
         try:
             headers = dict(frame.headers)
             self._connection.messages.put(
@@ -95,10 +111,12 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
             logger.exception("error handling a MESSAGE frame")
 
     def on_disconnected(self) -> None:
-        self._connection._on_disconnected()
+        if self._current():
+            self._connection._on_disconnected()
 
     def on_heartbeat_timeout(self) -> None:
-        logger.warning("broker heartbeat timed out")
+        if self._current():
+            logger.warning("broker heartbeat timed out")
 
 
 class BrokerConnection:
@@ -134,6 +152,7 @@ class BrokerConnection:
         self._receipts: dict[str, _Waiter] = {}
         self._errors: list[str] = []
         self._connected_error: str | None = None
+        self._generation = 0
         self.messages: queue.Queue[ReceivedMessage] = queue.Queue()
         self.address: BrokerAddress | None = None
 
@@ -147,10 +166,16 @@ class BrokerConnection:
         logger.warning("broker %s sent ERROR: %s", self.address, message)
         with self._lock:
             self._errors.append(message)
-            waiter = self._receipts.get(headers.get("receipt-id", ""))
-            # ActiveMQ does not always echo the receipt id; then fail every pending wait
-            # rather than let one wait for its deadline.
-            waiters = list(self._receipts.values()) if waiter is None else [waiter]
+            receipt_id = headers.get("receipt-id")
+            if receipt_id is None:
+                # An ERROR about a frame sent without a receipt (a SEND inside a
+                # transaction): we cannot tell which wait it concerns, so fail them all
+                # rather than let one report success or wait for its deadline.
+                waiters = list(self._receipts.values())
+            else:
+                # About one receipt; one we no longer wait for concerns nobody.
+                waiter = self._receipts.get(receipt_id)
+                waiters = [] if waiter is None else [waiter]
         for item in waiters:
             item.error = message
             item.event.set()
@@ -166,6 +191,11 @@ class BrokerConnection:
 
     def _on_disconnected(self) -> None:
         logger.info("disconnected from broker %s", self.address)
+        if not self._connected.is_set() and self._connected_error is None:
+            # Closed during CONNECT: wake connect() now instead of at its deadline.
+            self._connected_error = "the broker closed the connection during CONNECT"
+            self._connected.set()
+            return
         self._connected.clear()
         with self._lock:
             waiters = list(self._receipts.values())
@@ -219,7 +249,8 @@ class BrokerConnection:
             timeout=self._timeout,
             try_loopback_connect=False,
         )
-        conn.set_listener("hcat-notify", _Listener(self))
+        self._generation += 1
+        conn.set_listener("hcat-notify", _Listener(self, self._generation))
         self._connected.clear()
         self._connected_error = None
         try:
@@ -234,6 +265,10 @@ class BrokerConnection:
             reason = self._connected_error or "connection closed during CONNECT"
             self._stop(conn)
             raise BrokerAuthError(f"broker {address} refused user {self._user!r}: {reason}")
+        # stomp.py leaves Nagle's algorithm on: a small COMMIT after the SENDs then waits
+        # for the broker's delayed ACK, about 40 ms per receipt.
+        with contextlib.suppress(OSError, AttributeError):
+            conn.transport.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._conn = conn
 
     def _require(self) -> stomp.Connection12:
@@ -362,6 +397,16 @@ class BrokerConnection:
                 conn.disconnect()
         with contextlib.suppress(StompException, OSError, AttributeError):
             conn.transport.stop()
+        # stomp.py 9 can leave its socket and its wake-up socket pair open when the
+        # broker closed the connection first (a refused login): close them here.
+        transport = conn.transport
+        with contextlib.suppress(OSError, AttributeError):
+            if getattr(transport, "send_queue", None) is not None:
+                transport.send_queue.shutdown()
+                transport.send_queue = None
+        with contextlib.suppress(OSError, AttributeError):
+            if getattr(transport, "socket", None) is not None:
+                transport.socket.close()
 
     def __enter__(self) -> BrokerConnection:
         self.connect()

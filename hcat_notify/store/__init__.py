@@ -2,8 +2,10 @@
 
 from hcat_notify.store.catalog import (
     DEFAULT_RETENTION,
+    OUTBOX_CHANNEL,
     STORAGE_FORMATS,
     Catalog,
+    Lease,
     NewPartition,
     OutboxEvent,
     PartitionInfo,
@@ -13,8 +15,10 @@ from hcat_notify.store.catalog import (
 
 __all__ = [
     "DEFAULT_RETENTION",
+    "OUTBOX_CHANNEL",
     "STORAGE_FORMATS",
     "Catalog",
+    "Lease",
     "NewPartition",
     "OutboxEvent",
     "PartitionInfo",

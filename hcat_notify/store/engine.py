@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from importlib import resources
 from pathlib import Path
@@ -24,6 +25,8 @@ logger = logging.getLogger(__name__)
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Any constant works: it only has to be the same for every hcat-notify process.
 _PG_MIGRATION_LOCK = 0x6863_6174  # "hcat"
+# Databases this process has seen at the head revision: checked once, not per open.
+_AT_HEAD: set[str] = set()
 
 
 def redact(url: str | URL) -> str:
@@ -111,6 +114,7 @@ def _alembic_config(connection: Connection) -> Config:
     return config
 
 
+@functools.cache
 def head_revision() -> str:
     """The newest migration revision shipped with this version."""
     script = ScriptDirectory(str(resources.files("hcat_notify").joinpath("migrations")))
@@ -133,8 +137,12 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
         (revision before, revision after).
     """
     head = head_revision()
+    key = engine.url.render_as_string(hide_password=False)
+    if key in _AT_HEAD:
+        return head, head
     before = current_revision(engine)
     if before == head:
+        _AT_HEAD.add(key)
         return before, head
     with engine.execution_options(hcat_write=True).begin() as connection:
         if connection.dialect.name == "postgresql":
@@ -146,4 +154,5 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
         if before != head:
             logger.info("migrating catalog %s from %s to %s", redact(engine.url), before, head)
             command.upgrade(_alembic_config(connection), "head")
+    _AT_HEAD.add(key)
     return before, head

@@ -31,6 +31,7 @@ __all__ = [
     "EventCounterRow",
     "OutboxRow",
     "PartitionRow",
+    "RelayLeaseRow",
     "RetentionRow",
     "TableRow",
     "UTCDateTime",
@@ -171,3 +172,20 @@ class EventCounterRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     last_event_id: Mapped[int] = mapped_column(BigInteger)
+
+
+class RelayLeaseRow(Base):
+    """Which relay process owns the outbox; taken and renewed by compare-and-set.
+
+    One active relay keeps the wire in event-id order without relying on the broker to
+    order two producers; standby relays wait for the lease to expire.
+    """
+
+    __tablename__ = "hcat_relay_lease"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(255))
+    acquired_at: Mapped[datetime]
+    renewed_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    version: Mapped[int] = mapped_column(Integer, default=1)
