@@ -10,27 +10,32 @@ import functools
 import json
 import logging
 import re
+import signal
 import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from hcat_notify.broker import consumer_connection, publisher_connection
+from hcat_notify.consumer import Notification, NotificationConsumer
 from hcat_notify.errors import BrokerTimeoutError, HcatNotifyError, InvalidInputError
+from hcat_notify.relay import DEFAULT_LEASE_NAME, Relay, RelayConfig
 from hcat_notify.settings import Settings, load_settings
 from hcat_notify.specs import PartitionSpec
 from hcat_notify.store import Catalog, PartitionInfo, TableInfo
 from hcat_notify.store import engine as engines
 from hcat_notify.topics import destination_for
+from hcat_notify.writer import send_mark_set_done
 
 __all__ = ["main", "parse_duration"]
 
 EXIT_ERROR = 2
+EXIT_TIMEOUT = 1
 F = TypeVar("F", bound=Callable[..., Any])
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
@@ -200,6 +205,9 @@ def cli(
     """Partition notifications for Hive-style partitioned tables."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Third-party chatter only at -vv.
+    for noisy in ("alembic", "stomp.py"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose > 1 else logging.WARNING)
     overrides = {"home": home, "db_url": db_url, "broker_url": broker_url}
     ctx.obj = _Context(overrides, config_file, output)
 
@@ -410,6 +418,196 @@ def broker_check(obj: _Context) -> None:
             f"round trip on {topic}: {elapsed_ms:.1f} ms"
         ),
     )
+
+
+# -- delivery: mark-done, relay, status, watch, wait, sweep ------------------------------
+
+
+@cli.command("mark-done")
+@click.argument("name", metavar="DB.TABLE")
+@click.argument("spec", nargs=-1, metavar="K=V...")
+@_output_option
+@click.pass_obj
+@_handle_errors
+def mark_done(obj: _Context, name: str, spec: tuple[str, ...]) -> None:
+    """Announce that every partition matching K=V... is complete."""
+    partial = PartitionSpec.from_args(spec)
+    event_id = send_mark_set_done(name, partial, settings=obj.settings)
+    _emit(
+        obj,
+        {"table": name, "spec": partial.canonical(), "event_id": event_id},
+        lambda: f"mark-set-done {partial.canonical()} recorded as event {event_id}",
+    )
+
+
+@cli.command()
+@click.option("--once", is_flag=True, help="Publish what is pending, then exit.")
+@click.option("--batch-size", type=click.IntRange(1, 100_000), default=500, show_default=True)
+@click.option(
+    "--no-transactions",
+    is_flag=True,
+    help="Send each event with its own receipt instead of STOMP transactions.",
+)
+@click.option(
+    "--lease-ttl",
+    type=click.FloatRange(min=1),
+    default=15.0,
+    show_default=True,
+    help="Seconds a standby relay waits before taking over from a silent one.",
+)
+@_output_option
+@click.pass_obj
+@_handle_errors
+def relay(
+    obj: _Context, once: bool, batch_size: int, no_transactions: bool, lease_ttl: float
+) -> None:
+    """Publish the outbox to the broker (long-running; SIGTERM/SIGINT stop it cleanly)."""
+    if logging.getLogger().level > logging.INFO:
+        logging.getLogger().setLevel(logging.INFO)
+    config = RelayConfig(
+        batch_size=batch_size, use_transactions=not no_transactions, lease_ttl=lease_ttl
+    )
+    with Relay(obj.settings, config=config) as publisher:
+        if once:
+            count = publisher.drain()
+            _emit(obj, {"published": count}, lambda: f"published {count} events")
+            return
+        previous = {
+            sig: signal.signal(sig, lambda *_: publisher.stop())
+            for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            stats = publisher.run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    _emit(
+        obj,
+        {"published": stats.published, "batches": stats.batches, "failures": stats.failures},
+        lambda: f"relay stopped after publishing {stats.published} events",
+    )
+
+
+@cli.command()
+@_output_option
+@click.pass_obj
+@_handle_errors
+def status(obj: _Context) -> None:
+    """Outbox backlog, oldest unpublished event, last publish per topic, relay owner."""
+    with obj.catalog() as catalog:
+        backlog, oldest = catalog.outbox_backlog()
+        per_topic = catalog.last_published_by_topic()
+        lease = catalog.get_lease(DEFAULT_LEASE_NAME)
+    now = datetime.now(UTC)
+    age = (now - oldest).total_seconds() if oldest is not None else None
+    relay_info = None
+    if lease is not None:
+        relay_info = {
+            "owner": lease.owner,
+            "expires_at": lease.expires_at,
+            "alive": lease.expires_at > now,
+        }
+    data = {
+        "backlog": backlog,
+        "oldest_unpublished_age_seconds": age,
+        "last_publish_by_topic": per_topic,
+        "relay": relay_info,
+    }
+
+    def text() -> str:
+        lines = [f"outbox backlog: {backlog} event(s)"]
+        if age is not None:
+            lines.append(f"oldest unpublished: {age:.1f} s ago")
+        if relay_info is None:
+            lines.append("relay: not running")
+        else:
+            state = "active" if relay_info["alive"] else "lease expired"
+            lines.append(f"relay: {lease.owner if lease else ''} ({state})")
+        for topic_name, when in per_topic.items():
+            lines.append(f"last publish {topic_name}: {when.isoformat(timespec='seconds')}")
+        return "\n".join(lines)
+
+    _emit(obj, data, text)
+
+
+@cli.command()
+@click.argument("names", nargs=-1, required=True, metavar="DB.TABLE...")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line, with headers.")
+@click.option("--max-messages", type=click.IntRange(min=1), help="Exit after this many.")
+@click.option("--timeout", type=click.FloatRange(min=0), help="Exit after this many idle seconds.")
+@click.option("--cursor", type=click.IntRange(min=0), help="Last event id already seen.")
+@click.pass_obj
+@_handle_errors
+def watch(
+    obj: _Context,
+    names: tuple[str, ...],
+    as_json: bool,
+    max_messages: int | None,
+    timeout: float | None,
+    cursor: int | None,
+) -> None:
+    """Print notifications of tables: retained and registered first, then live."""
+
+    def show(notification: Notification) -> None:
+        if as_json:
+            line = json.dumps(notification.as_dict(), ensure_ascii=False, default=_json_default)
+        else:
+            line = (
+                f"{notification.event_id}\t{notification.event_type.value}\t"
+                f"{notification.table}\t{notification.spec}\t({notification.source.value})"
+            )
+        click.echo(line)
+
+    with NotificationConsumer(list(names), settings=obj.settings, cursor=cursor) as consumer:
+        previous = signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
+        try:
+            consumer.run(show, max_messages=max_messages, timeout=timeout)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+@cli.command()
+@click.argument("name", metavar="DB.TABLE")
+@click.argument("spec", nargs=-1, metavar="K=V...")
+@click.option("--timeout", type=click.FloatRange(min=0), default=3600.0, show_default=True)
+@_output_option
+@click.pass_obj
+@_handle_errors
+def wait(obj: _Context, name: str, spec: tuple[str, ...], timeout: float) -> None:
+    """Exit 0 once a mark-set-done covers K=V... (at once if retained), 1 on timeout."""
+    wanted = PartitionSpec.from_args(spec)
+    started = time.monotonic()
+    with NotificationConsumer([name], settings=obj.settings) as consumer:
+        done = consumer.wait_for_set_done(name, wanted, timeout)
+    waited = time.monotonic() - started
+    _emit(
+        obj,
+        {
+            "table": name,
+            "spec": wanted.canonical(),
+            "done": done,
+            "waited_seconds": round(waited, 3),
+        },
+        lambda: (
+            f"{name} {wanted.canonical()}: " + ("done" if done else f"not done after {timeout:g}s")
+        ),
+    )
+    if not done:
+        sys.exit(EXIT_TIMEOUT)
+
+
+@cli.command()
+@click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True)
+@_output_option
+@click.pass_obj
+@_handle_errors
+def sweep(obj: _Context, batch_size: int) -> None:
+    """Delete expired mark-set-done retention rows, in batches."""
+    with obj.catalog() as catalog:
+        removed = catalog.sweep_expired(batch_size=batch_size)
+    _emit(obj, {"removed": removed}, lambda: f"removed {removed} expired retention row(s)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

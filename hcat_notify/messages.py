@@ -91,8 +91,9 @@ def _headers(event_type: EventType, event_id: int, table: TableName, spec: str) 
 
 
 def _dump(body: Mapping[str, Any]) -> str:
-    # Compact, UTF-8 kept as is: bodies are compared and validated, not pretty-printed.
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    # ASCII with \u escapes: ActiveMQ 5.17 hands 4-byte UTF-8 (emoji) to OpenWire JMS
+    # consumers in a form getText() rejects (AMQ-8398); escaped, every reader gets it.
+    return json.dumps(body, ensure_ascii=True, separators=(",", ":"))
 
 
 def build_add_partition(

@@ -5,6 +5,7 @@ land here; see the project issues. Partition paths are named with
 :mod:`hcat_notify.specs`, exactly as Spark names them.
 """
 
+from hcat_notify.writer import send_mark_set_done
 from spark_output.errors import SparkOutputError
 
-__all__ = ["SparkOutputError"]
+__all__ = ["SparkOutputError", "send_mark_set_done"]

@@ -13,6 +13,7 @@ from hcat_notify.store import Catalog
 
 pytest_plugins = [
     "tests.fixtures.broker",
+    "tests.fixtures.jms",
     "tests.fixtures.postgres",
     "tests.fixtures.spark",
 ]
@@ -45,3 +46,12 @@ def settings(db_url: str, tmp_path: Path) -> Settings:
 def catalog(settings: Settings) -> Iterator[Catalog]:
     with Catalog.open(settings) as opened:
         yield opened
+
+
+@pytest.fixture(autouse=True)
+def _close_writer_catalogs() -> Iterator[None]:
+    """send_mark_set_done keeps catalogs open per settings; each test gets fresh ones."""
+    yield
+    from hcat_notify.writer import close_catalogs
+
+    close_catalogs()

@@ -14,13 +14,17 @@ from hcat_notify import errors
 MODULES = [
     "hcat_notify",
     "hcat_notify.broker",
+    "hcat_notify.consumer",
     "hcat_notify.errors",
     "hcat_notify.messages",
     "hcat_notify.names",
+    "hcat_notify.relay",
     "hcat_notify.settings",
     "hcat_notify.specs",
     "hcat_notify.store",
     "hcat_notify.topics",
+    "hcat_notify.wakeup",
+    "hcat_notify.writer",
     "spark_output",
 ]
 
@@ -48,3 +52,7 @@ def test_one_root_exception_per_package():
             assert issubclass(obj, hcat_notify.HcatNotifyError)
     assert issubclass(spark_output.SparkOutputError, Exception)
     assert not issubclass(spark_output.SparkOutputError, hcat_notify.HcatNotifyError)
+
+
+def test_spark_output_re_exports_send_mark_set_done():
+    assert spark_output.send_mark_set_done is hcat_notify.send_mark_set_done

@@ -1,0 +1,474 @@
+"""The consumer library: subscribe first, then catch up, then stream; no gaps, no repeats.
+
+Start-up follows the HCatalog design: SUBSCRIBE to the tables' topics and wait for the
+receipts (only then is a subscription live), then read what was committed before —
+unexpired MARK_SET_DONE messages from the retention table and, given a cursor, the
+partitions registered after it — then stream live messages. Anything committed after
+the catch-up read is published after the subscription began, so it arrives live;
+anything in both is delivered once, because every message carries ``HCAT_EVENT_ID`` and
+the consumer drops ids it has delivered.
+
+After a dropped connection the consumer reconnects, subscribes again and catches up
+from the last event id it delivered.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import random
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from hcat_notify.broker import BrokerConnection, ReceivedMessage, consumer_connection
+from hcat_notify.errors import BrokerAuthError, BrokerError, HcatNotifyError, InvalidInputError
+from hcat_notify.messages import (
+    HEADER_EVENT,
+    HEADER_EVENT_ID,
+    HEADER_SPEC,
+    HEADER_TABLE,
+    EventType,
+)
+from hcat_notify.names import TableName
+from hcat_notify.settings import Settings, TopicStrategy, load_settings
+from hcat_notify.specs import PartitionSpec
+from hcat_notify.store import Catalog, OutboxEvent, TableInfo
+from hcat_notify.topics import TOPIC_NAME_PROPERTY, destination_for
+
+__all__ = ["Notification", "NotificationConsumer", "Source"]
+
+logger = logging.getLogger(__name__)
+
+# Delivered event ids remembered for dropping duplicates. Duplicates come from a relay
+# resending a batch whose receipt it missed, and from the overlap of catch-up and live
+# delivery: both are recent, so a bounded window is enough.
+DEDUPE_WINDOW = 200_000
+CATCH_UP_PAGE = 5_000
+
+
+class Source(StrEnum):
+    """Where a notification came from."""
+
+    RETAINED = "retained"  # the mark-set-done retention table, at start-up
+    REGISTRY = "registry"  # the partition registry, at start-up (cursor given)
+    LIVE = "live"  # the broker
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One ADD_PARTITION or MARK_SET_DONE notification, however it reached us."""
+
+    event_id: int
+    event_type: EventType
+    table: TableName
+    spec: PartitionSpec
+    body: Mapping[str, Any]
+    headers: Mapping[str, str]
+    topic: str
+    source: Source
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (``hcat-notify watch --json``)."""
+        return {
+            "event_id": self.event_id,
+            "event": self.event_type.value,
+            "table": str(self.table),
+            "spec": self.spec.to_path(),
+            "topic": self.topic,
+            "source": self.source.value,
+            "headers": dict(self.headers),
+            "body": dict(self.body),
+        }
+
+
+@functools.lru_cache(maxsize=65_536)
+def _parse_spec(path: str) -> PartitionSpec:
+    return PartitionSpec.parse(path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_table(name: str) -> TableName:
+    return TableName.parse(name)
+
+
+def _from_outbox(event: OutboxEvent, source: Source) -> Notification:
+    return Notification(
+        event_id=event.event_id,
+        event_type=event.event_type,
+        table=_parse_table(event.table),
+        spec=_parse_spec(event.headers[HEADER_SPEC]),
+        body=json.loads(event.body),
+        headers=dict(event.headers),
+        topic=event.topic,
+        source=source,
+    )
+
+
+def _from_message(message: ReceivedMessage) -> Notification | None:
+    headers = message.headers
+    try:
+        return Notification(
+            event_id=int(headers[HEADER_EVENT_ID]),
+            event_type=EventType(headers[HEADER_EVENT]),
+            table=_parse_table(headers[HEADER_TABLE]),
+            spec=_parse_spec(headers[HEADER_SPEC]),
+            body=json.loads(message.body),
+            headers={key: value for key, value in headers.items() if key.startswith("HCAT_")},
+            topic=message.destination.removeprefix("/topic/"),
+            source=Source.LIVE,
+        )
+    except (KeyError, ValueError, HcatNotifyError) as exc:
+        logger.warning("consumer ignored a malformed message on %s: %s", message.destination, exc)
+        return None
+
+
+@dataclass
+class _Subscription:
+    topic: str
+    tables: list[TableName] = field(default_factory=list)
+    # True when the topic also carries other tables: filter on the broker.
+    shared: bool = False
+
+    def selector(self) -> str | None:
+        if not self.shared:
+            return None
+        names = ", ".join(f"'{table}'" for table in self.tables)
+        return f"{HEADER_TABLE} IN ({names})"
+
+
+class NotificationConsumer:
+    """Subscribes to tables' notifications; catches up from the catalog; drops repeats.
+
+    Args:
+        tables: ``db.table`` names to follow.
+        settings: deployment settings (default: :func:`load_settings`).
+        cursor: the last event id this consumer has already processed; partitions
+            registered after it are delivered at start-up, and dones at or before it
+            are not. None: all unexpired dones and no partition catch-up.
+        catalog: an open catalog (default: opened from ``settings``).
+        connection_factory: builds the unconnected consumer connection.
+        on_error: called with (notification, exception) when a handler raises.
+
+    Use as a context manager; :meth:`start` subscribes and catches up, :meth:`run` or
+    iteration delivers.
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[TableName | str],
+        *,
+        settings: Settings | None = None,
+        cursor: int | None = None,
+        catalog: Catalog | None = None,
+        connection_factory: Callable[[Settings], BrokerConnection] = consumer_connection,
+        on_error: Callable[[Notification, BaseException], None] | None = None,
+    ) -> None:
+        if not tables:
+            raise InvalidInputError("give at least one table to consume")
+        self._settings = settings or load_settings()
+        self._own_catalog = catalog is None
+        self._catalog = catalog or Catalog.open(self._settings)
+        self._factory = connection_factory
+        self._on_error = on_error
+        names = [t if isinstance(t, TableName) else TableName.parse(t) for t in tables]
+        self._tables: dict[TableName, TableInfo] = {
+            name: self._catalog.get_table(name) for name in dict.fromkeys(names)
+        }
+        self._cursor = cursor
+        self._start_cursor = cursor
+        self._seen: OrderedDict[int, None] = OrderedDict()
+        self._backlog: deque[Notification] = deque()
+        # Catch-up is read in pages as it is handed out: the first notification comes at
+        # once and memory stays bounded however much was retained.
+        self._catchup_base: int | None = None
+        self._catchup_page_after: int | None = None  # None: no catch-up in progress
+        self._connection: BrokerConnection | None = None
+        self._pending_ack: ReceivedMessage | None = None
+        self._stop = threading.Event()
+        self._subscriptions = self._plan_subscriptions()
+
+    # -- setup --------------------------------------------------------------------------
+
+    def _plan_subscriptions(self) -> list[_Subscription]:
+        by_topic: dict[str, _Subscription] = {}
+        for name, info in self._tables.items():
+            by_topic.setdefault(info.topic, _Subscription(info.topic)).tables.append(name)
+        # A per-database or single topic carries other tables too, and so may a topic
+        # named by an override: filter on the broker there. _accept() filters again, so
+        # correctness does not depend on the selector.
+        per_table = self._settings.topic_strategy is TopicStrategy.TABLE
+        all_tables = self._catalog.list_tables()
+        for subscription in by_topic.values():
+            others = any(
+                t.topic == subscription.topic and t.name not in self._tables for t in all_tables
+            )
+            overridden = any(
+                TOPIC_NAME_PROPERTY in self._tables[t].properties for t in subscription.tables
+            )
+            subscription.shared = others or overridden or not per_table
+        return list(by_topic.values())
+
+    @property
+    def tables(self) -> list[TableName]:
+        return list(self._tables)
+
+    @property
+    def cursor(self) -> int | None:
+        """The highest event id delivered so far (or the initial cursor)."""
+        return self._cursor
+
+    def start(self) -> None:
+        """Connect, subscribe (waiting for each receipt), then catch up from the catalog.
+
+        Raises:
+            BrokerError: the broker cannot be reached or refused the subscription.
+        """
+        self._connect_and_subscribe()
+        self._catch_up()
+
+    def _connect_and_subscribe(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+        connection = self._factory(self._settings)
+        connection.connect()
+        try:
+            for index, subscription in enumerate(self._subscriptions):
+                connection.subscribe(
+                    destination_for(subscription.topic),
+                    f"hcat-{index}",
+                    ack="client-individual",
+                    selector=subscription.selector(),
+                )
+        except BaseException:
+            connection.close()
+            raise
+        self._connection = connection
+        logger.info(
+            "consumer subscribed topics=%s broker=%s",
+            ",".join(s.topic for s in self._subscriptions),
+            connection.address,
+        )
+
+    def _catch_up(self) -> None:
+        # Only after the subscriptions are live (invariant 5).
+        self._catchup_base = self._cursor
+        self._catchup_page_after = 0
+        logger.info("consumer catch-up after=%s", self._cursor)
+        self._load_catch_up_page()
+
+    def _load_catch_up_page(self) -> None:
+        if self._catchup_page_after is None:
+            return
+        events = self._catalog.catch_up(
+            list(self._tables),
+            after_event_id=self._catchup_base,
+            page_after=self._catchup_page_after,
+            limit=CATCH_UP_PAGE,
+        )
+        for event in events:
+            done = event.event_type is EventType.MARK_SET_DONE
+            self._backlog.append(_from_outbox(event, Source.RETAINED if done else Source.REGISTRY))
+        if len(events) < CATCH_UP_PAGE:
+            self._catchup_page_after = None
+        else:
+            self._catchup_page_after = events[-1].event_id
+
+    # -- delivery ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Make :meth:`run` / iteration return after the current notification."""
+        self._stop.set()
+
+    def _is_new(self, notification: Notification) -> bool:
+        if notification.event_id in self._seen:
+            return False
+        self._seen[notification.event_id] = None
+        if len(self._seen) > DEDUPE_WINDOW:
+            self._seen.popitem(last=False)
+        return True
+
+    def _accept(self, notification: Notification) -> bool:
+        if notification.table not in self._tables:
+            return False  # a shared topic's other tables, if no selector filtered them
+        if self._start_cursor is not None and notification.event_id <= self._start_cursor:
+            return False  # processed before this consumer started
+        if not self._is_new(notification):
+            logger.debug("consumer dropped duplicate event=%d", notification.event_id)
+            return False
+        if self._cursor is None or notification.event_id > self._cursor:
+            self._cursor = notification.event_id
+        return True
+
+    def _reconnect(self) -> None:
+        delay = 0.2
+        while not self._stop.is_set():
+            try:
+                self._connect_and_subscribe()
+                self._catch_up()
+                return
+            except BrokerAuthError:
+                raise
+            except BrokerError as exc:
+                wait = min(delay, 10.0) * random.uniform(0.8, 1.2)
+                logger.warning("consumer reconnect failed error=%r retry_in=%.2fs", str(exc), wait)
+                self._stop.wait(wait)
+                delay *= 2
+
+    def _next(self, timeout: float) -> Notification | None:
+        """The next new notification, or None when ``timeout`` passes first."""
+        deadline = time.monotonic() + timeout
+        while not self._stop.is_set():
+            while self._backlog or self._catchup_page_after is not None:
+                if not self._backlog:
+                    self._load_catch_up_page()
+                    continue
+                notification = self._backlog.popleft()
+                if self._accept(notification):
+                    return notification
+            connection = self._connection
+            if connection is None:
+                raise HcatNotifyError(
+                    "consumer not started: call start() or use it as a context manager"
+                )
+            if not connection.is_connected:
+                logger.warning("consumer lost its broker connection; reconnecting")
+                self._reconnect()
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            message = connection.receive(timeout=min(remaining, 0.5))
+            if message is None:
+                continue
+            live = _from_message(message)
+            if live is None or not self._accept(live):
+                connection.ack(message)
+                continue
+            self._pending_ack = message
+            return live
+        return None
+
+    def _ack_current(self) -> None:
+        message = self._pending_ack
+        if message is not None and self._connection is not None:
+            self._pending_ack = None
+            try:
+                self._connection.ack(message)
+            except BrokerError as exc:  # the broker forgets it on reconnect anyway
+                logger.debug("consumer ack failed: %s", exc)
+
+    def notifications(self, *, timeout: float | None = None) -> Iterator[Notification]:
+        """Yield notifications (catch-up first, then live) until stopped or idle.
+
+        Each live message is acknowledged when the consumer asks for the next one.
+
+        Args:
+            timeout: stop after this many seconds without a new notification
+                (None: never).
+        """
+        while not self._stop.is_set():
+            notification = self._next(timeout if timeout is not None else 3600.0)
+            self._ack_current()
+            if notification is None:
+                if timeout is not None:
+                    return
+                continue
+            yield notification
+
+    def run(
+        self,
+        handler: Callable[[Notification], object],
+        *,
+        max_messages: int | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        """Call ``handler`` for each notification; return how many were handled.
+
+        A handler that raises is reported (``on_error`` or the log) and the loop goes
+        on; the message is acknowledged after the handler returns either way.
+        """
+        handled = 0
+        for notification in self.notifications(timeout=timeout):
+            try:
+                handler(notification)
+            except Exception as exc:  # reported; must not kill the loop
+                if self._on_error is not None:
+                    self._on_error(notification, exc)
+                else:
+                    logger.exception("handler failed for event %d", notification.event_id)
+            handled += 1
+            if max_messages is not None and handled >= max_messages:
+                self._ack_current()
+                break
+        return handled
+
+    # -- mark-set-done queries ------------------------------------------------------------------
+
+    def is_set_done(
+        self, table: TableName | str, spec: PartitionSpec | Mapping[str, str | None]
+    ) -> bool:
+        """Whether an unexpired MARK_SET_DONE covers ``spec`` (the catalog's view)."""
+        return self._catalog.find_covering_done(table, spec) is not None
+
+    def wait_for_set_done(
+        self,
+        table: TableName | str,
+        spec: PartitionSpec | Mapping[str, str | None],
+        timeout: float,
+    ) -> bool:
+        """Wait until a MARK_SET_DONE covering ``spec`` is retained or arrives.
+
+        The consumer must be started (subscribed) first, so that a done sent while this
+        checks the catalog is not missed.
+
+        Returns:
+            True once covered, False at the timeout.
+        """
+        name = table if isinstance(table, TableName) else TableName.parse(table)
+        if name not in self._tables:
+            raise InvalidInputError(f"the consumer does not follow {name}")
+        wanted = self._tables[name].spec(spec, partial=True)
+        if self.is_set_done(name, wanted):
+            return True
+        deadline = time.monotonic() + timeout
+        while not self._stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            notification = self._next(remaining)
+            self._ack_current()
+            if notification is None:
+                return False
+            if (
+                notification.event_type is EventType.MARK_SET_DONE
+                and notification.table == name
+                and notification.spec.covers(wanted)
+            ):
+                return True
+        return False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        if self._own_catalog:
+            self._catalog.close()
+
+    def __enter__(self) -> NotificationConsumer:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,78 @@
+"""What writers call: announce that a set of partitions is complete."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+
+from hcat_notify.names import TableName
+from hcat_notify.settings import Settings, load_settings
+from hcat_notify.specs import PartitionSpec
+from hcat_notify.store import Catalog
+
+__all__ = ["close_catalogs", "send_mark_set_done"]
+
+# One open catalog (engine and connection pool) per settings and process: opening one
+# per call costs more than the call itself. The pid keeps a forked child from using its
+# parent's connections.
+_MAX_CATALOGS = 4
+_catalogs: OrderedDict[tuple[Settings, int], Catalog] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _catalog(settings: Settings) -> Catalog:
+    key = (settings, os.getpid())
+    with _lock:
+        catalog = _catalogs.get(key)
+        if catalog is not None:
+            _catalogs.move_to_end(key)
+            return catalog
+    opened = Catalog.open(settings)
+    with _lock:
+        _catalogs[key] = opened
+        while len(_catalogs) > _MAX_CATALOGS:
+            _, evicted = _catalogs.popitem(last=False)
+            evicted.close()
+    return opened
+
+
+def close_catalogs() -> None:
+    """Close the catalogs :func:`send_mark_set_done` keeps open (also done at exit)."""
+    with _lock:
+        while _catalogs:
+            _, catalog = _catalogs.popitem()
+            catalog.close()
+
+
+atexit.register(close_catalogs)
+
+
+def send_mark_set_done(
+    table: TableName | str,
+    spec: PartitionSpec | Mapping[str, str | None],
+    *,
+    settings: Settings | None = None,
+) -> int:
+    """Announce that every partition matching ``spec`` is complete (HCatalog's sendMarkSetDone).
+
+    Writes the retention row and the outbox event in one transaction; the relay
+    publishes the MARK_SET_DONE message. Succeeds while the broker is down.
+
+    Args:
+        table: ``db.table``.
+        spec: any non-empty subset of the table's partition keys, in any order, e.g.
+            ``{"datestamp": "20110228"}``.
+        settings: deployment settings (default: :func:`load_settings`).
+
+    Returns:
+        The event id of the MARK_SET_DONE message.
+
+    Raises:
+        TableNotFoundError: the table is not registered.
+        InvalidInputError: empty spec, or a key that is not a partition key.
+        StoreUnavailableError: the catalog database cannot be reached.
+    """
+    return _catalog(settings or load_settings()).mark_set_done(table, spec)

@@ -1,0 +1,42 @@
+"""Fixtures for delivery tests: settings that point at the test broker and database."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hcat_notify.settings import Settings, load_settings
+from hcat_notify.store import Catalog, TableInfo
+
+
+@pytest.fixture
+def delivery_settings(db_url: str, broker, tmp_path: Path) -> Settings:
+    return load_settings(
+        home=tmp_path / "home",
+        db_url=db_url,
+        broker_url=broker.url,
+        broker_user=broker.publisher[0],
+        broker_password=broker.publisher[1],
+        consumer_user=broker.reader[0],
+        consumer_password=broker.reader[1],
+        broker_timeout=5,
+    )
+
+
+@pytest.fixture
+def delivery_catalog(delivery_settings: Settings) -> Iterator[Catalog]:
+    with Catalog.open(delivery_settings) as catalog:
+        yield catalog
+
+
+@pytest.fixture
+def clicks(delivery_catalog: Catalog) -> TableInfo:
+    """A table with a database name of its own, so no two tests share a topic."""
+    return delivery_catalog.create_table(
+        f"d{uuid.uuid4().hex[:10]}.clicks",
+        location="/data/clicks",
+        partition_keys=["datestamp", "region"],
+    )

@@ -1,0 +1,223 @@
+"""hcat-notify mark-done, relay, watch, wait, status and sweep as a shell user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from hcat_notify.settings import Settings
+from hcat_notify.store import Catalog, TableInfo
+from tests.wire import validate_message
+
+pytestmark = pytest.mark.integration
+
+CLI = str(Path(sys.executable).with_name("hcat-notify"))
+
+
+def _env(settings: Settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
+    env.update(
+        HCAT_NOTIFY_HOME=str(settings.home),
+        HCAT_NOTIFY_DB_URL=settings.database_url,
+        HCAT_NOTIFY_BROKER_URL=settings.broker_url,
+        HCAT_NOTIFY_BROKER_TIMEOUT="5",
+    )
+    return env
+
+
+@pytest.fixture
+def hcat(delivery_settings: Settings):
+    def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [CLI, *args],
+            env=_env(delivery_settings),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    return run
+
+
+class _Lines:
+    """A background command whose stdout lines can be awaited with a deadline."""
+
+    def __init__(self, settings: Settings, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [CLI, *args],
+            env=_env(settings),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        assert self.proc.stdout is not None
+        stdout = self.proc.stdout
+        threading.Thread(
+            target=lambda: [self.lines.put(line) for line in stdout], daemon=True
+        ).start()
+
+    def next(self, timeout: float = 30) -> str:
+        return self.lines.get(timeout=timeout)
+
+    def finish(self, timeout: float = 60) -> tuple[int, str]:
+        _, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, err
+
+
+def test_mark_done_succeeds_while_the_broker_is_down(delivery_settings, clicks: TableInfo, hcat):
+    env_settings = delivery_settings.model_copy(update={"broker_url": "stomp://127.0.0.1:1"})
+    result = subprocess.run(
+        [CLI, "-o", "json", "mark-done", str(clicks.name), "region=us", "datestamp=20110228"],
+        env=_env(env_settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "table": str(clicks.name),
+        "spec": "datestamp=20110228/region=us",
+        "event_id": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["mark-done", "web.nope", "datestamp=1"], "table web.nope is not registered"),
+        (["mark-done", "{table}", "country=x"], "no partition key 'country'"),
+        (["mark-done", "{table}"], "empty partition spec"),
+        (["mark-done", "{table}", "datestamp"], "datestamp"),
+        (["wait", "{table}", "hour=1", "--timeout", "1"], "no partition key 'hour'"),
+        (["watch", "web.nope"], "table web.nope is not registered"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(
+    delivery_catalog: Catalog, clicks: TableInfo, hcat, args, message
+):
+    result = hcat(*[arg.format(table=clicks.name) for arg in args])
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("hcat-notify: error: ")
+    assert message in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert delivery_catalog.events() == []
+    assert delivery_catalog.retained_dones([clicks.name]) == []
+
+
+def test_watch_prints_catch_up_then_live_as_json_lines(delivery_settings, clicks: TableInfo, hcat):
+    assert hcat("mark-done", str(clicks.name), "datestamp=1").returncode == 0
+    watch = _Lines(
+        delivery_settings,
+        "watch",
+        str(clicks.name),
+        "--json",
+        "--max-messages",
+        "2",
+        "--timeout",
+        "60",
+    )
+    first = json.loads(watch.next())
+    assert (first["event_id"], first["source"], first["event"]) == (1, "retained", "MARK_SET_DONE")
+    assert hcat("mark-done", str(clicks.name), "datestamp=2", "region=eu").returncode == 0
+    relay = hcat("relay", "--once")
+    assert relay.returncode == 0, relay.stderr
+    assert relay.stdout.strip() == "published 2 events"
+    second = json.loads(watch.next())
+    code, err = watch.finish()
+    assert code == 0, err
+    assert (second["event_id"], second["source"], second["spec"]) == (
+        2,
+        "live",
+        "datestamp=2/region=eu",
+    )
+    assert second["headers"]["HCAT_EVENT"] == "MARK_SET_DONE"
+    validate_message(second["headers"], json.dumps(second["body"]))
+
+
+def test_watch_text_lines_and_idle_timeout(delivery_settings, clicks: TableInfo, hcat):
+    hcat("mark-done", str(clicks.name), "datestamp=7")
+    result = hcat("watch", str(clicks.name), "--timeout", "1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"1\tMARK_SET_DONE\t{clicks.name}\tdatestamp=7\t(retained)\n"
+
+
+def test_wait_exits_zero_when_covered_and_one_on_timeout(
+    delivery_settings, clicks: TableInfo, hcat
+):
+    table = str(clicks.name)
+    missing = hcat("wait", table, "datestamp=1", "region=us", "--timeout", "1")
+    assert missing.returncode == 1
+    assert "not done after 1s" in missing.stdout
+    waiter = _Lines(
+        delivery_settings,
+        "-o",
+        "json",
+        "wait",
+        table,
+        "region=us",
+        "datestamp=1",
+        "--timeout",
+        "60",
+    )
+    relay = _Lines(delivery_settings, "relay")
+    try:
+        assert hcat("mark-done", table, "datestamp=1").returncode == 0  # broader: covers it
+        code, err = waiter.finish()
+        assert code == 0, err
+        assert json.loads("".join(iter_lines(waiter)))["done"] is True
+    finally:
+        relay.proc.terminate()
+        relay.finish()
+    # Already retained: returns at once.
+    again = hcat("wait", table, "datestamp=1", "region=eu", "--timeout", "0")
+    assert again.returncode == 0
+    assert again.stdout.strip() == f"{table} datestamp=1/region=eu: done"
+
+
+def iter_lines(lines: _Lines) -> list[str]:
+    collected = []
+    while True:
+        try:
+            collected.append(lines.lines.get(timeout=1))
+        except queue.Empty:
+            return collected
+
+
+def test_status_and_sweep(delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, hcat):
+    hcat("mark-done", str(clicks.name), "datestamp=1")
+    status = json.loads(hcat("-o", "json", "status").stdout)
+    assert status["backlog"] == 1
+    assert status["oldest_unpublished_age_seconds"] >= 0
+    assert status["last_publish_by_topic"] == {}
+    assert hcat("relay", "--once").returncode == 0
+    status = json.loads(hcat("-o", "json", "status").stdout)
+    assert status["backlog"] == 0
+    assert list(status["last_publish_by_topic"]) == [clicks.topic]
+    text = hcat("status").stdout
+    assert "outbox backlog: 0 event(s)" in text
+    assert f"last publish {clicks.topic}:" in text
+
+    short = delivery_catalog.create_table(
+        f"{clicks.name.db}.short",
+        location="/s",
+        partition_keys=["ds"],
+        retention=timedelta(seconds=1),
+    )
+    for n in range(5):
+        delivery_catalog.mark_set_done(short.name, {"ds": str(n)})
+    time.sleep(1.2)
+    assert delivery_catalog.retained_dones([short.name]) == []  # expired: not returned
+    swept = hcat("-o", "json", "sweep", "--batch-size", "2")
+    assert json.loads(swept.stdout) == {"removed": 5}
+    assert len(delivery_catalog.retained_dones([clicks.name])) == 1  # unexpired kept

@@ -1,0 +1,141 @@
+"""The relay against the real broker, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hcat_notify.relay import Relay, RelayConfig
+from hcat_notify.store import Catalog, NewPartition, TableInfo
+from hcat_notify.writer import send_mark_set_done
+from tests.integration.delivery import Recorder, running_relay
+from tests.wire import validate_message
+
+pytestmark = pytest.mark.integration
+
+
+def test_drain_publishes_in_event_id_order_as_persistent_text_messages(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo
+):
+    recorder = Recorder(delivery_settings, clicks.topic)
+    try:
+        delivery_catalog.add_partitions(
+            clicks.name,
+            [
+                NewPartition({"datestamp": "20110228", "region": r}, f"/d/{r}", 1, 10)
+                for r in ("us", "eu")
+            ],
+            job_id="job-7",
+        )
+        done_id = send_mark_set_done(
+            clicks.name, {"datestamp": "20110228"}, settings=delivery_settings
+        )
+        with Relay(delivery_settings, config=RelayConfig(batch_size=2)) as relay:
+            assert relay.drain() == 3
+        messages = recorder.wait_for(3, timeout=10)
+    finally:
+        recorder.close()
+    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == [1, 2, done_id]
+    assert [m.headers["HCAT_EVENT"] for m in messages] == [
+        "ADD_PARTITION",
+        "ADD_PARTITION",
+        "MARK_SET_DONE",
+    ]
+    for message in messages:
+        validate_message(message.headers, message.body)
+        assert message.headers["persistent"] == "true"
+        assert message.headers["amq-msg-type"] == "text"
+        assert message.headers["HCAT_TABLE"] == str(clicks.name)
+    add = json.loads(messages[0].body)
+    assert add["partitions"] == [{"datestamp": "20110228", "region": "us"}]
+    assert add["jobId"] == "job-7"
+    done = json.loads(messages[2].body)
+    assert done["spec"] == "datestamp=20110228"
+    assert delivery_catalog.pending_events() == []
+    assert delivery_catalog.outbox_backlog() == (0, None)
+
+
+def test_nothing_is_marked_published_without_a_receipt(
+    delivery_settings, delivery_catalog: Catalog, clicks
+):
+    send_mark_set_done(clicks.name, {"datestamp": "1"}, settings=delivery_settings)
+    dead = delivery_settings.model_copy(
+        update={"broker_url": "stomp://127.0.0.1:1", "broker_timeout": 1}
+    )
+    with Relay(dead, catalog=delivery_catalog, config=RelayConfig()) as relay:
+        with pytest.raises(Exception, match="cannot connect to broker"):
+            relay.drain()
+    assert [e.event_id for e in delivery_catalog.pending_events()] == [1]
+
+
+def test_unbatched_mode_publishes_the_same(delivery_settings, delivery_catalog: Catalog, clicks):
+    recorder = Recorder(delivery_settings, clicks.topic)
+    try:
+        ids = [
+            send_mark_set_done(clicks.name, {"datestamp": str(n)}, settings=delivery_settings)
+            for n in range(5)
+        ]
+        with Relay(delivery_settings, config=RelayConfig(use_transactions=False)) as relay:
+            assert relay.drain() == 5
+        assert [int(m.headers["HCAT_EVENT_ID"]) for m in recorder.wait_for(5, timeout=10)] == ids
+    finally:
+        recorder.close()
+
+
+def test_running_relay_picks_up_new_events(delivery_settings, delivery_catalog: Catalog, clicks):
+    recorder = Recorder(delivery_settings, clicks.topic)
+    try:
+        with running_relay(delivery_settings) as relay:
+            ids = []
+            for n in range(20):
+                ids.append(
+                    send_mark_set_done(
+                        clicks.name, {"datestamp": str(n)}, settings=delivery_settings
+                    )
+                )
+            got = recorder.wait_for(20, timeout=30)
+        assert [int(m.headers["HCAT_EVENT_ID"]) for m in got] == ids
+        assert relay.stats.published == 20  # counted after each receipt
+        assert delivery_catalog.pending_events() == []
+    finally:
+        recorder.close()
+
+
+def test_refused_topic_is_blocked_and_other_topics_keep_flowing(
+    delivery_settings, delivery_catalog: Catalog, clicks
+):
+    # The broker lets the service write only hcat topics: an override outside them is
+    # refused. The relay must not lose that event, nor stop the rest of the outbox.
+    stray = delivery_catalog.create_table(
+        f"{clicks.name.db}.stray", location="/s", partition_keys=["ds"], topic="elsewhere.stray"
+    )
+    recorder = Recorder(delivery_settings, clicks.topic)
+    try:
+        refused = send_mark_set_done(stray.name, {"ds": "1"}, settings=delivery_settings)
+        ok = [
+            send_mark_set_done(clicks.name, {"datestamp": str(n)}, settings=delivery_settings)
+            for n in range(3)
+        ]
+        with Relay(delivery_settings, config=RelayConfig(batch_size=10)) as relay:
+            assert relay.drain() == 3
+            assert "elsewhere.stray" in relay.stats.blocked_topics
+            assert "not authorized" in relay.stats.blocked_topics["elsewhere.stray"]
+        assert [int(m.headers["HCAT_EVENT_ID"]) for m in recorder.wait_for(3, timeout=10)] == ok
+    finally:
+        recorder.close()
+    assert [e.event_id for e in delivery_catalog.pending_events()] == [refused]
+
+
+def test_only_one_relay_owns_the_outbox(delivery_settings, delivery_catalog: Catalog, clicks):
+    send_mark_set_done(clicks.name, {"datestamp": "1"}, settings=delivery_settings)
+    with (
+        Relay(delivery_settings, owner="first") as first,
+        Relay(delivery_settings, owner="second") as second,
+    ):
+        assert first.drain() == 1
+        with pytest.raises(Exception, match="owned by relay first"):
+            second.drain()
+    # Closing released the lease: a new relay may take it.
+    with Relay(delivery_settings, owner="third") as third:
+        assert third.drain() == 0
