@@ -1,0 +1,462 @@
+"""Shared setup for the benchmarks: private broker, temp catalog, tables, reporting.
+
+Every benchmark runs against its own ActiveMQ broker (``deploy/local/activemq.sh`` with a
+temporary ``HCAT_NOTIFY_HOME`` and free loopback ports, stopped at the end even on error)
+and its own SQLite catalog in a temporary directory (or ``--db-url``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import math
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import stomp
+
+from hcat_notify.settings import Settings, load_settings
+from hcat_notify.store import Catalog
+
+REPO_DIR = Path(__file__).resolve().parents[1]
+BROKER_SCRIPT = REPO_DIR / "deploy" / "local" / "activemq.sh"
+HOST = "127.0.0.1"
+PUBLISHER = ("hcat-publisher", "hcat-publisher-dev")
+READER = ("hcat-reader", "hcat-reader-dev")
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """The common command line: ``--quick`` and ``--db-url``."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument(
+        "--quick", action="store_true", help="scaled-down smoke run (well under a minute)"
+    )
+    p.add_argument(
+        "--db-url",
+        default=None,
+        help="catalog database (SQLAlchemy URL of an EMPTY, disposable database); "
+        "default: a SQLite file in a temporary directory",
+    )
+    p.add_argument(
+        "--keep", action="store_true", help="keep the temporary directory (for inspection)"
+    )
+    p.add_argument(
+        "--tcp-nodelay",
+        action="store_true",
+        help="EXPERIMENT: set TCP_NODELAY on every STOMP socket of this process (ours and"
+        " the raw reference) to measure the suggested broker.py fix; off by default",
+    )
+    return p
+
+
+def enable_tcp_nodelay() -> None:
+    """EXPERIMENT: make stomp.py sockets (ours and the reference) use TCP_NODELAY.
+
+    stomp.py 9 never sets it, so a small frame written behind another unacknowledged one
+    (BEGIN, SEND, COMMIT) waits for the peer's delayed ACK (Nagle). Patched in this
+    process only; hcat_notify itself is untouched.
+    """
+    import stomp.transport
+
+    original = stomp.transport.Transport.attempt_connection
+    if getattr(original, "_bench_nodelay", False):
+        return
+
+    def attempt_connection(self: Any) -> None:
+        original(self)
+        if self.socket is not None:
+            self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    attempt_connection._bench_nodelay = True  # type: ignore[attr-defined]
+    stomp.transport.Transport.attempt_connection = attempt_connection
+
+
+# --------------------------------------------------------------------------- ports, broker
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def free_ports(count: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+@dataclass
+class Broker:
+    """A private ActiveMQ broker managed by ``deploy/local/activemq.sh``."""
+
+    home: Path
+    stomp_port: int
+    openwire_port: int
+    started: bool = False
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {
+            key: value for key, value in os.environ.items() if not key.startswith("HCAT_NOTIFY_")
+        }
+        env.update(
+            HCAT_NOTIFY_HOME=str(self.home),
+            HCAT_NOTIFY_BROKER_PORT=str(self.stomp_port),
+            HCAT_NOTIFY_OPENWIRE_PORT=str(self.openwire_port),
+            HCAT_NOTIFY_BROKER_START_TIMEOUT="90",
+            HCAT_NOTIFY_BROKER_STOP_TIMEOUT="20",
+        )
+        return env
+
+    @property
+    def url(self) -> str:
+        return f"stomp://{HOST}:{self.stomp_port}"
+
+    def _script(self, command: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", str(BROKER_SCRIPT), command],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def start(self) -> None:
+        started = time.monotonic()
+        result = self._script("start", timeout=150)
+        self.started = True  # stop() even if start half-succeeded
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"activemq.sh start failed ({result.returncode}):\n{result.stdout}{result.stderr}"
+            )
+        log(f"broker up on {self.url} in {time.monotonic() - started:.1f}s")
+
+    def stop(self) -> None:
+        if not self.started:
+            return
+        result = self._script("stop", timeout=90)
+        self.started = False
+        if result.returncode != 0:
+            log(f"WARNING: activemq.sh stop failed: {result.stdout}{result.stderr}")
+        else:
+            log(result.stdout.strip())
+
+    def status(self) -> str:
+        return self._script("status", timeout=30).stdout.strip()
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class BenchEnv:
+    """What a benchmark runs against."""
+
+    workdir: Path
+    broker: Broker
+    settings: Settings
+    sqlite_path: Path | None  # the catalog file when SQLite, else None
+
+    def catalog(self) -> Catalog:
+        return Catalog.open(self.settings)
+
+
+def _terminate_on_signal(signum: int, _frame: Any) -> None:
+    # Turn SIGTERM into an exception, so that the finally blocks stop the broker.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def bench_env(args: argparse.Namespace, name: str) -> Iterator[BenchEnv]:
+    """A private broker and catalog for one benchmark run; both go away at the end."""
+    signal.signal(signal.SIGTERM, _terminate_on_signal)
+    if getattr(args, "tcp_nodelay", False):
+        enable_tcp_nodelay()
+        log("EXPERIMENT: TCP_NODELAY on every STOMP socket (ours and reference)")
+    workdir = Path(tempfile.mkdtemp(prefix=f"hcat-bench-{name}-"))
+    stomp_port, openwire_port = free_ports(2)
+    broker = Broker(workdir, stomp_port, openwire_port)
+    try:
+        broker.start()
+        settings = make_settings(workdir, broker.url, args.db_url)
+        sqlite_path = None if args.db_url else workdir / "catalog.db"
+        yield BenchEnv(workdir, broker, settings, sqlite_path)
+    finally:
+        broker.stop()
+        if args.keep:
+            log(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def make_settings(home: Path, broker_url: str, db_url: str | None) -> Settings:
+    """Settings for the benchmark, independent of the caller's environment and files."""
+    for key in [k for k in os.environ if k.startswith("HCAT_NOTIFY_")]:
+        del os.environ[key]
+    return load_settings(
+        home=str(home),
+        broker_url=broker_url,
+        db_url=db_url,
+        broker_user=PUBLISHER[0],
+        broker_password=PUBLISHER[1],
+        consumer_user=READER[0],
+        consumer_password=READER[1],
+        server_name="bench.local",
+        broker_timeout=30.0,
+    )
+
+
+def unique_table(prefix: str) -> str:
+    """A fresh ``db.table`` name (so a reused --db-url database never collides)."""
+    return f"bench.{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def create_table(catalog: Catalog, name: str, keys: Sequence[str] = ("datestamp",)) -> None:
+    catalog.create_table(name, location=f"/data/{name.replace('.', '/')}", partition_keys=keys)
+
+
+# --------------------------------------------------------------------------- raw STOMP
+
+
+class RawListener(stomp.ConnectionListener):
+    """A stomp.py listener whose waits all have deadlines; never raises."""
+
+    def __init__(self, on_message: Any = None) -> None:
+        self.connected = threading.Event()
+        self.errors: list[str] = []
+        self._receipts: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._on_message = on_message
+
+    def expect(self, receipt: str) -> threading.Event:
+        event = threading.Event()
+        with self._lock:
+            self._receipts[receipt] = event
+        return event
+
+    def on_connected(self, frame: Any) -> None:
+        self.connected.set()
+
+    def on_receipt(self, frame: Any) -> None:
+        with self._lock:
+            event = self._receipts.pop(frame.headers.get("receipt-id", ""), None)
+        if event is not None:
+            event.set()
+
+    def on_error(self, frame: Any) -> None:
+        self.errors.append(frame.headers.get("message", frame.body or "ERROR"))
+        self.connected.set()
+        with self._lock:
+            waiting = list(self._receipts.values())
+        for event in waiting:
+            event.set()
+
+    def on_message(self, frame: Any) -> None:
+        if self._on_message is not None:
+            try:
+                self._on_message(frame)
+            except Exception as exc:  # noqa: BLE001 - a raising listener kills the receiver
+                self.errors.append(f"on_message: {exc!r}")
+
+
+def raw_connect(
+    port: int, user: tuple[str, str], listener: RawListener, timeout: float = 30.0
+) -> stomp.Connection12:
+    conn = stomp.Connection12([(HOST, port)], heartbeats=(10_000, 10_000))
+    conn.set_listener("bench", listener)
+    conn.connect(user[0], user[1], wait=False)
+    if not listener.connected.wait(timeout) or listener.errors or not conn.is_connected():
+        raise RuntimeError(f"raw STOMP connect failed: {listener.errors}")
+    return conn
+
+
+def raw_wait(event: threading.Event, what: str, listener: RawListener, timeout: float) -> None:
+    if not event.wait(timeout):
+        raise TimeoutError(f"no RECEIPT for {what} within {timeout}s")
+    if listener.errors:
+        raise RuntimeError(f"broker ERROR during {what}: {listener.errors[0]}")
+
+
+def raw_close(conn: stomp.Connection12) -> None:
+    with contextlib.suppress(Exception):
+        if conn.is_connected():
+            conn.disconnect()
+    with contextlib.suppress(Exception):
+        conn.transport.stop()
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (0-100), nearest-rank on the sorted values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def percentiles(values: Sequence[float], ps: Sequence[float] = (50, 90, 99)) -> dict[str, float]:
+    result = {f"p{p:g}": percentile(values, p) for p in ps}
+    result["max"] = max(values) if values else math.nan
+    return result
+
+
+def fmt(value: float | int | str | None, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and math.isnan(value):
+        return "n/a"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.{digits}f}"
+
+
+@dataclass
+class Row:
+    """One line of a result table.
+
+    ``target`` is ``(op, value)`` with op ``>=`` or ``<``, applied to ``check`` (the ratio
+    by default, else ``ours``); None means informational only.
+    """
+
+    metric: str
+    ours: float | int | str | None
+    reference: float | int | str | None = None
+    unit: str = ""
+    target: tuple[str, float] | None = None
+    check: str = "ours"  # "ours" or "ratio"
+    ratio_mode: str = "ours/ref"  # or "ref/ours" (for times: reference / ours)
+    digits: int = 1
+
+    def ratio(self) -> float | None:
+        if not isinstance(self.ours, int | float) or not isinstance(self.reference, int | float):
+            return None
+        if self.ratio_mode == "ours/ref":
+            return float(self.ours) / self.reference if self.reference else None
+        return float(self.reference) / self.ours if self.ours else None
+
+    def verdict(self) -> str:
+        if self.target is None:
+            return ""
+        op, bound = self.target
+        value = self.ratio() if self.check == "ratio" else self.ours
+        if not isinstance(value, int | float) or math.isnan(value):
+            return "MISS"
+        ok = value >= bound if op == ">=" else value < bound
+        return "PASS" if ok else "MISS"
+
+    def target_text(self) -> str:
+        if self.target is None:
+            return ""
+        op, bound = self.target
+        what = "ratio" if self.check == "ratio" else self.unit or "value"
+        return f"{what} {op} {bound:g}"
+
+
+def print_table(title: str, rows: Sequence[Row], notes: Sequence[str] = ()) -> None:
+    """Print a result table: metric, ours, reference, ratio, target, verdict."""
+    header = ["metric", "ours", "reference", "ratio", "unit", "target", "verdict"]
+    body = []
+    for row in rows:
+        ratio = row.ratio()
+        body.append(
+            [
+                row.metric,
+                fmt(row.ours, row.digits),
+                fmt(row.reference, row.digits),
+                "-" if ratio is None else f"{ratio:.2f}",
+                row.unit,
+                row.target_text(),
+                row.verdict(),
+            ]
+        )
+    widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = []
+        for i, cell in enumerate(cells):
+            parts.append(cell.ljust(widths[i]) if i in (0, 4, 5, 6) else cell.rjust(widths[i]))
+        return "  ".join(parts).rstrip()
+
+    print()
+    print(f"== {title}")
+    print(line(header))
+    print(line(["-" * w for w in widths]))
+    for cells in body:
+        print(line(cells))
+    for note in notes:
+        print(f"   {note}")
+    sys.stdout.flush()
+
+
+def load_text() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min) {five:.2f} (5 min)"
+
+
+def machine_line() -> str:
+    return (
+        f"{platform.node()} | {os.cpu_count()} cpus | Python {platform.python_version()} | "
+        f"stomp.py {stomp.__version__} | {dt.datetime.now().strftime('%Y-%m-%d %H:%M')} | "
+        f"{load_text()}"
+    )
+
+
+def footer() -> None:
+    """The machine's load at the end: other work on the box skews every figure."""
+    print(f"# done {dt.datetime.now().strftime('%H:%M:%S')}, {load_text()}")
+    sys.stdout.flush()
+
+
+def header(title: str, args: argparse.Namespace, env: BenchEnv) -> None:
+    flags = " (--quick)" if args.quick else ""
+    if getattr(args, "tcp_nodelay", False):
+        flags += " (EXPERIMENT --tcp-nodelay: all STOMP sockets patched with TCP_NODELAY)"
+    print(f"# {title}{flags}")
+    print(f"# {machine_line()}")
+    print(
+        f"# broker {env.broker.url} (private, {env.workdir}); catalog {env.settings.database_url}"
+    )
+    sys.stdout.flush()
+
+
+def run_main(main: Any) -> None:
+    """Run a benchmark's main; report errors but always exit 0 (benchmarks do not gate)."""
+    try:
+        main()
+    except KeyboardInterrupt as exc:
+        log(f"interrupted: {exc}")
+    except Exception:  # noqa: BLE001 - report any failure, exit 0 (benchmarks do not gate)
+        import traceback
+
+        traceback.print_exc()
+        print("\nBENCHMARK ERROR (see traceback above); exiting 0 anyway", flush=True)
+    sys.exit(0)
