@@ -610,6 +610,32 @@ def sweep(obj: _Context, batch_size: int) -> None:
     _emit(obj, {"removed": removed}, lambda: f"removed {removed} expired retention row(s)")
 
 
+@cli.command("recover")
+@click.argument("name", required=False, metavar="[DB.TABLE]")
+@click.option("--force", is_flag=True, help="Also writes whose process still seems alive.")
+@_output_option
+@click.pass_obj
+@_handle_errors
+def recover_command(obj: _Context, name: str | None, force: bool) -> None:
+    """Roll interrupted writes forward or back so files, registry and messages agree."""
+    try:
+        from spark_output.committer import recover as recover_writes
+    except ImportError as exc:  # pragma: no cover - spark_output ships with hcat_notify
+        raise HcatNotifyError(f"spark_output is not installed: {exc}") from exc
+    with obj.catalog() as catalog:
+        if name is not None:
+            catalog.get_table(name)
+        outcomes = recover_writes(catalog, name, force=force)
+    _emit(
+        obj,
+        [{"job_id": o.job_id, "table": o.table, "action": o.action} for o in outcomes],
+        lambda: (
+            "\n".join(f"{o.job_id}\t{o.table}\t{o.action}" for o in outcomes)
+            or "nothing to recover"
+        ),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hcat-notify`` console script."""
     try:

@@ -14,6 +14,7 @@ pydantic) are mapped to these at one boundary each and chained with ``from``.
     ├── TableExistsError            the table is already registered
     ├── PartitionExistsError        the partition is already registered
     ├── ConflictError               a compare-and-set update lost a race
+    │   └── ConcurrentWriteError    another write claims the same partitions
     ├── StoreError                  the catalog database failed
     │   └── StoreUnavailableError   the catalog database cannot be reached
     └── BrokerError                 the message broker failed
@@ -29,6 +30,7 @@ __all__ = [
     "BrokerError",
     "BrokerTimeoutError",
     "BrokerUnavailableError",
+    "ConcurrentWriteError",
     "ConfigError",
     "ConflictError",
     "HcatNotifyError",
@@ -84,6 +86,14 @@ class ConflictError(HcatNotifyError):
     """A compare-and-set update found a different version than expected.
 
     Another process changed the row first; re-read it and retry if that still makes sense.
+    """
+
+
+class ConcurrentWriteError(ConflictError):
+    """Another write overwrites (or overwrote, since this one started) a partition.
+
+    Of two jobs overwriting the same partition, the first to commit wins; run the
+    other again if its data should still replace the winner's.
     """
 
 

@@ -1,11 +1,32 @@
 """spark_output: the PySpark side of hcat-notify.
 
-The job-level output committer (``write_partitions``), compaction and Hadoop Archives
-land here; see the project issues. Partition paths are named with
-:mod:`hcat_notify.specs`, exactly as Spark names them.
+``write_partitions`` writes a DataFrame into the dynamic partitions of a registered
+table through a job-level committer, and announces exactly what it committed;
+``send_mark_set_done`` announces that a set of partitions is complete.
 """
 
 from hcat_notify.writer import send_mark_set_done
-from spark_output.errors import SparkOutputError
+from spark_output.committer import CommitHooks, Recovery, recover
+from spark_output.errors import (
+    CommitError,
+    PartitionColumnsError,
+    SparkOutputError,
+    TooManyPartitionsError,
+    WriteFailedError,
+)
+from spark_output.writer import CommitResult, create_table, write_partitions
 
-__all__ = ["SparkOutputError", "send_mark_set_done"]
+__all__ = [
+    "CommitError",
+    "CommitHooks",
+    "CommitResult",
+    "PartitionColumnsError",
+    "Recovery",
+    "SparkOutputError",
+    "TooManyPartitionsError",
+    "WriteFailedError",
+    "create_table",
+    "recover",
+    "send_mark_set_done",
+    "write_partitions",
+]

@@ -12,12 +12,17 @@ from hcat_notify.store.catalog import (
     RetainedDone,
     TableInfo,
 )
+from hcat_notify.store.commits import CommitJournal, CommitPartition, CommitRecord, JournalEntry
 
 __all__ = [
     "DEFAULT_RETENTION",
     "OUTBOX_CHANNEL",
     "STORAGE_FORMATS",
     "Catalog",
+    "CommitJournal",
+    "CommitPartition",
+    "CommitRecord",
+    "JournalEntry",
     "Lease",
     "NewPartition",
     "OutboxEvent",

@@ -42,6 +42,7 @@ from hcat_notify.names import TableName, validate_identifier
 from hcat_notify.settings import Settings
 from hcat_notify.specs import PartitionSpec
 from hcat_notify.store import engine as engines
+from hcat_notify.store.commits import CommitJournal, CommitPartition
 from hcat_notify.store.models import (
     EventCounterRow,
     OutboxRow,
@@ -334,6 +335,14 @@ class Catalog:
             properties=row.properties,
         )
 
+    def _info(self, row: TableRow) -> TableInfo:
+        return _table_info(row, self._topic(row))
+
+    @property
+    def commits(self) -> CommitJournal:
+        """The commit journal (all-or-nothing writes of many partitions)."""
+        return CommitJournal(self)
+
     def _server(self) -> str:
         return self._settings.server_name or socket.getfqdn()
 
@@ -546,47 +555,15 @@ class Catalog:
             ).first()
             if existing is not None:
                 raise PartitionExistsError(f"partition {existing} of {name} is already registered")
-            event_ids: list[int | None] = (
-                list(self._allocate_event_ids(session, len(specs)))
-                if announce
-                else [None] * len(specs)
+            rows = self._insert_partitions(
+                session,
+                row,
+                info,
+                [(spec, item) for spec, item in zip(specs, partitions, strict=True)],
+                job_id=job_id,
+                now=self._clock(),
+                announce=announce,
             )
-            now = self._clock()
-            rows = []
-            for item, spec, event_id in zip(partitions, specs, event_ids, strict=True):
-                prow = PartitionRow(
-                    table_id=row.id,
-                    partition_values=list(spec.values),
-                    path_spec=spec.to_path(),
-                    location=item.location,
-                    job_id=job_id,
-                    file_count=item.file_count,
-                    total_bytes=item.total_bytes,
-                    archived=item.archived,
-                    event_id=event_id,
-                    created_at=now,
-                    updated_at=now,
-                )
-                rows.append(prow)
-                session.add(prow)
-                if event_id is not None:
-                    message = build_add_partition(
-                        event_id=event_id,
-                        table=name,
-                        topic=info.topic,
-                        partition=spec,
-                        timestamp=int(now.timestamp()),
-                        server=self._server(),
-                        service_principal=self._settings.broker_user,
-                        table_type=info.table_type,
-                        details=PartitionDetails(
-                            location=item.location,
-                            file_count=item.file_count,
-                            total_bytes=item.total_bytes,
-                            job_id=job_id,
-                        ),
-                    )
-                    session.add(self._outbox_row(message, name, now))
             try:
                 session.flush()
             except IntegrityError as exc:  # lost a race with another writer
@@ -594,6 +571,59 @@ class Catalog:
                     f"a partition of {name} was registered concurrently: {paths[0]}..."
                 ) from exc
             return [_partition_info(info, prow) for prow in rows]
+
+    def _insert_partitions(
+        self,
+        session: Session,
+        row: TableRow,
+        info: TableInfo,
+        items: Sequence[tuple[PartitionSpec, NewPartition | CommitPartition]],
+        *,
+        job_id: str | None,
+        now: datetime,
+        announce: bool = True,
+    ) -> list[PartitionRow]:
+        """Partition rows and, if ``announce``, their ADD_PARTITION events, in one go."""
+        event_ids: list[int | None] = (
+            list(self._allocate_event_ids(session, len(items))) if announce else [None] * len(items)
+        )
+        rows = []
+        for (spec, item), event_id in zip(items, event_ids, strict=True):
+            prow = PartitionRow(
+                table_id=row.id,
+                partition_values=list(spec.values),
+                path_spec=spec.to_path(),
+                location=item.location,
+                job_id=job_id,
+                file_count=item.file_count,
+                total_bytes=item.total_bytes,
+                archived=item.archived,
+                event_id=event_id,
+                created_at=now,
+                updated_at=now,
+            )
+            rows.append(prow)
+            session.add(prow)
+            if event_id is None:
+                continue
+            message = build_add_partition(
+                event_id=event_id,
+                table=info.name,
+                topic=info.topic,
+                partition=spec,
+                timestamp=int(now.timestamp()),
+                server=self._server(),
+                service_principal=self._settings.broker_user,
+                table_type=info.table_type,
+                details=PartitionDetails(
+                    location=item.location,
+                    file_count=item.file_count,
+                    total_bytes=item.total_bytes,
+                    job_id=job_id,
+                ),
+            )
+            session.add(self._outbox_row(message, info.name, now))
+        return rows
 
     def list_partitions(
         self,
@@ -705,27 +735,38 @@ class Catalog:
             row = self._table_row(session, name)
             info = _table_info(row, self._topic(row))
             canonical = info.spec(spec, partial=True).sorted()
-            (event_id,) = self._allocate_event_ids(session, 1)
-            now = self._clock()
-            message = build_mark_set_done(
-                event_id=event_id,
-                table=name,
-                topic=info.topic,
-                spec=canonical,
-                timestamp=int(now.timestamp()),
-            )
-            session.add(
-                RetentionRow(
-                    event_id=event_id,
-                    table_id=row.id,
-                    spec=canonical.to_path(),
-                    spec_json=canonical.as_dict(),
-                    created_at=now,
-                    expires_at=now + info.retention,
-                )
-            )
-            session.add(self._outbox_row(message, name, now))
+            event_id = self._add_mark_set_done(session, row, info, canonical, self._clock())
         logger.info("mark-set-done %s %s as event %d", name, canonical, event_id)
+        return event_id
+
+    def _add_mark_set_done(
+        self,
+        session: Session,
+        row: TableRow,
+        info: TableInfo,
+        canonical: PartitionSpec,
+        now: datetime,
+    ) -> int:
+        """Retention row and outbox event of a MARK_SET_DONE, in the caller's transaction."""
+        (event_id,) = self._allocate_event_ids(session, 1)
+        message = build_mark_set_done(
+            event_id=event_id,
+            table=info.name,
+            topic=info.topic,
+            spec=canonical,
+            timestamp=int(now.timestamp()),
+        )
+        session.add(
+            RetentionRow(
+                event_id=event_id,
+                table_id=row.id,
+                spec=canonical.to_path(),
+                spec_json=canonical.as_dict(),
+                created_at=now,
+                expires_at=now + info.retention,
+            )
+        )
+        session.add(self._outbox_row(message, info.name, now))
         return event_id
 
     def retained_dones(

@@ -28,6 +28,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, MappedAsDataclass, mapped_co
 
 __all__ = [
     "Base",
+    "CommitJournalRow",
     "EventCounterRow",
     "OutboxRow",
     "PartitionRow",
@@ -188,4 +189,27 @@ class RelayLeaseRow(Base):
     acquired_at: Mapped[datetime]
     renewed_at: Mapped[datetime]
     expires_at: Mapped[datetime]
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class CommitJournalRow(Base):
+    """A write in progress: which partitions it claims and which file moves it makes.
+
+    Written before the moves, closed in the transaction that registers the partitions,
+    so that a crash in between can be rolled forward or back (``hcat-notify recover``).
+    """
+
+    __tablename__ = "hcat_commit_journal"
+    __table_args__ = (Index("ix_hcat_commit_journal_table_state", "table_id", "state"),)
+
+    job_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    table_id: Mapped[int] = mapped_column(ForeignKey("hcat_tables.id", ondelete="CASCADE"))
+    mode: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))  # pending, committed, aborted
+    partitions: Mapped[list[Any]]  # path specs this write claims
+    plan: Mapped[dict[str, Any]]
+    started_at: Mapped[datetime]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON(), default=None)
     version: Mapped[int] = mapped_column(Integer, default=1)

@@ -1,0 +1,363 @@
+"""``write_partitions``: the PySpark counterpart of HCatalog's output format and committer."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from pyarrow import fs as pafs
+
+from hcat_notify.names import TableName
+from hcat_notify.settings import Settings, load_settings
+from hcat_notify.store import Catalog, CommitRecord, TableInfo
+from hcat_notify.store.catalog import DEFAULT_RETENTION
+from spark_output.committer import CommitHooks, PartitionCommitter, StagedPartition, recover
+from spark_output.errors import PartitionColumnsError, WriteFailedError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = ["CommitResult", "create_table", "write_partitions"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_PARTITIONS = 1000  # Hive's hive.exec.max.dynamic.partitions
+CompactionHook = Callable[[pafs.FileSystem, StagedPartition], StagedPartition]
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What :func:`write_partitions` committed.
+
+    Attributes:
+        job_id: the write's id (re-running it is a no-op).
+        table: ``db.table``.
+        mode: append or overwrite.
+        partitions_created: path specs of partitions that are new (announced).
+        partitions_replaced: partitions an overwrite replaced (not announced again).
+        partitions_appended: existing partitions an append added files to.
+        files: data files published.
+        bytes: bytes published.
+        rows: rows written, when known (None otherwise).
+        event_ids: the ADD_PARTITION events, one per new partition.
+        done_event_id: the MARK_SET_DONE event, if one was asked for.
+        phase_seconds: elapsed time per phase (stage, discover, compact, journal, move,
+            register, spark_catalog, cleanup).
+        already_committed: True when the job id had committed before (nothing done now).
+        spark_catalog_errors: statements the Spark session's catalog refused (the commit
+            stands; its partitions are registered and announced all the same).
+    """
+
+    job_id: str
+    table: str
+    mode: str
+    partitions_created: tuple[str, ...]
+    partitions_replaced: tuple[str, ...]
+    partitions_appended: tuple[str, ...]
+    files: int
+    bytes: int
+    rows: int | None
+    event_ids: tuple[int, ...]
+    done_event_id: int | None
+    phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    already_committed: bool = False
+    spark_catalog_errors: tuple[str, ...] = ()
+
+    @property
+    def partitions(self) -> tuple[str, ...]:
+        """Every partition this write touched."""
+        return self.partitions_created + self.partitions_replaced + self.partitions_appended
+
+
+def _result(
+    record: CommitRecord,
+    table: TableInfo,
+    mode: str,
+    plan: Mapping[str, Any],
+    phases: Mapping[str, float],
+    *,
+    already: bool = False,
+) -> CommitResult:
+    parts = plan.get("partitions", [])
+    return CommitResult(
+        job_id=record.job_id,
+        table=str(table.name),
+        mode=mode,
+        partitions_created=record.created,
+        partitions_replaced=record.replaced,
+        partitions_appended=record.appended,
+        files=sum(int(p["file_count"]) for p in parts),
+        bytes=sum(int(p["bytes"]) for p in parts),
+        rows=plan.get("rows"),
+        event_ids=record.event_ids,
+        done_event_id=record.done_event_id,
+        phase_seconds=dict(phases),
+        already_committed=already,
+    )
+
+
+def _check_columns(df: DataFrame, table: TableInfo, partition_by: Sequence[str] | None) -> None:
+    keys = list(table.partition_keys)
+    if partition_by is not None:
+        given = [column.lower() for column in partition_by]
+        if given != keys:
+            raise PartitionColumnsError(
+                f"partition_by {list(partition_by)} does not match the partition keys of "
+                f"{table.name}: {keys} (same keys, same order)"
+            )
+    columns = {column.lower(): column for column in df.columns}
+    missing = [key for key in keys if key not in columns]
+    if missing:
+        raise PartitionColumnsError(
+            f"the DataFrame has no column(s) {missing} for the partition keys of {table.name} "
+            f"({keys}); its columns are {list(df.columns)}"
+        )
+    if len(columns) == len(keys):
+        raise PartitionColumnsError(
+            f"the DataFrame has only partition columns; {table.name} needs data columns too"
+        )
+
+
+def _sql_literal(value: str | None) -> str:
+    text = "__HIVE_DEFAULT_PARTITION__" if value is None else value
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _sync_spark_catalog(
+    spark: SparkSession, table: TableInfo, plan: Mapping[str, Any], record: CommitRecord
+) -> list[str]:
+    """Add (or re-point) the committed partitions in the session's catalog, if it has the table."""
+    qualified = f"`{table.name.db}`.`{table.name.table}`"
+    try:
+        if not spark.catalog.tableExists(f"{table.name.db}.{table.name.table}"):
+            return []
+    except Exception as exc:  # noqa: BLE001 - any Spark/py4j error: no usable catalog
+        logger.debug("spark catalog check failed: %s", exc)
+        return []
+    from hcat_notify.specs import PartitionSpec
+
+    errors: list[str] = []
+    replaced = set(record.replaced)
+    for entry in plan.get("partitions", []):
+        spec = PartitionSpec.parse(entry["spec"])
+        clause = ", ".join(f"`{key}` = {_sql_literal(value)}" for key, value in spec.items)
+        location = _sql_literal(str(plan["table_uri"]) + "/" + entry["spec"])
+        statements = [
+            f"ALTER TABLE {qualified} ADD IF NOT EXISTS PARTITION ({clause}) LOCATION {location}"
+        ]
+        if entry["spec"] in replaced:
+            statements.append(
+                f"ALTER TABLE {qualified} PARTITION ({clause}) SET LOCATION {location}"
+            )
+        for statement in statements:
+            try:
+                spark.sql(statement)
+            except Exception as exc:  # noqa: BLE001 - the commit stands; report the refusal
+                errors.append(f"{statement}: {exc}")
+                logger.warning("spark catalog update failed: %s", exc)
+    if record.replaced:
+        try:
+            spark.catalog.refreshTable(f"{table.name.db}.{table.name.table}")
+        except Exception as exc:  # noqa: BLE001 - a stale cache only delays readers
+            logger.debug("refreshTable failed: %s", exc)
+    return errors
+
+
+def write_partitions(
+    df: DataFrame,
+    table: str,
+    *,
+    mode: Literal["append", "overwrite"] = "append",
+    partition_by: Sequence[str] | None = None,
+    mark_set_done: Mapping[str, str | None] | None = None,
+    compaction: CompactionHook | Any | None = None,
+    max_partitions: int = DEFAULT_MAX_PARTITIONS,
+    settings: Settings | None = None,
+    job_id: str | None = None,
+    hooks: CommitHooks | None = None,
+) -> CommitResult:
+    """Write ``df`` into the dynamic partitions of ``table``; announce what was committed.
+
+    All or nothing: either every partition of this write is visible, registered and
+    announced (one ADD_PARTITION per new partition, then the MARK_SET_DONE if asked), or
+    none is, and the table location is unchanged.
+
+    Args:
+        df: the data, with a column per partition key.
+        table: ``db.table``, registered in the catalog.
+        mode: ``append`` adds files (existing partitions keep theirs); ``overwrite``
+            replaces exactly the partitions written, never others.
+        partition_by: must equal the table's partition keys if given.
+        mark_set_done: a partial spec to announce after every partition is committed.
+        compaction: a policy object (``spark_output.CompactionPolicy``) or a callable run
+            on each staged partition before publication.
+        max_partitions: refuse a write that produces more partitions than this.
+        settings: deployment settings (default: :func:`load_settings`).
+        job_id: a unique id for this write (default: generated); re-running a committed
+            job id returns its result without writing again.
+        hooks: test seams of the commit protocol.
+
+    Returns:
+        A :class:`CommitResult`.
+
+    Raises:
+        PartitionColumnsError: partition columns do not match the table (before any
+            Spark job runs).
+        TooManyPartitionsError: more than ``max_partitions`` partitions.
+        WriteFailedError: the Spark job failed (the table is unchanged).
+        hcat_notify.HcatNotifyError: unknown table, bad mark_set_done spec, or
+            :class:`hcat_notify.ConcurrentWriteError` when another job overwrites the
+            same partitions.
+    """
+    if mode not in ("append", "overwrite"):
+        raise PartitionColumnsError(f"unknown mode {mode!r}; use 'append' or 'overwrite'")
+    if max_partitions < 1:
+        raise PartitionColumnsError("max_partitions must be at least 1")
+    settings = settings or load_settings()
+    phases: dict[str, float] = {}
+    with Catalog.open(settings) as catalog:
+        info = catalog.get_table(table)
+        if mark_set_done is not None:
+            info.spec(mark_set_done, partial=True)  # validate before any work
+        _check_columns(df, info, partition_by)
+        job = job_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
+        previous = catalog.commits.get(job)
+        if previous is not None and previous.state == "committed" and previous.result is not None:
+            logger.info("job %s already committed: nothing to do", job)
+            return _result(
+                CommitRecord.from_dict(previous.result),
+                info,
+                previous.mode,
+                previous.plan,
+                {},
+                already=True,
+            )
+        # Finish what a crashed writer of this table left behind (only if it is gone).
+        recover(catalog, str(info.name))
+        started_at = catalog._clock()
+        committer = PartitionCommitter(catalog, info, job_id=job, mode=mode, hooks=hooks)
+        columns = {column.lower(): column for column in df.columns}
+        clock = time.monotonic()
+        try:
+            (
+                df.write.format(info.storage_format)
+                .partitionBy(*[columns[key] for key in info.partition_keys])
+                .mode("errorifexists")
+                .save(committer.staging_uri)
+            )
+        except Exception as exc:
+            committer.cleanup()
+            raise WriteFailedError(
+                f"the Spark job writing {info.name} failed; the table is unchanged: "
+                f"{_first_line(exc)}"
+            ) from exc
+        phases["stage"] = time.monotonic() - clock
+        if hooks is not None and hooks.after_stage is not None:
+            hooks.after_stage(job)
+        try:
+            record, plan = committer.commit(
+                started_at=started_at,
+                max_partitions=max_partitions,
+                mark_set_done=mark_set_done,
+                compact=_compaction_hook(compaction, info),
+                phases=phases,
+            )
+        except Exception:
+            committer.cleanup()
+            raise
+        clock = time.monotonic()
+        spark_errors = _sync_spark_catalog(df.sparkSession, info, plan, record)
+        phases["spark_catalog"] = time.monotonic() - clock
+        if spark_errors:
+            logger.warning("job %s: %d spark catalog statement(s) failed", job, len(spark_errors))
+        return dataclasses.replace(
+            _result(record, info, mode, plan, phases), spark_catalog_errors=tuple(spark_errors)
+        )
+
+
+def _compaction_hook(compaction: Any, table: TableInfo) -> CompactionHook | None:
+    if compaction is None:
+        return None
+    if callable(compaction) and not hasattr(compaction, "compact_staged"):
+        hook: CompactionHook = compaction
+        return hook
+    compact_staged = compaction.compact_staged
+
+    def run(filesystem: pafs.FileSystem, staged: StagedPartition) -> StagedPartition:
+        result: StagedPartition = compact_staged(
+            filesystem, staged, storage_format=table.storage_format
+        )
+        return result
+
+    return run
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:500] if text else type(exc).__name__
+
+
+def create_table(
+    table: str,
+    schema: StructType,
+    *,
+    location: str,
+    partition_keys: Sequence[str],
+    storage_format: str = "parquet",
+    retention: timedelta = DEFAULT_RETENTION,
+    topic: str | None = None,
+    properties: Mapping[str, str] | None = None,
+    settings: Settings | None = None,
+    spark: SparkSession | None = None,
+) -> TableInfo:
+    """Register a table (as ``hcat-notify table create``), checking it against a Spark schema.
+
+    With ``spark`` given, the table is also created in that session's catalog (so Spark
+    SQL readers see committed partitions).
+
+    Raises:
+        PartitionColumnsError: a partition key is not a column of ``schema``.
+        hcat_notify.HcatNotifyError: invalid name, keys or options; table exists.
+    """
+    names = {name.lower() for name in schema.fieldNames()}
+    missing = [key for key in partition_keys if key.lower() not in names]
+    if missing:
+        raise PartitionColumnsError(
+            f"partition key(s) {missing} are not columns of the schema ({sorted(names)})"
+        )
+    name = TableName.parse(table)
+    with Catalog.open(settings or load_settings()) as catalog:
+        info = catalog.create_table(
+            name,
+            location=location,
+            partition_keys=partition_keys,
+            storage_format=storage_format,
+            retention=retention,
+            topic=topic,
+            properties=properties,
+        )
+    if spark is not None:
+        keys = [key.lower() for key in partition_keys]
+        data = [field for field in schema.fields if field.name.lower() not in keys]
+        parts = [field for key in keys for field in schema.fields if field.name.lower() == key]
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{name.db}`")
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in data)
+        part_columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in parts)
+        stored = {"parquet": "PARQUET", "orc": "ORC", "csv": "TEXTFILE", "json": "TEXTFILE"}[
+            info.storage_format
+        ]
+        from spark_output.fs import TableLocation
+
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS `{name.db}`.`{name.table}` ({columns}) "
+            f"PARTITIONED BY ({part_columns}) STORED AS {stored} "
+            f"LOCATION '{TableLocation.parse(info.location).uri}'"
+        )
+    return info
