@@ -7,6 +7,7 @@ table through a job-level committer, and announces exactly what it committed;
 
 from hcat_notify.writer import send_mark_set_done
 from spark_output.committer import CommitHooks, Recovery, recover
+from spark_output.compaction import CompactionError, CompactionPolicy, IntegrityError
 from spark_output.errors import (
     CommitError,
     PartitionColumnsError,
@@ -20,6 +21,9 @@ __all__ = [
     "CommitError",
     "CommitHooks",
     "CommitResult",
+    "CompactionError",
+    "CompactionPolicy",
+    "IntegrityError",
     "PartitionColumnsError",
     "Recovery",
     "SparkOutputError",

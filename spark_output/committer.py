@@ -21,6 +21,7 @@ moves done: register and announce) or back (undo the moves).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import posixpath
@@ -37,8 +38,10 @@ from pyarrow import fs as pafs
 
 from hcat_notify.specs import PartitionSpec
 from hcat_notify.store import Catalog, CommitPartition, CommitRecord, JournalEntry, TableInfo
+from spark_output.compaction import MANIFEST_NAME
 from spark_output.errors import CommitError, TooManyPartitionsError
 from spark_output.fs import FileStat, TableLocation, exists, is_hidden, list_data_files, move
+from spark_output.har import ARCHIVE_NAME, har_location, list_har
 
 __all__ = [
     "STAGING_DIR",
@@ -84,10 +87,21 @@ class StagedPartition:
     spec: PartitionSpec
     directory: str
     files: list[FileStat] = field(default_factory=list)
+    # Set when compaction packed the files into a Hadoop Archive inside the directory.
+    archived_files: int = 0
+    archived_bytes: int = 0
+
+    @property
+    def archived(self) -> bool:
+        return self.archived_files > 0
+
+    @property
+    def file_count(self) -> int:
+        return self.archived_files if self.archived else len(self.files)
 
     @property
     def total_bytes(self) -> int:
-        return sum(stat.size for stat in self.files)
+        return self.archived_bytes if self.archived else sum(stat.size for stat in self.files)
 
 
 @contextmanager
@@ -217,11 +231,14 @@ class PartitionCommitter:
                 "spec": item.spec.to_path(),
                 "staged": item.directory,
                 "final": final,
-                "file_count": len(item.files),
+                "file_count": item.file_count,
                 "bytes": item.total_bytes,
-                "archived": False,
+                "archived": item.archived,
             }
-            if self.mode == "overwrite":
+            if item.archived:
+                # Readers reach the partition through Hadoop's HarFileSystem.
+                entry["location"] = har_location(self.location.uri_of(final))
+            if self.mode == "overwrite" or item.archived:
                 # Swap the whole directory: readers see the old or the new partition.
                 entry["kind"] = "dir"
                 entry["trash"] = self.location.join(TRASH_DIR, self.job_id, item.spec.to_path())
@@ -233,6 +250,12 @@ class PartitionCommitter:
                 entry["files"] = [
                     [stat.path, self._free_name(final, stat.path)] for stat in item.files
                 ]
+                manifest = posixpath.join(item.directory, MANIFEST_NAME)
+                if exists(self.fs, manifest):
+                    # The compaction audit record travels with the files, named per job.
+                    stem = MANIFEST_NAME.removesuffix(".json")
+                    target = posixpath.join(final, f"{stem}-{self.job_id}.json")
+                    entry["files"].append([manifest, target])
             partitions.append(entry)
         return {
             "owner": {"host": socket.gethostname(), "pid": os.getpid()},
@@ -280,6 +303,7 @@ class PartitionCommitter:
         mark_set_done: Mapping[str, str | None] | None,
         compact: Callable[[pafs.FileSystem, StagedPartition], StagedPartition] | None,
         phases: dict[str, float],
+        archives: bool = False,
     ) -> tuple[CommitRecord, Mapping[str, Any]]:
         """Steps 1-7 on output already staged by Spark; returns the record and the plan."""
         with _active(self.job_id):
@@ -288,7 +312,7 @@ class PartitionCommitter:
             phases["discover"] = time.monotonic() - clock
             if compact is not None:
                 clock = time.monotonic()
-                staged = [compact(self.fs, item) for item in staged]
+                staged = [self._compact(compact, item, archives) for item in staged]
                 phases["compact"] = time.monotonic() - clock
             clock = time.monotonic()
             plan = self.plan(staged, mark_set_done=mark_set_done)
@@ -327,6 +351,29 @@ class PartitionCommitter:
             phases["cleanup"] = time.monotonic() - clock
             return record, plan
 
+    def _compact(
+        self,
+        compact: Callable[[pafs.FileSystem, StagedPartition], StagedPartition],
+        item: StagedPartition,
+        archives: bool,
+    ) -> StagedPartition:
+        final = self.location.join(item.spec.to_path())
+        if archives and self.mode == "append" and exists(self.fs, final):
+            # An existing partition keeps its location; appended files stay plain files.
+            logger.info("not archiving %s: appending to an existing partition", item.spec)
+            return item
+        compacted = compact(self.fs, item)
+        archive = posixpath.join(compacted.directory, ARCHIVE_NAME)
+        if not exists(self.fs, archive):
+            return compacted
+        inside = [entry for entry in list_har(self.fs, archive) if not entry.is_dir]
+        return dataclasses.replace(
+            compacted,
+            files=[],
+            archived_files=len(inside),
+            archived_bytes=sum(entry.length for entry in inside),
+        )
+
     def cleanup(self) -> None:
         """Remove this job's staging and trash directories."""
         remove_job_dirs(self.fs, self.location.path, self.staging, self.trash)
@@ -351,7 +398,7 @@ def _commit_partitions(plan: Mapping[str, Any], location: TableLocation) -> list
     return [
         CommitPartition(
             spec=PartitionSpec.parse(entry["spec"]),
-            location=location.uri_of(entry["final"]),
+            location=entry.get("location") or location.uri_of(entry["final"]),
             file_count=int(entry["file_count"]),
             total_bytes=int(entry["bytes"]),
             archived=bool(entry.get("archived", False)),

@@ -148,7 +148,7 @@ def _sync_spark_catalog(
     for entry in plan.get("partitions", []):
         spec = PartitionSpec.parse(entry["spec"])
         clause = ", ".join(f"`{key}` = {_sql_literal(value)}" for key, value in spec.items)
-        location = _sql_literal(str(plan["table_uri"]) + "/" + entry["spec"])
+        location = _sql_literal(entry.get("location") or f"{plan['table_uri']}/{entry['spec']}")
         statements = [
             f"ALTER TABLE {qualified} ADD IF NOT EXISTS PARTITION ({clause}) LOCATION {location}"
         ]
@@ -268,6 +268,7 @@ def write_partitions(
                 mark_set_done=mark_set_done,
                 compact=_compaction_hook(compaction, info),
                 phases=phases,
+                archives=getattr(compaction, "mode", None) == "har",
             )
         except Exception:
             committer.cleanup()

@@ -26,6 +26,10 @@ MODULES = [
     "hcat_notify.wakeup",
     "hcat_notify.writer",
     "spark_output",
+    "spark_output.committer",
+    "spark_output.errors",
+    "spark_output.fs",
+    "spark_output.writer",
 ]
 
 

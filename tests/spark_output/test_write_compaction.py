@@ -1,0 +1,101 @@
+"""Compaction inside the committer: staged partitions are merged or archived before publication."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hcat_notify.settings import load_settings
+from hcat_notify.store import Catalog
+from spark_output import CompactionPolicy, write_partitions
+from tests.wire import validate_message
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+
+@pytest.fixture
+def settings(tmp_path: Path):
+    return load_settings(home=tmp_path / "home", db_url=f"sqlite:///{tmp_path / 'catalog.db'}")
+
+
+def _frame(spark, partitions: int, rows: int, tasks: int):
+    from pyspark.sql import functions as sf
+
+    return (
+        spark.range(0, rows, numPartitions=tasks)
+        .withColumn("value", sf.concat(sf.lit("v"), sf.col("id").cast("string")))
+        .withColumn("datestamp", sf.lit("20110228"))
+        .withColumn("region", sf.format_string("r%02d", sf.col("id") % partitions))
+    )
+
+
+def _data_files(directory: Path) -> list[Path]:
+    return [p for p in directory.iterdir() if p.is_file() and not p.name.startswith(("_", "."))]
+
+
+def test_merge_leaves_one_file_per_partition_and_every_row(spark, settings, tmp_path):
+    with Catalog.open(settings) as catalog:
+        table = catalog.create_table(
+            "web.merged", location=str(tmp_path / "merged"), partition_keys=["datestamp", "region"]
+        )
+        df = _frame(spark, partitions=20, rows=20 * 32 * 5, tasks=32)
+        small = spark.createDataFrame([(10**9, "lonely", "20110228", "small")], df.schema)
+        result = write_partitions(
+            df.unionByName(small),
+            "web.merged",
+            compaction=CompactionPolicy(min_files=10),
+            settings=settings,
+        )
+        assert len(result.partitions_created) == 21
+        root = Path(table.location) / "datestamp=20110228"
+        for region in range(20):
+            assert len(_data_files(root / f"region=r{region:02d}")) == 1  # 32 small files merged
+        assert len(_data_files(root / "region=small")) == 1  # under the trigger: untouched
+        manifests = list((root / "region=r00").glob("_hcat_compaction*.json"))
+        assert len(manifests) == 1
+        (compaction,) = json.loads(manifests[0].read_text())["compactions"]
+        assert len(compaction["originals"]) == 32
+        assert not list((root / "region=small").glob("_hcat_compaction*.json"))
+        registered = {p.spec.to_path(): p for p in catalog.list_partitions("web.merged")}
+        assert {p.file_count for p in registered.values()} == {1}
+        expected = sorted(
+            (row.id, row.value, row.region) for row in df.unionByName(small).collect()
+        )
+        got = spark.read.parquet(table.location).select("id", "value", "region").collect()
+        assert sorted(tuple(row) for row in got) == expected
+
+
+def test_har_archives_partitions_that_spark_reads_through_har_uris(spark, settings, tmp_path):
+    with Catalog.open(settings) as catalog:
+        catalog.create_table(
+            "web.archived",
+            location=str(tmp_path / "archived"),
+            partition_keys=["datestamp", "region"],
+            storage_format="csv",
+        )
+        df = _frame(spark, partitions=3, rows=3 * 8 * 4, tasks=8)
+        write_partitions(
+            df,
+            "web.archived",
+            compaction=CompactionPolicy(min_files=4, mode="har"),
+            settings=settings,
+        )
+        partitions = catalog.list_partitions("web.archived")
+        assert len(partitions) == 3
+        for partition in partitions:
+            assert partition.archived
+            assert partition.location.startswith("har://file-localhost/")
+            assert partition.location.endswith("/_hcat_archive.har")
+            assert partition.file_count == 8
+            region = partition.spec.as_dict()["region"]
+            rows = spark.read.schema("id long, value string").csv(partition.location).collect()
+            expected = [(r.id, r.value) for r in df.where(f"region = '{region}'").collect()]
+            assert sorted(tuple(row) for row in rows) == sorted(expected)
+        for event in catalog.events():
+            body = validate_message(event.headers, event.body)
+            assert body["location"].startswith("har://")
+        assert {json.loads(e.body)["location"] for e in catalog.events()} == {
+            p.location for p in partitions
+        }
