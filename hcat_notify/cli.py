@@ -6,6 +6,7 @@ Exit codes: 0 success; 2 a user or environment error, reported as one line on st
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -634,6 +635,99 @@ def recover_command(obj: _Context, name: str | None, force: bool) -> None:
             or "nothing to recover"
         ),
     )
+
+
+@cli.command("compact")
+@click.argument("name", metavar="DB.TABLE")
+@click.argument("spec", nargs=-1, metavar="[K=V]...")
+@click.option("--mode", type=click.Choice(["merge", "har"]), default="merge", show_default=True)
+@click.option("--min-files", type=click.IntRange(min=2), default=10, show_default=True)
+@click.option(
+    "--small-file-mb",
+    type=click.IntRange(min=1),
+    default=128,
+    show_default=True,
+    help="Files under this size count as small.",
+)
+@click.option("--dry-run", is_flag=True, help="Show what would be compacted; change nothing.")
+@_output_option
+@click.pass_obj
+@_handle_errors
+def compact_command(
+    obj: _Context,
+    name: str,
+    spec: tuple[str, ...],
+    mode: str,
+    min_files: int,
+    small_file_mb: int,
+    dry_run: bool,
+) -> None:
+    """Compact existing partitions' small files (merge or HAR), swapping each atomically."""
+    from spark_output.compaction import CompactionPolicy
+    from spark_output.maintenance import compact_table
+
+    policy = CompactionPolicy(
+        min_files=min_files,
+        small_file_bytes=small_file_mb * 1024 * 1024,
+        target_file_bytes=small_file_mb * 1024 * 1024,
+        mode="har" if mode == "har" else "merge",
+    )
+    with obj.catalog() as catalog:
+        info = catalog.get_table(name)
+        partial = _spec_args(spec)
+        show_bar = obj.output == "text" and not dry_run and sys.stderr.isatty()
+        with contextlib.ExitStack() as stack:
+            bar = (
+                stack.enter_context(
+                    click.progressbar(length=1, label="compacting", file=sys.stderr)
+                )
+                if show_bar
+                else None
+            )
+
+            def progress(done: int, total: int, partition: object) -> None:
+                if bar is not None:
+                    bar.length = total
+                    bar.label = f"compacting {partition}"
+                    bar.update(1)
+
+            summary = compact_table(
+                catalog, str(info.name), partial, policy=policy, dry_run=dry_run, progress=progress
+            )
+    data = {
+        "table": summary.table,
+        "mode": summary.mode,
+        "dry_run": summary.dry_run,
+        "considered": summary.partitions_considered,
+        "compacted": summary.partitions_compacted,
+        "skipped": summary.partitions_skipped,
+        "failed": summary.partitions_failed,
+        "files_before": summary.files_before,
+        "files_after": summary.files_after,
+        "bytes_before": summary.bytes_before,
+        "bytes_after": summary.bytes_after,
+        "seconds": round(summary.seconds, 3),
+        "errors": list(summary.errors),
+        "old_locations": list(summary.old_locations),
+    }
+
+    def text() -> str:
+        verb = "would compact" if summary.dry_run else "compacted"
+        lines = [
+            f"{summary.table}: {verb} {summary.partitions_compacted} of "
+            f"{summary.partitions_considered} partition(s) ({summary.mode}), "
+            f"{summary.partitions_skipped} skipped, {summary.partitions_failed} failed",
+            f"files {summary.files_before} -> {summary.files_after}, "
+            f"bytes {summary.bytes_before:,} -> {summary.bytes_after:,}, {summary.seconds:.1f} s",
+        ]
+        lines += [f"error: {error}" for error in summary.errors]
+        if summary.old_locations:
+            lines.append(f"{len(summary.old_locations)} superseded location(s) kept for readers")
+        return "\n".join(lines)
+
+    _emit(obj, data, text)
+    if not summary.ok:
+        sys.exit(EXIT_ERROR)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

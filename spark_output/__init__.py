@@ -15,6 +15,7 @@ from spark_output.errors import (
     TooManyPartitionsError,
     WriteFailedError,
 )
+from spark_output.maintenance import CompactionSummary, compact_table
 from spark_output.writer import CommitResult, create_table, write_partitions
 
 __all__ = [
@@ -23,12 +24,14 @@ __all__ = [
     "CommitResult",
     "CompactionError",
     "CompactionPolicy",
+    "CompactionSummary",
     "IntegrityError",
     "PartitionColumnsError",
     "Recovery",
     "SparkOutputError",
     "TooManyPartitionsError",
     "WriteFailedError",
+    "compact_table",
     "create_table",
     "recover",
     "send_mark_set_done",

@@ -223,10 +223,22 @@ class PartitionCommitter:
     def plan(
         self, staged: Sequence[StagedPartition], *, mark_set_done: Mapping[str, str | None] | None
     ) -> dict[str, Any]:
-        """The moves that publish ``staged``: what the journal records."""
+        """The moves that publish ``staged``: what the journal records.
+
+        Raises:
+            CommitError: an append to a partition that lives in a Hadoop Archive (its
+                files would not be visible through the archive).
+        """
+        registered = {
+            info.spec.to_path(): info.location
+            for info in self.catalog.list_partitions(self.table.name)
+        }
         partitions = []
         for item in staged:
             final = self.location.join(item.spec.to_path())
+            current = registered.get(item.spec.to_path())
+            if self.mode == "append" and current is not None:
+                final = self._append_target(item, current, final)
             entry: dict[str, Any] = {
                 "spec": item.spec.to_path(),
                 "staged": item.directory,
@@ -266,6 +278,22 @@ class PartitionCommitter:
             "partitions": partitions,
             "mark_set_done": dict(mark_set_done) if mark_set_done is not None else None,
         }
+
+    def _append_target(self, item: StagedPartition, current: str, default: str) -> str:
+        # Maintenance compaction may have moved a partition: append where it lives now.
+        if current.startswith("har:"):
+            raise CommitError(
+                f"partition {item.spec} of {self.table.name} is archived ({current}); files "
+                "appended to it would not be visible through the archive: overwrite the "
+                "partition instead; nothing was published"
+            )
+        try:
+            where = TableLocation.parse(current)
+        except (OSError, ValueError):
+            return default
+        if type(where.fs) is not type(self.fs):
+            return default
+        return where.path
 
     def _free_name(self, final: str, source: str) -> str:
         # Spark's part-file names carry a UUID; if one is taken anyway, add the job id.

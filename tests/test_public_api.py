@@ -29,6 +29,9 @@ MODULES = [
     "spark_output.committer",
     "spark_output.errors",
     "spark_output.fs",
+    "spark_output.compaction",
+    "spark_output.har",
+    "spark_output.maintenance",
     "spark_output.writer",
 ]
 

@@ -99,3 +99,38 @@ def test_har_archives_partitions_that_spark_reads_through_har_uris(spark, settin
         assert {json.loads(e.body)["location"] for e in catalog.events()} == {
             p.location for p in partitions
         }
+
+
+def test_append_follows_a_partition_that_maintenance_relocated(spark, settings, tmp_path):
+    from spark_output import compact_table
+    from spark_output.errors import CommitError
+
+    with Catalog.open(settings) as catalog:
+        catalog.create_table(
+            "web.relocated",
+            location=str(tmp_path / "relocated"),
+            partition_keys=["datestamp", "region"],
+        )
+        first = _frame(spark, partitions=1, rows=12 * 4, tasks=12)
+        write_partitions(first, "web.relocated", settings=settings)
+        summary = compact_table(catalog, "web.relocated", policy=CompactionPolicy(min_files=4))
+        assert summary.partitions_compacted == 1
+        (moved,) = catalog.list_partitions("web.relocated")
+        assert "_hcat_compacted" in moved.location
+        more = spark.createDataFrame([(10**6, "late", "20110228", "r00")], first.schema)
+        result = write_partitions(more, "web.relocated", settings=settings)
+        assert result.partitions_appended == ("datestamp=20110228/region=r00",)
+        (after,) = catalog.list_partitions("web.relocated")
+        assert after.location == moved.location
+        got = spark.read.parquet(after.location).select("id").collect()
+        assert sorted(row.id for row in got) == sorted([r.id for r in first.collect()] + [10**6])
+
+        archived = CompactionPolicy(min_files=2, mode="har")
+        catalog.create_table(
+            "web.har", location=str(tmp_path / "har"), partition_keys=["datestamp", "region"]
+        )
+        write_partitions(first, "web.har", compaction=archived, settings=settings)
+        with pytest.raises(CommitError, match=r"is archived .* overwrite the partition instead"):
+            write_partitions(more, "web.har", settings=settings)
+        overwritten = write_partitions(more, "web.har", mode="overwrite", settings=settings)
+        assert overwritten.partitions_replaced == ("datestamp=20110228/region=r00",)

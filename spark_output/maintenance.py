@@ -1,0 +1,668 @@
+"""Compaction as maintenance of existing, registered partitions (``hcat-notify compact``).
+
+:func:`compact_table` merges (Parquet/ORC) or archives (HAR, any format) the small files
+of partitions that are already published and registered, while readers may be reading
+them. It never rewrites a partition in place:
+
+1. **Plan** (driver). The registered partitions matching a partial spec are listed from
+   the catalog (with their row ``version``); archived ones are skipped; the data files of
+   each are listed through :mod:`pyarrow.fs`; those where ``policy.triggers(files)`` are
+   planned. ``dry_run`` stops here and reports the plan.
+2. **Compact a copy** (a Spark task per partition when ``spark`` is given, else in this
+   process; the same top-level function either way). The partition's data files are put
+   into a new directory ``<table>/_hcat_compacted/<spec path>/<uuid>/`` — hard links on a
+   local filesystem (no bytes copied; the files are immutable), copies elsewhere — and
+   compacted there with :func:`spark_output.compaction.merge_partition` or
+   :func:`spark_output.har.archive_partition`, which verify rows / bytes before anything
+   counts. The directory is hidden from path-based readers of the table (a path
+   component starts with ``_``, which Spark, Hive and HCatalog skip).
+3. **Switch** (driver). The partition's registered location is switched to the new
+   directory (or its ``har://`` URI) with a compare-and-set on the version read at plan
+   time (:meth:`hcat_notify.store.Catalog.update_partition`). If another compaction or a
+   write changed the partition meanwhile, the switch is refused
+   (:class:`hcat_notify.errors.ConflictError`), the copy is deleted and the summary
+   reports the conflict. If the Spark session's catalog has the table, its partition is
+   re-pointed too (``ALTER TABLE ... PARTITION (...) SET LOCATION``, then
+   ``refreshTable``).
+
+Readers therefore see the old partition or the new one, never a mix: registry/catalog
+readers switch from one complete directory to another in one row update, and readers
+that scan the table directory by path (``spark.read.parquet(table_root)``) keep seeing
+the old files, which stay where they were (consistent, just not compacted).
+
+**Old files are kept.** A reader that listed the old location before the switch must be
+able to finish, so the old directory is left in place. Its location is reported in
+:attr:`CompactionSummary.old_locations` and recorded in a hidden marker file
+``_hcat_superseded.json`` in it (which names the new location), so that a later clean-up
+can remove superseded directories once no reader can still be using them. That clean-up
+(``--purge``) is out of scope here.
+
+Per-partition failures (integrity mismatch, unreadable file, conflict) do not stop the
+other partitions: each is reported in the summary, naming the partition, with its
+registry row and original files unchanged and its copy removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import posixpath
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
+
+import pyarrow.fs as pafs
+
+from hcat_notify.errors import ConflictError
+from hcat_notify.names import TableName
+from hcat_notify.specs import PartitionSpec
+from hcat_notify.store import Catalog, PartitionInfo, TableInfo
+from spark_output.compaction import (
+    CompactionError,
+    CompactionPolicy,
+    FileStat,
+    PartitionCompaction,
+    data_files,
+    merge_partition,
+)
+from spark_output.fs import TableLocation
+from spark_output.har import archive_partition, har_location
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "COMPACTED_DIR",
+    "SUPERSEDED_MARKER",
+    "CompactionSummary",
+    "PartitionPlan",
+    "PartitionResult",
+    "ProgressCallback",
+    "compact_table",
+]
+
+COMPACTED_DIR = "_hcat_compacted"
+"""Directory under the table root that holds compacted copies of partitions."""
+
+SUPERSEDED_MARKER = "_hcat_superseded.json"
+"""Marker written into a partition's old directory once its location has moved."""
+
+ProgressCallback = Callable[[int, int, str], None]
+"""``progress(done, total, partition_spec)``: called after each planned partition ends."""
+
+CorruptHook = Callable[[pafs.FileSystem, str], None]
+PartitionStatus = Literal["compacted", "planned", "skipped", "failed", "conflict"]
+
+_TASKS_PER_CORE = 4
+"""With Spark, partitions are compacted in jobs of ``4 * defaultParallelism`` tasks, so
+that progress is reported (and switches happen) while later partitions are still running."""
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """One partition to compact, as planned on the driver (picklable, shipped to tasks).
+
+    ``location`` is the registered location (URI) read at plan time with ``version``;
+    ``target_uri`` the new directory the compacted copy goes to.
+    """
+
+    table: str
+    spec: str
+    version: int
+    location: str
+    target_uri: str
+    storage_format: str
+    policy: CompactionPolicy
+    files: tuple[FileStat, ...]
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of the partition's data files at plan time."""
+        return sum(f.size for f in self.files)
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    """What happened to one partition.
+
+    ``status``: ``compacted`` (location switched), ``planned`` (dry run: would be
+    compacted), ``skipped`` (archived, or the policy does not trigger; ``reason`` says
+    which), ``failed`` (``error`` names the partition; registry row and files unchanged),
+    ``conflict`` (the partition changed concurrently; the switch was refused).
+    ``files_after``/``bytes_after`` are those of the new location (for a dry run, an
+    estimate: the merge's file grouping, the same bytes). ``rows`` is the verified row
+    count when known.
+    """
+
+    spec: str
+    status: PartitionStatus
+    old_location: str
+    new_location: str | None = None
+    files_before: int = 0
+    files_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    rows: int | None = None
+    seconds: float = 0.0
+    reason: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CompactionSummary:
+    """What :func:`compact_table` did (or, with ``dry_run``, would do).
+
+    Counts: ``partitions_considered`` matched the spec; of those ``partitions_skipped``
+    were left alone, ``partitions_compacted`` switched to a compacted location (for a dry
+    run: planned), ``partitions_failed`` failed or were refused on a conflict.
+    ``files_*``/``bytes_*`` add up the compacted (dry run: planned) partitions, before and
+    after. ``old_locations`` are the superseded directories that were kept for readers
+    (clean them up later). ``errors`` has one line per failed partition, naming it;
+    ``spark_catalog_errors`` the statements the Spark session's catalog refused (the
+    registry switch stands).
+    """
+
+    table: str
+    mode: str
+    dry_run: bool
+    partitions_considered: int
+    partitions_compacted: int
+    partitions_skipped: int
+    partitions_failed: int
+    files_before: int
+    files_after: int
+    bytes_before: int
+    bytes_after: int
+    seconds: float
+    results: tuple[PartitionResult, ...]
+    errors: tuple[str, ...] = ()
+    old_locations: tuple[str, ...] = ()
+    spark_catalog_errors: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True when no partition failed or conflicted."""
+        return self.partitions_failed == 0
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def _dry_run_estimate(plan: PartitionPlan) -> tuple[int, int]:
+    """(files, bytes) after compaction, estimated without touching anything."""
+    if plan.policy.mode == "har":
+        return 1, plan.bytes  # one part file below 2 GiB per partition
+    small = plan.policy.small_files(plan.files)
+    groups = 0
+    size = 0
+    for stat in small:
+        if groups and size + stat.size <= plan.policy.target_file_bytes:
+            size += stat.size
+        else:
+            groups += 1
+            size = stat.size
+    return len(plan.files) - len(small) + groups, plan.bytes
+
+
+def _plan_partition(
+    table: TableInfo,
+    root: TableLocation,
+    partition: PartitionInfo,
+    policy: CompactionPolicy,
+) -> PartitionPlan | PartitionResult:
+    spec = partition.spec.to_path()
+    skip = PartitionResult(
+        spec=spec,
+        status="skipped",
+        old_location=partition.location,
+        files_before=partition.file_count,
+        files_after=partition.file_count,
+        bytes_before=partition.total_bytes,
+        bytes_after=partition.total_bytes,
+    )
+    if partition.archived or partition.location.startswith("har:"):
+        return _replace(skip, reason="archived (a Hadoop Archive is not compacted again)")
+    location = TableLocation.parse(partition.location)
+    try:
+        files = data_files(location.fs, location.path)
+    except (CompactionError, OSError) as exc:
+        return _replace(
+            skip,
+            status="failed",
+            error=f"partition {spec} of {table.name}: cannot list {partition.location}: {exc}",
+        )
+    skip = _replace(
+        skip,
+        files_before=len(files),
+        files_after=len(files),
+        bytes_before=sum(f.size for f in files),
+        bytes_after=sum(f.size for f in files),
+    )
+    if not policy.triggers(files):
+        small = len(policy.small_files(files))
+        return _replace(
+            skip,
+            reason=f"{small} small file(s), the policy triggers at {policy.min_files}",
+        )
+    target = root.uri_of(root.join(COMPACTED_DIR, spec, uuid.uuid4().hex))
+    return PartitionPlan(
+        table=str(table.name),
+        spec=spec,
+        version=partition.version,
+        location=partition.location,
+        target_uri=target,
+        storage_format=table.storage_format,
+        policy=policy,
+        files=tuple(files),
+    )
+
+
+def _replace(result: PartitionResult, **changes: Any) -> PartitionResult:
+    return dataclasses.replace(result, **changes)
+
+
+# --------------------------------------------------------------------------- the task
+
+
+@dataclass(frozen=True)
+class _TaskResult:
+    """What :func:`_compact_one` sends back to the driver (picklable)."""
+
+    plan: PartitionPlan
+    compaction: PartitionCompaction | None
+    new_location: str | None
+    error: str | None
+
+
+def _link_or_copy(fs: pafs.FileSystem, source: str, target: str) -> None:
+    """Make ``target`` hold ``source``'s bytes: a hard link on a local filesystem (data
+    files are immutable, so sharing the inode is safe and costs no I/O), else a copy."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        try:
+            os.link(source, target)
+            return
+        except OSError:
+            pass  # e.g. a filesystem without hard links: copy instead
+    fs.copy_file(source, target)
+
+
+def _base_uri(uri: str) -> str | None:
+    """``scheme://authority`` for filesystems whose address pyarrow does not expose."""
+    parts = urlsplit(uri)
+    if parts.scheme in ("hdfs", "viewfs"):
+        return f"{parts.scheme}://{parts.netloc}"
+    return None
+
+
+def _delete_dir_quietly(fs: pafs.FileSystem, directory: str) -> None:
+    with contextlib.suppress(OSError):
+        fs.delete_dir(directory)
+
+
+def _compact_one(plan: PartitionPlan, corrupt_hook: CorruptHook | None = None) -> _TaskResult:
+    """Compact one partition into ``plan.target_uri``; never raises (errors are returned).
+
+    Runs in a Spark executor (or in-process): the filesystem is rebuilt from the URIs.
+    On failure the new directory is removed; the partition's own files are never touched.
+    """
+    target = TableLocation.parse(plan.target_uri)
+    fs = target.fs
+    created = False
+    try:
+        source = TableLocation.parse(plan.location)
+        fs.create_dir(target.path, recursive=True)
+        created = True
+        for stat in plan.files:
+            _link_or_copy(source.fs, stat.path, posixpath.join(target.path, stat.name))
+        result: PartitionCompaction
+        if plan.policy.mode == "har":
+            result = archive_partition(
+                fs,
+                target.path,
+                policy=plan.policy,
+                storage_format=plan.storage_format,
+                base_uri=_base_uri(plan.target_uri),
+                _corrupt_hook=corrupt_hook,
+            )
+            new_location = har_location(target.uri)
+        else:
+            result = merge_partition(
+                fs,
+                target.path,
+                storage_format=plan.storage_format,
+                policy=plan.policy,
+                _corrupt_hook=corrupt_hook,
+            )
+            new_location = target.uri
+        return _TaskResult(plan, result, new_location, None)
+    except Exception as exc:  # noqa: BLE001 - reported per partition, others go on
+        if created:
+            _delete_dir_quietly(fs, target.path)
+        message = str(exc).strip() or type(exc).__name__
+        return _TaskResult(
+            plan,
+            None,
+            None,
+            f"partition {plan.spec} of {plan.table}: {type(exc).__name__}: {message} "
+            f"(registered location {plan.location} unchanged)",
+        )
+
+
+# --------------------------------------------------------------------------- switching
+
+
+def _sql_literal(value: str | None) -> str:
+    text = "__HIVE_DEFAULT_PARTITION__" if value is None else value
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _spark_has_table(spark: SparkSession | None, name: TableName) -> bool:
+    if spark is None:
+        return False
+    try:
+        return bool(spark.catalog.tableExists(f"{name.db}.{name.table}"))
+    except Exception:  # noqa: BLE001 - any Spark/py4j error: no usable catalog
+        return False
+
+
+def _write_marker(plan: PartitionPlan, new_location: str) -> None:
+    """Leave ``_hcat_superseded.json`` in the old directory (best effort)."""
+    old = TableLocation.parse(plan.location)
+    document = {
+        "format": "hcat-superseded",
+        "version": 1,
+        "table": plan.table,
+        "partition": plan.spec,
+        "superseded_by": new_location,
+        "superseded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "files": [{"name": f.name, "size": f.size} for f in plan.files],
+    }
+    with (
+        contextlib.suppress(OSError),
+        old.fs.open_output_stream(
+            posixpath.join(old.path, SUPERSEDED_MARKER), compression=None
+        ) as out,
+    ):
+        out.write(json.dumps(document, indent=2, sort_keys=True).encode("utf-8") + b"\n")
+
+
+def _switch(
+    catalog: Catalog,
+    task: _TaskResult,
+    *,
+    spark: SparkSession | None,
+    spark_table: bool,
+    spark_errors: list[str],
+    before_switch: Callable[[PartitionPlan], None] | None,
+) -> PartitionResult:
+    plan = task.plan
+    base = PartitionResult(
+        spec=plan.spec,
+        status="failed",
+        old_location=plan.location,
+        files_before=len(plan.files),
+        files_after=len(plan.files),
+        bytes_before=plan.bytes,
+        bytes_after=plan.bytes,
+    )
+    result = task.compaction
+    if task.error is not None or result is None or task.new_location is None:
+        return _replace(base, error=task.error or f"partition {plan.spec}: no result")
+    target = TableLocation.parse(plan.target_uri)
+    archived = plan.policy.mode == "har"
+    # The registry counts the files a reader sees: for a HAR, the archived files.
+    file_count = result.files_before if archived else result.files_after
+    total_bytes = result.bytes_before if archived else result.bytes_after
+    try:
+        if before_switch is not None:
+            before_switch(plan)
+        catalog.update_partition(
+            plan.table,
+            PartitionSpec.parse(plan.spec),
+            expected_version=plan.version,
+            location=task.new_location,
+            file_count=file_count,
+            total_bytes=total_bytes,
+            archived=archived,
+        )
+    except ConflictError as exc:
+        _delete_dir_quietly(target.fs, target.path)
+        return _replace(
+            base,
+            status="conflict",
+            error=(
+                f"partition {plan.spec} of {plan.table}: compaction refused, the partition "
+                f"was changed concurrently (another compaction or a write): {exc}; "
+                "the compacted copy was removed"
+            ),
+        )
+    except Exception as exc:  # noqa: BLE001 - e.g. the database is down: keep the original
+        _delete_dir_quietly(target.fs, target.path)
+        return _replace(
+            base,
+            error=f"partition {plan.spec} of {plan.table}: registry switch failed: {exc}; "
+            "the compacted copy was removed",
+        )
+    _write_marker(plan, task.new_location)
+    if spark is not None and spark_table:
+        name = TableName.parse(plan.table)
+        spec = PartitionSpec.parse(plan.spec)
+        clause = ", ".join(f"`{key}` = {_sql_literal(value)}" for key, value in spec.items)
+        statement = (
+            f"ALTER TABLE `{name.db}`.`{name.table}` PARTITION ({clause}) "
+            f"SET LOCATION {_sql_literal(task.new_location)}"
+        )
+        try:
+            spark.sql(statement)
+        except Exception as exc:  # noqa: BLE001 - the registry switch stands; report it
+            spark_errors.append(f"{statement}: {str(exc).strip().splitlines()[0][:500]}")
+    return PartitionResult(
+        spec=plan.spec,
+        status="compacted",
+        old_location=plan.location,
+        new_location=task.new_location,
+        files_before=result.files_before,
+        files_after=file_count if archived else result.files_after,
+        bytes_before=result.bytes_before,
+        bytes_after=result.bytes_after,
+        rows=result.rows,
+        seconds=result.seconds,
+    )
+
+
+_PYTHON_ERROR = re.compile(r"^\s*([\w.]+(?:Error|Exception|Exit|Interrupt)\b.*)$")
+
+
+def _spark_error_line(exc: BaseException) -> str:
+    """The most telling line of a Spark job failure: the Python worker's own exception
+    (e.g. ``ModuleNotFoundError: No module named 'spark_output'``) if it is there."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    python = [m.group(1) for line in lines if (m := _PYTHON_ERROR.match(line))]
+    text = python[-1] if python else (lines[0] if lines else repr(exc))
+    return text.strip()[:500]
+
+
+def _run_spark(
+    spark: SparkSession, plans: Sequence[PartitionPlan], hook: CorruptHook | None
+) -> list[_TaskResult]:
+    def run(plan: PartitionPlan) -> _TaskResult:
+        return _compact_one(plan, hook)
+
+    task = _compact_one if hook is None else run
+    try:
+        results: list[_TaskResult] = (
+            spark.sparkContext.parallelize(list(plans), len(plans)).map(task).collect()
+        )
+    except Exception as exc:  # noqa: BLE001 - the job failed as a whole (a worker died)
+        first = _spark_error_line(exc)
+        results = []
+        for plan in plans:
+            target = TableLocation.parse(plan.target_uri)
+            _delete_dir_quietly(target.fs, target.path)
+            results.append(
+                _TaskResult(
+                    plan,
+                    None,
+                    None,
+                    f"partition {plan.spec} of {plan.table}: the Spark job failed: {first} "
+                    f"(registered location {plan.location} unchanged)",
+                )
+            )
+    return results
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def compact_table(
+    catalog: Catalog,
+    table: str,
+    spec: PartitionSpec | Mapping[str, str | None] | None = None,
+    *,
+    policy: CompactionPolicy,
+    spark: SparkSession | None = None,
+    dry_run: bool = False,
+    progress: ProgressCallback | None = None,
+    workers: int | None = None,
+    _corrupt_hook: CorruptHook | None = None,
+    _before_switch: Callable[[PartitionPlan], None] | None = None,
+) -> CompactionSummary:
+    """Compact the small files of a table's registered partitions, swapping each atomically.
+
+    See the module documentation for the protocol (plan, compact a copy, compare-and-set
+    switch) and what readers see.
+
+    Args:
+        catalog: the open catalog.
+        table: ``db.table``.
+        spec: a partial spec (``{"datestamp": "20110228"}``); None for every partition.
+        policy: when a partition triggers, and ``mode`` ``merge`` (Parquet/ORC tables) or
+            ``har`` (any format).
+        spark: run each partition's compaction as a Spark task of this session (pyarrow
+            in the executor); without it, partitions are compacted in this
+            process (see ``workers``). The session's catalog is also updated if it has the
+            table.
+        dry_run: only plan: report which partitions would change and their files/bytes;
+            nothing is written.
+        progress: called as ``progress(done, total, spec)`` after each planned partition
+            is switched, refused or failed.
+        workers: without ``spark``, how many partitions are compacted at once, in
+            threads of this process (default: the number of CPUs, at most 8). The
+            compare-and-set switches always run on the calling thread.
+        _corrupt_hook: tests only: passed to the merge/archive to damage the rewritten
+            files before verification.
+        _before_switch: tests only: called on the driver with the plan right before the
+            compare-and-set switch.
+
+    Returns:
+        A :class:`CompactionSummary`. Per-partition failures are in it, not raised.
+
+    Raises:
+        hcat_notify.TableNotFoundError: no such table.
+        hcat_notify.InvalidInputError: the spec names keys the table does not have.
+        CompactionError: ``merge`` on a table that is neither Parquet nor ORC.
+    """
+    started = time.monotonic()
+    info = catalog.get_table(table)
+    if policy.mode == "merge" and info.storage_format not in ("parquet", "orc"):
+        raise CompactionError(
+            f"cannot merge {info.storage_format} table {info.name}: merge mode supports "
+            "parquet and orc tables; use mode 'har'"
+        )
+    partitions = catalog.list_partitions(info.name, spec)
+    root = TableLocation.parse(info.location)
+
+    plans: list[PartitionPlan] = []
+    results: dict[str, PartitionResult] = {}
+    for partition in partitions:
+        planned = _plan_partition(info, root, partition, policy)
+        if isinstance(planned, PartitionPlan):
+            plans.append(planned)
+        else:
+            results[planned.spec] = planned
+
+    spark_errors: list[str] = []
+    if dry_run:
+        for plan in plans:
+            files_after, bytes_after = _dry_run_estimate(plan)
+            results[plan.spec] = PartitionResult(
+                spec=plan.spec,
+                status="planned",
+                old_location=plan.location,
+                files_before=len(plan.files),
+                files_after=files_after,
+                bytes_before=plan.bytes,
+                bytes_after=bytes_after,
+            )
+    elif plans:
+        spark_table = _spark_has_table(spark, info.name)
+        done = 0
+
+        def finish(task: _TaskResult) -> None:
+            nonlocal done
+            results[task.plan.spec] = _switch(
+                catalog,
+                task,
+                spark=spark,
+                spark_table=spark_table,
+                spark_errors=spark_errors,
+                before_switch=_before_switch,
+            )
+            done += 1
+            if progress is not None:
+                progress(done, len(plans), task.plan.spec)
+
+        if spark is not None:
+            batch = max(1, _TASKS_PER_CORE * int(spark.sparkContext.defaultParallelism))
+            for first in range(0, len(plans), batch):
+                for task in _run_spark(spark, plans[first : first + batch], _corrupt_hook):
+                    finish(task)
+        else:
+            threads = workers if workers is not None else min(8, os.cpu_count() or 1)
+            if threads < 1:
+                raise CompactionError(f"workers must be at least 1, got {threads}")
+            if threads == 1 or len(plans) == 1:
+                for plan in plans:
+                    finish(_compact_one(plan, _corrupt_hook))
+            else:
+                # pyarrow's I/O, codecs and kernels and hashlib release the GIL: threads
+                # give this process's cores to the work; switches stay on this thread.
+                with ThreadPoolExecutor(max_workers=threads) as pool:
+                    futures = [pool.submit(_compact_one, plan, _corrupt_hook) for plan in plans]
+                    for future in as_completed(futures):
+                        finish(future.result())
+        if spark is not None and spark_table:
+            try:
+                spark.catalog.refreshTable(f"{info.name.db}.{info.name.table}")
+            except Exception as exc:  # noqa: BLE001 - a stale cache only delays readers
+                spark_errors.append(f"refreshTable {info.name}: {exc}")
+
+    ordered = tuple(results[p.spec.to_path()] for p in partitions)
+    changed = [r for r in ordered if r.status in ("compacted", "planned")]
+    failed = [r for r in ordered if r.status in ("failed", "conflict")]
+    return CompactionSummary(
+        table=str(info.name),
+        mode=policy.mode,
+        dry_run=dry_run,
+        partitions_considered=len(ordered),
+        partitions_compacted=len(changed),
+        partitions_skipped=sum(1 for r in ordered if r.status == "skipped"),
+        partitions_failed=len(failed),
+        files_before=sum(r.files_before for r in changed),
+        files_after=sum(r.files_after for r in changed),
+        bytes_before=sum(r.bytes_before for r in changed),
+        bytes_after=sum(r.bytes_after for r in changed),
+        seconds=time.monotonic() - started,
+        results=ordered,
+        errors=tuple(r.error for r in failed if r.error),
+        old_locations=tuple(r.old_location for r in ordered if r.status == "compacted"),
+        spark_catalog_errors=tuple(spark_errors),
+    )
