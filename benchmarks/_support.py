@@ -43,7 +43,7 @@ READER = ("hcat-reader", "hcat-reader-dev")
 
 
 def parser(description: str) -> argparse.ArgumentParser:
-    """The common command line: ``--quick`` and ``--db-url``."""
+    """The common command line: ``--quick``, ``--db-url`` and ``--keep``."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument(
         "--quick", action="store_true", help="scaled-down smoke run (well under a minute)"
@@ -57,35 +57,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument(
         "--keep", action="store_true", help="keep the temporary directory (for inspection)"
     )
-    p.add_argument(
-        "--tcp-nodelay",
-        action="store_true",
-        help="EXPERIMENT: set TCP_NODELAY on every STOMP socket of this process (ours and"
-        " the raw reference) to measure the suggested broker.py fix; off by default",
-    )
     return p
-
-
-def enable_tcp_nodelay() -> None:
-    """EXPERIMENT: make stomp.py sockets (ours and the reference) use TCP_NODELAY.
-
-    stomp.py 9 never sets it, so a small frame written behind another unacknowledged one
-    (BEGIN, SEND, COMMIT) waits for the peer's delayed ACK (Nagle). Patched in this
-    process only; hcat_notify itself is untouched.
-    """
-    import stomp.transport
-
-    original = stomp.transport.Transport.attempt_connection
-    if getattr(original, "_bench_nodelay", False):
-        return
-
-    def attempt_connection(self: Any) -> None:
-        original(self)
-        if self.socket is not None:
-            self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    attempt_connection._bench_nodelay = True  # type: ignore[attr-defined]
-    stomp.transport.Transport.attempt_connection = attempt_connection
 
 
 # --------------------------------------------------------------------------- ports, broker
@@ -194,9 +166,6 @@ def _terminate_on_signal(signum: int, _frame: Any) -> None:
 def bench_env(args: argparse.Namespace, name: str) -> Iterator[BenchEnv]:
     """A private broker and catalog for one benchmark run; both go away at the end."""
     signal.signal(signal.SIGTERM, _terminate_on_signal)
-    if getattr(args, "tcp_nodelay", False):
-        enable_tcp_nodelay()
-        log("EXPERIMENT: TCP_NODELAY on every STOMP socket (ours and reference)")
     workdir = Path(tempfile.mkdtemp(prefix=f"hcat-bench-{name}-"))
     stomp_port, openwire_port = free_ports(2)
     broker = Broker(workdir, stomp_port, openwire_port)
@@ -438,8 +407,6 @@ def footer() -> None:
 
 def header(title: str, args: argparse.Namespace, env: BenchEnv) -> None:
     flags = " (--quick)" if args.quick else ""
-    if getattr(args, "tcp_nodelay", False):
-        flags += " (EXPERIMENT --tcp-nodelay: all STOMP sockets patched with TCP_NODELAY)"
     print(f"# {title}{flags}")
     print(f"# {machine_line()}")
     print(
