@@ -23,6 +23,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, MappedAsDataclass, mapped_column
 
@@ -131,6 +132,8 @@ class RetentionRow(Base):
         # "covering spec S": the covering specs are computable, so an equality lookup
         Index("ix_hcat_mark_set_done_table_spec", "table_id", "spec"),
         Index("ix_hcat_mark_set_done_expires_at", "expires_at"),
+        # catch-up pages: a table's retained dones in event order
+        Index("ix_hcat_mark_set_done_table_event", "table_id", "event_id"),
     )
 
     event_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
@@ -148,6 +151,14 @@ class OutboxRow(Base):
     __table_args__ = (
         Index("ix_hcat_outbox_topic_published", "topic", "published_at"),
         Index("ix_hcat_outbox_published_at", "published_at"),
+        # The relay's page query: unpublished events in id order, an ordered range scan
+        # however many published rows precede them.
+        Index(
+            "ix_hcat_outbox_pending",
+            "event_id",
+            sqlite_where=text("published_at IS NULL"),
+            postgresql_where=text("published_at IS NULL"),
+        ),
     )
 
     event_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
