@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -10,11 +11,13 @@ from hcat_notify.errors import InvalidIdentifierError
 __all__ = ["TableName", "validate_identifier"]
 
 # Hive's metastore accepts [A-Za-z0-9_]+ for database, table and column names and stores
-# them lower-cased; anything else would break topic names, paths and SQL.
+# them lower-cased; anything else would break topic names, paths and SQL. Cached: the
+# same few keys are validated for every spec a consumer parses.
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_]+")
 MAX_IDENTIFIER_LENGTH = 128
 
 
+@functools.lru_cache(maxsize=4096)
 def validate_identifier(name: str, *, what: str = "identifier") -> str:
     """Return ``name`` lower-cased if it is a valid Hive identifier.
 

@@ -142,6 +142,8 @@ def _normalise_value(key: str, value: object) -> str | None:
             f"value of partition key {key!r} contains a NUL character (U+0000), "
             "which cannot appear in a path"
         )
+    if value.isascii():
+        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -246,8 +248,8 @@ class PartitionSpec:
         if not path:
             raise InvalidSpecError("empty partition spec: expected a path like KEY=VALUE/...")
         pairs: list[tuple[str, str | None]] = []
+        where = f"in partition path {_describe(path)}"
         for segment in path.split("/"):
-            where = f"in partition path {_describe(path)}"
             if not segment:
                 raise InvalidSpecError(
                     f"empty segment {where}: no leading, trailing or doubled '/' allowed"
