@@ -421,21 +421,17 @@ class BrokerConnection:
         self.close()
 
 
+def _connection(settings: Settings, user: str, password: str) -> BrokerConnection:
+    return BrokerConnection(
+        settings.broker_addresses, user=user, password=password, timeout=settings.broker_timeout
+    )
+
+
 def publisher_connection(settings: Settings) -> BrokerConnection:
     """A (not yet connected) connection with the service's publisher credentials."""
-    return BrokerConnection(
-        settings.broker_addresses,
-        user=settings.broker_user,
-        password=settings.broker_password,
-        timeout=settings.broker_timeout,
-    )
+    return _connection(settings, settings.broker_user, settings.broker_password)
 
 
 def consumer_connection(settings: Settings) -> BrokerConnection:
     """A (not yet connected) connection with the consumer credentials."""
-    return BrokerConnection(
-        settings.broker_addresses,
-        user=settings.consumer_user,
-        password=settings.consumer_password,
-        timeout=settings.broker_timeout,
-    )
+    return _connection(settings, settings.consumer_user, settings.consumer_password)

@@ -523,7 +523,7 @@ def status(obj: _Context) -> None:
             lines.append("relay: not running")
         else:
             state = "active" if relay_info["alive"] else "lease expired"
-            lines.append(f"relay: {lease.owner if lease else ''} ({state})")
+            lines.append(f"relay: {relay_info['owner']} ({state})")
         for topic_name, when in per_topic.items():
             lines.append(f"last publish {topic_name}: {when.isoformat(timespec='seconds')}")
         return "\n".join(lines)

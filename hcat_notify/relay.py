@@ -458,13 +458,3 @@ class Relay:
             self._marks.put(None)
             self._marker.join(60)
         self._marker = None
-
-    def wait_marked(self, timeout: float = 10.0) -> bool:
-        """Wait until every receipted event is marked published in the catalog."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._unmarked_lock:
-                if not self._unmarked:
-                    return True
-            time.sleep(0.005)
-        return False

@@ -214,10 +214,6 @@ class PartitionCommitter:
         found.sort(key=lambda staged: staged.spec.to_path())
         return found
 
-    def count_partitions(self) -> int:
-        """How many partition directories are staged (for the error message)."""
-        return len(self.discover(max_partitions=10**9))
-
     # -- 4: plan -----------------------------------------------------------------------------
 
     def plan(

@@ -15,10 +15,12 @@ from pyarrow import fs as pafs
 
 from hcat_notify.names import TableName
 from hcat_notify.settings import Settings, load_settings
+from hcat_notify.specs import PartitionSpec
 from hcat_notify.store import Catalog, CommitRecord, TableInfo
 from hcat_notify.store.catalog import DEFAULT_RETENTION
 from spark_output.committer import CommitHooks, PartitionCommitter, StagedPartition, recover
 from spark_output.errors import PartitionColumnsError, WriteFailedError
+from spark_output.fs import TableLocation
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -141,8 +143,6 @@ def _sync_spark_catalog(
     except Exception as exc:  # noqa: BLE001 - any Spark/py4j error: no usable catalog
         logger.debug("spark catalog check failed: %s", exc)
         return []
-    from hcat_notify.specs import PartitionSpec
-
     errors: list[str] = []
     replaced = set(record.replaced)
     for entry in plan.get("partitions", []):
@@ -354,8 +354,6 @@ def create_table(
         stored = {"parquet": "PARQUET", "orc": "ORC", "csv": "TEXTFILE", "json": "TEXTFILE"}[
             info.storage_format
         ]
-        from spark_output.fs import TableLocation
-
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS `{name.db}`.`{name.table}` ({columns}) "
             f"PARTITIONED BY ({part_columns}) STORED AS {stored} "

@@ -459,7 +459,7 @@ class Catalog:
                     raise TableExistsError(f"table {name} is already registered")
                 session.add(row)
                 session.flush()
-                info = _table_info(row, self._topic(row))
+                info = self._info(row)
         except IntegrityError as exc:  # lost a race with another creator
             raise TableExistsError(f"table {name} is already registered") from exc
         logger.info("registered table %s at %s, keys %s", name, row.location, keys)
@@ -474,7 +474,7 @@ class Catalog:
         name = _as_table_name(table)
         with self._session() as session:
             row = self._table_row(session, name)
-            return _table_info(row, self._topic(row))
+            return self._info(row)
 
     def list_tables(self, db: str | None = None) -> list[TableInfo]:
         """All registered tables (of one database if given), sorted by name."""
@@ -482,7 +482,7 @@ class Catalog:
         if db is not None:
             query = query.where(TableRow.db_name == validate_identifier(db, what="database name"))
         with self._session() as session:
-            return [_table_info(row, self._topic(row)) for row in session.scalars(query)]
+            return [self._info(row) for row in session.scalars(query)]
 
     def update_table_properties(
         self,
@@ -511,7 +511,7 @@ class Catalog:
             self._compare_and_set(
                 session, row, expected_version, f"table {name}", properties=merged
             )
-            return _table_info(row, self._topic(row))
+            return self._info(row)
 
     # -- partitions -------------------------------------------------------------------
 
@@ -544,7 +544,7 @@ class Catalog:
             return []
         with self._session(write=True) as session:
             row = self._table_row(session, name)
-            info = _table_info(row, self._topic(row))
+            info = self._info(row)
             specs = [info.spec(item.spec, partial=False) for item in partitions]
             paths = [spec.to_path() for spec in specs]
             if len(set(paths)) != len(paths):
@@ -641,7 +641,7 @@ class Catalog:
         name = _as_table_name(table)
         with self._session() as session:
             row = self._table_row(session, name)
-            info = _table_info(row, self._topic(row))
+            info = self._info(row)
             wanted = info.spec(spec, partial=True) if spec is not None else None
             rows = session.scalars(
                 select(PartitionRow)
@@ -660,14 +660,18 @@ class Catalog:
         name = _as_table_name(table)
         with self._session() as session:
             row = self._table_row(session, name)
-            info = _table_info(row, self._topic(row))
+            info = self._info(row)
             full = info.spec(spec, partial=False)
-            prow = session.execute(
-                select(PartitionRow).where(
-                    PartitionRow.table_id == row.id, PartitionRow.path_spec == full.to_path()
-                )
-            ).scalar_one_or_none()
+            prow = self._partition_row(session, row.id, full)
             return None if prow is None else _partition_info(info, prow)
+
+    @staticmethod
+    def _partition_row(session: Session, table_id: int, full: PartitionSpec) -> PartitionRow | None:
+        return session.execute(
+            select(PartitionRow).where(
+                PartitionRow.table_id == table_id, PartitionRow.path_spec == full.to_path()
+            )
+        ).scalar_one_or_none()
 
     def update_partition(
         self,
@@ -700,13 +704,9 @@ class Catalog:
         }
         with self._session(write=True) as session:
             row = self._table_row(session, name)
-            info = _table_info(row, self._topic(row))
+            info = self._info(row)
             full = info.spec(spec, partial=False)
-            prow = session.execute(
-                select(PartitionRow).where(
-                    PartitionRow.table_id == row.id, PartitionRow.path_spec == full.to_path()
-                )
-            ).scalar_one_or_none()
+            prow = self._partition_row(session, row.id, full)
             if prow is None:
                 raise InvalidInputError(f"partition {full} of {name} is not registered")
             self._compare_and_set(
@@ -735,7 +735,7 @@ class Catalog:
         name = _as_table_name(table)
         with self._session(write=True) as session:
             row = self._table_row(session, name)
-            info = _table_info(row, self._topic(row))
+            info = self._info(row)
             canonical = info.spec(spec, partial=True).sorted()
             event_id = self._add_mark_set_done(session, row, info, canonical, self._clock())
         logger.info("mark-set-done %s %s as event %d", name, canonical, event_id)
@@ -820,7 +820,7 @@ class Catalog:
         now = self._clock()
         with self._session() as session:
             row = self._table_row(session, name)
-            info = _table_info(row, self._topic(row))
+            info = self._info(row)
             wanted = info.spec(spec, partial=True)
             # An equality lookup on (table, spec): at most 2^keys - 1 specs, a few rows
             # each. Expiry is checked here rather than in SQL: with a range condition on
@@ -910,8 +910,8 @@ class Catalog:
     def events(self, *, after_event_id: int = 0, limit: int = 500) -> list[OutboxEvent]:
         """All outbox events (published or not) after an event id, in order."""
         with self._session() as session:
-            rows = session.scalars(
-                select(OutboxRow)
+            rows = session.execute(
+                select(*_OUTBOX_COLUMNS)
                 .where(OutboxRow.event_id > after_event_id)
                 .order_by(OutboxRow.event_id)
                 .limit(limit)
