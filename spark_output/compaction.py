@@ -247,12 +247,17 @@ def data_files(fs: pafs.FileSystem, directory: str) -> list[FileStat]:
 
 # --------------------------------------------------------------------------- checksum
 #
-# An order-independent content checksum: each row gets a 64-bit hash built from its
-# columns' values (exact bits; every NaN counts as one canonical NaN; nulls as a
-# constant), and the checksum is the sum of the row hashes modulo 2**64. Everything is
-# computed with pyarrow.compute kernels (no per-value Python), by reinterpreting value
-# buffers as unsigned integers; strings and other byte values get a polynomial hash over
-# their bytes, lists a polynomial hash over their elements' hashes.
+# An order-independent content checksum: each row gets a 64-bit hash, and the checksum is
+# the sum of the row hashes modulo 2**64. A row's hash is splitmix64's finalizer applied to
+# a weighted sum of its columns' terms (each column has its own odd weight, so which column
+# a value is in counts). A fixed-width column's term is its value's exact bits (every NaN
+# counts as one canonical NaN; a null as a constant); any other column's term is a 64-bit
+# hash of the value: strings and other byte values get a polynomial hash over their bytes,
+# lists a polynomial hash over their elements' hashes, structs a mix of their fields'
+# hashes, dictionary-encoded values the hash of their dictionary entry (so a column hashes
+# the same whether it was read dictionary-encoded or not). Everything is computed with
+# pyarrow.compute kernels (no per-value Python), by reinterpreting value buffers as
+# unsigned integers.
 
 _U64 = pa.uint64()
 _MASK = (1 << 64) - 1
@@ -356,8 +361,6 @@ def _hash_array(arr: pa.Array) -> pa.Array:
     t = arr.type
     if isinstance(arr, pa.ExtensionArray):
         return _hash_array(arr.storage)
-    if pa.types.is_dictionary(t):
-        return _hash_array(arr.dictionary_decode())
     if pa.types.is_null(t):
         return pa.repeat(_u64(_NULL_HASH), n)
     if pa.types.is_string_view(t):
@@ -369,7 +372,10 @@ def _hash_array(arr: pa.Array) -> pa.Array:
     if pa.types.is_large_list_view(t):
         return _hash_array(arr.cast(pa.large_list(t.value_field)))
 
-    if pa.types.is_boolean(t):
+    if pa.types.is_dictionary(t):
+        # each distinct value is hashed once; indices that are null give null here
+        hashed = pc.take(_hash_array(arr.dictionary), arr.indices)
+    elif pa.types.is_boolean(t):
         hashed = _mix(pc.add(pc.cast(arr, _U64), _u64(0x51)))
     elif (
         pa.types.is_string(t)
@@ -418,24 +424,112 @@ def _hash_array(arr: pa.Array) -> pa.Array:
     return hashed
 
 
-def _batch_checksum(batch: pa.RecordBatch) -> int:
+def _is_plain_fixed_width(t: pa.DataType) -> bool:
+    """Integers, floats, dates, times, timestamps, durations: one value buffer of 1-8 bytes."""
+    return (
+        pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)
+    ) and t.bit_width in (8, 16, 32, 64)
+
+
+_DictionaryCache = dict[int, tuple[pa.Array, pa.Array]]
+"""Per column index: the last dictionary seen and its values' hashes."""
+
+
+def _column_term(arr: pa.Array, index: int, dictionaries: _DictionaryCache) -> pa.Array:
+    """Column ``index``'s contribution to each row's hash (uint64, never null)."""
+    if _is_plain_fixed_width(arr.type):
+        # the exact bits: cheap, and distinct values give distinct terms
+        term = _view(arr, arr.type.bit_width // 8)
+        if pa.types.is_floating(arr.type):
+            term = pc.if_else(pc.fill_null(pc.is_nan(arr), False), _u64(_NAN_BITS), term)
+    elif pa.types.is_dictionary(arr.type):
+        # batches of one row group share a dictionary: hash its values once
+        cached = dictionaries.get(index)
+        if cached is None or not cached[0].equals(arr.dictionary):
+            cached = (arr.dictionary, _hash_array(arr.dictionary))
+            dictionaries[index] = cached
+        term = pc.take(cached[1], arr.indices)
+    else:
+        return pc.multiply(_hash_array(arr), _u64(((index + 1) * _FIELD_SALT) | 1))
+    if arr.null_count:
+        term = pc.if_else(arr.is_valid(), term, _u64(_NULL_HASH))
+    return pc.multiply(term, _u64(((index + 1) * _FIELD_SALT) | 1))
+
+
+def _batch_checksum(batch: pa.RecordBatch, dictionaries: _DictionaryCache | None = None) -> int:
+    """The sum of ``batch``'s row hashes mod 2**64. Pass the same ``dictionaries`` dict
+    for consecutive batches of a file, so that a shared dictionary is hashed once."""
     n = batch.num_rows
     if n == 0:
         return 0
-    acc = pa.repeat(_u64(0), n)
+    cache: _DictionaryCache = {} if dictionaries is None else dictionaries
+    acc = pa.repeat(_u64(_LEN_SALT), n)
     for index in range(batch.num_columns):
-        column = _hash_array(batch.column(index))
-        acc = pc.add(acc, _mix(pc.add(column, _u64((index + 1) * _FIELD_SALT))))
+        acc = pc.add(acc, _column_term(batch.column(index), index, cache))
     total = pc.sum(_mix(acc)).as_py()
     return int(total or 0) & _MASK
+
+
+def _dictionary_columns(pf: pq.ParquetFile) -> list[str]:
+    """Top-level string/binary columns whose first row group is dictionary-encoded.
+
+    Reading them as Arrow dictionary arrays is cheaper, and the checksum then hashes each
+    distinct value once instead of once per row."""
+    meta = pf.metadata
+    if meta.num_row_groups == 0:
+        return []
+    group = meta.row_group(0)
+    encoded = {
+        group.column(i).path_in_schema
+        for i in range(group.num_columns)
+        if group.column(i).has_dictionary_page
+    }
+    return [
+        field.name
+        for field in pf.schema_arrow
+        if field.name in encoded
+        and (
+            pa.types.is_string(field.type)
+            or pa.types.is_binary(field.type)
+            or pa.types.is_large_string(field.type)
+            or pa.types.is_large_binary(field.type)
+        )
+    ]
+
+
+def _dense(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with the dictionary-encoded columns that ``schema`` has plain decoded."""
+    schema_out = batch.schema
+    columns = batch.columns
+    changed = False
+    for index, field in enumerate(batch.schema):
+        wanted = schema.field(index).type if index < len(schema) else None
+        if pa.types.is_dictionary(field.type) and (
+            wanted is None or not pa.types.is_dictionary(wanted)
+        ):
+            column = columns[index].dictionary_decode()
+            columns[index] = column
+            schema_out = schema_out.set(index, field.with_type(column.type))
+            changed = True
+    return pa.RecordBatch.from_arrays(columns, schema=schema_out) if changed else batch
 
 
 def _read_batches(
     fs: pafs.FileSystem, path: str, storage_format: StorageFormat
 ) -> Iterator[pa.RecordBatch]:
+    """The file's rows in batches. Parquet columns chosen by :func:`_dictionary_columns`
+    come as dictionary arrays (:func:`_dense` turns them back)."""
     with fs.open_input_file(path) as source:
         if storage_format == "parquet":
             pf = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+            dictionary = _dictionary_columns(pf)
+            if dictionary:
+                pf = pq.ParquetFile(
+                    source,
+                    metadata=pf.metadata,
+                    coerce_int96_timestamp_unit="us",
+                    read_dictionary=dictionary,
+                )
             yield from pf.iter_batches(batch_size=_BATCH_ROWS, use_threads=False)
         else:
             of = orc.ORCFile(source)
@@ -469,9 +563,10 @@ def compute_checksum(
     rows = 0
     checksum = 0
     for path in paths:
+        dictionaries: _DictionaryCache = {}
         for batch in _read_batches(fs, path, fmt):
             rows += batch.num_rows
-            checksum = (checksum + _batch_checksum(batch)) & _MASK
+            checksum = (checksum + _batch_checksum(batch, dictionaries)) & _MASK
     return rows, checksum
 
 
@@ -528,6 +623,7 @@ class _ParquetOptions:
     int96: bool
     decimal_as_integer: bool
     footer_metadata: dict[bytes, bytes]
+    use_dictionary: bool | tuple[str, ...] = True
 
 
 _PARQUET_CODECS = {
@@ -539,6 +635,7 @@ _PARQUET_CODECS = {
     "BROTLI": "brotli",
     "UNCOMPRESSED": "none",
 }
+_FIXED_WIDTH = {"INT32": 4, "INT64": 8, "FLOAT": 4, "DOUBLE": 8, "INT96": 12}
 _ORC_CODECS = {
     "SNAPPY": "snappy",
     "ZLIB": "zlib",
@@ -566,6 +663,7 @@ def _parquet_options(fs: pafs.FileSystem, path: str, directory: str) -> _Parquet
         )
         codec = meta.row_group(0).column(0).compression if meta.num_row_groups else "SNAPPY"
         footer = meta.metadata
+        use_dictionary = _dictionary_choice(meta)
     if "INT96" in physical and int64_timestamps:
         raise CompactionError(
             f"cannot merge {path} in partition {directory}: it mixes INT96 and INT64 "
@@ -579,7 +677,37 @@ def _parquet_options(fs: pafs.FileSystem, path: str, directory: str) -> _Parquet
         int96="INT96" in physical,
         decimal_as_integer=decimal_integer,
         footer_metadata=dict(footer or {}),
+        use_dictionary=use_dictionary,
     )
+
+
+def _dictionary_choice(meta: pq.FileMetaData) -> bool | tuple[str, ...]:
+    """Which columns the merged file dictionary-encodes: those the original writer did
+    (the first row group has a dictionary page), except fixed-width columns where the
+    dictionary did not pay (the encoded chunk is at least 3/4 of the plain values' size,
+    as for unique ids). Dictionary-encoding such columns again only costs time, because
+    the writer falls back to plain encoding once the merged dictionary grows."""
+    if meta.num_row_groups == 0:
+        return True
+    group = meta.row_group(0)
+    enabled = []
+    for index in range(group.num_columns):
+        chunk = group.column(index)
+        if not chunk.has_dictionary_page:
+            continue
+        width = _FIXED_WIDTH.get(chunk.physical_type)
+        if width is None and chunk.physical_type == "FIXED_LEN_BYTE_ARRAY":
+            width = meta.schema.column(index).length
+        if (
+            width
+            and chunk.num_values
+            and chunk.total_uncompressed_size * 4 >= 3 * (width * chunk.num_values)
+        ):
+            continue
+        enabled.append(chunk.path_in_schema)
+    if len(enabled) == group.num_columns:
+        return True
+    return tuple(enabled) if enabled else False
 
 
 @dataclass(frozen=True)
@@ -628,6 +756,11 @@ class _Writer:
                 options.schema,
                 compression=options.compression,
                 use_deprecated_int96_timestamps=options.int96,
+                use_dictionary=(
+                    options.use_dictionary
+                    if isinstance(options.use_dictionary, bool)
+                    else list(options.use_dictionary)
+                ),
                 store_decimal_as_integer=options.decimal_as_integer,
                 store_schema=False,
                 write_statistics=True,
@@ -786,14 +919,18 @@ def merge_partition(
             try:
                 for stat in group:
                     file_rows = 0
+                    dictionaries: _DictionaryCache = {}
                     for batch in _read_batches(fs, stat.path, fmt):
+                        if verify:
+                            checksum_before = (
+                                checksum_before + _batch_checksum(batch, dictionaries)
+                            ) & _MASK
+                        batch = _dense(batch, expected_schema)
                         if not batch.schema.equals(expected_schema, check_metadata=False):
                             raise CompactionError(
                                 f"cannot merge partition {directory}: {stat.name} has schema "
                                 f"{batch.schema} but {small[0].name} has {expected_schema}"
                             )
-                        if verify:
-                            checksum_before = (checksum_before + _batch_checksum(batch)) & _MASK
                         file_rows += batch.num_rows
                         writer.write(batch)
                     per_file_rows[stat.name] = file_rows

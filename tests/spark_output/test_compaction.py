@@ -231,6 +231,67 @@ def test_checksum_values_nulls_and_nan(tmp_path: Path) -> None:
     assert once != twice
 
 
+def test_checksum_same_for_dictionary_and_plain_encoded_strings(tmp_path: Path) -> None:
+    # Dictionary-encoded string columns are read as Arrow dictionaries and hashed per
+    # distinct value; the checksum must not depend on how the file stored them, nor on
+    # how many row groups (each with its own dictionary) the file has.
+    values = [None if i % 7 == 0 else f"v{i % 13}" for i in range(500)]
+    table = pa.table({"s": values, "b": pa.array([v.encode() if v else None for v in values])})
+    plain = str(tmp_path / "plain.parquet")
+    encoded = str(tmp_path / "encoded.parquet")
+    pq.write_table(table, plain, use_dictionary=False)
+    pq.write_table(table, encoded, use_dictionary=True, row_group_size=37)
+    assert not pq.ParquetFile(plain).metadata.row_group(0).column(0).has_dictionary_page
+    assert pq.ParquetFile(encoded).metadata.num_row_groups > 10
+    assert compute_checksum(LOCAL, [plain], "parquet") == compute_checksum(
+        LOCAL, [encoded], "parquet"
+    )
+    changed = table.set_column(0, "s", pa.array(["x" if v == "v3" else v for v in values]))
+    pq.write_table(changed, encoded, use_dictionary=True, row_group_size=37)
+    assert compute_checksum(LOCAL, [plain], "parquet") != compute_checksum(
+        LOCAL, [encoded], "parquet"
+    )
+
+
+def test_merge_keeps_dictionaries_only_where_they_paid(tmp_path: Path) -> None:
+    # Unique ids gain nothing from a dictionary (the writer would fall back to plain
+    # anyway): the merged file writes them plain. Low-cardinality strings and
+    # integers stay dictionary-encoded; a column the writer stored plain stays plain.
+    directory = tmp_path / "p"
+    directory.mkdir()
+    for number in range(12):
+        ids = range(number * 2000, (number + 1) * 2000)
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "code": pa.array([i % 5 for i in ids], pa.int64()),
+                "page": [f"/page/{i % 11}" for i in ids],
+                "note": [f"n{i % 3}" for i in ids],
+            }
+        )
+        pq.write_table(
+            table,
+            str(directory / f"part-{number:05d}.parquet"),
+            use_dictionary=["id", "code", "page"],
+        )
+    rows_before = compute_checksum(
+        LOCAL, [f.path for f in data_files(LOCAL, str(directory))], "parquet"
+    )
+    result = merge_partition(
+        LOCAL, str(directory), storage_format="parquet", policy=CompactionPolicy()
+    )
+    (merged,) = result.new_files
+    group = pq.ParquetFile(str(directory / merged)).metadata.row_group(0)
+    dictionary = {
+        group.column(i).path_in_schema: group.column(i).has_dictionary_page
+        for i in range(group.num_columns)
+    }
+    assert dictionary == {"id": False, "code": True, "page": True, "note": False}
+    assert compute_checksum(LOCAL, [str(directory / merged)], "parquet") == rows_before
+    # strings were read as dictionaries for hashing, but are written back as plain strings
+    assert pq.read_schema(str(directory / merged)).field("page").type == pa.string()
+
+
 def test_checksum_rejects_unknown_format(tmp_path: Path) -> None:
     with pytest.raises(CompactionError, match="storage_format"):
         compute_checksum(LOCAL, [], "csv")
