@@ -34,7 +34,8 @@ import json
 import posixpath
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, TypeVar, cast
@@ -515,11 +516,13 @@ def _dense(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 def _read_batches(
-    fs: pafs.FileSystem, path: str, storage_format: StorageFormat
+    fs: pafs.FileSystem, path: str, storage_format: StorageFormat, data: pa.Buffer | None = None
 ) -> Iterator[pa.RecordBatch]:
-    """The file's rows in batches. Parquet columns chosen by :func:`_dictionary_columns`
-    come as dictionary arrays (:func:`_dense` turns them back)."""
-    with fs.open_input_file(path) as source:
+    """The file's rows in batches, from ``data`` (its bytes, already read) if given.
+    Parquet columns chosen by :func:`_dictionary_columns` come as dictionary arrays
+    (:func:`_dense` turns them back)."""
+    opened = fs.open_input_file(path) if data is None else pa.BufferReader(data)
+    with opened as source:
         if storage_format == "parquet":
             pf = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
             dictionary = _dictionary_columns(pf)
@@ -537,6 +540,28 @@ def _read_batches(
                 yield from pa.Table.from_batches([of.read_stripe(stripe)]).to_batches(
                     max_chunksize=_BATCH_ROWS
                 )
+
+
+def _read_file(fs: pafs.FileSystem, path: str) -> pa.Buffer:
+    with fs.open_input_file(path) as source:
+        data: pa.Buffer = source.read_buffer()
+    return data
+
+
+def _prefetched(
+    fs: pafs.FileSystem, files: Sequence[FileStat]
+) -> Generator[tuple[FileStat, pa.Buffer], None, None]:
+    """Each (small) file with its bytes, the next one read in a background thread while
+    the caller decodes the current one: disk or network reads overlap the CPU work."""
+    if not files:
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hcat-prefetch") as pool:
+        pending = pool.submit(_read_file, fs, files[0].path)
+        for index, stat in enumerate(files):
+            data = pending.result()
+            if index + 1 < len(files):
+                pending = pool.submit(_read_file, fs, files[index + 1].path)
+            yield stat, data
 
 
 def _check_format(storage_format: str) -> StorageFormat:
@@ -912,31 +937,34 @@ def merge_partition(
     rows_before = 0
     checksum_before = 0
     try:
-        for number, group in enumerate(_groups(small, policy.target_file_bytes)):
-            temp = posixpath.join(directory, f"{_TEMP_PREFIX}{token}-{number:05d}.tmp")
-            temp_paths.append(temp)
-            writer = _Writer(fs, temp, options)
-            try:
-                for stat in group:
-                    file_rows = 0
-                    dictionaries: _DictionaryCache = {}
-                    for batch in _read_batches(fs, stat.path, fmt):
-                        if verify:
-                            checksum_before = (
-                                checksum_before + _batch_checksum(batch, dictionaries)
-                            ) & _MASK
-                        batch = _dense(batch, expected_schema)
-                        if not batch.schema.equals(expected_schema, check_metadata=False):
-                            raise CompactionError(
-                                f"cannot merge partition {directory}: {stat.name} has schema "
-                                f"{batch.schema} but {small[0].name} has {expected_schema}"
-                            )
-                        file_rows += batch.num_rows
-                        writer.write(batch)
-                    per_file_rows[stat.name] = file_rows
-                    rows_before += file_rows
-            finally:
-                writer.close()
+        with contextlib.closing(_prefetched(fs, small)) as originals:
+            for number, group in enumerate(_groups(small, policy.target_file_bytes)):
+                temp = posixpath.join(directory, f"{_TEMP_PREFIX}{token}-{number:05d}.tmp")
+                temp_paths.append(temp)
+                writer = _Writer(fs, temp, options)
+                try:
+                    for _ in group:
+                        stat, data = next(originals)
+                        file_rows = 0
+                        dictionaries: _DictionaryCache = {}
+                        for batch in _read_batches(fs, stat.path, fmt, data):
+                            if verify:
+                                checksum_before = (
+                                    checksum_before + _batch_checksum(batch, dictionaries)
+                                ) & _MASK
+                            batch = _dense(batch, expected_schema)
+                            if not batch.schema.equals(expected_schema, check_metadata=False):
+                                raise CompactionError(
+                                    f"cannot merge partition {directory}: {stat.name} has "
+                                    f"schema {batch.schema} but {small[0].name} has "
+                                    f"{expected_schema}"
+                                )
+                            file_rows += batch.num_rows
+                            writer.write(batch)
+                        per_file_rows[stat.name] = file_rows
+                        rows_before += file_rows
+                finally:
+                    writer.close()
         if _corrupt_hook is not None:
             for temp in temp_paths:
                 _corrupt_hook(fs, temp)
