@@ -7,24 +7,27 @@ Exit codes: 0 success; 2 a user or environment error, reported as one line on st
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
+import os
 import re
 import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from hcat_notify.broker import consumer_connection, publisher_connection
 from hcat_notify.consumer import Notification, NotificationConsumer
-from hcat_notify.errors import BrokerTimeoutError, HcatNotifyError, InvalidInputError
+from hcat_notify.errors import BrokerTimeoutError, ConfigError, HcatNotifyError, InvalidInputError
 from hcat_notify.relay import DEFAULT_LEASE_NAME, Relay, RelayConfig
 from hcat_notify.settings import Settings, load_settings
 from hcat_notify.specs import PartitionSpec
@@ -33,7 +36,14 @@ from hcat_notify.store import engine as engines
 from hcat_notify.topics import destination_for
 from hcat_notify.writer import send_mark_set_done
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark_output.compaction import CompactionPolicy
+
 __all__ = ["main", "parse_duration"]
+
+logger = logging.getLogger(__name__)
 
 EXIT_ERROR = 2
 EXIT_TIMEOUT = 1
@@ -637,6 +647,109 @@ def recover_command(obj: _Context, name: str | None, force: bool) -> None:
     )
 
 
+@contextlib.contextmanager
+def _progress_bar(enabled: bool, label: str) -> Iterator[Callable[[int, int, str], None]]:
+    """A progress callback for compact_table / purge_superseded: a bar on stderr if
+    ``enabled``, else one that does nothing."""
+    with contextlib.ExitStack() as stack:
+        bar = (
+            stack.enter_context(click.progressbar(length=1, label=label, file=sys.stderr))
+            if enabled
+            else None
+        )
+
+        def progress(done: int, total: int, item: str) -> None:
+            if bar is not None:
+                bar.length = total
+                bar.label = f"{label} {item}"
+                bar.update(1)
+
+        yield progress
+
+
+def _is_local_master(master: str) -> bool:
+    return master == "local" or master.startswith(("local[", "local-cluster["))
+
+
+@contextlib.contextmanager
+def _spark_session(master: str) -> Iterator[SparkSession]:
+    """A Spark session with ``master`` for one command, stopped at its end.
+
+    A session already running in this process (the command called from a Spark driver)
+    is used as it is and left running. Executors run this interpreter
+    (``PYSPARK_PYTHON`` defaults to it), so they can import spark_output; a local master
+    binds to 127.0.0.1. Further settings come from Spark's own configuration
+    (``SPARK_CONF_DIR/spark-defaults.conf``).
+
+    Raises:
+        ConfigError: pyspark is not installed, or Spark does not start.
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise ConfigError(
+            f"--spark needs pyspark, which is not installed ({exc}); "
+            "install it with: pip install 'hcat-notify[spark]'"
+        ) from exc
+    from pyspark import SparkContext
+
+    running: SparkSession | None = None
+    with contextlib.suppress(Exception):  # no active or default session
+        running = SparkSession.active()
+    if running is None and getattr(SparkContext, "_active_spark_context", None) is not None:
+        running = SparkSession.builder.getOrCreate()  # a bare SparkContext: not ours either
+    if running is not None:
+        if running.sparkContext.master != master:
+            logger.warning(
+                "using the running Spark session (master %s), not %s",
+                running.sparkContext.master,
+                master,
+            )
+        yield running
+        return
+    local = _is_local_master(master)
+    env = {"PYSPARK_PYTHON": sys.executable, **({"SPARK_LOCAL_IP": "127.0.0.1"} if local else {})}
+    saved = {key: os.environ.get(key) for key in env}
+    for key, value in env.items():
+        os.environ.setdefault(key, value)
+    try:
+        builder = (
+            SparkSession.builder.master(master)
+            .appName("hcat-notify-compact")
+            .config("spark.ui.showConsoleProgress", "false")
+        )
+        if local:
+            builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
+                "spark.driver.host", "127.0.0.1"
+            )
+        session = builder.getOrCreate()
+    except Exception as exc:  # no Java, a bad master URL, no cluster there: one line
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        reason = lines[0].strip() if lines else type(exc).__name__
+        raise ConfigError(f"cannot start Spark with master {master!r}: {reason}") from exc
+    finally:
+        # The JVM and the context have read them; do not leak them into the caller.
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+    verbose = logging.getLogger().getEffectiveLevel() <= logging.INFO
+    session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+_COMPACT_ONLY = {
+    "mode": "--mode",
+    "min_files": "--min-files",
+    "small_file_mb": "--small-file-mb",
+    "spark_master": "--spark",
+}
+
+
 @cli.command("compact")
 @click.argument("name", metavar="DB.TABLE")
 @click.argument("spec", nargs=-1, metavar="[K=V]...")
@@ -649,7 +762,26 @@ def recover_command(obj: _Context, name: str | None, force: bool) -> None:
     show_default=True,
     help="Files under this size count as small.",
 )
-@click.option("--dry-run", is_flag=True, help="Show what would be compacted; change nothing.")
+@click.option(
+    "--spark",
+    "spark_master",
+    metavar="MASTER",
+    help="Compact each partition as a task of a Spark session with this master "
+    "(local[2], yarn, spark://host:7077); default: threads of this process.",
+)
+@click.option(
+    "--purge",
+    is_flag=True,
+    help="Do not compact: delete the directories earlier compactions superseded, "
+    "once older than --older-than, no longer registered and safe to lose.",
+)
+@click.option(
+    "--older-than",
+    metavar="AGE",
+    help="With --purge: keep directories superseded less than AGE ago (7d, 12h, 30m), "
+    "for readers that listed them before the switch.  [default: 1h]",
+)
+@click.option("--dry-run", is_flag=True, help="Show what would be done; change nothing.")
 @_output_option
 @click.pass_obj
 @_handle_errors
@@ -660,44 +792,88 @@ def compact_command(
     mode: str,
     min_files: int,
     small_file_mb: int,
+    spark_master: str | None,
+    purge: bool,
+    older_than: str | None,
     dry_run: bool,
 ) -> None:
-    """Compact existing partitions' small files (merge or HAR), swapping each atomically."""
+    """Compact existing partitions' small files (merge or HAR), swapping each atomically.
+
+    With --purge, delete instead the old directories earlier compactions left for
+    readers; afterwards, scans of the table directory by path no longer see those
+    partitions (readers through the registry or the catalog are not affected).
+    """
     from spark_output.compaction import CompactionPolicy
+    from spark_output.errors import SparkOutputError
+
+    ctx = click.get_current_context()
+    if purge:
+        given = [
+            flag
+            for param, flag in _COMPACT_ONLY.items()
+            if ctx.get_parameter_source(param) != ParameterSource.DEFAULT
+        ]
+        if given:
+            raise InvalidInputError(
+                f"{', '.join(given)} cannot be combined with --purge, which only deletes "
+                "superseded directories"
+            )
+    elif older_than is not None:
+        raise InvalidInputError("--older-than only applies with --purge")
+    try:
+        if purge:
+            _purge(obj, name, spec, older_than=older_than, dry_run=dry_run)
+        else:
+            policy = CompactionPolicy(
+                min_files=min_files,
+                small_file_bytes=small_file_mb * 1024 * 1024,
+                target_file_bytes=small_file_mb * 1024 * 1024,
+                mode="har" if mode == "har" else "merge",
+            )
+            _compact(obj, name, spec, policy=policy, spark_master=spark_master, dry_run=dry_run)
+    except SparkOutputError as exc:  # e.g. merge on a CSV table: a user mistake
+        _fail(str(exc))
+
+
+def _compact(
+    obj: _Context,
+    name: str,
+    spec: tuple[str, ...],
+    *,
+    policy: CompactionPolicy,
+    spark_master: str | None,
+    dry_run: bool,
+) -> None:
     from spark_output.maintenance import compact_table
 
-    policy = CompactionPolicy(
-        min_files=min_files,
-        small_file_bytes=small_file_mb * 1024 * 1024,
-        target_file_bytes=small_file_mb * 1024 * 1024,
-        mode="har" if mode == "har" else "merge",
-    )
-    with obj.catalog() as catalog:
+    with obj.catalog() as catalog, contextlib.ExitStack() as stack:
         info = catalog.get_table(name)
         partial = _spec_args(spec)
+        if partial is not None:
+            info.spec(partial, partial=True)  # a bad key fails before Spark starts
+        # A dry run only plans, on this machine: no Spark needed.
+        spark = (
+            stack.enter_context(_spark_session(spark_master))
+            if spark_master is not None and not dry_run
+            else None
+        )
         show_bar = obj.output == "text" and not dry_run and sys.stderr.isatty()
-        with contextlib.ExitStack() as stack:
-            bar = (
-                stack.enter_context(
-                    click.progressbar(length=1, label="compacting", file=sys.stderr)
-                )
-                if show_bar
-                else None
-            )
-
-            def progress(done: int, total: int, partition: object) -> None:
-                if bar is not None:
-                    bar.length = total
-                    bar.label = f"compacting {partition}"
-                    bar.update(1)
-
-            summary = compact_table(
-                catalog, str(info.name), partial, policy=policy, dry_run=dry_run, progress=progress
-            )
+        progress = stack.enter_context(_progress_bar(show_bar, "compacting"))
+        summary = compact_table(
+            catalog,
+            str(info.name),
+            partial,
+            policy=policy,
+            spark=spark,
+            dry_run=dry_run,
+            progress=progress,
+        )
+        application = str(spark.sparkContext.applicationId) if spark is not None else None
     data = {
         "table": summary.table,
         "mode": summary.mode,
         "dry_run": summary.dry_run,
+        "spark_application": application,
         "considered": summary.partitions_considered,
         "compacted": summary.partitions_compacted,
         "skipped": summary.partitions_skipped,
@@ -709,6 +885,7 @@ def compact_command(
         "seconds": round(summary.seconds, 3),
         "errors": list(summary.errors),
         "old_locations": list(summary.old_locations),
+        "spark_catalog_errors": list(summary.spark_catalog_errors),
     }
 
     def text() -> str:
@@ -721,8 +898,73 @@ def compact_command(
             f"bytes {summary.bytes_before:,} -> {summary.bytes_after:,}, {summary.seconds:.1f} s",
         ]
         lines += [f"error: {error}" for error in summary.errors]
+        lines += [f"spark catalog: {error}" for error in summary.spark_catalog_errors]
         if summary.old_locations:
-            lines.append(f"{len(summary.old_locations)} superseded location(s) kept for readers")
+            lines.append(
+                f"{len(summary.old_locations)} superseded location(s) kept for readers "
+                "(hcat-notify compact --purge deletes them later)"
+            )
+        return "\n".join(lines)
+
+    _emit(obj, data, text)
+    if not summary.ok:
+        sys.exit(EXIT_ERROR)
+
+
+_PURGE_LABELS = {
+    "deleted": "deleted",
+    "planned": "would delete",
+    "kept": "kept",
+    "refused": "refused",
+    "failed": "failed",
+}
+
+
+def _purge(
+    obj: _Context, name: str, spec: tuple[str, ...], *, older_than: str | None, dry_run: bool
+) -> None:
+    from spark_output.maintenance import DEFAULT_PURGE_AGE, purge_superseded
+
+    age = parse_duration(older_than) if older_than is not None else DEFAULT_PURGE_AGE
+    with obj.catalog() as catalog:
+        info = catalog.get_table(name)
+        show_bar = obj.output == "text" and not dry_run and sys.stderr.isatty()
+        with _progress_bar(show_bar, "purging") as progress:
+            summary = purge_superseded(
+                catalog,
+                str(info.name),
+                _spec_args(spec),
+                older_than=age,
+                dry_run=dry_run,
+                progress=progress,
+            )
+    data = {
+        "table": summary.table,
+        "dry_run": summary.dry_run,
+        "older_than": summary.older_than,
+        "deleted": summary.directories_deleted,
+        "files_deleted": summary.files_deleted,
+        "bytes_freed": summary.bytes_freed,
+        "kept": summary.directories_kept,
+        "refused": summary.directories_refused,
+        "failed": summary.directories_failed,
+        "seconds": round(summary.seconds, 3),
+        "directories": [dataclasses.asdict(result) for result in summary.results],
+        "errors": list(summary.errors),
+    }
+
+    def text() -> str:
+        verb = "would purge" if summary.dry_run else "purged"
+        lines = [
+            f"{summary.table}: {verb} {summary.directories_deleted} superseded "
+            f"director{'y' if summary.directories_deleted == 1 else 'ies'} "
+            f"({summary.files_deleted} files, {summary.bytes_freed:,} bytes freed), "
+            f"{summary.directories_kept} kept, {summary.directories_refused} refused, "
+            f"{summary.directories_failed} failed"
+        ]
+        for result in summary.results:
+            reason = f": {result.reason}" if result.reason else ""
+            lines.append(f"{_PURGE_LABELS[result.status]}: {result.location}{reason}")
         return "\n".join(lines)
 
     _emit(obj, data, text)
