@@ -35,10 +35,16 @@ def _data_files(directory: Path) -> list[Path]:
     return [p for p in directory.iterdir() if p.is_file() and not p.name.startswith(("_", "."))]
 
 
-def test_merge_leaves_one_file_per_partition_and_every_row(spark, settings, tmp_path):
+@pytest.mark.parametrize("storage_format", ["parquet", "orc"])
+def test_merge_leaves_one_file_per_partition_and_every_row(
+    spark, settings, tmp_path, storage_format
+):
     with Catalog.open(settings) as catalog:
         table = catalog.create_table(
-            "web.merged", location=str(tmp_path / "merged"), partition_keys=["datestamp", "region"]
+            "web.merged",
+            location=str(tmp_path / "merged"),
+            partition_keys=["datestamp", "region"],
+            storage_format=storage_format,
         )
         df = _frame(spark, partitions=20, rows=20 * 32 * 5, tasks=32)
         small = spark.createDataFrame([(10**9, "lonely", "20110228", "small")], df.schema)
@@ -63,7 +69,13 @@ def test_merge_leaves_one_file_per_partition_and_every_row(spark, settings, tmp_
         expected = sorted(
             (row.id, row.value, row.region) for row in df.unionByName(small).collect()
         )
-        got = spark.read.parquet(table.location).select("id", "value", "region").collect()
+        got = (
+            spark.read.format(storage_format)
+            .load(table.location)
+            .select("id", "value", "region")
+            .collect()
+        )
+        assert all(f.suffix == f".{storage_format}" for f in _data_files(root / "region=r00"))
         assert sorted(tuple(row) for row in got) == expected
 
 
