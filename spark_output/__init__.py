@@ -15,7 +15,12 @@ from spark_output.errors import (
     TooManyPartitionsError,
     WriteFailedError,
 )
-from spark_output.maintenance import CompactionSummary, compact_table
+from spark_output.maintenance import (
+    CompactionSummary,
+    PurgeSummary,
+    compact_table,
+    purge_superseded,
+)
 from spark_output.writer import CommitResult, create_table, write_partitions
 
 __all__ = [
@@ -27,12 +32,14 @@ __all__ = [
     "CompactionSummary",
     "IntegrityError",
     "PartitionColumnsError",
+    "PurgeSummary",
     "Recovery",
     "SparkOutputError",
     "TooManyPartitionsError",
     "WriteFailedError",
     "compact_table",
     "create_table",
+    "purge_superseded",
     "recover",
     "send_mark_set_done",
     "write_partitions",
