@@ -49,7 +49,12 @@ def hcat(delivery_settings: Settings):
 
 
 class _Lines:
-    """A background command whose stdout lines can be awaited with a deadline."""
+    """A background command whose stdout lines can be awaited with a deadline.
+
+    One thread reads stdout into a queue and another collects stderr: ``finish`` waits
+    for the process and both readers, and never reads stdout itself (a second reader of
+    the pipe would take lines away from the queue).
+    """
 
     def __init__(self, settings: Settings, *args: str) -> None:
         self.proc = subprocess.Popen(
@@ -60,18 +65,25 @@ class _Lines:
             text=True,
         )
         self.lines: queue.Queue[str] = queue.Queue()
+        self._stderr: list[str] = []
         assert self.proc.stdout is not None
-        stdout = self.proc.stdout
-        threading.Thread(
-            target=lambda: [self.lines.put(line) for line in stdout], daemon=True
-        ).start()
+        assert self.proc.stderr is not None
+        stdout, stderr = self.proc.stdout, self.proc.stderr
+        self._readers = [
+            threading.Thread(target=lambda: [self.lines.put(line) for line in stdout], daemon=True),
+            threading.Thread(target=lambda: self._stderr.extend(stderr), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
 
     def next(self, timeout: float = 30) -> str:
         return self.lines.get(timeout=timeout)
 
     def finish(self, timeout: float = 60) -> tuple[int, str]:
-        _, err = self.proc.communicate(timeout=timeout)
-        return self.proc.returncode, err
+        self.proc.wait(timeout=timeout)
+        for reader in self._readers:
+            reader.join(timeout=timeout)
+        return self.proc.returncode, "".join(self._stderr)
 
 
 def test_mark_done_succeeds_while_the_broker_is_down(delivery_settings, clicks: TableInfo, hcat):
