@@ -273,6 +273,31 @@ class PartitionSpec:
         return cls(tuple(pairs))
 
     @classmethod
+    def parse_trusted(cls, path: str) -> PartitionSpec:
+        """Parse a path that :meth:`to_path` of a valid spec wrote, without checking it.
+
+        For specs read back from the catalog's own rows (the consumer's catch-up reads
+        100,000s of them); anything from outside goes through :meth:`parse`. The result
+        equals ``parse(path)`` for every path ``to_path`` produces.
+        """
+        pairs = []
+        for segment in path.split("/"):
+            raw_key, _, raw_value = segment.partition("=")
+            pairs.append(
+                (
+                    unescape_path_name(raw_key) if "%" in raw_key else raw_key,
+                    None
+                    if raw_value == DEFAULT_PARTITION_NAME
+                    else unescape_path_name(raw_value)
+                    if "%" in raw_value
+                    else raw_value,
+                )
+            )
+        spec = object.__new__(cls)
+        object.__setattr__(spec, "items", tuple(pairs))
+        return spec
+
+    @classmethod
     def from_args(cls, args: Sequence[str]) -> PartitionSpec:
         """Build a spec from command-line items ``KEY=VALUE`` (raw, unescaped).
 

@@ -217,11 +217,15 @@ _OUTBOX_COLUMNS = (
 )
 
 
+_EVENT_TYPES = {event_type.value: event_type for event_type in EventType}
+"""``EventType(value)`` as a dict lookup (the Enum call costs microseconds per row)."""
+
+
 def _outbox_event(row: Any) -> OutboxEvent:
     return OutboxEvent(
         event_id=row.event_id,
         topic=row.topic,
-        event_type=EventType(row.event_type),
+        event_type=_EVENT_TYPES[row.event_type],
         table=row.table_name,
         headers=MappingProxyType(dict(row.headers)),
         body=row.body,

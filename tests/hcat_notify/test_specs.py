@@ -437,6 +437,17 @@ def test_parse_inverts_to_path(pairs: list[tuple[str, str | None]]) -> None:
 
 
 @given(specs)
+def test_parse_trusted_equals_parse_on_what_to_path_writes(
+    pairs: list[tuple[str, str | None]],
+) -> None:
+    path = PartitionSpec(tuple(pairs)).to_path()
+    trusted = PartitionSpec.parse_trusted(path)
+    assert trusted == PartitionSpec.parse(path)
+    assert trusted.items == PartitionSpec.parse(path).items
+    assert hash(trusted) == hash(PartitionSpec.parse(path))
+
+
+@given(specs)
 def test_from_args_round_trips_raw_values(pairs: list[tuple[str, str | None]]) -> None:
     spec = PartitionSpec(tuple(pairs))
     args = [f"{k}={'' if v is None else v}" for k, v in spec.items]
