@@ -226,8 +226,10 @@ class PartitionCommitter:
                 files would not be visible through the archive).
         """
         registered = {
-            info.spec.to_path(): info.location
-            for info in self.catalog.list_partitions(self.table.name)
+            path: info.location
+            for path, info in self.catalog.partitions_at(
+                self.table.name, [item.spec for item in staged]
+            ).items()
         }
         partitions = []
         for item in staged:

@@ -270,6 +270,44 @@ def test_partition_filter_with_partial_spec(catalog: Catalog):
         catalog.list_partitions("web.clicks", {"country": "x"})
 
 
+def test_prefix_filter_is_exact_with_like_wildcards_in_values(catalog: Catalog):
+    # list_partitions narrows by the path prefix in SQL; '%' and '_' in values (and the
+    # escaping that turns '/' into '%2F') must not widen or shrink the match.
+    _make_clicks(catalog)
+    values = ["1", "1_", "1%", "1%2F", "1/x", "10", "_", "%", "a", "A"]
+    catalog.add_partitions(
+        "web.clicks",
+        [
+            NewPartition({"datestamp": d, "region": r}, f"/p/{i}")
+            for i, d in enumerate(values)
+            for r in ("us", "eu")
+        ],
+    )
+    for value in values:
+        listed = catalog.list_partitions("web.clicks", {"datestamp": value})
+        assert {p.spec.as_dict()["datestamp"] for p in listed} == {value}
+        assert {p.spec.as_dict()["region"] for p in listed} == {"us", "eu"}
+        (one,) = catalog.list_partitions("web.clicks", {"datestamp": value, "region": "eu"})
+        assert one.spec.as_dict() == {"datestamp": value, "region": "eu"}
+    assert len(catalog.list_partitions("web.clicks", {"region": "us"})) == len(values)
+
+
+def test_partitions_at_looks_up_exactly_the_given_specs(catalog: Catalog):
+    _make_clicks(catalog)
+    catalog.add_partitions(
+        "web.clicks",
+        [NewPartition({"datestamp": str(d), "region": "us"}, f"/p/{d}") for d in range(1200)],
+        announce=False,
+    )
+    wanted = [{"datestamp": str(d), "region": r} for d in range(0, 1300, 2) for r in ("us", "eu")]
+    found = catalog.partitions_at("web.clicks", wanted)  # more specs than one IN chunk
+    assert set(found) == {f"datestamp={d}/region=us" for d in range(0, 1200, 2)}
+    assert found["datestamp=4/region=us"].location == "/p/4"
+    assert catalog.partitions_at("web.clicks", []) == {}
+    with pytest.raises(InvalidSpecError, match="missing partition key"):
+        catalog.partitions_at("web.clicks", [{"datestamp": "1"}])
+
+
 def test_existing_partition_rejects_the_whole_batch(catalog: Catalog):
     _make_clicks(catalog)
     catalog.add_partitions("web.clicks", [NewPartition({"datestamp": "1", "region": "us"}, "/a")])
