@@ -176,10 +176,15 @@ def bench_env(args: argparse.Namespace, name: str) -> Iterator[BenchEnv]:
         yield BenchEnv(workdir, broker, settings, sqlite_path)
     finally:
         broker.stop()
-        if args.keep:
-            log(f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        drop_workdir(workdir, keep=args.keep)
+
+
+def drop_workdir(workdir: Path, *, keep: bool) -> None:
+    """Delete a run's temporary directory, or say where it is kept (``--keep``)."""
+    if keep:
+        log(f"kept {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def make_settings(home: Path, broker_url: str, db_url: str | None) -> Settings:

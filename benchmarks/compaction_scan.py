@@ -22,14 +22,23 @@ No broker is needed: the catalog is a SQLite file in a temporary directory.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _support import Row, footer, log, machine_line, make_settings, parser, print_table, run_main
+from _support import (
+    Row,
+    drop_workdir,
+    footer,
+    log,
+    machine_line,
+    make_settings,
+    parser,
+    print_table,
+    run_main,
+)
 
 from hcat_notify.store import Catalog
 from spark_output import CompactionPolicy, create_table, write_partitions
@@ -277,10 +286,7 @@ def main() -> None:
     finally:
         if spark is not None:
             spark.stop()
-        if args.keep:
-            log(f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        drop_workdir(workdir, keep=args.keep)
 
 
 if __name__ == "__main__":

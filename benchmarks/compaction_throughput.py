@@ -32,7 +32,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from _support import Row, footer, log, machine_line, make_settings, parser, print_table, run_main
+from _support import (
+    Row,
+    drop_workdir,
+    footer,
+    log,
+    machine_line,
+    make_settings,
+    parser,
+    print_table,
+    run_main,
+)
 
 from hcat_notify.store import Catalog, NewPartition
 from spark_output import CompactionPolicy
@@ -257,10 +267,7 @@ def main() -> None:
     finally:
         if spark is not None:
             spark.stop()
-        if args.keep:
-            log(f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        drop_workdir(workdir, keep=args.keep)
 
 
 if __name__ == "__main__":

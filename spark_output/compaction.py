@@ -933,6 +933,7 @@ def merge_partition(
 
     token = uuid.uuid4().hex
     temp_paths: list[str] = []
+    temp_rows: list[int] = []
     per_file_rows: dict[str, int] = {}
     rows_before = 0
     checksum_before = 0
@@ -965,6 +966,7 @@ def merge_partition(
                         rows_before += file_rows
                 finally:
                     writer.close()
+                temp_rows.append(writer.rows)
         if _corrupt_hook is not None:
             for temp in temp_paths:
                 _corrupt_hook(fs, temp)
@@ -993,9 +995,10 @@ def merge_partition(
         for number in range(len(temp_paths))
     ]
     sizes = [int(fs.get_file_info(p).size or 0) for p in temp_paths]
-    outputs = []
-    for name, temp, size in zip(final_names, temp_paths, sizes, strict=True):
-        outputs.append({"name": name, "size": size, "rows": parquet_or_orc_rows(fs, temp, fmt)})
+    outputs = [
+        {"name": name, "size": size, "rows": rows}
+        for name, size, rows in zip(final_names, sizes, temp_rows, strict=True)
+    ]
     manifest = write_manifest(
         fs,
         directory,

@@ -27,6 +27,7 @@ from spark_output.maintenance import (
     compact_table,
     purge_superseded,
 )
+from tests.spark_output.frames import clicks_frame
 
 
 @pytest.fixture
@@ -465,17 +466,6 @@ def test_purge_bad_input_changes_nothing(settings, tmp_path):
 # --------------------------------------------------------------------------- Spark
 
 
-def _frame(spark, partitions: int, rows: int, tasks: int):
-    from pyspark.sql import functions as sf
-
-    return (
-        spark.range(0, rows, numPartitions=tasks)
-        .withColumn("value", sf.concat(sf.lit("v"), sf.col("id").cast("string")))
-        .withColumn("datestamp", sf.lit("20110228"))
-        .withColumn("region", sf.format_string("r%02d", sf.col("id") % partitions))
-    )
-
-
 def _read_registered(spark, catalog: Catalog, table: str, fmt: str = "parquet"):
     locations = [p.location for p in catalog.list_partitions(table)]
     reader = spark.read.format(fmt)
@@ -489,7 +479,7 @@ def _read_registered(spark, catalog: Catalog, table: str, fmt: str = "parquet"):
 def test_merge_existing_table_while_a_reader_loops(spark, settings, tmp_path):
     from spark_output import create_table
 
-    df = _frame(spark, partitions=3, rows=3 * 12 * 4, tasks=12)
+    df = clicks_frame(spark, partitions=3, rows=3 * 12 * 4, tasks=12)
     create_table(
         "maint.clicks",
         df.schema,
@@ -575,7 +565,7 @@ def _csv_table(spark, catalog: Catalog, settings, tmp_path: Path, name: str):
         partition_keys=["datestamp", "region"],
         storage_format="csv",
     )
-    df = _frame(spark, partitions=2, rows=2 * 6 * 5, tasks=6)
+    df = clicks_frame(spark, partitions=2, rows=2 * 6 * 5, tasks=6)
     write_partitions(df, name, settings=settings)
     return collections.Counter((r.id, r.value) for r in df.collect())
 

@@ -10,6 +10,7 @@ import pytest
 from hcat_notify.settings import load_settings
 from hcat_notify.store import Catalog
 from spark_output import CompactionPolicy, write_partitions
+from tests.spark_output.frames import clicks_frame
 from tests.wire import validate_message
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -18,17 +19,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration]
 @pytest.fixture
 def settings(tmp_path: Path):
     return load_settings(home=tmp_path / "home", db_url=f"sqlite:///{tmp_path / 'catalog.db'}")
-
-
-def _frame(spark, partitions: int, rows: int, tasks: int):
-    from pyspark.sql import functions as sf
-
-    return (
-        spark.range(0, rows, numPartitions=tasks)
-        .withColumn("value", sf.concat(sf.lit("v"), sf.col("id").cast("string")))
-        .withColumn("datestamp", sf.lit("20110228"))
-        .withColumn("region", sf.format_string("r%02d", sf.col("id") % partitions))
-    )
 
 
 def _data_files(directory: Path) -> list[Path]:
@@ -46,7 +36,7 @@ def test_merge_leaves_one_file_per_partition_and_every_row(
             partition_keys=["datestamp", "region"],
             storage_format=storage_format,
         )
-        df = _frame(spark, partitions=20, rows=20 * 32 * 5, tasks=32)
+        df = clicks_frame(spark, partitions=20, rows=20 * 32 * 5, tasks=32)
         small = spark.createDataFrame([(10**9, "lonely", "20110228", "small")], df.schema)
         result = write_partitions(
             df.unionByName(small),
@@ -87,7 +77,7 @@ def test_har_archives_partitions_that_spark_reads_through_har_uris(spark, settin
             partition_keys=["datestamp", "region"],
             storage_format="csv",
         )
-        df = _frame(spark, partitions=3, rows=3 * 8 * 4, tasks=8)
+        df = clicks_frame(spark, partitions=3, rows=3 * 8 * 4, tasks=8)
         write_partitions(
             df,
             "web.archived",
@@ -123,7 +113,7 @@ def test_append_follows_a_partition_that_maintenance_relocated(spark, settings, 
             location=str(tmp_path / "relocated"),
             partition_keys=["datestamp", "region"],
         )
-        first = _frame(spark, partitions=1, rows=12 * 4, tasks=12)
+        first = clicks_frame(spark, partitions=1, rows=12 * 4, tasks=12)
         write_partitions(first, "web.relocated", settings=settings)
         summary = compact_table(catalog, "web.relocated", policy=CompactionPolicy(min_files=4))
         assert summary.partitions_compacted == 1
