@@ -29,7 +29,7 @@ from typing import Any
 
 import stomp
 
-from hcat_notify.settings import Settings, load_settings
+from hcat_notify.config import Settings, load_settings
 from hcat_notify.store import Catalog
 
 REPO_DIR = Path(__file__).resolve().parents[1]

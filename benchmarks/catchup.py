@@ -42,9 +42,9 @@ from _support import (
 from sqlalchemy import Engine, create_engine, insert, select, update
 
 from hcat_notify.consumer import CATCH_UP_PAGE, NotificationConsumer
-from hcat_notify.messages import build_mark_set_done
-from hcat_notify.names import TableName
-from hcat_notify.specs import PartitionSpec
+from hcat_notify.model.names import TableName
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.wire import build_mark_set_done
 from hcat_notify.store import Catalog
 from hcat_notify.store.models import EventCounterRow, OutboxRow, RetentionRow, TableRow
 

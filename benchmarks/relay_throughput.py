@@ -44,9 +44,9 @@ from _support import (
 from sqlalchemy import create_engine, text
 
 from hcat_notify.broker import BrokerConnection
+from hcat_notify.model.topics import destination_for
 from hcat_notify.relay import Relay, RelayConfig
 from hcat_notify.store import Catalog, OutboxEvent
-from hcat_notify.topics import destination_for
 
 TARGET_RATIO = 0.6
 _tx_ids = itertools.count(1)

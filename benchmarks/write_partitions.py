@@ -16,7 +16,7 @@ import time
 from _support import Row, bench_env, footer, header, log, parser, print_table, run_main
 
 from hcat_notify import NotificationConsumer, Relay, RelayConfig
-from hcat_notify.messages import EventType
+from hcat_notify.model.events import EventType
 
 
 def _spark():

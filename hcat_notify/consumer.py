@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import random
 import threading
 import time
 from collections import OrderedDict, deque
@@ -26,20 +25,22 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from hcat_notify.broker import BrokerConnection, ReceivedMessage, consumer_connection
+from hcat_notify.broker.backoff import Backoff
+from hcat_notify.broker.connection import BrokerConnection, ReceivedMessage, consumer_connection
+from hcat_notify.config import Settings, load_settings
 from hcat_notify.errors import BrokerAuthError, BrokerError, HcatNotifyError, InvalidInputError
-from hcat_notify.messages import (
+from hcat_notify.model.events import (
     HEADER_EVENT,
     HEADER_EVENT_ID,
     HEADER_SPEC,
     HEADER_TABLE,
     EventType,
 )
-from hcat_notify.names import TableName
-from hcat_notify.settings import Settings, TopicStrategy, load_settings
-from hcat_notify.specs import PartitionSpec
-from hcat_notify.store import Catalog, OutboxEvent, TableInfo
-from hcat_notify.topics import TOPIC_NAME_PROPERTY, destination_for
+from hcat_notify.model.names import TableName
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.topics import destination_for
+from hcat_notify.store.catalog import Catalog
+from hcat_notify.store.records import OutboxEvent, TableInfo
 
 __all__ = ["Notification", "NotificationConsumer", "Source"]
 
@@ -203,16 +204,16 @@ class NotificationConsumer:
         # A per-database or single topic carries other tables too, and so may a topic
         # named by an override: filter on the broker there. _accept() filters again, so
         # correctness does not depend on the selector.
-        per_table = self._settings.topic_strategy is TopicStrategy.TABLE
         all_tables = self._catalog.list_tables()
         for subscription in by_topic.values():
             others = any(
                 t.topic == subscription.topic and t.name not in self._tables for t in all_tables
             )
-            overridden = any(
-                TOPIC_NAME_PROPERTY in self._tables[t].properties for t in subscription.tables
+            own = all(
+                subscription.topic.endswith(f".{name.db}.{name.table}")
+                for name in subscription.tables
             )
-            subscription.shared = others or overridden or not per_table
+            subscription.shared = others or not own or len(subscription.tables) > 1
         return list(by_topic.values())
 
     @property
@@ -307,7 +308,7 @@ class NotificationConsumer:
         return True
 
     def _reconnect(self) -> None:
-        delay = 0.2
+        backoff = Backoff()
         while not self._stop.is_set():
             try:
                 self._connect_and_subscribe()
@@ -316,10 +317,9 @@ class NotificationConsumer:
             except BrokerAuthError:
                 raise
             except BrokerError as exc:
-                wait = min(delay, 10.0) * random.uniform(0.8, 1.2)
+                wait = backoff.next_delay()
                 logger.warning("consumer reconnect failed error=%r retry_in=%.2fs", str(exc), wait)
                 self._stop.wait(wait)
-                delay *= 2
 
     def _next(self, timeout: float) -> Notification | None:
         """The next new notification, or None when ``timeout`` passes first."""

@@ -8,10 +8,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 
-from hcat_notify.names import TableName
-from hcat_notify.settings import Settings, load_settings
-from hcat_notify.specs import PartitionSpec
-from hcat_notify.store import Catalog
+from hcat_notify.config import Settings, load_settings
+from hcat_notify.model.names import TableName
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.store.catalog import Catalog
 
 __all__ = ["close_catalogs", "send_mark_set_done"]
 

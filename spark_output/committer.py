@@ -36,8 +36,7 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
-from hcat_notify.specs import PartitionSpec
-from hcat_notify.store import Catalog, CommitPartition, CommitRecord, JournalEntry, TableInfo
+from hcat_notify import Catalog, CommitRecord, JournalEntry, NewPartition, PartitionSpec, TableInfo
 from spark_output.compaction import MANIFEST_NAME
 from spark_output.errors import CommitError, TooManyPartitionsError
 from spark_output.fs import FileStat, TableLocation, exists, is_hidden, list_data_files, move
@@ -420,9 +419,9 @@ def remove_job_dirs(filesystem: pafs.FileSystem, table_path: str, *directories: 
                 filesystem.delete_dir(path)
 
 
-def _commit_partitions(plan: Mapping[str, Any], location: TableLocation) -> list[CommitPartition]:
+def _commit_partitions(plan: Mapping[str, Any], location: TableLocation) -> list[NewPartition]:
     return [
-        CommitPartition(
+        NewPartition(
             spec=PartitionSpec.parse(entry["spec"]),
             location=entry.get("location") or location.uri_of(entry["final"]),
             file_count=int(entry["file_count"]),

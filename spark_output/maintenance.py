@@ -65,10 +65,15 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from hcat_notify.errors import ConflictError, InvalidInputError
-from hcat_notify.names import TableName
-from hcat_notify.specs import PartitionSpec
-from hcat_notify.store import Catalog, PartitionInfo, TableInfo
+from hcat_notify import (
+    Catalog,
+    ConflictError,
+    InvalidInputError,
+    PartitionInfo,
+    PartitionSpec,
+    TableInfo,
+    TableName,
+)
 from spark_output.compaction import (
     CompactionError,
     CompactionPolicy,

@@ -13,11 +13,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pyarrow import fs as pafs
 
-from hcat_notify.names import TableName
-from hcat_notify.settings import Settings, load_settings
-from hcat_notify.specs import PartitionSpec
-from hcat_notify.store import Catalog, CommitRecord, TableInfo
-from hcat_notify.store.catalog import DEFAULT_RETENTION
+from hcat_notify import (
+    DEFAULT_RETENTION,
+    Catalog,
+    CommitRecord,
+    PartitionSpec,
+    Settings,
+    TableInfo,
+    TableName,
+    load_settings,
+)
 from spark_output.committer import CommitHooks, PartitionCommitter, StagedPartition, recover
 from spark_output.errors import PartitionColumnsError, WriteFailedError
 from spark_output.fs import TableLocation
@@ -241,7 +246,7 @@ def write_partitions(
             )
         # Finish what a crashed writer of this table left behind (only if it is gone).
         recover(catalog, str(info.name))
-        started_at = catalog._clock()
+        started_at = catalog.now()
         committer = PartitionCommitter(catalog, info, job_id=job, mode=mode, hooks=hooks)
         columns = {column.lower(): column for column in df.columns}
         clock = time.monotonic()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hcat_notify.settings import Settings, load_settings
+from hcat_notify.config import Settings, load_settings
 from hcat_notify.store import Catalog
 
 pytest_plugins = [

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import subprocess
+import sys
 
 import pytest
 
@@ -14,18 +16,33 @@ from hcat_notify import errors
 MODULES = [
     "hcat_notify",
     "hcat_notify.broker",
+    "hcat_notify.broker.backoff",
+    "hcat_notify.broker.connection",
+    "hcat_notify.broker.errors",
+    "hcat_notify.cli",
+    "hcat_notify.cli.common",
+    "hcat_notify.config",
     "hcat_notify.consumer",
     "hcat_notify.errors",
-    "hcat_notify.messages",
-    "hcat_notify.names",
+    "hcat_notify.lazy",
+    "hcat_notify.model",
+    "hcat_notify.model.events",
+    "hcat_notify.model.names",
+    "hcat_notify.model.specs",
+    "hcat_notify.model.topics",
+    "hcat_notify.model.wire",
     "hcat_notify.relay",
-    "hcat_notify.settings",
-    "hcat_notify.specs",
+    "hcat_notify.relay.config",
+    "hcat_notify.relay.publisher",
+    "hcat_notify.relay.wakeup",
     "hcat_notify.store",
-    "hcat_notify.topics",
-    "hcat_notify.wakeup",
+    "hcat_notify.store.catalog",
+    "hcat_notify.store.journal",
+    "hcat_notify.store.quick",
+    "hcat_notify.store.records",
     "hcat_notify.writer",
     "spark_output",
+    "spark_output.cli",
     "spark_output.committer",
     "spark_output.errors",
     "spark_output.fs",
@@ -63,3 +80,29 @@ def test_one_root_exception_per_package():
 
 def test_spark_output_re_exports_send_mark_set_done():
     assert spark_output.send_mark_set_done is hcat_notify.send_mark_set_done
+
+
+@pytest.mark.parametrize(
+    ("package", "heavy"),
+    [
+        ("hcat_notify", ["stomp", "alembic", "sqlalchemy", "pyspark", "spark_output"]),
+        ("spark_output", ["pyspark", "pyarrow", "stomp", "alembic", "sqlalchemy"]),
+        ("hcat_notify.cli", ["stomp", "alembic", "sqlalchemy", "spark_output"]),
+    ],
+)
+def test_importing_a_package_loads_nothing_heavy(package, heavy):
+    script = f"import sys, {package}; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_dir_lists_every_lazy_name():
+    for package in (hcat_notify, spark_output):
+        assert set(package.__all__) <= set(dir(package))
+
+
+def test_schema_revision_is_alembics_head():
+    from hcat_notify.store.engine import head_revision
+    from hcat_notify.store.revision import SCHEMA_REVISION
+
+    assert head_revision() == SCHEMA_REVISION

@@ -1,32 +1,67 @@
-"""The catalog store: SQLAlchemy models, migrations and the :class:`Catalog` API."""
+"""The catalog store: tables, partitions, retained dones, the outbox, leases, the journal.
 
-from hcat_notify.store.catalog import (
-    DEFAULT_RETENTION,
-    OUTBOX_CHANNEL,
-    STORAGE_FORMATS,
-    Catalog,
-    Lease,
-    NewPartition,
-    OutboxEvent,
-    PartitionInfo,
-    RetainedDone,
-    TableInfo,
-)
-from hcat_notify.store.commits import CommitJournal, CommitPartition, CommitRecord, JournalEntry
+:class:`Catalog` is the public facade; the records it returns live in
+:mod:`hcat_notify.store.records`. Names are loaded on first use (PEP 562), so importing
+this package costs nothing until a catalog is opened.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hcat_notify.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from hcat_notify.store.catalog import Catalog
+    from hcat_notify.store.journal import CommitJournal
+    from hcat_notify.store.quick import quick_table
+    from hcat_notify.store.records import (
+        DEFAULT_RETENTION,
+        MAX_RETENTION,
+        CommitRecord,
+        JournalEntry,
+        JournalState,
+        Lease,
+        NewPartition,
+        OutboxEvent,
+        PartitionInfo,
+        RetainedDone,
+        TableInfo,
+        WriteMode,
+    )
+    from hcat_notify.store.tables import STORAGE_FORMATS
+    from hcat_notify.store.tx import OUTBOX_CHANNEL
 
 __all__ = [
     "DEFAULT_RETENTION",
+    "MAX_RETENTION",
     "OUTBOX_CHANNEL",
     "STORAGE_FORMATS",
     "Catalog",
     "CommitJournal",
-    "CommitPartition",
     "CommitRecord",
     "JournalEntry",
+    "JournalState",
     "Lease",
     "NewPartition",
     "OutboxEvent",
     "PartitionInfo",
     "RetainedDone",
     "TableInfo",
+    "WriteMode",
+    "quick_table",
 ]
+
+_RECORDS = "hcat_notify.store.records"
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    globals(),
+    {
+        **dict.fromkeys(__all__, _RECORDS),
+        "Catalog": "hcat_notify.store.catalog",
+        "CommitJournal": "hcat_notify.store.journal",
+        "quick_table": "hcat_notify.store.quick",
+        "STORAGE_FORMATS": "hcat_notify.store.tables",
+        "OUTBOX_CHANNEL": "hcat_notify.store.tx",
+    },
+)

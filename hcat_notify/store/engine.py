@@ -1,24 +1,40 @@
-"""Database engines for the catalog: SQLite tuning, error mapping, migrations."""
+"""Database engines for the catalog: SQLite tuning, error mapping, migrations.
+
+Alembic is imported only when a database is not at :data:`SCHEMA_REVISION` yet: a
+process that finds the schema current (the common case) reads one row of
+``alembic_version`` and goes on.
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
 from importlib import resources
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
-from hcat_notify.errors import ConfigError, StoreUnavailableError
+from hcat_notify.errors import ConfigError, StoreError, StoreUnavailableError
+from hcat_notify.store.quick import sqlite_file
+from hcat_notify.store.revision import SCHEMA_REVISION
 
-__all__ = ["current_revision", "head_revision", "open_engine", "redact", "upgrade"]
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+    from hcat_notify.config import Settings
+
+__all__ = [
+    "SCHEMA_REVISION",
+    "alembic_config",
+    "current_revision",
+    "head_revision",
+    "open_engine",
+    "redact",
+    "upgrade",
+    "upgrade_database",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +53,18 @@ def redact(url: str | URL) -> str:
         return "<unparseable database URL>"
 
 
-def _prepare_sqlite(url: URL) -> None:
-    database = url.database
-    if not database or database == ":memory:" or database.startswith("file:"):
+def _prepare_sqlite(url: URL, *, create: bool) -> None:
+    path = sqlite_file(url.render_as_string(hide_password=False))
+    if path is None:
         return
-    parent = Path(database).expanduser().parent
+    if not create:
+        if not path.is_file():
+            raise StoreUnavailableError(
+                f"no catalog at {path}: register a table first ('hcat-notify table create') "
+                "or point HCAT_NOTIFY_HOME / HCAT_NOTIFY_DB_URL at an existing catalog"
+            )
+        return
+    parent = path.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -69,8 +92,13 @@ def _tune_sqlite(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
-def open_engine(url: str) -> Engine:
+def open_engine(url: str, *, create: bool = True) -> Engine:
     """Create an engine for ``url`` and check that the database answers.
+
+    Args:
+        url: the SQLAlchemy URL.
+        create: create a SQLite file (and its directory) that does not exist yet; with
+            False a missing file is an error and nothing is created.
 
     Raises:
         ConfigError: the URL is malformed or names a driver that is not installed.
@@ -82,7 +110,7 @@ def open_engine(url: str) -> Engine:
         raise ConfigError(f"malformed database URL {url!r}") from exc
     is_sqlite = parsed.get_backend_name() == "sqlite"
     if is_sqlite:
-        _prepare_sqlite(parsed)
+        _prepare_sqlite(parsed, create=create)
     kwargs: dict[str, Any] = {}
     if parsed.get_backend_name() == "postgresql":
         kwargs["pool_pre_ping"] = True
@@ -105,18 +133,24 @@ def open_engine(url: str) -> Engine:
     return engine
 
 
-def _alembic_config(connection: Connection) -> Config:
+def alembic_config(connection: Connection, settings: Settings | None) -> Config:
+    """Alembic's configuration for migrating the database on ``connection``."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option(
         "script_location", str(resources.files("hcat_notify").joinpath("migrations"))
     )
     config.attributes["connection"] = connection
+    config.attributes["settings"] = settings
     return config
 
 
 @functools.cache
 def head_revision() -> str:
-    """The newest migration revision shipped with this version."""
+    """The newest migration revision shipped with this version, as Alembic sees it."""
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory(str(resources.files("hcat_notify").joinpath("migrations")))
     head = script.get_current_head()
     if head is None:  # pragma: no cover - the package always ships migrations
@@ -127,32 +161,69 @@ def head_revision() -> str:
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at, or None for an empty database."""
     with engine.connect() as connection:
-        return MigrationContext.configure(connection).get_current_revision()
+        try:
+            row = connection.execute(text("SELECT version_num FROM alembic_version")).first()
+        except SQLAlchemyError:
+            connection.rollback()
+            return None  # no version table: an empty database
+    return None if row is None else str(row[0])
 
 
-def upgrade(engine: Engine) -> tuple[str | None, str]:
+def upgrade(engine: Engine, settings: Settings | None = None) -> tuple[str | None, str]:
     """Apply pending migrations; safe to call from several processes at once.
+
+    Args:
+        engine: the catalog's engine.
+        settings: the migrating process's settings; a migration that fills a new column
+            from them (a table's topic) uses them, else the defaults.
+
+    Returns:
+        (revision before, revision after).
+
+    Raises:
+        StoreError: a migration failed; the database is left at the revision before.
+    """
+    key = engine.url.render_as_string(hide_password=False)
+    if key in _AT_HEAD:
+        return SCHEMA_REVISION, SCHEMA_REVISION
+    before = current_revision(engine)
+    if before == SCHEMA_REVISION:
+        _AT_HEAD.add(key)
+        return before, SCHEMA_REVISION
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+
+    try:
+        with engine.execution_options(hcat_write=True).begin() as connection:
+            if connection.dialect.name == "postgresql":
+                # Serialise concurrent first uses; released at commit.
+                connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
+                )
+            before = MigrationContext.configure(connection).get_current_revision()
+            if before != SCHEMA_REVISION:
+                logger.info(
+                    "migrating catalog %s from %s to %s",
+                    redact(engine.url),
+                    before,
+                    SCHEMA_REVISION,
+                )
+                command.upgrade(alembic_config(connection, settings), SCHEMA_REVISION)
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+        raise StoreError(f"cannot migrate database {redact(engine.url)}: {reason}") from exc
+    _AT_HEAD.add(key)
+    return before, SCHEMA_REVISION
+
+
+def upgrade_database(url: str, settings: Settings | None = None) -> tuple[str | None, str]:
+    """Open ``url`` (creating a SQLite file), migrate it to the newest revision, close it.
 
     Returns:
         (revision before, revision after).
     """
-    head = head_revision()
-    key = engine.url.render_as_string(hide_password=False)
-    if key in _AT_HEAD:
-        return head, head
-    before = current_revision(engine)
-    if before == head:
-        _AT_HEAD.add(key)
-        return before, head
-    with engine.execution_options(hcat_write=True).begin() as connection:
-        if connection.dialect.name == "postgresql":
-            # Serialise concurrent first uses; released at commit.
-            connection.execute(
-                text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
-            )
-        before = MigrationContext.configure(connection).get_current_revision()
-        if before != head:
-            logger.info("migrating catalog %s from %s to %s", redact(engine.url), before, head)
-            command.upgrade(_alembic_config(connection), "head")
-    _AT_HEAD.add(key)
-    return before, head
+    engine = open_engine(url)
+    try:
+        return upgrade(engine, settings)
+    finally:
+        engine.dispose()

@@ -94,6 +94,9 @@ class TableRow(Base):
     table_type: Mapped[str] = mapped_column(String(32))
     properties: Mapped[dict[str, Any]]
     retention_seconds: Mapped[int] = mapped_column(BigInteger)
+    # Resolved once, at creation, from the creating process's prefix and strategy (or
+    # the hcat.msgbus.topic.name property), so every process agrees on it.
+    topic: Mapped[str] = mapped_column(String(255))
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     version: Mapped[int] = mapped_column(Integer, default=1)

@@ -9,9 +9,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from hcat_notify.broker import BrokerConnection, ReceivedMessage, consumer_connection
+from hcat_notify.config import Settings
+from hcat_notify.model.topics import destination_for
 from hcat_notify.relay import Relay, RelayConfig
-from hcat_notify.settings import Settings
-from hcat_notify.topics import destination_for
 
 
 @contextmanager

@@ -8,8 +8,8 @@ import socket
 import pytest
 
 from hcat_notify.broker import BrokerConnection, consumer_connection, publisher_connection
+from hcat_notify.config import BrokerAddress, load_settings
 from hcat_notify.errors import BrokerAuthError, BrokerUnavailableError
-from hcat_notify.settings import BrokerAddress, load_settings
 
 pytestmark = pytest.mark.integration
 

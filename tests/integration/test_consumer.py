@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import create_engine, update
 
+from hcat_notify.config import TopicStrategy
 from hcat_notify.consumer import NotificationConsumer, Source
 from hcat_notify.errors import BrokerAuthError, InvalidInputError
-from hcat_notify.messages import EventType
+from hcat_notify.model.events import EventType
 from hcat_notify.relay import Relay
-from hcat_notify.settings import TopicStrategy
 from hcat_notify.store import Catalog, NewPartition, TableInfo
 from hcat_notify.store.models import OutboxRow
 from hcat_notify.writer import send_mark_set_done
@@ -122,8 +123,10 @@ def test_duplicates_on_the_wire_are_dropped(delivery_settings, delivery_catalog:
                 with Relay(delivery_settings) as relay:
                     relay.drain()
                 # As if the receipts were lost: the relay will send them all again.
-                with delivery_catalog._session(write=True) as session:
-                    session.execute(update(OutboxRow).values(published_at=None))
+                engine = create_engine(delivery_settings.database_url)
+                with engine.begin() as connection:
+                    connection.execute(update(OutboxRow).values(published_at=None))
+                engine.dispose()
             got = _collect(consumer, 10, timeout=2)
         assert len(recorder.wait_for(6, timeout=10)) == 6  # each event twice on the wire
     finally:
@@ -196,14 +199,18 @@ def test_is_set_done_and_wait_with_covers_semantics(delivery_settings, clicks: T
 def test_per_database_topic_is_filtered_to_the_followed_tables(
     delivery_settings, clicks: TableInfo
 ):
-    settings = delivery_settings.model_copy(update={"topic_strategy": TopicStrategy.DATABASE})
+    settings = dataclasses.replace(delivery_settings, topic_strategy=TopicStrategy.DATABASE)
     with Catalog.open(settings) as catalog:
+        # Created under the per-database strategy: both go to hcat.<db>.
+        pages = catalog.create_table(
+            f"{clicks.name.db}.pages", location="/p", partition_keys=["datestamp"]
+        )
         views = catalog.create_table(
             f"{clicks.name.db}.views", location="/v", partition_keys=["ds"]
         )
-        assert catalog.get_table(clicks.name).topic == views.topic == f"hcat.{clicks.name.db}"
+        assert pages.topic == views.topic == f"hcat.{clicks.name.db}"
     with running_relay(settings), NotificationConsumer([views.name], settings=settings) as consumer:
-        send_mark_set_done(clicks.name, {"datestamp": "1"}, settings=settings)
+        send_mark_set_done(pages.name, {"datestamp": "1"}, settings=settings)
         wanted = send_mark_set_done(views.name, {"ds": "1"}, settings=settings)
         got = _collect(consumer, 1, timeout=20)
         assert list(consumer.notifications(timeout=1)) == []
@@ -211,11 +218,10 @@ def test_per_database_topic_is_filtered_to_the_followed_tables(
 
 
 def test_consumer_credentials_cannot_publish(delivery_settings, clicks: TableInfo):
-    as_reader = delivery_settings.model_copy(
-        update={
-            "broker_user": delivery_settings.consumer_user,
-            "broker_password": delivery_settings.consumer_password,
-        }
+    as_reader = dataclasses.replace(
+        delivery_settings,
+        broker_user=delivery_settings.consumer_user,
+        broker_password=delivery_settings.consumer_password,
     )
     send_mark_set_done(clicks.name, {"datestamp": "1"}, settings=delivery_settings)
     with Relay(as_reader, config=None) as relay:
@@ -226,7 +232,7 @@ def test_consumer_credentials_cannot_publish(delivery_settings, clicks: TableInf
 
 
 def test_anonymous_consumer_is_refused(delivery_settings, clicks: TableInfo):
-    anonymous = delivery_settings.model_copy(update={"consumer_user": "", "consumer_password": ""})
+    anonymous = dataclasses.replace(delivery_settings, consumer_user="", consumer_password="")
     with pytest.raises(BrokerAuthError, match=r"User name \[\] or password is invalid"):
         with NotificationConsumer([clicks.name], settings=anonymous):
             pass

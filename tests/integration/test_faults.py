@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from hcat_notify.config import Settings
 from hcat_notify.consumer import NotificationConsumer, Source
-from hcat_notify.settings import Settings
 from hcat_notify.store import Catalog, NewPartition, TableInfo
 from hcat_notify.writer import send_mark_set_done
 from tests.integration.delivery import Recorder, running_relay

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
+from hcat_notify.config import TopicStrategy
 from hcat_notify.relay import Relay
-from hcat_notify.settings import TopicStrategy
 from hcat_notify.store import Catalog, NewPartition, TableInfo
 from tests.wire import validate_message
 
@@ -78,19 +79,23 @@ def test_jms_consumer_gets_text_messages_hive_can_parse(
 def test_jms_selector_filters_a_per_database_topic(
     jms_probe, broker, delivery_settings, clicks: TableInfo
 ):
-    settings = delivery_settings.model_copy(update={"topic_strategy": TopicStrategy.DATABASE})
+    settings = dataclasses.replace(delivery_settings, topic_strategy=TopicStrategy.DATABASE)
     with Catalog.open(settings) as catalog:
+        # Created under the per-database strategy: both go to hcat.<db>.
+        pages = catalog.create_table(
+            f"{clicks.name.db}.pages", location="/p", partition_keys=["datestamp"]
+        )
         views = catalog.create_table(
             f"{clicks.name.db}.views", location="/v", partition_keys=["ds"]
         )
-        topic = catalog.get_table(clicks.name).topic
+        topic = pages.topic
         assert topic == views.topic == f"hcat.{clicks.name.db}"
         listener = jms_probe.listen(
             broker, topic, count=1, selector=f"HCAT_TABLE = '{views.name}'", linger=2
         )
-        catalog.mark_set_done(clicks.name, {"datestamp": "1"})
+        catalog.mark_set_done(pages.name, {"datestamp": "1"})
         wanted = catalog.mark_set_done(views.name, {"ds": "1"})
-        catalog.mark_set_done(clicks.name, {"datestamp": "2"})
+        catalog.mark_set_done(pages.name, {"datestamp": "2"})
         with Relay(settings, catalog=catalog) as relay:
             assert relay.drain() == 3
     received = listener.result()

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import pytest
 
 from hcat_notify.broker import BrokerConnection
-from hcat_notify.settings import BrokerAddress
+from hcat_notify.config import BrokerAddress
 from tests.fixtures.broker import BrokerInfo, stomp_close, stomp_connect
 from tests.fixtures.jms import JmsProbe
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -60,8 +61,8 @@ def test_nothing_is_marked_published_without_a_receipt(
     delivery_settings, delivery_catalog: Catalog, clicks
 ):
     send_mark_set_done(clicks.name, {"datestamp": "1"}, settings=delivery_settings)
-    dead = delivery_settings.model_copy(
-        update={"broker_url": "stomp://127.0.0.1:1", "broker_timeout": 1}
+    dead = dataclasses.replace(
+        delivery_settings, broker_url="stomp://127.0.0.1:1", broker_timeout=1
     )
     with Relay(dead, catalog=delivery_catalog, config=RelayConfig()) as relay:
         with pytest.raises(Exception, match="cannot connect to broker"):

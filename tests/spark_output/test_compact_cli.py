@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hcat_notify.cli import main
-from hcat_notify.settings import load_settings
+from hcat_notify.config import load_settings
 from hcat_notify.store import Catalog, NewPartition
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from hcat_notify.config import load_settings
 from hcat_notify.errors import ConflictError, TableNotFoundError, UnknownPartitionKeyError
-from hcat_notify.settings import load_settings
 from hcat_notify.store import Catalog, NewPartition
 from spark_output import CompactionError, CompactionPolicy, write_partitions
 from spark_output.fs import TableLocation

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hcat_notify.cli import main
-from hcat_notify.settings import load_settings
+from hcat_notify.config import load_settings
 from hcat_notify.store import Catalog
 from spark_output.committer import STAGING_DIR
 

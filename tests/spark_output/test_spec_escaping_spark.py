@@ -1,6 +1,6 @@
 """Spark reads back exactly the partition values we escape, and we parse what Spark writes.
 
-These tests pin :mod:`hcat_notify.specs` to Spark's own behaviour: partition discovery
+These tests pin :mod:`hcat_notify.model.specs` to Spark's own behaviour: partition discovery
 (``spark.read.parquet`` on ``key=<escaped>`` directories), ``partitionBy`` on write, and
 ``ExternalCatalogUtils.escapePathName``/``unescapePathName`` called through the JVM.
 """
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from hcat_notify.specs import (
+from hcat_notify.model.specs import (
     DEFAULT_PARTITION_NAME,
     PartitionSpec,
     escape_path_name,

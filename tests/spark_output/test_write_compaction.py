@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hcat_notify.settings import load_settings
+from hcat_notify.config import load_settings
 from hcat_notify.store import Catalog
 from spark_output import CompactionPolicy, write_partitions
 from tests.spark_output.frames import clicks_frame

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from hcat_notify.config import Settings, load_settings
 from hcat_notify.errors import ConcurrentWriteError, UnknownPartitionKeyError
-from hcat_notify.messages import EventType
-from hcat_notify.settings import Settings, load_settings
+from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog, TableInfo
 from spark_output import (
     CommitHooks,

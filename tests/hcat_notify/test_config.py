@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from hcat_notify.config import BrokerAddress, TopicStrategy, load_settings
 from hcat_notify.errors import ConfigError
-from hcat_notify.settings import BrokerAddress, TopicStrategy, load_settings
 
 
 def test_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -60,7 +61,7 @@ def test_config_file_in_home_is_found(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_environment_is_read_at_call_time_not_import_time():
     script = (
-        "import os, hcat_notify, hcat_notify.cli, hcat_notify.settings as s\n"
+        "import os, hcat_notify, hcat_notify.cli, hcat_notify.config as s\n"
         "os.environ['HCAT_NOTIFY_TOPIC_PREFIX'] = 'late'\n"
         "print(s.load_settings().topic_prefix)\n"
     )
@@ -114,5 +115,5 @@ def test_missing_or_broken_config_file(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_settings_are_immutable():
     settings = load_settings()
-    with pytest.raises(Exception, match="frozen"):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         settings.topic_prefix = "x"  # type: ignore[misc]

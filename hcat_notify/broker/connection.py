@@ -22,13 +22,14 @@ from typing import Any
 import stomp
 from stomp.exception import StompException
 
+from hcat_notify.broker.errors import BrokerFault, classify
+from hcat_notify.config import BrokerAddress, Settings
 from hcat_notify.errors import (
     BrokerAuthError,
     BrokerError,
     BrokerTimeoutError,
     BrokerUnavailableError,
 )
-from hcat_notify.settings import BrokerAddress, Settings
 
 __all__ = [
     "DEFAULT_HEARTBEATS",
@@ -288,7 +289,7 @@ class BrokerConnection:
                     f"no RECEIPT for {what} within {deadline:g}s from {self.address}"
                 )
             if waiter.error is not None:
-                if "not authorized" in waiter.error.lower():
+                if classify(waiter.error) in (BrokerFault.CREDENTIALS, BrokerFault.NOT_AUTHORIZED):
                     raise BrokerAuthError(f"{what} refused by {self.address}: {waiter.error}")
                 raise BrokerError(f"{what} failed at {self.address}: {waiter.error}")
         finally:

@@ -1,7 +1,7 @@
 """Waking the relay when the outbox changes, per database backend.
 
 * PostgreSQL: ``LISTEN hcat_outbox``; every transaction that adds events raises
-  ``pg_notify`` at commit (see :mod:`hcat_notify.store.catalog`).
+  ``pg_notify`` at commit (see :mod:`hcat_notify.store.tx`).
 * SQLite: ``PRAGMA data_version`` changes when another connection commits to the file;
   reading it costs no disk I/O, so a few-millisecond poll is cheap.
 * Anything else: a plain poll.
@@ -20,7 +20,7 @@ from typing import Protocol
 
 from sqlalchemy import make_url
 
-from hcat_notify.store.catalog import OUTBOX_CHANNEL
+from hcat_notify.store.tx import OUTBOX_CHANNEL
 
 __all__ = [
     "OutboxWaiter",

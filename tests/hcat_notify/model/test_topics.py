@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from hcat_notify.config import TopicStrategy
 from hcat_notify.errors import InvalidIdentifierError
-from hcat_notify.names import TableName
-from hcat_notify.settings import TopicStrategy
-from hcat_notify.topics import TOPIC_NAME_PROPERTY, destination_for, resolve_topic
+from hcat_notify.model.names import TableName
+from hcat_notify.model.topics import TOPIC_NAME_PROPERTY, destination_for, resolve_topic
 
 CLICKS = TableName.parse("Web.Clicks")
 

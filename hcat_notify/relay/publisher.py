@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import random
 import socket
 import threading
 import time
@@ -23,53 +22,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from hcat_notify.broker import BrokerConnection, publisher_connection
+from hcat_notify.broker.backoff import Backoff
+from hcat_notify.broker.connection import BrokerConnection, publisher_connection
+from hcat_notify.broker.errors import BrokerFault, classify
+from hcat_notify.config import Settings
 from hcat_notify.errors import BrokerAuthError, BrokerError, HcatNotifyError
-from hcat_notify.settings import Settings
-from hcat_notify.store import Catalog, OutboxEvent
-from hcat_notify.topics import destination_for
-from hcat_notify.wakeup import OutboxWaiter, outbox_waiter
+from hcat_notify.model.topics import destination_for
+from hcat_notify.relay.config import DEFAULT_LEASE_NAME, RelayConfig
+from hcat_notify.relay.wakeup import OutboxWaiter, outbox_waiter
+from hcat_notify.store.catalog import Catalog
+from hcat_notify.store.records import OutboxEvent
 
-__all__ = ["DEFAULT_LEASE_NAME", "Relay", "RelayConfig", "RelayStats"]
+__all__ = ["Relay", "RelayStats"]
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_LEASE_NAME = "outbox"
-
-
-@dataclass(frozen=True, kw_only=True)
-class RelayConfig:
-    """How the relay batches, waits and backs off.
-
-    Attributes:
-        batch_size: events per STOMP transaction (and per outbox read: bounds memory).
-        use_transactions: batch in STOMP transactions with one receipt on COMMIT;
-            False sends each event with its own receipt.
-        idle_wait: longest sleep between outbox checks when nothing wakes the relay.
-        lease_ttl: seconds a relay owns the outbox without renewing.
-        backoff_initial: first reconnect delay, doubled per failure (with jitter).
-        backoff_max: the longest reconnect delay.
-        blocked_topic_retry: seconds before retrying a topic the broker refused.
-    """
-
-    batch_size: int = 500
-    use_transactions: bool = True
-    idle_wait: float = 1.0
-    lease_ttl: float = 15.0
-    backoff_initial: float = 0.2
-    backoff_max: float = 10.0
-    blocked_topic_retry: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise HcatNotifyError("relay batch size must be at least 1")
 
 
 def _refused_or_rolled_back(exc: BrokerError) -> bool:
     # ActiveMQ answers a COMMIT after a refused SEND with "COMMIT FAILED: Transaction
     # marked rollback only": nothing of the transaction was delivered.
-    text = str(exc).lower()
-    return isinstance(exc, BrokerAuthError) or "rollback only" in text
+    return isinstance(exc, BrokerAuthError) or classify(str(exc)) is BrokerFault.ROLLED_BACK
 
 
 @dataclass
@@ -185,7 +157,7 @@ class Relay:
     def run(self) -> RelayStats:
         """Publish until :meth:`stop`; reconnect with back-off after failures."""
         waiter = outbox_waiter(self._settings.database_url)
-        backoff = self._config.backoff_initial
+        backoff = Backoff(self._config.backoff_initial, self._config.backoff_max)
         logger.info(
             "relay starting owner=%s database=%s brokers=%s",
             self._owner,
@@ -203,18 +175,17 @@ class Relay:
                 except BrokerError as exc:
                     self.stats.failures += 1
                     self._drop_connection()
-                    delay = min(backoff, self._config.backoff_max) * random.uniform(0.8, 1.2)
+                    delay = backoff.next_delay()
                     logger.warning("relay broker failure error=%r retry_in=%.2fs", str(exc), delay)
                     self._stop.wait(delay)
-                    backoff = min(backoff * 2, self._config.backoff_max)
                     continue
                 except HcatNotifyError as exc:  # database trouble: keep trying
                     self.stats.failures += 1
-                    logger.warning("relay store failure error=%r", str(exc))
-                    self._stop.wait(min(backoff, self._config.backoff_max))
-                    backoff = min(backoff * 2, self._config.backoff_max)
+                    delay = backoff.next_delay()
+                    logger.warning("relay store failure error=%r retry_in=%.2fs", str(exc), delay)
+                    self._stop.wait(delay)
                     continue
-                backoff = self._config.backoff_initial
+                backoff.reset()
                 if published == 0:
                     self._idle(waiter)
         finally:
@@ -348,7 +319,9 @@ class Relay:
             # A refused SEND makes ActiveMQ roll the whole transaction back ("marked
             # rollback only"): nothing of it was delivered.
             refused = [
-                e for e in connection.errors[errors_before:] if "not authorized" in e.lower()
+                error
+                for error in connection.errors[errors_before:]
+                if classify(error) is BrokerFault.NOT_AUTHORIZED
             ]
             if refused and not isinstance(exc, BrokerAuthError):
                 raise BrokerAuthError(refused[0]) from exc
@@ -357,7 +330,7 @@ class Relay:
         # transaction arrived before the COMMIT's receipt: then the batch is not whole.
         new_errors = connection.errors[errors_before:]
         if new_errors:
-            if any("not authorized" in error.lower() for error in new_errors):
+            if any(classify(error) is BrokerFault.NOT_AUTHORIZED for error in new_errors):
                 raise BrokerAuthError(new_errors[0])
             raise BrokerError(f"broker reported errors during a batch: {new_errors[0]}")
 

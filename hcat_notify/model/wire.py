@@ -10,46 +10,31 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-from hcat_notify.names import TableName
-from hcat_notify.specs import PartitionSpec
+from hcat_notify.model.events import (
+    HEADER_EVENT,
+    HEADER_EVENT_ID,
+    HEADER_FORMAT,
+    HEADER_SPEC,
+    HEADER_TABLE,
+    HEADER_VERSION,
+    MESSAGE_FORMAT,
+    MESSAGE_VERSION,
+    EventType,
+)
+from hcat_notify.model.names import TableName
+from hcat_notify.model.specs import PartitionSpec
 
 __all__ = [
-    "HEADER_EVENT",
-    "HEADER_EVENT_ID",
-    "HEADER_FORMAT",
-    "HEADER_SPEC",
-    "HEADER_TABLE",
-    "HEADER_VERSION",
-    "MESSAGE_FORMAT",
-    "MESSAGE_VERSION",
-    "EventType",
+    "DEFAULT_TABLE_TYPE",
     "Message",
     "PartitionDetails",
     "build_add_partition",
     "build_mark_set_done",
 ]
 
-# JMS string properties: underscores only, so JMS selectors can use them.
-HEADER_EVENT = "HCAT_EVENT"
-HEADER_VERSION = "HCAT_MESSAGE_VERSION"
-HEADER_FORMAT = "HCAT_MESSAGE_FORMAT"
-HEADER_EVENT_ID = "HCAT_EVENT_ID"
-HEADER_TABLE = "HCAT_TABLE"
-HEADER_SPEC = "HCAT_SPEC"
-
-MESSAGE_VERSION = "0.1"  # Hive's HCatalog message version
-MESSAGE_FORMAT = "json"
 DEFAULT_TABLE_TYPE = "MANAGED_TABLE"
-
-
-class EventType(StrEnum):
-    """Kinds of notification."""
-
-    ADD_PARTITION = "ADD_PARTITION"
-    MARK_SET_DONE = "MARK_SET_DONE"
 
 
 @dataclass(frozen=True)

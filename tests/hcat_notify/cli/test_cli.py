@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from hcat_notify.cli import main, parse_duration
+from hcat_notify.config import load_settings
 from hcat_notify.errors import InvalidInputError
-from hcat_notify.settings import load_settings
 from hcat_notify.store import Catalog, NewPartition
 from hcat_notify.store.engine import head_revision
 
@@ -184,11 +184,19 @@ def test_installed_console_script_prints_no_traceback(tmp_path: Path):
         [str(script), "table", "show", "no.such"], env=env, capture_output=True, text=True
     )
     assert result.returncode == 2
-    assert result.stderr == (
-        "hcat-notify: error: table no.such is not registered "
-        "(create it with 'hcat-notify table create')\n"
-    )
-    assert (tmp_path / "catalog.db").exists()  # default SQLite file in the data dir
+    assert result.stderr.startswith(f"hcat-notify: error: no catalog at {tmp_path / 'catalog.db'}")
+    assert result.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []  # a reading command creates nothing
+
+
+def test_reading_command_on_a_missing_home_creates_nothing(tmp_path: Path, capsys):
+    home = tmp_path / "nonexistent" / "deep" / "dir"
+    for args in (["table", "list"], ["topic", "web.t"], ["partitions", "web.t"], ["status"]):
+        code = main(["--home", str(home), *args])
+        err = capsys.readouterr().err
+        assert code == 2
+        assert err.startswith(f"hcat-notify: error: no catalog at {home / 'catalog.db'}")
+    assert not (tmp_path / "nonexistent").exists()
 
 
 @pytest.mark.parametrize(
@@ -203,3 +211,36 @@ def test_parse_duration(text, seconds):
 def test_parse_duration_rejects(text):
     with pytest.raises(InvalidInputError):
         parse_duration(text)
+
+
+def test_processes_with_different_prefixes_agree_on_a_tables_topic(tmp_path: Path):
+    """The topic is stored when the table is created: a reader's prefix does not matter."""
+    script = Path(sys.executable).with_name("hcat-notify")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
+    env["HCAT_NOTIFY_HOME"] = str(tmp_path)
+
+    def hcat(prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(script), *args],
+            env={**env, "HCAT_NOTIFY_TOPIC_PREFIX": prefix},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+
+    hcat(
+        "alpha",
+        "table",
+        "create",
+        "web.t",
+        "--location",
+        str(tmp_path / "t"),
+        "--partition-keys",
+        "ds",
+    )
+    assert hcat("beta", "topic", "web.t").stdout == "alpha.web.t\n"
+    assert json.loads(hcat("beta", "-o", "json", "table", "show", "web.t").stdout)["topic"] == (
+        "alpha.web.t"
+    )
+    listed = json.loads(hcat("gamma", "-o", "json", "table", "list").stdout)
+    assert [item["topic"] for item in listed] == ["alpha.web.t"]

@@ -12,19 +12,31 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from enum import StrEnum
 
 from hcat_notify.errors import InvalidIdentifierError
-from hcat_notify.names import TableName
-from hcat_notify.settings import TopicStrategy
+from hcat_notify.model.names import TableName
 
 __all__ = [
+    "DEFAULT_TOPIC_PREFIX",
     "TOPIC_NAME_PROPERTY",
+    "TopicStrategy",
     "destination_for",
     "resolve_topic",
     "validate_topic_name",
 ]
 
 TOPIC_NAME_PROPERTY = "hcat.msgbus.topic.name"
+DEFAULT_TOPIC_PREFIX = "hcat"
+
+
+class TopicStrategy(StrEnum):
+    """How tables map to topics (Hive's conventions)."""
+
+    TABLE = "table"  # <prefix>.<db>.<table>
+    DATABASE = "database"  # <prefix>.<db>
+    SINGLE = "single"  # <prefix>
+
 
 # Dot-separated segments of letters, digits, '_' and '-': no ActiveMQ wildcards
 # ('*', '>'), no '/', which STOMP destinations use as the type prefix, no spaces.

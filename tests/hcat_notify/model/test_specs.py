@@ -1,4 +1,4 @@
-"""Unit tests for hcat_notify.specs: escaping, parsing, canonical form, covering, tables."""
+"""Unit tests for hcat_notify.model.specs: escaping, parsing, canonical form, covering, tables."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hcat_notify.errors import (
     InvalidSpecError,
     UnknownPartitionKeyError,
 )
-from hcat_notify.specs import (
+from hcat_notify.model.specs import (
     DEFAULT_PARTITION_NAME,
     MAX_COVERING_KEYS,
     PartitionSpec,

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, func, select
+from sqlalchemy import create_engine, func, select, text
 
+from hcat_notify.config import Settings, TopicStrategy, load_settings
 from hcat_notify.errors import (
     ConflictError,
     InvalidIdentifierError,
@@ -23,9 +24,8 @@ from hcat_notify.errors import (
     TableNotFoundError,
     UnknownPartitionKeyError,
 )
-from hcat_notify.messages import EventType
-from hcat_notify.settings import Settings, TopicStrategy, load_settings
-from hcat_notify.specs import PartitionSpec
+from hcat_notify.model.events import EventType
+from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.store import Catalog, NewPartition
 from hcat_notify.store.engine import current_revision, head_revision
 from hcat_notify.store.models import Base, OutboxRow, PartitionRow, RetentionRow, TableRow
@@ -112,6 +112,50 @@ def test_topic_override_property_and_strategies(db_url: str, tmp_path: Path):
         assert special.properties["hcat.msgbus.topic.name"] == "custom.views"
 
 
+def test_the_topic_is_fixed_when_the_table_is_created(db_url: str, tmp_path: Path):
+    creator = load_settings(home=tmp_path, db_url=db_url, topic_prefix="alpha")
+    reader = load_settings(
+        home=tmp_path, db_url=db_url, topic_prefix="beta", topic_strategy="single"
+    )
+    with Catalog.open(creator) as catalog:
+        created = _make_clicks(catalog)
+    with Catalog.open(reader) as catalog:
+        assert catalog.get_table("web.clicks").topic == created.topic == "alpha.web.clicks"
+        assert [t.topic for t in catalog.list_tables()] == ["alpha.web.clicks"]
+
+
+def test_migration_fills_the_topic_of_existing_tables(db_url: str, tmp_path: Path):
+    """A catalog at revision 0004 (topics computed per process) gets its topics stored."""
+    from alembic import command
+
+    from hcat_notify.store.engine import alembic_config, open_engine
+
+    engine = open_engine(db_url)
+    try:
+        with engine.begin() as connection:
+            command.upgrade(alembic_config(connection, None), "0004")
+            connection.execute(
+                text(
+                    "INSERT INTO hcat_tables (db_name, table_name, location, storage_format,"
+                    " partition_keys, table_type, properties, retention_seconds, created_at,"
+                    " updated_at, version) VALUES"
+                    " ('web', 'clicks', '/c', 'parquet', '[\"ds\"]', 'MANAGED_TABLE', '{}',"
+                    " 60, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 1),"
+                    " ('web', 'views', '/v', 'parquet', '[\"ds\"]', 'MANAGED_TABLE',"
+                    ' \'{"hcat.msgbus.topic.name": "custom.views"}\','
+                    " 60, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 1)"
+                )
+            )
+    finally:
+        engine.dispose()
+    settings = load_settings(home=tmp_path, db_url=db_url, topic_prefix="ops")
+    with Catalog.open(settings) as catalog:
+        assert {str(t.name): t.topic for t in catalog.list_tables()} == {
+            "web.clicks": "ops.web.clicks",
+            "web.views": "custom.views",
+        }
+
+
 def test_duplicate_table_is_rejected_and_changes_nothing(catalog: Catalog):
     _make_clicks(catalog)
     with pytest.raises(TableExistsError, match=r"web\.clicks is already registered"):
@@ -141,8 +185,9 @@ def test_bad_table_definitions_write_nothing(catalog: Catalog, name, keys, error
 def test_bad_format_and_retention_write_nothing(catalog: Catalog):
     with pytest.raises(InvalidInputError, match="unknown storage format 'avro'"):
         _make_clicks(catalog, storage_format="avro")
-    with pytest.raises(InvalidInputError, match="retention must be positive"):
-        _make_clicks(catalog, retention=timedelta(0))
+    for bad in (timedelta(0), timedelta(seconds=0.0001), timedelta(days=36_501), timedelta.max):
+        with pytest.raises(InvalidInputError, match="retention must be between 1 second and"):
+            _make_clicks(catalog, retention=bad)
     with pytest.raises(InvalidIdentifierError, match="invalid topic name"):
         _make_clicks(catalog, topic="hcat.>")
     assert catalog.list_tables() == []

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hcat_notify.errors import InvalidSpecError, UnknownPartitionKeyError
-from hcat_notify.names import validate_identifier
+from hcat_notify.model.names import validate_identifier
 
 __all__ = [
     "DEFAULT_PARTITION_NAME",

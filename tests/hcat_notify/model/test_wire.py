@@ -7,14 +7,14 @@ import json
 import jsonschema
 import pytest
 
-from hcat_notify.messages import (
-    EventType,
+from hcat_notify.model.events import EventType
+from hcat_notify.model.names import TableName
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.wire import (
     PartitionDetails,
     build_add_partition,
     build_mark_set_done,
 )
-from hcat_notify.names import TableName
-from hcat_notify.specs import PartitionSpec
 from tests.wire import validate_message, validator
 
 CLICKS = TableName("web", "clicks")

@@ -1,0 +1,211 @@
+"""``hcat-notify table ...``, ``topic`` and ``partitions``: the catalog's tables."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from hcat_notify.cli.common import (
+    CliContext,
+    emit,
+    format_duration,
+    handle_errors,
+    output_option,
+    parse_duration,
+    spec_args,
+)
+from hcat_notify.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from hcat_notify.store import PartitionInfo, TableInfo
+
+__all__ = ["partition_dict", "partitions", "table", "table_dict", "topic"]
+
+
+def table_dict(table: TableInfo) -> dict[str, Any]:
+    """A table as ``-o json`` shows it."""
+    from hcat_notify.model.topics import destination_for
+
+    return {
+        "table": str(table.name),
+        "db": table.name.db,
+        "name": table.name.table,
+        "location": table.location,
+        "format": table.storage_format,
+        "partition_keys": list(table.partition_keys),
+        "table_type": table.table_type,
+        "properties": dict(table.properties),
+        "retention": format_duration(table.retention),
+        "retention_seconds": table.retention.total_seconds(),
+        "topic": table.topic,
+        "destination": destination_for(table.topic),
+        "created_at": table.created_at,
+        "version": table.version,
+    }
+
+
+def partition_dict(partition: PartitionInfo) -> dict[str, Any]:
+    """A partition as ``-o json`` shows it."""
+    return {
+        "spec": partition.spec.to_path(),
+        "values": partition.spec.as_dict(),
+        "location": partition.location,
+        "file_count": partition.file_count,
+        "bytes": partition.total_bytes,
+        "archived": partition.archived,
+        "job_id": partition.job_id,
+        "event_id": partition.event_id,
+        "created_at": partition.created_at,
+    }
+
+
+def _format_table(data: dict[str, Any]) -> str:
+    rows = [
+        ("table", data["table"]),
+        ("location", data["location"]),
+        ("format", data["format"]),
+        ("partition keys", ", ".join(data["partition_keys"])),
+        ("table type", data["table_type"]),
+        ("retention", data["retention"]),
+        ("topic", data["topic"]),
+        ("destination", data["destination"]),
+        ("created", data["created_at"].isoformat(timespec="seconds")),
+        ("version", str(data["version"])),
+    ]
+    rows += [(f"property {key}", value) for key, value in sorted(data["properties"].items())]
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+def _get_table(obj: CliContext, name: str) -> TableInfo:
+    """One table, read the cheapest way there is (see :func:`hcat_notify.store.quick_table`)."""
+    from hcat_notify.store.quick import quick_table
+
+    found = quick_table(obj.settings, name)
+    if found is not None:
+        return found
+    with obj.catalog(write=False) as catalog:
+        return catalog.get_table(name)
+
+
+@click.group()
+def table() -> None:
+    """Register, inspect and drop tables."""
+
+
+@table.command("create")
+@click.argument("name", metavar="DB.TABLE")
+@click.option("--location", required=True, help="Table root directory or URI.")
+@click.option("--partition-keys", required=True, help="Ordered keys, comma-separated: k1,k2.")
+@click.option(
+    "--format",
+    "storage_format",
+    type=click.Choice(["parquet", "orc", "csv", "json"]),
+    default="parquet",
+    show_default=True,
+)
+@click.option(
+    "--retention", default="7d", show_default=True, help="How long mark-set-done messages are kept."
+)
+@click.option("--topic", help="Topic name for this table (hcat.msgbus.topic.name).")
+@click.option("--external", is_flag=True, help="Register as EXTERNAL_TABLE.")
+@output_option
+@click.pass_obj
+@handle_errors
+def table_create(
+    obj: CliContext,
+    name: str,
+    location: str,
+    partition_keys: str,
+    storage_format: str,
+    retention: str,
+    topic: str | None,
+    external: bool,
+) -> None:
+    """Register a partitioned table."""
+    keys = [key.strip() for key in partition_keys.split(",")]
+    if any(not key for key in keys):
+        raise InvalidInputError(f"empty partition key in {partition_keys!r}")
+    period = parse_duration(retention)
+    with obj.catalog() as catalog:
+        info = catalog.create_table(
+            name,
+            location=location,
+            partition_keys=keys,
+            storage_format=storage_format,
+            table_type="EXTERNAL_TABLE" if external else "MANAGED_TABLE",
+            retention=period,
+            topic=topic,
+        )
+    emit(obj, table_dict(info), lambda: f"created {info.name} (topic {info.topic})")
+
+
+@table.command("show")
+@click.argument("name", metavar="DB.TABLE")
+@output_option
+@click.pass_obj
+@handle_errors
+def table_show(obj: CliContext, name: str) -> None:
+    """Show a table's definition and topic."""
+    data = table_dict(_get_table(obj, name))
+    emit(obj, data, lambda: _format_table(data))
+
+
+@table.command("list")
+@click.option("--db", help="Only this database.")
+@output_option
+@click.pass_obj
+@handle_errors
+def table_list(obj: CliContext, db: str | None) -> None:
+    """List registered tables."""
+    with obj.catalog(write=False) as catalog:
+        tables = catalog.list_tables(db)
+    emit(
+        obj,
+        [table_dict(info) for info in tables],
+        lambda: (
+            "\n".join(f"{info.name}\t{info.topic}\t{info.location}" for info in tables)
+            or "no tables"
+        ),
+    )
+
+
+@click.command()
+@click.argument("name", metavar="DB.TABLE")
+@output_option
+@click.pass_obj
+@handle_errors
+def topic(obj: CliContext, name: str) -> None:
+    """Print the topic a table's messages go to."""
+    from hcat_notify.model.topics import destination_for
+
+    info = _get_table(obj, name)
+    emit(
+        obj,
+        {"table": str(info.name), "topic": info.topic, "destination": destination_for(info.topic)},
+        lambda: info.topic,
+    )
+
+
+@click.command()
+@click.argument("name", metavar="DB.TABLE")
+@click.argument("spec", nargs=-1, metavar="[K=V]...")
+@output_option
+@click.pass_obj
+@handle_errors
+def partitions(obj: CliContext, name: str, spec: tuple[str, ...]) -> None:
+    """List a table's registered partitions, optionally matching K=V filters."""
+    with obj.catalog(write=False) as catalog:
+        found = catalog.list_partitions(name, spec_args(spec))
+    emit(
+        obj,
+        [partition_dict(item) for item in found],
+        lambda: (
+            "\n".join(
+                f"{item.spec}\t{item.location}\t{item.file_count} files\t{item.total_bytes} bytes"
+                for item in found
+            )
+            or "no partitions"
+        ),
+    )

@@ -1,0 +1,274 @@
+"""One settings object, layered: file → environment → explicit arguments.
+
+The file is TOML (``hcat-notify.toml``): its path comes from ``HCAT_NOTIFY_CONFIG``, else
+``<home>/hcat-notify.toml`` is read if it exists. Environment variables are
+``HCAT_NOTIFY_<FIELD>`` (e.g. ``HCAT_NOTIFY_DB_URL``). Arguments given to
+:func:`load_settings` win over both. Nothing is read at import time.
+
+The loader is plain Python (a frozen dataclass and a converter per field type) rather
+than pydantic-settings: importing that costs more than every short command of the
+command line may take in all (see docs/architecture.md, "Start-up time").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from hcat_notify.errors import ConfigError, InvalidIdentifierError
+from hcat_notify.model.topics import DEFAULT_TOPIC_PREFIX, TopicStrategy, validate_topic_name
+
+__all__ = [
+    "DEFAULT_BROKER_URL",
+    "DEFAULT_CONSUMER_PASSWORD",
+    "DEFAULT_CONSUMER_USER",
+    "DEFAULT_HOME",
+    "DEFAULT_PUBLISHER_PASSWORD",
+    "DEFAULT_PUBLISHER_USER",
+    "DEFAULT_TOPIC_PREFIX",
+    "BrokerAddress",
+    "Settings",
+    "TopicStrategy",
+    "load_settings",
+    "parse_broker_url",
+]
+
+ENV_PREFIX = "HCAT_NOTIFY_"
+CONFIG_ENV = "HCAT_NOTIFY_CONFIG"
+CONFIG_FILE_NAME = "hcat-notify.toml"
+
+DEFAULT_HOME = "~/.hcat-notify"
+DEFAULT_BROKER_PORT = 61613
+DEFAULT_BROKER_URL = f"stomp://127.0.0.1:{DEFAULT_BROKER_PORT}"
+# Dev-only credentials of deploy/activemq/activemq.xml; real ones come from config.
+DEFAULT_PUBLISHER_USER = "hcat-publisher"
+DEFAULT_PUBLISHER_PASSWORD = "hcat-publisher-dev"  # noqa: S105 - documented dev default
+DEFAULT_CONSUMER_USER = "hcat-reader"
+DEFAULT_CONSUMER_PASSWORD = "hcat-reader-dev"  # noqa: S105 - documented dev default
+DEFAULT_BROKER_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    """One ``stomp://host:port`` entry of the broker URL."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"stomp://{self.host}:{self.port}"
+
+
+def parse_broker_url(url: str) -> tuple[BrokerAddress, ...]:
+    """The addresses of a ``stomp://host:port[,stomp://host:port...]`` URL, in order.
+
+    Raises:
+        ValueError: an entry is not ``stomp://host[:port]`` or its port is invalid.
+    """
+    addresses = []
+    for raw in url.split(","):
+        part = raw.strip()
+        parsed = urlsplit(part)
+        if parsed.scheme != "stomp" or not parsed.hostname:
+            raise ValueError(f"broker URL {part!r} is not of the form stomp://host:port")
+        try:
+            port = parsed.port or DEFAULT_BROKER_PORT
+        except ValueError:
+            raise ValueError(f"broker URL {part!r} has an invalid port") from None
+        if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
+            raise ValueError(f"broker URL {part!r} has a path; expected stomp://host:port")
+        addresses.append(BrokerAddress(parsed.hostname, port))
+    return tuple(addresses)
+
+
+def _positive(value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a positive, finite number, not {value!r}")
+    return value
+
+
+def _checked_broker_url(value: str) -> str:
+    parse_broker_url(value)
+    return value
+
+
+def _checked_prefix(value: str) -> str:
+    try:
+        return validate_topic_name(value)
+    except InvalidIdentifierError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _check(func: Callable[[Any], Any]) -> dict[str, Any]:
+    return {"check": func}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Everything hcat-notify needs to know about its deployment.
+
+    Build it with :func:`load_settings`; the object is immutable (and hashable).
+    """
+
+    home: Path = Path(DEFAULT_HOME)
+    db_url: str | None = None
+    broker_url: str = field(default=DEFAULT_BROKER_URL, metadata=_check(_checked_broker_url))
+    broker_user: str = DEFAULT_PUBLISHER_USER
+    broker_password: str = field(default=DEFAULT_PUBLISHER_PASSWORD, repr=False)
+    consumer_user: str = DEFAULT_CONSUMER_USER
+    consumer_password: str = field(default=DEFAULT_CONSUMER_PASSWORD, repr=False)
+    topic_prefix: str = field(default=DEFAULT_TOPIC_PREFIX, metadata=_check(_checked_prefix))
+    topic_strategy: TopicStrategy = TopicStrategy.TABLE
+    broker_timeout: float = field(default=DEFAULT_BROKER_TIMEOUT, metadata=_check(_positive))
+    server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "home", Path(self.home).expanduser())
+
+    @property
+    def database_url(self) -> str:
+        """The catalog database URL: configured, or a SQLite file in the data dir."""
+        if self.db_url:
+            return self.db_url
+        return f"sqlite:///{self.home / 'catalog.db'}"
+
+    @property
+    def broker_addresses(self) -> tuple[BrokerAddress, ...]:
+        """The broker URL's hosts, in failover order."""
+        return parse_broker_url(self.broker_url)
+
+
+@functools.cache
+def _fields() -> dict[str, tuple[dataclasses.Field[Any], Any]]:
+    hints = typing.get_type_hints(Settings)
+    return {item.name: (item, hints[item.name]) for item in dataclasses.fields(Settings)}
+
+
+def _convert(kind: Any, value: Any) -> Any:
+    """``value`` (from TOML, the environment or an argument) as a value of ``kind``."""
+    options = typing.get_args(kind)
+    if options and type(None) in options:  # X | None
+        if value is None:
+            return None
+        (kind,) = [option for option in options if option is not type(None)]
+    if kind is Path:
+        if not isinstance(value, str | Path):
+            raise ValueError(f"expected a path, not {type(value).__name__}")
+        return Path(value).expanduser()
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        try:
+            return kind(str(value).lower() if isinstance(value, str) else value)
+        except ValueError:
+            choices = ", ".join(repr(member.value) for member in kind)
+            raise ValueError(f"{value!r} is not one of {choices}") from None
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise ValueError(f"expected a number, not {type(value).__name__}")
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a number") from None
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError(f"expected a whole number, not {type(value).__name__}")
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a whole number") from None
+    if kind is str:
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, not {type(value).__name__}")
+        return value
+    raise TypeError(f"no converter for settings of type {kind!r}")  # pragma: no cover
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, ValueError) as exc:  # tomllib.TOMLDecodeError is a ValueError
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+
+
+def _config_path(explicit: Path | None, overrides: Mapping[str, Any]) -> Path | None:
+    if explicit is not None:
+        if not explicit.is_file():
+            raise ConfigError(f"config file {explicit} does not exist")
+        return explicit
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"config file {path} (from {CONFIG_ENV}) does not exist")
+        return path
+    home = overrides.get("home") or os.environ.get(f"{ENV_PREFIX}HOME") or DEFAULT_HOME
+    candidate = Path(home).expanduser() / CONFIG_FILE_NAME
+    return candidate if candidate.is_file() else None
+
+
+def load_settings(*, config_file: Path | str | None = None, **overrides: Any) -> Settings:
+    """Build settings from the TOML file, the environment and ``overrides``.
+
+    Args:
+        config_file: TOML file to read; default ``$HCAT_NOTIFY_CONFIG``, else
+            ``<home>/hcat-notify.toml`` when it exists.
+        **overrides: field values that win over file and environment (``None`` values are
+            ignored, so CLI options can be passed through unconditionally).
+
+    Returns:
+        The immutable :class:`Settings`.
+
+    Raises:
+        ConfigError: the file is missing or not TOML, a key is unknown, or a value is
+            invalid; the message names every problem and where the value came from.
+    """
+    known = _fields()
+    given = {key: value for key, value in overrides.items() if value is not None}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ConfigError(f"invalid settings: unknown setting(s) {', '.join(unknown)}")
+    path = _config_path(Path(config_file) if config_file is not None else None, given)
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    if path is not None:
+        from_file = _read_toml(path)
+        extra = sorted(set(from_file) - set(known))
+        if extra:
+            raise ConfigError(
+                f"invalid settings: {', '.join(extra)}: unknown key(s) in config file {path}"
+            )
+        layers.append((f"config file {path}", from_file))
+    from_env = {
+        name: os.environ[f"{ENV_PREFIX}{name.upper()}"]
+        for name in known
+        if f"{ENV_PREFIX}{name.upper()}" in os.environ
+    }
+    layers.append(("environment", from_env))
+    layers.append(("arguments", given))
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, (spec, kind) in known.items():
+        chosen = [(source, layer[name]) for source, layer in layers if name in layer]
+        if not chosen:
+            continue
+        source, raw = chosen[-1]
+        try:
+            value = _convert(kind, raw)
+            check = spec.metadata.get("check")
+            values[name] = check(value) if check is not None and value is not None else value
+        except ValueError as exc:
+            where = "" if source == "arguments" else f" (from {source})"
+            problems.append(f"{name}: {exc}{where}")
+    if problems:
+        raise ConfigError("invalid settings: " + "; ".join(problems))
+    return Settings(**values)

@@ -1,0 +1,217 @@
+"""Partitions: registration (with their ADD_PARTITION events), lookup, updates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from hcat_notify.errors import InvalidInputError, PartitionExistsError
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.wire import PartitionDetails, build_add_partition
+from hcat_notify.store.models import PartitionRow, TableRow
+from hcat_notify.store.outbox import outbox_row
+from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
+from hcat_notify.store.tables import info_of
+from hcat_notify.store.tx import Tx
+
+__all__ = [
+    "add_partitions",
+    "insert_partitions",
+    "list_partitions",
+    "partition_info",
+    "partition_row",
+    "partitions_at",
+    "update_partition",
+]
+
+_LOOKUP_CHUNK = 500
+"""Specs per ``IN (...)`` lookup: well under SQLite's and PostgreSQL's parameter limits."""
+
+
+def partition_info(table: TableInfo, row: PartitionRow) -> PartitionInfo:
+    """The record of an ORM partition row."""
+    return PartitionInfo(
+        table=table.name,
+        spec=PartitionSpec.from_mapping(
+            dict(zip(table.partition_keys, row.partition_values, strict=True))
+        ),
+        location=row.location,
+        job_id=row.job_id,
+        file_count=row.file_count,
+        total_bytes=row.total_bytes,
+        archived=row.archived,
+        event_id=row.event_id,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        version=row.version,
+    )
+
+
+def partition_row(tx: Tx, table_id: int, full: PartitionSpec) -> PartitionRow | None:
+    """The row of the partition with exactly this full spec, or None."""
+    return tx.session.execute(
+        select(PartitionRow).where(
+            PartitionRow.table_id == table_id, PartitionRow.path_spec == full.to_path()
+        )
+    ).scalar_one_or_none()
+
+
+def insert_partitions(
+    tx: Tx,
+    row: TableRow,
+    info: TableInfo,
+    items: Sequence[tuple[PartitionSpec, NewPartition]],
+    *,
+    job_id: str | None,
+    announce: bool = True,
+) -> list[PartitionRow]:
+    """Partition rows and, if ``announce``, their ADD_PARTITION events, in one go."""
+    event_ids: list[int | None] = (
+        list(tx.allocate_event_ids(len(items))) if announce else [None] * len(items)
+    )
+    rows = []
+    for (spec, item), event_id in zip(items, event_ids, strict=True):
+        prow = PartitionRow(
+            table_id=row.id,
+            partition_values=list(spec.values),
+            path_spec=spec.to_path(),
+            location=item.location,
+            job_id=job_id,
+            file_count=item.file_count,
+            total_bytes=item.total_bytes,
+            archived=item.archived,
+            event_id=event_id,
+            created_at=tx.now,
+            updated_at=tx.now,
+        )
+        rows.append(prow)
+        tx.session.add(prow)
+        if event_id is None:
+            continue
+        message = build_add_partition(
+            event_id=event_id,
+            table=info.name,
+            topic=info.topic,
+            partition=spec,
+            timestamp=int(tx.now.timestamp()),
+            server=tx.server(),
+            service_principal=tx.settings.broker_user,
+            table_type=info.table_type,
+            details=PartitionDetails(
+                location=item.location,
+                file_count=item.file_count,
+                total_bytes=item.total_bytes,
+                job_id=job_id,
+            ),
+        )
+        tx.session.add(outbox_row(message, info.name, tx.now))
+    return rows
+
+
+def add_partitions(
+    tx: Tx,
+    row: TableRow,
+    partitions: Sequence[NewPartition],
+    *,
+    job_id: str | None = None,
+    announce: bool = True,
+) -> list[PartitionInfo]:
+    """Register new partitions and their ADD_PARTITION events (see the Catalog method)."""
+    info = info_of(row)
+    specs = [info.spec(item.spec, partial=False) for item in partitions]
+    paths = [spec.to_path() for spec in specs]
+    if len(set(paths)) != len(paths):
+        duplicate = next(path for path in paths if paths.count(path) > 1)
+        raise InvalidInputError(f"partition {duplicate} is given twice")
+    existing = tx.session.scalars(
+        select(PartitionRow.path_spec).where(
+            PartitionRow.table_id == row.id, PartitionRow.path_spec.in_(paths)
+        )
+    ).first()
+    if existing is not None:
+        raise PartitionExistsError(f"partition {existing} of {info.name} is already registered")
+    rows = insert_partitions(
+        tx, row, info, list(zip(specs, partitions, strict=True)), job_id=job_id, announce=announce
+    )
+    try:
+        tx.session.flush()
+    except IntegrityError as exc:  # lost a race with another writer
+        raise PartitionExistsError(
+            f"a partition of {info.name} was registered concurrently: {paths[0]}..."
+        ) from exc
+    return [partition_info(info, prow) for prow in rows]
+
+
+def _path_prefix(info: TableInfo, wanted: PartitionSpec) -> str | None:
+    """The path prefix every partition matching ``wanted`` starts with, when ``wanted``
+    fixes the table's first key(s): ``k1=v1/`` (``k1=v1/k2=v2`` for a full spec)."""
+    values = wanted.as_dict()
+    fixed: list[str] = []
+    for key in info.partition_keys:
+        if key not in values:
+            break
+        fixed.append(PartitionSpec(((key, values[key]),)).to_path())
+    if not fixed:
+        return None
+    prefix = "/".join(fixed)
+    return prefix if len(fixed) == len(info.partition_keys) else prefix + "/"
+
+
+def list_partitions(
+    tx: Tx, row: TableRow, spec: PartitionSpec | Mapping[str, str | None] | None = None
+) -> list[PartitionInfo]:
+    """Partitions of a table, optionally only those matching a partial spec."""
+    info = info_of(row)
+    wanted = info.spec(spec, partial=True) if spec is not None else None
+    query = select(PartitionRow).where(PartitionRow.table_id == row.id)
+    prefix = _path_prefix(info, wanted) if wanted is not None else None
+    if prefix is not None:
+        # the spec fixes the leading keys: only rows under that path prefix are read and
+        # decoded (LIKE may ignore case; covers() below stays exact)
+        query = query.where(PartitionRow.path_spec.startswith(prefix, autoescape=True))
+    rows = tx.session.scalars(query.order_by(PartitionRow.path_spec))
+    found = [partition_info(info, prow) for prow in rows]
+    if wanted is None:
+        return found
+    return [partition for partition in found if wanted.covers(partition.spec)]
+
+
+def partitions_at(
+    tx: Tx, row: TableRow, specs: Iterable[PartitionSpec | Mapping[str, str | None]]
+) -> dict[str, PartitionInfo]:
+    """The registered partitions among ``specs`` (full specs), by their path form."""
+    info = info_of(row)
+    found: dict[str, PartitionInfo] = {}
+    paths = sorted({info.spec(spec, partial=False).to_path() for spec in specs})
+    for start in range(0, len(paths), _LOOKUP_CHUNK):
+        rows = tx.session.scalars(
+            select(PartitionRow).where(
+                PartitionRow.table_id == row.id,
+                PartitionRow.path_spec.in_(paths[start : start + _LOOKUP_CHUNK]),
+            )
+        )
+        for prow in rows:
+            partition = partition_info(info, prow)
+            found[partition.spec.to_path()] = partition
+    return found
+
+
+def update_partition(
+    tx: Tx,
+    row: TableRow,
+    spec: PartitionSpec | Mapping[str, str | None],
+    *,
+    expected_version: int,
+    changes: Mapping[str, Any],
+) -> PartitionInfo:
+    """Change a partition's location or sizes, compare-and-set on its version."""
+    info = info_of(row)
+    full = info.spec(spec, partial=False)
+    prow = partition_row(tx, row.id, full)
+    if prow is None:
+        raise InvalidInputError(f"partition {full} of {info.name} is not registered")
+    tx.compare_and_set(prow, expected_version, f"partition {full} of {info.name}", **changes)
+    return partition_info(info, prow)

@@ -1,0 +1,260 @@
+"""What the catalog hands out: immutable records of tables, partitions, dones, events.
+
+Decoding a row into a record lives here too, written against plain column values (as
+any DB-API driver returns them), so that the SQLAlchemy store and the stdlib fast path
+(:mod:`hcat_notify.store.quick`) read a row the same way. Nothing here imports
+SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from hcat_notify.errors import TableNotFoundError
+from hcat_notify.model.events import EventType
+from hcat_notify.model.names import TableName
+from hcat_notify.model.specs import PartitionSpec
+
+__all__ = [
+    "DEFAULT_RETENTION",
+    "MAX_RETENTION",
+    "CommitRecord",
+    "JournalEntry",
+    "JournalState",
+    "Lease",
+    "NewPartition",
+    "OutboxEvent",
+    "PartitionInfo",
+    "RetainedDone",
+    "TableInfo",
+    "WriteMode",
+    "as_datetime",
+    "as_json",
+    "as_table_name",
+    "table_info",
+    "table_not_found",
+]
+
+DEFAULT_RETENTION = timedelta(days=7)
+MAX_RETENTION = timedelta(days=36_500)
+"""A hundred years: any longer and ``now + retention`` leaves what datetimes can hold."""
+
+
+def as_table_name(table: TableName | str) -> TableName:
+    """``table`` as a :class:`TableName` (parsing ``db.table``)."""
+    return table if isinstance(table, TableName) else TableName.parse(table)
+
+
+def table_not_found(name: TableName) -> TableNotFoundError:
+    """The error for a table that is not registered."""
+    return TableNotFoundError(
+        f"table {name} is not registered (create it with 'hcat-notify table create')"
+    )
+
+
+def as_json(value: Any) -> Any:
+    """A JSON column's value: drivers return it decoded (PostgreSQL) or as text (SQLite)."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def as_datetime(value: Any) -> datetime:
+    """A timestamp column's value as an aware UTC datetime (SQLite stores naive text)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if not isinstance(value, datetime):
+        raise TypeError(f"not a timestamp: {value!r}")
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """A registered table, as read from the catalog."""
+
+    name: TableName
+    location: str
+    storage_format: str
+    partition_keys: tuple[str, ...]
+    table_type: str
+    properties: Mapping[str, str]
+    retention: timedelta
+    topic: str
+    created_at: datetime
+    updated_at: datetime
+    version: int
+
+    def spec(
+        self, values: Mapping[str, str | None] | PartitionSpec, *, partial: bool
+    ) -> PartitionSpec:
+        """Validate ``values`` against this table's keys; return it in table key order."""
+        spec = values if isinstance(values, PartitionSpec) else PartitionSpec.from_mapping(values)
+        return spec.for_table(self.partition_keys, table=str(self.name), partial=partial)
+
+
+TABLE_COLUMNS = (
+    "id",
+    "db_name",
+    "table_name",
+    "location",
+    "storage_format",
+    "partition_keys",
+    "table_type",
+    "properties",
+    "retention_seconds",
+    "topic",
+    "created_at",
+    "updated_at",
+    "version",
+)
+"""The columns :func:`table_info` reads, in this order."""
+
+
+def table_info(row: Mapping[str, Any]) -> TableInfo:
+    """A table's record from its row (a mapping of :data:`TABLE_COLUMNS`)."""
+    return TableInfo(
+        name=TableName(row["db_name"], row["table_name"]),
+        location=row["location"],
+        storage_format=row["storage_format"],
+        partition_keys=tuple(as_json(row["partition_keys"])),
+        table_type=row["table_type"],
+        properties=MappingProxyType(dict(as_json(row["properties"]))),
+        retention=timedelta(seconds=row["retention_seconds"]),
+        topic=row["topic"],
+        created_at=as_datetime(row["created_at"]),
+        updated_at=as_datetime(row["updated_at"]),
+        version=row["version"],
+    )
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """A registered partition."""
+
+    table: TableName
+    spec: PartitionSpec
+    location: str
+    job_id: str | None
+    file_count: int
+    total_bytes: int
+    archived: bool
+    event_id: int | None
+    created_at: datetime
+    updated_at: datetime
+    version: int
+
+
+@dataclass(frozen=True)
+class NewPartition:
+    """A partition to register, or as a write leaves it: its full spec and its files."""
+
+    spec: PartitionSpec | Mapping[str, str | None]
+    location: str
+    file_count: int = 0
+    total_bytes: int = 0
+    archived: bool = False
+
+
+@dataclass(frozen=True)
+class RetainedDone:
+    """A retained MARK_SET_DONE message."""
+
+    event_id: int
+    table: TableName
+    spec: PartitionSpec
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class OutboxEvent:
+    """An event waiting in (or published from) the outbox."""
+
+    event_id: int
+    topic: str
+    event_type: EventType
+    table: str
+    headers: Mapping[str, str]
+    body: str
+    created_at: datetime
+    published_at: datetime | None = field(default=None)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Ownership of a named resource (the outbox) until ``expires_at``."""
+
+    name: str
+    owner: str
+    acquired_at: datetime
+    expires_at: datetime
+    version: int
+
+
+class WriteMode(StrEnum):
+    """How a write treats partitions that exist already."""
+
+    APPEND = "append"  # add files beside the existing ones
+    OVERWRITE = "overwrite"  # replace the partition's files
+
+
+class JournalState(StrEnum):
+    """Where a journalled write stands."""
+
+    PENDING = "pending"  # claimed; files may be moving
+    COMMITTED = "committed"  # registered and announced
+    ABORTED = "aborted"  # given up; its moves were (or must be) undone
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """A write recorded in the commit journal."""
+
+    job_id: str
+    table: TableName
+    mode: WriteMode
+    state: JournalState
+    partitions: tuple[str, ...]
+    plan: Mapping[str, Any]
+    started_at: datetime
+    result: Mapping[str, Any] | None
+    version: int
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """What a completed write registered and announced."""
+
+    job_id: str
+    created: tuple[str, ...]
+    replaced: tuple[str, ...]
+    appended: tuple[str, ...]
+    event_ids: tuple[int, ...]
+    done_event_id: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form kept in the journal."""
+        return {
+            "job_id": self.job_id,
+            "created": list(self.created),
+            "replaced": list(self.replaced),
+            "appended": list(self.appended),
+            "event_ids": list(self.event_ids),
+            "done_event_id": self.done_event_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CommitRecord:
+        """Read back :meth:`as_dict`."""
+        return cls(
+            job_id=str(data["job_id"]),
+            created=tuple(data.get("created", ())),
+            replaced=tuple(data.get("replaced", ())),
+            appended=tuple(data.get("appended", ())),
+            event_ids=tuple(int(item) for item in data.get("event_ids", ())),
+            done_event_id=data.get("done_event_id"),
+        )

@@ -1,0 +1,104 @@
+"""Retained MARK_SET_DONE messages: recorded with their event, found by covering spec."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from sqlalchemy import delete, select
+
+from hcat_notify.model.names import TableName
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.wire import build_mark_set_done
+from hcat_notify.store.models import RetentionRow, TableRow
+from hcat_notify.store.outbox import outbox_row
+from hcat_notify.store.records import RetainedDone, TableInfo
+from hcat_notify.store.tx import Tx
+
+__all__ = ["add_mark_set_done", "delete_expired", "find_covering_done", "retained_dones"]
+
+
+def _retained(row: RetentionRow, name: TableName) -> RetainedDone:
+    return RetainedDone(
+        event_id=row.event_id,
+        table=name,
+        spec=PartitionSpec.from_mapping(row.spec_json),
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+    )
+
+
+def add_mark_set_done(tx: Tx, row: TableRow, info: TableInfo, canonical: PartitionSpec) -> int:
+    """Retention row and outbox event of a MARK_SET_DONE, in ``tx``; the event id."""
+    (event_id,) = tx.allocate_event_ids(1)
+    message = build_mark_set_done(
+        event_id=event_id,
+        table=info.name,
+        topic=info.topic,
+        spec=canonical,
+        timestamp=int(tx.now.timestamp()),
+    )
+    tx.session.add(
+        RetentionRow(
+            event_id=event_id,
+            table_id=row.id,
+            spec=canonical.to_path(),
+            spec_json=canonical.as_dict(),
+            created_at=tx.now,
+            expires_at=tx.now + info.retention,
+        )
+    )
+    tx.session.add(outbox_row(message, info.name, tx.now))
+    return event_id
+
+
+def retained_dones(
+    tx: Tx, by_id: Mapping[int, TableName], *, after_event_id: int = 0, limit: int | None = None
+) -> list[RetainedDone]:
+    """Unexpired MARK_SET_DONE messages of the tables ``by_id``, in event-id order."""
+    query = (
+        select(RetentionRow)
+        .where(
+            RetentionRow.table_id.in_(list(by_id)),
+            RetentionRow.expires_at > tx.now,
+            RetentionRow.event_id > after_event_id,
+        )
+        .order_by(RetentionRow.event_id)
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    return [_retained(rrow, by_id[rrow.table_id]) for rrow in tx.session.scalars(query)]
+
+
+def find_covering_done(
+    tx: Tx, row: TableRow, name: TableName, wanted: PartitionSpec
+) -> RetainedDone | None:
+    """The oldest unexpired MARK_SET_DONE of the table that covers ``wanted``, or None."""
+    # An equality lookup on (table, spec): at most 2^keys - 1 specs, a few rows each.
+    # Expiry is checked here rather than in SQL: with a range condition on expires_at,
+    # SQLite's planner walks the expiry index over every retained row of the table
+    # instead (150 ms at a million rows instead of 0.1 ms).
+    candidates = tx.session.scalars(
+        select(RetentionRow).where(
+            RetentionRow.table_id == row.id,
+            RetentionRow.spec.in_(wanted.covering_canonicals()),
+        )
+    ).all()
+    rows = [item for item in candidates if item.expires_at > tx.now]
+    if not rows:
+        return None
+    return _retained(min(rows, key=lambda item: item.event_id), name)
+
+
+def delete_expired(tx: Tx, batch_size: int) -> int:
+    """Delete up to ``batch_size`` expired retention rows, oldest first; how many."""
+    ids: Sequence[int] = list(
+        tx.session.scalars(
+            select(RetentionRow.event_id)
+            .where(RetentionRow.expires_at <= tx.now)
+            .order_by(RetentionRow.event_id)
+            .limit(batch_size)
+        )
+    )
+    if ids:
+        tx.session.execute(delete(RetentionRow).where(RetentionRow.event_id.in_(ids)))
+    return len(ids)

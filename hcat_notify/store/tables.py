@@ -1,0 +1,188 @@
+"""Tables: registration, lookup and properties."""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from hcat_notify.errors import InvalidInputError, TableExistsError
+from hcat_notify.model.names import TableName, validate_identifier
+from hcat_notify.model.topics import TOPIC_NAME_PROPERTY, resolve_topic, validate_topic_name
+from hcat_notify.model.wire import DEFAULT_TABLE_TYPE
+from hcat_notify.store.models import TableRow
+from hcat_notify.store.records import (
+    DEFAULT_RETENTION,
+    MAX_RETENTION,
+    TABLE_COLUMNS,
+    TableInfo,
+    table_info,
+)
+from hcat_notify.store.tx import Tx
+
+__all__ = [
+    "MAX_PARTITION_KEYS",
+    "STORAGE_FORMATS",
+    "TABLE_TYPES",
+    "create_table",
+    "info_of",
+    "list_tables",
+    "normalise_location",
+    "update_table_properties",
+]
+
+logger = logging.getLogger(__name__)
+
+STORAGE_FORMATS = ("parquet", "orc", "csv", "json")
+TABLE_TYPES = ("MANAGED_TABLE", "EXTERNAL_TABLE")
+MAX_PARTITION_KEYS = 16
+MIN_RETENTION = timedelta(seconds=1)
+
+
+def info_of(row: TableRow) -> TableInfo:
+    """The record of an ORM table row."""
+    return table_info({column: getattr(row, column) for column in TABLE_COLUMNS})
+
+
+def normalise_location(location: str) -> str:
+    """A table location as the catalog stores it: a URI as given, or an absolute path.
+
+    ``relative/dir`` and ``~/x`` are resolved against the working directory and the
+    home directory of the process that registers the table, so every reader of the
+    catalog sees the same place.
+
+    Raises:
+        InvalidInputError: empty, or a URI without a path.
+    """
+    stripped = location.strip() if isinstance(location, str) else ""
+    if not stripped:
+        raise InvalidInputError("a table needs a location (a directory path or URI)")
+    if "\x00" in stripped:
+        raise InvalidInputError("table location contains a NUL character")
+    if "://" in stripped:
+        parts = urlsplit(stripped)
+        if not parts.scheme or not parts.path.strip("/"):
+            raise InvalidInputError(f"table location {location!r} is a URI without a path")
+        return stripped.rstrip("/")
+    absolute = os.path.abspath(os.path.expanduser(stripped))
+    return posixpath.normpath(absolute)
+
+
+def create_table(
+    tx: Tx,
+    name: TableName,
+    *,
+    location: str,
+    partition_keys: Sequence[str],
+    storage_format: str = "parquet",
+    table_type: str = DEFAULT_TABLE_TYPE,
+    properties: Mapping[str, str] | None = None,
+    retention: timedelta = DEFAULT_RETENTION,
+    topic: str | None = None,
+) -> TableInfo:
+    """Register a partitioned table (see :meth:`Catalog.create_table`)."""
+    if isinstance(partition_keys, str):
+        raise InvalidInputError(
+            f"partition keys must be a sequence of names, not one string {partition_keys!r}"
+        )
+    keys = [validate_identifier(key, what="partition key") for key in partition_keys]
+    if not keys:
+        raise InvalidInputError(f"table {name} needs at least one partition key")
+    if len(keys) > MAX_PARTITION_KEYS:
+        raise InvalidInputError(
+            f"table {name} has {len(keys)} partition keys; the limit is {MAX_PARTITION_KEYS}"
+        )
+    duplicates = sorted({key for key in keys if keys.count(key) > 1})
+    if duplicates:
+        raise InvalidInputError(f"partition key {duplicates[0]!r} is given twice")
+    fmt = storage_format.lower() if isinstance(storage_format, str) else ""
+    if fmt not in STORAGE_FORMATS:
+        choices = ", ".join(STORAGE_FORMATS)
+        raise InvalidInputError(f"unknown storage format {storage_format!r}; use one of {choices}")
+    if table_type not in TABLE_TYPES:
+        raise InvalidInputError(
+            f"unknown table type {table_type!r}; use one of {', '.join(TABLE_TYPES)}"
+        )
+    if not isinstance(retention, timedelta) or not (MIN_RETENTION <= retention <= MAX_RETENTION):
+        raise InvalidInputError(
+            f"retention must be between 1 second and {MAX_RETENTION.days} days, got {retention}"
+        )
+    where = normalise_location(location)
+    props = {str(key): str(value) for key, value in (properties or {}).items()}
+    if topic is not None:
+        props[TOPIC_NAME_PROPERTY] = topic
+    if TOPIC_NAME_PROPERTY in props:
+        props[TOPIC_NAME_PROPERTY] = validate_topic_name(props[TOPIC_NAME_PROPERTY])
+    resolved_topic = resolve_topic(
+        name,
+        prefix=tx.settings.topic_prefix,
+        strategy=tx.settings.topic_strategy,
+        properties=props,
+    )
+    session = tx.session
+    if session.execute(
+        select(TableRow.id).where(TableRow.db_name == name.db, TableRow.table_name == name.table)
+    ).first():
+        raise TableExistsError(f"table {name} is already registered")
+    other = session.execute(
+        select(TableRow.db_name, TableRow.table_name).where(TableRow.location == where)
+    ).first()
+    if other is not None:
+        raise InvalidInputError(
+            f"location {where} is already the location of table {other[0]}.{other[1]}"
+        )
+    row = TableRow(
+        db_name=name.db,
+        table_name=name.table,
+        location=where,
+        storage_format=fmt,
+        partition_keys=keys,
+        table_type=table_type,
+        properties=props,
+        retention_seconds=int(retention.total_seconds()),
+        topic=resolved_topic,
+        created_at=tx.now,
+        updated_at=tx.now,
+    )
+    session.add(row)
+    try:
+        session.flush()
+    except IntegrityError as exc:  # lost a race with another creator
+        raise TableExistsError(f"table {name} is already registered") from exc
+    logger.info("registered table %s at %s, keys %s, topic %s", name, where, keys, resolved_topic)
+    return info_of(row)
+
+
+def list_tables(tx: Tx, db: str | None = None) -> list[TableInfo]:
+    """All registered tables (of one database if given), sorted by name."""
+    query = select(TableRow).order_by(TableRow.db_name, TableRow.table_name)
+    if db is not None:
+        query = query.where(TableRow.db_name == validate_identifier(db, what="database name"))
+    return [info_of(row) for row in tx.session.scalars(query)]
+
+
+def update_table_properties(
+    tx: Tx, name: TableName, properties: Mapping[str, str | None], *, expected_version: int
+) -> TableInfo:
+    """Set (or, with ``None``, remove) properties, compare-and-set on the version.
+
+    The topic is fixed at creation; changing ``hcat.msgbus.topic.name`` later changes
+    the property only, as renaming a topic under running subscribers would lose messages.
+    """
+    row = tx.table_row(name)
+    merged = dict(row.properties)
+    for key, value in properties.items():
+        if value is None:
+            merged.pop(key, None)
+        elif key == TOPIC_NAME_PROPERTY:
+            merged[key] = validate_topic_name(value)
+        else:
+            merged[key] = str(value)
+    tx.compare_and_set(row, expected_version, f"table {name}", properties=merged)
+    return info_of(row)

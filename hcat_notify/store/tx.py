@@ -1,0 +1,148 @@
+"""The transaction object every aggregate module of the store works in.
+
+A :class:`Tx` is one database transaction (an ORM session already begun), the time it
+started by the catalog's clock, and the deployment settings. The aggregate modules
+(:mod:`~hcat_notify.store.tables`, :mod:`~hcat_notify.store.partitions`, ...) are
+functions of a ``Tx``, so that one transaction can span several of them: a commit
+registers partitions, announces them and records a done at once.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, select, text, update
+from sqlalchemy.exc import DatabaseError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.orm import Session
+
+from hcat_notify.config import Settings
+from hcat_notify.errors import ConflictError, StoreError, StoreUnavailableError
+from hcat_notify.model.names import TableName
+from hcat_notify.store.models import EventCounterRow, PartitionRow, TableRow
+from hcat_notify.store.records import table_not_found
+
+__all__ = ["OUTBOX_CHANNEL", "Tx", "transaction"]
+
+OUTBOX_CHANNEL = "hcat_outbox"
+"""PostgreSQL NOTIFY channel raised (at commit) by every transaction that adds events."""
+
+
+@dataclass(frozen=True)
+class Tx:
+    """One open transaction of the catalog.
+
+    Attributes:
+        session: the ORM session, inside ``begin()``.
+        now: the catalog clock's time when the transaction began.
+        settings: the deployment's settings.
+    """
+
+    session: Session
+    now: datetime
+    settings: Settings
+
+    @property
+    def dialect(self) -> str:
+        return self.session.get_bind().dialect.name
+
+    def table_row(self, name: TableName, *, lock: bool = False) -> TableRow:
+        """The table's row; ``lock`` serialises writers of the table (PostgreSQL).
+
+        Raises:
+            TableNotFoundError: no such table.
+        """
+        query = select(TableRow).where(
+            TableRow.db_name == name.db, TableRow.table_name == name.table
+        )
+        if lock and self.dialect == "postgresql":
+            # SQLite writers are serial already (BEGIN IMMEDIATE).
+            query = query.with_for_update()
+        row = self.session.execute(query).scalar_one_or_none()
+        if row is None:
+            raise table_not_found(name)
+        return row
+
+    def allocate_event_ids(self, count: int) -> list[int]:
+        """``count`` new event ids, in order.
+
+        The counter row's lock is held until commit (see :class:`EventCounterRow`), so
+        events become visible in id order.
+        """
+        last = self.session.execute(
+            update(EventCounterRow)
+            .where(EventCounterRow.id == 1)
+            .values(last_event_id=EventCounterRow.last_event_id + count)
+            .returning(EventCounterRow.last_event_id)
+        ).scalar_one()
+        if self.dialect == "postgresql":
+            # Delivered at commit, so a listening relay wakes up within milliseconds.
+            self.session.execute(
+                text("SELECT pg_notify(:channel, '')"), {"channel": OUTBOX_CHANNEL}
+            )
+        return list(range(last - count + 1, last + 1))
+
+    def server(self) -> str:
+        """The ``server`` field of messages: configured, or this host's name."""
+        return self.settings.server_name or socket.getfqdn()
+
+    def compare_and_set(
+        self,
+        row: TableRow | PartitionRow,
+        expected_version: int,
+        what: str,
+        **values: Any,
+    ) -> None:
+        """``UPDATE … WHERE id = :id AND version = :expected``; no row → ConflictError.
+
+        On success ``row`` is refreshed with the new values and version.
+        """
+        model = type(row)
+        result = self.session.execute(
+            update(model)
+            .where(model.id == row.id, model.version == expected_version)
+            .values(**values, version=expected_version + 1, updated_at=self.now)
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount < 1:  # type: ignore[attr-defined]
+            raise ConflictError(
+                f"{what} was changed by another process (expected version "
+                f"{expected_version}, found {row.version}); re-read it and retry"
+            )
+        self.session.expire(row)
+        self.session.refresh(row)
+
+
+def _reason(exc: DBAPIError) -> str:
+    text_ = str(exc.orig) if exc.orig is not None else str(exc)
+    lines = [line.strip() for line in text_.strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+@contextmanager
+def transaction(
+    engine: Engine, settings: Settings, clock: Callable[[], datetime], url: str
+) -> Iterator[Tx]:
+    """A :class:`Tx` on ``engine``; committed when the block ends, rolled back on error.
+
+    Database failures become one-line :class:`StoreError` (or
+    :class:`StoreUnavailableError` when the database cannot be used at all: gone,
+    locked, damaged).
+    """
+    try:
+        with Session(engine, expire_on_commit=False) as session, session.begin():
+            yield Tx(session, clock(), settings)
+    except DBAPIError as exc:
+        # A damaged file comes as a bare DatabaseError ("database disk image is
+        # malformed"); constraint and data errors are its other subclasses.
+        unavailable = (
+            exc.connection_invalidated
+            or isinstance(exc, OperationalError | InterfaceError)
+            or type(exc) is DatabaseError
+        )
+        error = StoreUnavailableError if unavailable else StoreError
+        raise error(f"database {url} failed: {_reason(exc)}") from exc
