@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 
 from hcat_notify.errors import (
     BrokerAuthError,
+    BrokerCredentialsError,
     BrokerError,
+    BrokerRejectedError,
     BrokerTimeoutError,
     BrokerUnavailableError,
     ConcurrentWriteError,
@@ -63,7 +65,9 @@ __all__ = [
     "DEFAULT_PARTITION_NAME",
     "DEFAULT_RETENTION",
     "BrokerAuthError",
+    "BrokerCredentialsError",
     "BrokerError",
+    "BrokerRejectedError",
     "BrokerTimeoutError",
     "BrokerUnavailableError",
     "Catalog",

@@ -20,6 +20,8 @@ pydantic) are mapped to these at one boundary each and chained with ``from``.
     └── BrokerError                 the message broker failed
         ├── BrokerUnavailableError  no broker answered at the configured URL(s)
         ├── BrokerAuthError         the broker refused the credentials or an action
+        │   └── BrokerCredentialsError  the login itself was refused (not transient)
+        ├── BrokerRejectedError     the broker refused this one message (too large, ...)
         └── BrokerTimeoutError      the broker did not answer within the deadline
 """
 
@@ -27,7 +29,9 @@ from __future__ import annotations
 
 __all__ = [
     "BrokerAuthError",
+    "BrokerCredentialsError",
     "BrokerError",
+    "BrokerRejectedError",
     "BrokerTimeoutError",
     "BrokerUnavailableError",
     "ConcurrentWriteError",
@@ -115,6 +119,17 @@ class BrokerUnavailableError(BrokerError):
 
 class BrokerAuthError(BrokerError):
     """The broker refused the credentials, or the principal may not do that."""
+
+
+class BrokerCredentialsError(BrokerAuthError):
+    """The broker refused the login: a wrong user or password, which retrying cannot fix."""
+
+
+class BrokerRejectedError(BrokerError):
+    """The broker refused one message for what it is (a header over its limit, ...).
+
+    Sending it again fails the same way; the relay parks such an event after a few tries.
+    """
 
 
 class BrokerTimeoutError(BrokerError):

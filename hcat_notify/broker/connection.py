@@ -14,7 +14,7 @@ import logging
 import queue
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -26,7 +26,9 @@ from hcat_notify.broker.errors import BrokerFault, classify
 from hcat_notify.config import BrokerAddress, Settings
 from hcat_notify.errors import (
     BrokerAuthError,
+    BrokerCredentialsError,
     BrokerError,
+    BrokerRejectedError,
     BrokerTimeoutError,
     BrokerUnavailableError,
 )
@@ -36,6 +38,7 @@ __all__ = [
     "BrokerConnection",
     "ReceivedMessage",
     "consumer_connection",
+    "error_for",
     "publisher_connection",
 ]
 
@@ -44,6 +47,30 @@ logger = logging.getLogger(__name__)
 # (client sends every, client wants every) in ms; ActiveMQ drops silent peers.
 DEFAULT_HEARTBEATS = (10_000, 10_000)
 _ids = itertools.count(1)
+
+# What an ERROR frame answering one of our frames raises (broker/errors.py classifies).
+_ERRORS: dict[BrokerFault, type[BrokerError]] = {
+    BrokerFault.CREDENTIALS: BrokerCredentialsError,
+    BrokerFault.NOT_AUTHORIZED: BrokerAuthError,
+    BrokerFault.MESSAGE_REJECTED: BrokerRejectedError,
+    BrokerFault.ROLLED_BACK: BrokerError,
+    BrokerFault.OTHER: BrokerError,
+}
+
+
+def error_for(errors: Sequence[str], what: str) -> BrokerError | None:
+    """The exception for ERROR frames received during ``what``, most specific first.
+
+    Returns:
+        None when ``errors`` is empty.
+    """
+    if not errors:
+        return None
+    by_fault = {classify(message): message for message in reversed(errors)}
+    for fault in BrokerFault:  # declared most specific first
+        if fault in by_fault:
+            return _ERRORS[fault](f"{what}: {by_fault[fault]}")
+    return None  # pragma: no cover - every message has a fault
 
 
 @dataclass(frozen=True)
@@ -156,6 +183,7 @@ class BrokerConnection:
         self._generation = 0
         self.messages: queue.Queue[ReceivedMessage] = queue.Queue()
         self.address: BrokerAddress | None = None
+        self._trying: BrokerAddress | None = None  # the address a connect() is trying
 
     # -- listener callbacks ----------------------------------------------------------
 
@@ -164,7 +192,7 @@ class BrokerConnection:
 
     def _on_error(self, headers: Mapping[str, str], body: str) -> None:
         message = headers.get("message", "").strip() or body.strip() or "ERROR frame"
-        logger.warning("broker %s sent ERROR: %s", self.address, message)
+        logger.warning("broker %s sent ERROR: %s", self.address or self._trying, message)
         with self._lock:
             self._errors.append(message)
             receipt_id = headers.get("receipt-id")
@@ -178,9 +206,11 @@ class BrokerConnection:
                 waiter = self._receipts.get(receipt_id)
                 waiters = [] if waiter is None else [waiter]
         for item in waiters:
-            item.error = message
+            if item.error is None:  # the first ERROR says why; later ones are echoes
+                item.error = message
             item.event.set()
-        self._connected_error = message
+        if self._connected_error is None:
+            self._connected_error = message
         if not self._connected.is_set():
             self._connected.set()
 
@@ -191,7 +221,7 @@ class BrokerConnection:
             waiter.event.set()
 
     def _on_disconnected(self) -> None:
-        logger.info("disconnected from broker %s", self.address)
+        logger.info("disconnected from broker %s", self.address or self._trying)
         if not self._connected.is_set() and self._connected_error is None:
             # Closed during CONNECT: wake connect() now instead of at its deadline.
             self._connected_error = "the broker closed the connection during CONNECT"
@@ -251,6 +281,7 @@ class BrokerConnection:
             try_loopback_connect=False,
         )
         self._generation += 1
+        self._trying = address
         conn.set_listener("hcat-notify", _Listener(self, self._generation))
         self._connected.clear()
         self._connected_error = None
@@ -265,7 +296,7 @@ class BrokerConnection:
         if self._connected_error is not None or not conn.is_connected():
             reason = self._connected_error or "connection closed during CONNECT"
             self._stop(conn)
-            raise BrokerAuthError(f"broker {address} refused user {self._user!r}: {reason}")
+            raise BrokerCredentialsError(f"broker {address} refused user {self._user!r}: {reason}")
         # stomp.py leaves Nagle's algorithm on: a small COMMIT after the SENDs then waits
         # for the broker's delayed ACK, about 40 ms per receipt.
         with contextlib.suppress(OSError, AttributeError):
@@ -289,12 +320,26 @@ class BrokerConnection:
                     f"no RECEIPT for {what} within {deadline:g}s from {self.address}"
                 )
             if waiter.error is not None:
-                if classify(waiter.error) in (BrokerFault.CREDENTIALS, BrokerFault.NOT_AUTHORIZED):
-                    raise BrokerAuthError(f"{what} refused by {self.address}: {waiter.error}")
-                raise BrokerError(f"{what} failed at {self.address}: {waiter.error}")
+                fault = classify(waiter.error)
+                verb = "failed at" if fault is BrokerFault.OTHER else "refused by"
+                raise _ERRORS[fault](f"{what} {verb} {self.address}: {waiter.error}")
         finally:
             with self._lock:
                 self._receipts.pop(receipt, None)
+
+    @contextlib.contextmanager
+    def _writing(self, what: str, receipt: str | None = None) -> Iterator[None]:
+        """Map stomp.py's and the socket's errors while writing a frame to ours; forget
+        the frame's receipt if it never left."""
+        try:
+            yield
+        except (StompException, OSError) as exc:
+            if receipt is not None:
+                with self._lock:
+                    self._receipts.pop(receipt, None)
+            raise BrokerUnavailableError(
+                f"{what} failed: connection to {self.address} lost ({type(exc).__name__})"
+            ) from exc
 
     def _register(self) -> tuple[str, _Waiter]:
         receipt = f"hcat-{next(_ids)}"
@@ -328,13 +373,18 @@ class BrokerConnection:
         frame_headers["persistent"] = "true"
         if transaction is not None:
             frame_headers["transaction"] = transaction
+        what = f"SEND to {destination}"
         if not receipt:
-            conn.send(destination, body, content_type="application/json", headers=frame_headers)
+            with self._writing(what):
+                conn.send(
+                    destination, body, content_type="application/json", headers=frame_headers
+                )
             return
         receipt_id, waiter = self._register()
         frame_headers["receipt"] = receipt_id
-        conn.send(destination, body, content_type="application/json", headers=frame_headers)
-        self._await_receipt(receipt_id, waiter, f"SEND to {destination}", timeout)
+        with self._writing(what, receipt_id):
+            conn.send(destination, body, content_type="application/json", headers=frame_headers)
+        self._await_receipt(receipt_id, waiter, what, timeout)
 
     def subscribe(
         self,
@@ -352,8 +402,10 @@ class BrokerConnection:
             headers["selector"] = selector
         receipt_id, waiter = self._register()
         headers["receipt"] = receipt_id
-        conn.subscribe(destination, subscription_id, ack=ack, headers=headers)
-        self._await_receipt(receipt_id, waiter, f"SUBSCRIBE to {destination}", timeout)
+        what = f"SUBSCRIBE to {destination}"
+        with self._writing(what, receipt_id):
+            conn.subscribe(destination, subscription_id, ack=ack, headers=headers)
+        self._await_receipt(receipt_id, waiter, what, timeout)
 
     def receive(self, timeout: float | None = None) -> ReceivedMessage | None:
         """The next delivered message, or None if none arrives within ``timeout``."""
@@ -366,25 +418,30 @@ class BrokerConnection:
         """Acknowledge one message (for ``client`` / ``client-individual`` subscriptions)."""
         if message.ack_id is None:
             return
-        self._require().ack(message.ack_id)
+        with self._writing("ACK"):
+            self._require().ack(message.ack_id)
 
     def begin(self) -> str:
         """Begin a STOMP transaction; return its id."""
         transaction = f"hcat-tx-{next(_ids)}"
-        self._require().begin(transaction)
+        with self._writing("BEGIN"):
+            self._require().begin(transaction)
         return transaction
 
     def commit(self, transaction: str, *, timeout: float | None = None) -> None:
         """COMMIT a transaction and wait for its RECEIPT."""
         conn = self._require()
         receipt_id, waiter = self._register()
-        conn.commit(transaction, headers={"receipt": receipt_id})
-        self._await_receipt(receipt_id, waiter, f"COMMIT {transaction}", timeout)
+        what = f"COMMIT {transaction}"
+        with self._writing(what, receipt_id):
+            conn.commit(transaction, headers={"receipt": receipt_id})
+        self._await_receipt(receipt_id, waiter, what, timeout)
 
     def abort(self, transaction: str) -> None:
         """ABORT a transaction (best effort)."""
         if self._conn is not None and self._conn.is_connected():
-            self._conn.abort(transaction)
+            with contextlib.suppress(StompException, OSError):
+                self._conn.abort(transaction)
 
     def close(self) -> None:
         """Disconnect (best effort) and stop stomp.py's receiver thread."""

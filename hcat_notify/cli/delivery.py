@@ -9,7 +9,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -19,6 +18,7 @@ from hcat_notify.cli.common import (
     SECONDS,
     CliContext,
     emit,
+    fail,
     handle_errors,
     json_default,
     output_option,
@@ -27,10 +27,13 @@ from hcat_notify.relay.config import RelayConfig
 
 if TYPE_CHECKING:
     from hcat_notify.consumer import Notification
+    from hcat_notify.relay import Relay, RelayStats
 
-__all__ = ["mark_done", "relay", "status", "sweep", "wait", "watch"]
+__all__ = ["EXIT_CREDENTIALS", "EXIT_UNDELIVERABLE", "mark_done", "relay", "sweep", "wait", "watch"]
 
 _RELAY_DEFAULTS = RelayConfig()
+EXIT_UNDELIVERABLE = 3  # relay --once: some events were refused or parked
+EXIT_CREDENTIALS = 77  # the broker refused the login (sysexits' EX_NOPERM)
 MAX_EVENT_ID = 2**63 - 1  # the catalog's BIGINT
 
 
@@ -81,6 +84,7 @@ def relay(
     obj: CliContext, once: bool, batch_size: int, no_transactions: bool, lease_ttl: float
 ) -> None:
     """Publish the outbox to the broker (long-running; SIGTERM/SIGINT stop it cleanly)."""
+    from hcat_notify.errors import BrokerCredentialsError
     from hcat_notify.relay import Relay
 
     if logging.getLogger().level > logging.INFO:
@@ -88,69 +92,59 @@ def relay(
     config = RelayConfig(
         batch_size=batch_size, use_transactions=not no_transactions, lease_ttl=lease_ttl
     )
-    with Relay(obj.settings, config=config) as publisher:
-        if once:
-            count = publisher.drain()
-            emit(obj, {"published": count}, lambda: f"published {count} events")
-            return
-        previous = {
-            sig: signal.signal(sig, lambda *_: publisher.stop())
-            for sig in (signal.SIGTERM, signal.SIGINT)
-        }
-        try:
-            stats = publisher.run()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    try:
+        with Relay(obj.settings, config=config) as publisher:
+            if once:
+                _drain(obj, publisher)
+                return
+            stats = _run_until_signalled(publisher)
+    except BrokerCredentialsError as exc:
+        fail(f"{exc} (a wrong user or password is not retried; fix the settings)", EXIT_CREDENTIALS)
     emit(
         obj,
-        {"published": stats.published, "batches": stats.batches, "failures": stats.failures},
+        {
+            "published": stats.published,
+            "batches": stats.batches,
+            "failures": stats.failures,
+            "parked": sorted(stats.parked),
+        },
         lambda: f"relay stopped after publishing {stats.published} events",
     )
 
 
-@click.command()
-@output_option
-@click.pass_obj
-@handle_errors
-def status(obj: CliContext) -> None:
-    """Outbox backlog, oldest unpublished event, last publish per topic, relay owner."""
-    from hcat_notify.relay.config import DEFAULT_LEASE_NAME
-
-    with obj.catalog(write=False) as catalog:
-        backlog, oldest = catalog.outbox_backlog()
-        per_topic = catalog.last_published_by_topic()
-        lease = catalog.get_lease(DEFAULT_LEASE_NAME)
-    now = datetime.now(UTC)
-    age = (now - oldest).total_seconds() if oldest is not None else None
-    relay_info = None
-    if lease is not None:
-        relay_info = {
-            "owner": lease.owner,
-            "expires_at": lease.expires_at,
-            "alive": lease.expires_at > now,
-        }
+def _drain(obj: CliContext, publisher: Relay) -> None:
+    count = publisher.drain()
+    stats = publisher.stats
+    unsent = sorted(set(stats.refused) - set(stats.parked))
     data = {
-        "backlog": backlog,
-        "oldest_unpublished_age_seconds": age,
-        "last_publish_by_topic": per_topic,
-        "relay": relay_info,
+        "published": count,
+        "parked": [{"event_id": i, "reason": r} for i, r in sorted(stats.parked.items())],
+        "refused": [{"event_id": i, "reason": stats.refused[i]} for i in unsent],
     }
 
     def text() -> str:
-        lines = [f"outbox backlog: {backlog} event(s)"]
-        if age is not None:
-            lines.append(f"oldest unpublished: {age:.1f} s ago")
-        if relay_info is None:
-            lines.append("relay: not running")
-        else:
-            state = "active" if relay_info["alive"] else "lease expired"
-            lines.append(f"relay: {relay_info['owner']} ({state})")
-        for topic_name, when in per_topic.items():
-            lines.append(f"last publish {topic_name}: {when.isoformat(timespec='seconds')}")
+        lines = [f"published {count} events"]
+        lines += [f"parked event {i}: {r}" for i, r in sorted(stats.parked.items())]
+        lines += [f"refused event {i}: {stats.refused[i]}" for i in unsent]
+        if stats.parked:
+            lines.append("(hcat-notify status lists parked events; outbox retry|drop EVENT_ID)")
         return "\n".join(lines)
 
     emit(obj, data, text)
+    if stats.parked or unsent:
+        sys.exit(EXIT_UNDELIVERABLE)
+
+
+def _run_until_signalled(publisher: Relay) -> RelayStats:
+    previous = {
+        sig: signal.signal(sig, lambda *_: publisher.stop())
+        for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        return publisher.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class _Stdout:

@@ -39,8 +39,8 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
         "Announce that every partition matching K=V... is complete.",
     ),
     "relay": ("hcat_notify.cli.delivery", "relay", "Publish the outbox to the broker."),
-    "status": ("hcat_notify.cli.delivery", "status", "Outbox backlog, relays, parked events."),
-    "outbox": ("hcat_notify.cli.delivery", "outbox", "Retry or drop parked events."),
+    "status": ("hcat_notify.cli.outbox", "status", "Outbox backlog, relays, parked events."),
+    "outbox": ("hcat_notify.cli.outbox", "outbox", "Retry or drop events parked as undeliverable."),
     "watch": ("hcat_notify.cli.delivery", "watch", "Print tables' notifications as they come."),
     "wait": (
         "hcat_notify.cli.delivery",

@@ -29,6 +29,8 @@ from hcat_notify.model.names import validate_identifier
 __all__ = [
     "DEFAULT_PARTITION_NAME",
     "MAX_COVERING_KEYS",
+    "MAX_NAME_BYTES",
+    "MAX_SPEC_LENGTH",
     "PartitionSpec",
     "escape_path_name",
     "partition_path",
@@ -40,6 +42,14 @@ DEFAULT_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
 
 MAX_COVERING_KEYS = 16
 """Most keys :meth:`PartitionSpec.covering_canonicals` accepts (2**16 - 1 subsets)."""
+
+MAX_SPEC_LENGTH = 767
+"""Characters of a spec's escaped path form: Hive's metastore stores a partition name in
+767 (``PARTITIONS.PART_NAME``)."""
+
+MAX_NAME_BYTES = 255
+"""UTF-8 bytes of one escaped ``key=value`` directory name (``NAME_MAX`` on Linux, HDFS's
+default ``dfs.namenode.fs-limits.max-component-length``)."""
 
 # Spark's ExternalCatalogUtils.charToEscape on non-Windows hosts: the control characters
 # U+0001..U+001F, U+007F and the characters special in paths, URIs or globs.
@@ -459,7 +469,38 @@ class PartitionSpec:
                     f"partition key(s) {', '.join(missing)}; a full spec needs "
                     f"{', '.join(table_keys)}"
                 )
-        return PartitionSpec(tuple((key, mine[key]) for key in table_keys if key in mine))
+        ordered = PartitionSpec(tuple((key, mine[key]) for key in table_keys if key in mine))
+        return ordered.check_limits()
+
+    def check_limits(self) -> PartitionSpec:
+        """Check that this spec fits where it goes: directory names, Hive, broker headers.
+
+        The path form (escaped, as on disk and in ``HCAT_SPEC``) may have at most
+        :data:`MAX_SPEC_LENGTH` characters, the size of Hive's ``PART_NAME`` column, which
+        also keeps the header far below the broker's limit; each ``key=value`` directory
+        name at most :data:`MAX_NAME_BYTES` bytes of UTF-8, what Linux filesystems and
+        HDFS accept in one path component.
+
+        Returns:
+            This spec.
+
+        Raises:
+            InvalidSpecError: a limit is exceeded; nothing may be written with it.
+        """
+        path = self.to_path()
+        if len(path) > MAX_SPEC_LENGTH:
+            raise InvalidSpecError(
+                f"partition spec {_describe(path, 40)} is {len(path)} characters long once "
+                f"escaped; at most {MAX_SPEC_LENGTH} fit Hive's metastore and the message headers"
+            )
+        for segment in path.split("/"):
+            size = len(segment.encode("utf-8"))
+            if size > MAX_NAME_BYTES:
+                raise InvalidSpecError(
+                    f"partition directory name {_describe(segment, 40)} is {size} bytes long "
+                    f"once escaped; a path component may have at most {MAX_NAME_BYTES}"
+                )
+        return self
 
 
 def partition_path(keys: Sequence[str], values: Sequence[str | None]) -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "PartitionDetails",
     "build_add_partition",
     "build_mark_set_done",
+    "with_event_id",
 ]
 
 DEFAULT_TABLE_TYPE = "MANAGED_TABLE"
@@ -162,3 +163,19 @@ def build_mark_set_done(
     }
     headers = _headers(EventType.MARK_SET_DONE, event_id, table, canonical.to_path())
     return Message(event_id, EventType.MARK_SET_DONE, topic, headers, _dump(body))
+
+
+def with_event_id(
+    headers: Mapping[str, str], body: str, event_id: int
+) -> tuple[dict[str, str], str]:
+    """The headers and body of a built message, re-announced under ``event_id``.
+
+    Used when an undeliverable event is retried: it goes out again as a new event, so
+    that consumers tracking the highest id per topic do not take it for a repeat.
+    """
+    renumbered = dict(headers)
+    renumbered[HEADER_EVENT_ID] = str(event_id)
+    parsed = json.loads(body)
+    if "eventId" in parsed:
+        parsed["eventId"] = event_id
+    return renumbered, _dump(parsed)

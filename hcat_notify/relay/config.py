@@ -27,6 +27,8 @@ class RelayConfig:
         backoff_initial: first reconnect delay, doubled per failure (with jitter).
         backoff_max: the longest reconnect delay.
         blocked_topic_retry: seconds before retrying a topic the broker refused.
+        max_attempts: refusals of one event by the broker (not outages) after which it
+            is parked as undeliverable and the relay goes on without it.
     """
 
     batch_size: int = 500
@@ -36,7 +38,12 @@ class RelayConfig:
     backoff_initial: float = 0.2
     backoff_max: float = 10.0
     blocked_topic_retry: float = 30.0
+    max_attempts: int = 3
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise InvalidInputError(f"relay batch size must be at least 1, not {self.batch_size}")
+        if self.max_attempts < 1:
+            raise InvalidInputError(
+                f"relay max attempts must be at least 1, not {self.max_attempts}"
+            )

@@ -23,10 +23,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from hcat_notify.broker.backoff import Backoff
-from hcat_notify.broker.connection import BrokerConnection, publisher_connection
+from hcat_notify.broker.connection import BrokerConnection, error_for, publisher_connection
 from hcat_notify.broker.errors import BrokerFault, classify
 from hcat_notify.config import Settings
-from hcat_notify.errors import BrokerAuthError, BrokerError, HcatNotifyError
+from hcat_notify.errors import (
+    BrokerAuthError,
+    BrokerCredentialsError,
+    BrokerError,
+    BrokerRejectedError,
+    BrokerUnavailableError,
+    HcatNotifyError,
+)
 from hcat_notify.model.topics import destination_for
 from hcat_notify.relay.config import DEFAULT_LEASE_NAME, RelayConfig
 from hcat_notify.relay.wakeup import OutboxWaiter, outbox_waiter
@@ -40,8 +47,11 @@ logger = logging.getLogger(__name__)
 
 def _refused_or_rolled_back(exc: BrokerError) -> bool:
     # ActiveMQ answers a COMMIT after a refused SEND with "COMMIT FAILED: Transaction
-    # marked rollback only": nothing of the transaction was delivered.
-    return isinstance(exc, BrokerAuthError) or classify(str(exc)) is BrokerFault.ROLLED_BACK
+    # marked rollback only": nothing of the transaction was delivered. A SEND it cannot
+    # even parse (a header over its limit) fails the transaction's COMMIT too.
+    return isinstance(exc, BrokerAuthError | BrokerRejectedError) or (
+        classify(str(exc)) is BrokerFault.ROLLED_BACK
+    )
 
 
 @dataclass
@@ -54,6 +64,9 @@ class RelayStats:
     failures: int = 0
     last_publish_at: datetime | None = None
     blocked_topics: dict[str, str] = field(default_factory=dict)
+    refusals: int = 0  # refusals of single events by the broker
+    refused: dict[int, str] = field(default_factory=dict)  # event id -> the broker's reason
+    parked: dict[int, str] = field(default_factory=dict)  # event id -> why it was parked
 
 
 class Relay:
@@ -85,6 +98,7 @@ class Relay:
         self._connection: BrokerConnection | None = None
         self._stop = threading.Event()
         self._blocked: dict[str, float] = {}  # topic -> monotonic time to retry
+        self._draining = False
         self._lease_until = 0.0  # monotonic time the lease must be renewed by
         # Receipted events are marked published by a background thread, off the publish
         # path (SQLite's write lock can take 100+ ms under load). Until then they are
@@ -142,13 +156,16 @@ class Relay:
             holder = lease.owner if lease else "another relay"
             raise HcatNotifyError(f"the outbox is owned by relay {holder}; not publishing")
         total = 0
+        self._draining = True  # a refused topic is tried again at once, until parked
         try:
             while not self.stopping:
+                refusals = self.stats.refusals
                 published = self._publish_next_batch()
-                if published == 0:
-                    break
                 total += published
+                if published == 0 and self.stats.refusals == refusals:
+                    break
         finally:
+            self._draining = False
             self._stop_marker()  # everything receipted is marked before returning
         return total
 
@@ -172,6 +189,8 @@ class Relay:
                     continue
                 try:
                     published = self._publish_next_batch()
+                except BrokerCredentialsError:
+                    raise  # a wrong user or password: retrying cannot help
                 except BrokerError as exc:
                     self.stats.failures += 1
                     self._drop_connection()
@@ -277,9 +296,10 @@ class Relay:
             try:
                 self._send_transaction(connection, events)
             except BrokerError as exc:
-                if not _refused_or_rolled_back(exc):
+                if not (_refused_or_rolled_back(exc) or isinstance(exc, BrokerUnavailableError)):
                     raise
-                # The broker refused an event. Its SEND error may even arrive after the
+                # The broker refused an event (or dropped the connection mid-batch, as it
+                # does after a frame it cannot parse). Its ERROR may even arrive after the
                 # COMMIT's, so continue on a fresh connection, where no stray ERROR can
                 # fail the next waits, and find the event by sending one at a time.
                 self._drop_connection()
@@ -317,45 +337,78 @@ class Relay:
             if not committing:
                 connection.abort(transaction)
             # A refused SEND makes ActiveMQ roll the whole transaction back ("marked
-            # rollback only"): nothing of it was delivered.
-            refused = [
-                error
-                for error in connection.errors[errors_before:]
-                if classify(error) is BrokerFault.NOT_AUTHORIZED
-            ]
-            if refused and not isinstance(exc, BrokerAuthError):
-                raise BrokerAuthError(refused[0]) from exc
+            # rollback only"): nothing of it was delivered. Say why, most specific first.
+            cause = error_for(connection.errors[errors_before:], "a batch was refused")
+            if cause is not None and type(cause) is not BrokerError:
+                raise cause from exc
             raise
         # The broker answers frames in order, so an ERROR for any SEND of this
         # transaction arrived before the COMMIT's receipt: then the batch is not whole.
-        new_errors = connection.errors[errors_before:]
-        if new_errors:
-            if any(classify(error) is BrokerFault.NOT_AUTHORIZED for error in new_errors):
-                raise BrokerAuthError(new_errors[0])
-            raise BrokerError(f"broker reported errors during a batch: {new_errors[0]}")
+        cause = error_for(connection.errors[errors_before:], "broker reported errors in a batch")
+        if cause is not None:
+            raise cause
 
     def _send_individually(
         self, connection: BrokerConnection, events: Sequence[OutboxEvent]
     ) -> int:
         sent: list[OutboxEvent] = []
-        refused_topics: set[str] = set()
+        held: dict[str, int] = {}  # topic -> first event not sent in this pass
         try:
             for event in events:
-                if event.topic in refused_topics:
+                if event.topic in held:
                     continue  # keep per-topic order: nothing after a refused event
                 try:
                     connection.send(destination_for(event.topic), event.body, event.headers)
-                except BrokerAuthError as exc:
-                    refused_topics.add(event.topic)
-                    self._block(event, str(exc))
+                except BrokerAuthError as exc:  # the topic is refused to our principal
+                    if not self._refused(event, str(exc)):
+                        held[event.topic] = event.event_id
+                        self._block(event, str(exc))
+                    continue
+                except BrokerRejectedError as exc:  # this very message cannot be accepted
+                    if not self._refused(event, str(exc)):
+                        held[event.topic] = event.event_id
+                    # The broker drops a connection whose frame it could not parse.
+                    self._drop_connection()
+                    connection = self._connected()
                     continue
                 sent.append(event)
         finally:
             self._mark(sent)
+            if held:
+                # Read the held events again next time, though later ones were sent.
+                self._high_water = min(self._high_water, min(held.values()) - 1)
         return len(sent)
 
+    def _refused(self, event: OutboxEvent, reason: str) -> bool:
+        """Count a refusal of ``event``; True once it is parked (then it holds nothing)."""
+        self.stats.refused[event.event_id] = reason
+        self.stats.refusals += 1
+        parked = self._catalog.record_refusal(
+            event.event_id, reason, limit=self._config.max_attempts, actor=self._owner
+        )
+        if parked:
+            self.stats.parked[event.event_id] = reason
+            logger.error(
+                "relay parked undeliverable event=%d topic=%s table=%s after %d refusals "
+                "(hcat-notify outbox retry|drop %d) error=%r",
+                event.event_id,
+                event.topic,
+                event.table,
+                self._config.max_attempts,
+                event.event_id,
+                reason,
+            )
+        else:
+            logger.warning(
+                "relay event refused event=%d topic=%s error=%r",
+                event.event_id,
+                event.topic,
+                reason,
+            )
+        return parked
+
     def _block(self, event: OutboxEvent, reason: str) -> None:
-        retry = self._config.blocked_topic_retry
+        retry = 0.0 if self._draining else self._config.blocked_topic_retry
         self._blocked[event.topic] = time.monotonic() + retry
         self.stats.blocked_topics[event.topic] = reason
         logger.error(

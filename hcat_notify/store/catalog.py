@@ -33,6 +33,7 @@ from hcat_notify.store.records import (
     NewPartition,
     OutboxEvent,
     PartitionInfo,
+    RefusedEvent,
     RetainedDone,
     TableInfo,
     as_table_name,
@@ -449,6 +450,59 @@ class Catalog:
             return outbox.catch_up(
                 tx, table_ids, after_event_id=after_event_id, page_after=page_after, limit=limit
             )
+
+    def record_refusal(self, event_id: int, reason: str, *, limit: int, actor: str) -> bool:
+        """Count one refusal of an event by the broker; park it at the ``limit``-th.
+
+        Args:
+            event_id: the refused event.
+            reason: what the broker said (kept, shown by ``hcat-notify status``).
+            limit: refusals after which the event is parked as undeliverable.
+            actor: who parks it (the relay's member id), for the action log.
+
+        Returns:
+            True if the event is parked (now or before).
+        """
+        with self._transaction(write=True) as tx:
+            return outbox.record_refusal(tx, event_id, reason, limit=limit, actor=actor)
+
+    def refused_events(self) -> list[RefusedEvent]:
+        """Unpublished events the broker refused for themselves, oldest first: parked
+        ones (``parked_at`` set) and ones the relay still tries."""
+        with self._transaction() as tx:
+            return outbox.refused_events(tx)
+
+    def retry_parked(self, event_ids: Sequence[int], *, actor: str) -> dict[int, int]:
+        """Announce parked events again, each as a new event, in one transaction.
+
+        Returns:
+            Old event id -> new event id.
+
+        Raises:
+            InvalidInputError: an event is unknown, not parked, or already handled
+                (then nothing is retried).
+        """
+        with self._transaction(write=True) as tx:
+            renumbered = {
+                event_id: outbox.retry_parked(tx, event_id, actor=actor) for event_id in event_ids
+            }
+        for old, new in renumbered.items():
+            logger.info("outbox event %d retried as event %d by %s", old, new, actor)
+        return renumbered
+
+    def drop_parked(
+        self, event_ids: Sequence[int], *, actor: str, reason: str | None = None
+    ) -> None:
+        """Give parked events up for good (they stay in the outbox, marked dropped).
+
+        Raises:
+            InvalidInputError: an event is unknown, not parked, or already handled
+                (then nothing is dropped).
+        """
+        with self._transaction(write=True) as tx:
+            for event_id in event_ids:
+                outbox.drop_parked(tx, event_id, actor=actor, reason=reason)
+        logger.info("outbox events %s dropped by %s: %s", list(event_ids), actor, reason or "")
 
     # -- leases -----------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ __all__ = [
     "Base",
     "CommitJournalRow",
     "EventCounterRow",
+    "OutboxActionRow",
     "OutboxRow",
     "PartitionRow",
     "RelayLeaseRow",
@@ -159,8 +160,14 @@ class OutboxRow(Base):
         Index(
             "ix_hcat_outbox_pending",
             "event_id",
-            sqlite_where=text("published_at IS NULL"),
-            postgresql_where=text("published_at IS NULL"),
+            sqlite_where=text("published_at IS NULL AND parked_at IS NULL"),
+            postgresql_where=text("published_at IS NULL AND parked_at IS NULL"),
+        ),
+        Index(
+            "ix_hcat_outbox_parked",
+            "event_id",
+            sqlite_where=text("parked_at IS NOT NULL AND dropped_at IS NULL"),
+            postgresql_where=text("parked_at IS NOT NULL AND dropped_at IS NULL"),
         ),
     )
 
@@ -172,6 +179,27 @@ class OutboxRow(Base):
     body: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime]
     published_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Refusals by the broker of this very event (not outages); after the relay's limit the
+    # event is parked: kept, shown by `status`, never sent again unless retried.
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    last_error: Mapped[str | None] = mapped_column(Text, default=None)
+    parked_at: Mapped[datetime | None] = mapped_column(default=None)
+    dropped_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class OutboxActionRow(Base):
+    """What an operator (or the relay) did to an undeliverable event, and when."""
+
+    __tablename__ = "hcat_outbox_actions"
+    __table_args__ = (Index("ix_hcat_outbox_actions_event", "event_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, init=False)
+    event_id: Mapped[int] = mapped_column(BigInteger)
+    action: Mapped[str] = mapped_column(String(16))  # parked, retried, dropped
+    actor: Mapped[str] = mapped_column(String(255))
+    at: Mapped[datetime]
+    reason: Mapped[str | None] = mapped_column(Text, default=None)
+    new_event_id: Mapped[int | None] = mapped_column(BigInteger, default=None)
 
 
 class EventCounterRow(Base):

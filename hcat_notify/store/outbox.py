@@ -9,23 +9,28 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 
+from hcat_notify.errors import InvalidInputError
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
-from hcat_notify.model.wire import Message
-from hcat_notify.store.models import OutboxRow, PartitionRow, RetentionRow
-from hcat_notify.store.records import OutboxEvent
+from hcat_notify.model.wire import Message, with_event_id
+from hcat_notify.store.models import OutboxActionRow, OutboxRow, PartitionRow, RetentionRow
+from hcat_notify.store.records import OutboxEvent, RefusedEvent
 from hcat_notify.store.tx import Tx
 
 __all__ = [
     "catch_up",
+    "drop_parked",
     "events",
     "last_published_by_topic",
     "mark_published",
     "outbox_backlog",
     "outbox_row",
     "pending_events",
+    "record_refusal",
+    "refused_events",
+    "retry_parked",
 ]
 
 # Plain column selects for the hot paths (relay, catch-up): no ORM identity map.
@@ -76,7 +81,11 @@ def pending_events(
     """Unpublished events in event-id order, at most ``limit`` of them."""
     query = (
         select(*_OUTBOX_COLUMNS)
-        .where(OutboxRow.published_at.is_(None), OutboxRow.event_id > after_event_id)
+        .where(
+            OutboxRow.published_at.is_(None),
+            OutboxRow.parked_at.is_(None),
+            OutboxRow.event_id > after_event_id,
+        )
         .order_by(OutboxRow.event_id)
         .limit(limit)
     )
@@ -108,10 +117,13 @@ def mark_published(tx: Tx, event_ids: Sequence[int]) -> int:
 
 
 def outbox_backlog(tx: Tx) -> tuple[int, datetime | None]:
-    """(number of unpublished events, creation time of the oldest)."""
+    """(number of events waiting to be published, creation time of the oldest).
+
+    Parked events are not waiting: :func:`parked_events` lists them.
+    """
     count, oldest = tx.session.execute(
         select(func.count(OutboxRow.event_id), func.min(OutboxRow.created_at)).where(
-            OutboxRow.published_at.is_(None)
+            OutboxRow.published_at.is_(None), OutboxRow.parked_at.is_(None)
         )
     ).one()
     if oldest is not None and oldest.tzinfo is None:
@@ -169,3 +181,109 @@ def catch_up(
     streams = [[_outbox_event(row) for row in tx.session.execute(q)] for q in queries]
     merged = heapq.merge(*streams, key=lambda event: event.event_id)
     return list(itertools.islice(merged, limit)) if limit is not None else list(merged)
+
+
+# -- undeliverable events -------------------------------------------------------------
+
+
+def record_refusal(tx: Tx, event_id: int, reason: str, *, limit: int, actor: str) -> bool:
+    """Count one refusal of ``event_id`` by the broker; park it at the ``limit``-th.
+
+    Returns:
+        True if the event is parked now (the relay no longer sends it).
+    """
+    row = tx.session.get(OutboxRow, event_id)
+    if row is None or row.published_at is not None or row.parked_at is not None:
+        return row is not None and row.parked_at is not None
+    row.attempts += 1
+    row.last_error = reason
+    if row.attempts < limit:
+        return False
+    row.parked_at = tx.now
+    tx.session.add(
+        OutboxActionRow(event_id=event_id, action="parked", actor=actor, at=tx.now, reason=reason)
+    )
+    return True
+
+
+def refused_events(tx: Tx) -> list[RefusedEvent]:
+    """Unpublished events the broker refused: parked ones, and ones still being tried."""
+    rows = tx.session.scalars(
+        select(OutboxRow)
+        .where(
+            OutboxRow.published_at.is_(None),
+            OutboxRow.dropped_at.is_(None),
+            or_(OutboxRow.parked_at.is_not(None), OutboxRow.attempts > 0),
+        )
+        .order_by(OutboxRow.event_id)
+    )
+    return [
+        RefusedEvent(
+            event_id=row.event_id,
+            topic=row.topic,
+            table=row.table_name,
+            event_type=_EVENT_TYPES[row.event_type],
+            reason=row.last_error or "",
+            attempts=row.attempts,
+            parked_at=row.parked_at,
+        )
+        for row in rows
+    ]
+
+
+def _parked_row(tx: Tx, event_id: int) -> OutboxRow:
+    row = tx.session.get(OutboxRow, event_id)
+    if row is None:
+        raise InvalidInputError(f"event {event_id} is not in the outbox")
+    if row.dropped_at is not None:
+        raise InvalidInputError(f"event {event_id} was already retried or dropped")
+    if row.parked_at is None:
+        state = "published" if row.published_at is not None else "waiting to be published"
+        raise InvalidInputError(f"event {event_id} is not parked: it is {state}")
+    return row
+
+
+def retry_parked(tx: Tx, event_id: int, *, actor: str) -> int:
+    """Announce a parked event again, as a new event; return the new event id.
+
+    A new id (rather than the old one unparked) keeps ids increasing per topic on the
+    wire: consumers that remember the highest id per topic would drop an old one. What
+    pointed at the old event (its partition, its retained done) points at the new one.
+    """
+    row = _parked_row(tx, event_id)
+    (new_id,) = tx.allocate_event_ids(1)
+    headers, body = with_event_id(row.headers, row.body, new_id)
+    tx.session.add(
+        OutboxRow(
+            event_id=new_id,
+            topic=row.topic,
+            event_type=row.event_type,
+            table_name=row.table_name,
+            headers=headers,
+            body=body,
+            created_at=tx.now,
+        )
+    )
+    tx.session.flush()
+    tx.session.execute(
+        update(PartitionRow).where(PartitionRow.event_id == event_id).values(event_id=new_id)
+    )
+    tx.session.execute(
+        update(RetentionRow).where(RetentionRow.event_id == event_id).values(event_id=new_id)
+    )
+    row.dropped_at = tx.now
+    tx.session.add(
+        OutboxActionRow(
+            event_id=event_id, action="retried", actor=actor, at=tx.now, new_event_id=new_id
+        )
+    )
+    return new_id
+
+
+def drop_parked(tx: Tx, event_id: int, *, actor: str, reason: str | None) -> None:
+    """Give up a parked event for good: it stays in the outbox, marked dropped."""
+    row = _parked_row(tx, event_id)
+    row.dropped_at = tx.now
+    tx.session.add(
+        OutboxActionRow(event_id=event_id, action="dropped", actor=actor, at=tx.now, reason=reason)
+    )

@@ -31,6 +31,7 @@ __all__ = [
     "NewPartition",
     "OutboxEvent",
     "PartitionInfo",
+    "RefusedEvent",
     "RetainedDone",
     "TableInfo",
     "WriteMode",
@@ -182,6 +183,23 @@ class OutboxEvent:
     body: str
     created_at: datetime
     published_at: datetime | None = field(default=None)
+
+
+@dataclass(frozen=True)
+class RefusedEvent:
+    """An event the broker refused for itself (not for an outage).
+
+    ``parked_at`` is None while the relay still tries it; once set, the event is parked
+    as undeliverable: kept, shown by ``hcat-notify status``, sent only if retried.
+    """
+
+    event_id: int
+    topic: str
+    table: str
+    event_type: EventType
+    reason: str
+    attempts: int
+    parked_at: datetime | None
 
 
 @dataclass(frozen=True)

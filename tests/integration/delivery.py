@@ -1,11 +1,17 @@
-"""Helpers for delivery tests: a relay in a thread, a raw subscriber that records."""
+"""Helpers for delivery tests: a relay in a thread, a raw subscriber that records, the
+``hcat-notify`` command as a separate process."""
 
 from __future__ import annotations
 
+import os
+import queue
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from hcat_notify.broker import BrokerConnection, ReceivedMessage, consumer_connection
@@ -58,6 +64,15 @@ class Recorder:
                 self.messages.append(message)
         return list(self.messages)
 
+    def wait_for_ids(self, ids: list[int], timeout: float = 60.0) -> list[int]:
+        """Receive until every event id in ``ids`` came (duplicates allowed); the ids."""
+        deadline = time.monotonic() + timeout
+        while not set(ids) <= set(self.event_ids()) and time.monotonic() < deadline:
+            message = self.connection.receive(timeout=0.2)
+            if message is not None:
+                self.messages.append(message)
+        return self.event_ids()
+
     def drain(self, quiet: float = 0.5) -> list[ReceivedMessage]:
         """Keep receiving until nothing arrives for ``quiet`` seconds."""
         while (message := self.connection.receive(timeout=quiet)) is not None:
@@ -69,3 +84,78 @@ class Recorder:
 
     def close(self) -> None:
         self.connection.close()
+
+
+CLI = str(Path(sys.executable).with_name("hcat-notify"))
+
+
+def cli_env(settings: Settings) -> dict[str, str]:
+    """The environment that points an ``hcat-notify`` process at ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
+    env.update(
+        HCAT_NOTIFY_HOME=str(settings.home),
+        HCAT_NOTIFY_DB_URL=settings.database_url,
+        HCAT_NOTIFY_BROKER_URL=settings.broker_url,
+        HCAT_NOTIFY_BROKER_USER=settings.broker_user,
+        HCAT_NOTIFY_BROKER_PASSWORD=settings.broker_password,
+        HCAT_NOTIFY_CONSUMER_USER=settings.consumer_user,
+        HCAT_NOTIFY_CONSUMER_PASSWORD=settings.consumer_password,
+        HCAT_NOTIFY_BROKER_TIMEOUT="5",
+    )
+    return env
+
+
+def run_cli(
+    settings: Settings, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ``hcat-notify ARGS...`` to completion against ``settings``."""
+    return subprocess.run(
+        [CLI, *args], env=cli_env(settings), capture_output=True, text=True, timeout=timeout
+    )
+
+
+class CliProcess:
+    """A background ``hcat-notify`` command whose stdout lines can be awaited.
+
+    One thread reads stdout into a queue and another collects stderr: ``finish`` waits
+    for the process and both readers, and never reads stdout itself (a second reader of
+    the pipe would take lines away from the queue).
+    """
+
+    def __init__(self, settings: Settings, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [CLI, *args],
+            env=cli_env(settings),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self._stderr: list[str] = []
+        assert self.proc.stdout is not None
+        assert self.proc.stderr is not None
+        stdout, stderr = self.proc.stdout, self.proc.stderr
+        self._readers = [
+            threading.Thread(target=lambda: [self.lines.put(line) for line in stdout], daemon=True),
+            threading.Thread(target=lambda: self._stderr.extend(stderr), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def next(self, timeout: float = 30) -> str:
+        return self.lines.get(timeout=timeout)
+
+    def finish(self, timeout: float = 60) -> tuple[int, str]:
+        self.proc.wait(timeout=timeout)
+        for reader in self._readers:
+            reader.join(timeout=timeout)
+        return self.proc.returncode, "".join(self._stderr)
+
+    def remaining(self, quiet: float = 1.0) -> list[str]:
+        """Every stdout line still to come, once the process has ended."""
+        collected = []
+        while True:
+            try:
+                collected.append(self.lines.get(timeout=quiet))
+            except queue.Empty:
+                return collected

@@ -4,94 +4,33 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import queue
 import subprocess
-import sys
-import threading
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from hcat_notify.config import Settings
 from hcat_notify.store import Catalog, TableInfo
+from tests.integration.delivery import CLI, CliProcess, cli_env, run_cli
 from tests.wire import validate_message
 
 pytestmark = pytest.mark.integration
-
-CLI = str(Path(sys.executable).with_name("hcat-notify"))
-
-
-def _env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
-    env.update(
-        HCAT_NOTIFY_HOME=str(settings.home),
-        HCAT_NOTIFY_DB_URL=settings.database_url,
-        HCAT_NOTIFY_BROKER_URL=settings.broker_url,
-        HCAT_NOTIFY_BROKER_TIMEOUT="5",
-    )
-    return env
 
 
 @pytest.fixture
 def hcat(delivery_settings: Settings):
     def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [CLI, *args],
-            env=_env(delivery_settings),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return run_cli(delivery_settings, *args, timeout=timeout)
 
     return run
-
-
-class _Lines:
-    """A background command whose stdout lines can be awaited with a deadline.
-
-    One thread reads stdout into a queue and another collects stderr: ``finish`` waits
-    for the process and both readers, and never reads stdout itself (a second reader of
-    the pipe would take lines away from the queue).
-    """
-
-    def __init__(self, settings: Settings, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [CLI, *args],
-            env=_env(settings),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        self._stderr: list[str] = []
-        assert self.proc.stdout is not None
-        assert self.proc.stderr is not None
-        stdout, stderr = self.proc.stdout, self.proc.stderr
-        self._readers = [
-            threading.Thread(target=lambda: [self.lines.put(line) for line in stdout], daemon=True),
-            threading.Thread(target=lambda: self._stderr.extend(stderr), daemon=True),
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    def next(self, timeout: float = 30) -> str:
-        return self.lines.get(timeout=timeout)
-
-    def finish(self, timeout: float = 60) -> tuple[int, str]:
-        self.proc.wait(timeout=timeout)
-        for reader in self._readers:
-            reader.join(timeout=timeout)
-        return self.proc.returncode, "".join(self._stderr)
 
 
 def test_mark_done_succeeds_while_the_broker_is_down(delivery_settings, clicks: TableInfo, hcat):
     env_settings = dataclasses.replace(delivery_settings, broker_url="stomp://127.0.0.1:1")
     result = subprocess.run(
         [CLI, "-o", "json", "mark-done", str(clicks.name), "region=us", "datestamp=20110228"],
-        env=_env(env_settings),
+        env=cli_env(env_settings),
         capture_output=True,
         text=True,
         timeout=60,
@@ -130,7 +69,7 @@ def test_bad_input_is_one_line_and_writes_nothing(
 
 def test_watch_prints_catch_up_then_live_as_json_lines(delivery_settings, clicks: TableInfo, hcat):
     assert hcat("mark-done", str(clicks.name), "datestamp=1").returncode == 0
-    watch = _Lines(
+    watch = CliProcess(
         delivery_settings,
         "watch",
         str(clicks.name),
@@ -172,7 +111,7 @@ def test_wait_exits_zero_when_covered_and_one_on_timeout(
     missing = hcat("wait", table, "datestamp=1", "region=us", "--timeout", "1")
     assert missing.returncode == 1
     assert "not done after 1s" in missing.stdout
-    waiter = _Lines(
+    waiter = CliProcess(
         delivery_settings,
         "-o",
         "json",
@@ -183,12 +122,12 @@ def test_wait_exits_zero_when_covered_and_one_on_timeout(
         "--timeout",
         "60",
     )
-    relay = _Lines(delivery_settings, "relay")
+    relay = CliProcess(delivery_settings, "relay")
     try:
         assert hcat("mark-done", table, "datestamp=1").returncode == 0  # broader: covers it
         code, err = waiter.finish()
         assert code == 0, err
-        assert json.loads("".join(iter_lines(waiter)))["done"] is True
+        assert json.loads("".join(waiter.remaining()))["done"] is True
     finally:
         relay.proc.terminate()
         relay.finish()
@@ -196,15 +135,6 @@ def test_wait_exits_zero_when_covered_and_one_on_timeout(
     again = hcat("--broker-url", "stomp://127.0.0.1:1", "wait", table, "datestamp=1", "region=eu")
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == f"{table} datestamp=1/region=eu: done"
-
-
-def iter_lines(lines: _Lines) -> list[str]:
-    collected = []
-    while True:
-        try:
-            collected.append(lines.lines.get(timeout=1))
-        except queue.Empty:
-            return collected
 
 
 def test_status_and_sweep(delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, hcat):

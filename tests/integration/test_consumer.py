@@ -223,12 +223,16 @@ def test_consumer_credentials_cannot_publish(delivery_settings, clicks: TableInf
         broker_user=delivery_settings.consumer_user,
         broker_password=delivery_settings.consumer_password,
     )
-    send_mark_set_done(clicks.name, {"datestamp": "1"}, settings=delivery_settings)
+    event_id = send_mark_set_done(clicks.name, {"datestamp": "1"}, settings=delivery_settings)
     with Relay(as_reader, config=None) as relay:
-        relay.drain()
-        assert "not authorized to write" in relay.stats.blocked_topics[clicks.topic]
+        assert relay.drain() == 0
+        assert "not authorized to write" in relay.stats.parked[event_id]
     with Catalog.open(delivery_settings) as catalog:
-        assert len(catalog.pending_events()) == 1  # nothing lost: still waiting
+        # nothing lost: parked, to be retried once the relay has the right principal
+        (parked,) = catalog.refused_events()
+        assert parked.event_id == event_id
+        assert catalog.retry_parked([event_id], actor="test") == {event_id: event_id + 1}
+        assert [event.event_id for event in catalog.pending_events()] == [event_id + 1]
 
 
 def test_anonymous_consumer_is_refused(delivery_settings, clicks: TableInfo):

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,30 +12,15 @@ from hcat_notify.config import Settings
 from hcat_notify.consumer import NotificationConsumer, Source
 from hcat_notify.store import Catalog, NewPartition, TableInfo
 from hcat_notify.writer import send_mark_set_done
-from tests.integration.delivery import Recorder, running_relay
+from tests.integration.delivery import CLI, Recorder, cli_env, running_relay
 
 pytestmark = pytest.mark.integration
-
-CLI = str(Path(sys.executable).with_name("hcat-notify"))
-
-
-def _env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
-    env.update(
-        HCAT_NOTIFY_HOME=str(settings.home),
-        HCAT_NOTIFY_DB_URL=settings.database_url,
-        HCAT_NOTIFY_BROKER_URL=settings.broker_url,
-        HCAT_NOTIFY_BROKER_USER=settings.broker_user,
-        HCAT_NOTIFY_BROKER_PASSWORD=settings.broker_password,
-        HCAT_NOTIFY_BROKER_TIMEOUT="5",
-    )
-    return env
 
 
 def _relay_process(settings: Settings, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [CLI, "relay", *args],
-        env=_env(settings),
+        env=cli_env(settings),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -103,11 +103,12 @@ def test_running_relay_picks_up_new_events(delivery_settings, delivery_catalog: 
         recorder.close()
 
 
-def test_refused_topic_is_blocked_and_other_topics_keep_flowing(
+def test_refused_topic_is_parked_and_other_topics_keep_flowing(
     delivery_settings, delivery_catalog: Catalog, clicks
 ):
     # The broker lets the service write only hcat topics: an override outside them is
-    # refused. The relay must not lose that event, nor stop the rest of the outbox.
+    # refused. The relay must not lose that event, nor stop the rest of the outbox: after
+    # max_attempts refusals (at once, when draining) the event is parked, not deleted.
     stray = delivery_catalog.create_table(
         f"{clicks.name.db}.stray", location="/s", partition_keys=["ds"], topic="elsewhere.stray"
     )
@@ -120,12 +121,15 @@ def test_refused_topic_is_blocked_and_other_topics_keep_flowing(
         ]
         with Relay(delivery_settings, config=RelayConfig(batch_size=10)) as relay:
             assert relay.drain() == 3
-            assert "elsewhere.stray" in relay.stats.blocked_topics
-            assert "not authorized" in relay.stats.blocked_topics["elsewhere.stray"]
+            assert list(relay.stats.parked) == [refused]
+            assert "not authorized" in relay.stats.parked[refused]
         assert [int(m.headers["HCAT_EVENT_ID"]) for m in recorder.wait_for(3, timeout=10)] == ok
     finally:
         recorder.close()
-    assert [e.event_id for e in delivery_catalog.pending_events()] == [refused]
+    assert delivery_catalog.pending_events() == []
+    (parked,) = delivery_catalog.refused_events()
+    assert (parked.event_id, parked.attempts, parked.topic) == (refused, 3, "elsewhere.stray")
+    assert parked.parked_at is not None
 
 
 def test_only_one_relay_owns_the_outbox(delivery_settings, delivery_catalog: Catalog, clicks):
