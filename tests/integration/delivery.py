@@ -145,6 +145,11 @@ class CliProcess:
     def next(self, timeout: float = 30) -> str:
         return self.lines.get(timeout=timeout)
 
+    @property
+    def stderr(self) -> str:
+        """What the process wrote on stderr so far."""
+        return "".join(self._stderr)
+
     def finish(self, timeout: float = 60) -> tuple[int, str]:
         self.proc.wait(timeout=timeout)
         for reader in self._readers:

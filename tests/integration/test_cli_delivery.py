@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import subprocess
 import time
 from datetime import timedelta
@@ -95,6 +96,52 @@ def test_watch_prints_catch_up_then_live_as_json_lines(delivery_settings, clicks
     )
     assert second["headers"]["HCAT_EVENT"] == "MARK_SET_DONE"
     validate_message(second["headers"], json.dumps(second["body"]))
+
+
+def test_global_json_output_applies_to_watch(clicks: TableInfo, hcat):
+    hcat("mark-done", str(clicks.name), "datestamp=7")
+    for args in (["-o", "json", "watch"], ["watch", "-o", "json"]):
+        result = hcat(*args, str(clicks.name), "--timeout", "1")
+        assert result.returncode == 0, result.stderr
+        (line,) = result.stdout.splitlines()
+        assert json.loads(line)["spec"] == "datestamp=7"
+
+
+def test_watch_into_a_closed_pipe_ends_quietly(delivery_settings, clicks: TableInfo, hcat):
+    """``watch ... | head -1``: the reader goes away; watch ends at its next line, quietly,
+    with the shell's exit status for SIGPIPE."""
+    hcat("mark-done", str(clicks.name), "datestamp=1")
+    pipeline = subprocess.Popen(
+        [
+            "bash",
+            "-c",
+            f'"{CLI}" watch {clicks.name} --timeout 60 | head -1; echo "status=${{PIPESTATUS[0]}}"',
+        ],
+        env=cli_env(delivery_settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3)  # subscribed, caught up, printed the first line; head has exited
+    for n in range(2, 5):  # the next lines arrive live and find the pipe closed
+        hcat("mark-done", str(clicks.name), f"datestamp={n}")
+    assert hcat("relay", "--once").returncode == 0
+    out, err = pipeline.communicate(timeout=60)
+    first = f"1\tMARK_SET_DONE\t{clicks.name}\tdatestamp=1\t(retained)"
+    assert out.splitlines() == [first, "status=141"]
+    assert err == ""
+
+
+def test_interrupted_wait_exits_130(delivery_settings, clicks: TableInfo):
+    waiter = CliProcess(delivery_settings, "-v", "wait", str(clicks.name), "datestamp=1")
+    deadline = time.monotonic() + 30
+    while "consumer subscribed" not in waiter.stderr and time.monotonic() < deadline:
+        time.sleep(0.1)
+    waiter.proc.send_signal(signal.SIGINT)
+    code, err = waiter.finish(timeout=30)
+    assert code == 130
+    assert err.splitlines()[-1] == "hcat-notify: error: interrupted"
+    assert "Traceback" not in err
 
 
 def test_watch_text_lines_and_idle_timeout(delivery_settings, clicks: TableInfo, hcat):
