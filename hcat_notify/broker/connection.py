@@ -14,6 +14,7 @@ import logging
 import queue
 import socket
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -35,6 +36,7 @@ from hcat_notify.errors import (
 
 __all__ = [
     "DEFAULT_HEARTBEATS",
+    "HEARTBEAT_RECEIVE_SCALE",
     "BrokerConnection",
     "ReceivedMessage",
     "consumer_connection",
@@ -45,7 +47,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 # (client sends every, client wants every) in ms; ActiveMQ drops silent peers.
-DEFAULT_HEARTBEATS = (10_000, 10_000)
+DEFAULT_HEARTBEATS = (10_000, 3_000)
+# How long a silent broker is tolerated, in units of the interval we ask it to beat at.
+# ActiveMQ skips a keep-alive when it wrote any frame during the previous interval, so
+# after a message the silence can last almost two intervals; stomp.py's default of 1.5
+# then drops idle connections that just received something (a watcher or a relay with
+# sporadic traffic reconnected several times an hour). With 3 x 3 s a hung broker is
+# noticed within 9 s, and a healthy one never stays silent for more than 6 s.
+HEARTBEAT_RECEIVE_SCALE = 3.0
 _ids = itertools.count(1)
 
 # What an ERROR frame answering one of our frames raises (broker/errors.py classifies).
@@ -142,9 +151,18 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
         if self._current():
             self._connection._on_disconnected()
 
+    def on_heartbeat(self) -> None:
+        if self._current():
+            self._connection.last_heartbeat = time.monotonic()
+
     def on_heartbeat_timeout(self) -> None:
         if self._current():
-            logger.warning("broker heartbeat timed out")
+            self._connection.heartbeat_timeouts += 1
+            logger.warning(
+                "broker %s heartbeat timed out: silent for %.0f s",
+                self._connection.address,
+                self._connection._heartbeats[1] / 1000 * HEARTBEAT_RECEIVE_SCALE,
+            )
 
 
 class BrokerConnection:
@@ -184,6 +202,8 @@ class BrokerConnection:
         self.messages: queue.Queue[ReceivedMessage] = queue.Queue()
         self.address: BrokerAddress | None = None
         self._trying: BrokerAddress | None = None  # the address a connect() is trying
+        self.last_heartbeat: float | None = None  # monotonic time of the broker's last beat
+        self.heartbeat_timeouts = 0  # times the broker was silent for too long
 
     # -- listener callbacks ----------------------------------------------------------
 
@@ -276,6 +296,7 @@ class BrokerConnection:
         conn = stomp.Connection12(
             [(address.host, address.port)],
             heartbeats=self._heartbeats,
+            heart_beat_receive_scale=HEARTBEAT_RECEIVE_SCALE,
             reconnect_attempts_max=1,
             timeout=self._timeout,
             try_loopback_connect=False,

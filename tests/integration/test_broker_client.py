@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import pytest
 
-from hcat_notify.broker import BrokerConnection, consumer_connection, publisher_connection
+from hcat_notify.broker import (
+    DEFAULT_HEARTBEATS,
+    BrokerConnection,
+    consumer_connection,
+    publisher_connection,
+)
 from hcat_notify.config import BrokerAddress, load_settings
 from hcat_notify.errors import BrokerAuthError, BrokerUnavailableError
 
@@ -101,3 +107,32 @@ def test_single_topic_strategy_topic_is_writable_by_the_publisher_only(settings)
         assert consumer.receive(timeout=5) is not None
         with pytest.raises(BrokerAuthError, match="not authorized to write"):
             consumer.send("/topic/hcat", "{}")
+
+
+def _next_heartbeat(connection: BrokerConnection, timeout: float) -> float:
+    seen = connection.last_heartbeat
+    deadline = time.monotonic() + timeout
+    while connection.last_heartbeat == seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert connection.last_heartbeat != seen, "the broker sent no heart-beat"
+    assert connection.last_heartbeat is not None
+    return connection.last_heartbeat
+
+
+def test_a_message_right_after_a_heartbeat_does_not_look_like_a_dead_broker(settings):
+    """ActiveMQ skips its keep-alive when it wrote anything in the interval before, so a
+    message just after a beat leaves the connection silent for almost two intervals.
+    With stomp.py's default tolerance (1.5 intervals) that read as a dead broker: idle
+    watchers and relays reconnected several times an hour (issue 15)."""
+    interval = DEFAULT_HEARTBEATS[1] / 1000
+    with consumer_connection(settings) as consumer, publisher_connection(settings) as publisher:
+        consumer.subscribe("/topic/hcat.client.beats", "beats")
+        for _ in range(2):
+            beat = _next_heartbeat(consumer, timeout=3 * interval)
+            publisher.send("/topic/hcat.client.beats", "{}")  # the broker writes right away
+            assert consumer.receive(timeout=5) is not None
+            # Now the broker is silent until the check after next: wait it out.
+            after = _next_heartbeat(consumer, timeout=4 * interval)
+            assert after - beat > 1.5 * interval  # the long silence did happen
+        assert consumer.is_connected
+        assert consumer.heartbeat_timeouts == 0
