@@ -397,9 +397,7 @@ class BrokerConnection:
         what = f"SEND to {destination}"
         if not receipt:
             with self._writing(what):
-                conn.send(
-                    destination, body, content_type="application/json", headers=frame_headers
-                )
+                conn.send(destination, body, content_type="application/json", headers=frame_headers)
             return
         receipt_id, waiter = self._register()
         frame_headers["receipt"] = receipt_id

@@ -39,9 +39,7 @@ _TABLE = (
     Refusal(BrokerFault.NOT_AUTHORIZED, re.compile(r"is not authorized to", re.I)),
     Refusal(
         BrokerFault.MESSAGE_REJECTED,
-        re.compile(
-            r"maximum (header|command|frame|data) (length|size)|ProtocolException", re.I
-        ),
+        re.compile(r"maximum (header|command|frame|data) (length|size)|ProtocolException", re.I),
     ),
     Refusal(
         BrokerFault.ROLLED_BACK, re.compile(r"marked rollback only|TransactionRolledBack", re.I)
