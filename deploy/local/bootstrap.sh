@@ -63,9 +63,10 @@ ensure_system_packages() {
 ensure_venv() {
     if [ ! -x "$HCAT_VENV/bin/python" ]; then
         log "creating virtualenv $HCAT_VENV"
-        if ! "$HCAT_PYTHON" -m venv "$HCAT_VENV" 2>/dev/null; then
+        if ! "$HCAT_PYTHON" -m venv "$HCAT_VENV" >/dev/null 2>&1; then
             # Debian splits venv/ensurepip out of python3.
             rm -rf "$HCAT_VENV"
+            log "$HCAT_PYTHON -m venv does not work here (no ensurepip): installing python3-venv"
             apt_install python3-venv
             "$HCAT_PYTHON" -m venv "$HCAT_VENV"
         fi
