@@ -35,7 +35,9 @@ CONF_SRC="$REPO_DIR/deploy/activemq"
 
 AMQ_HOME=${HCAT_NOTIFY_ACTIVEMQ_HOME:-/usr/share/activemq}
 AMQ_JAR="$AMQ_HOME/bin/activemq.jar"
-BASE="${HCAT_NOTIFY_HOME:-${HOME:?set HOME or HCAT_NOTIFY_HOME}/.hcat-notify}/activemq"
+# Absolute (symlinks kept): the running broker is recognised by -Dactivemq.base=$BASE, so a
+# relative HCAT_NOTIFY_HOME (e.g. .data/demo) must name the same broker as the absolute one.
+BASE=$(realpath -ms -- "${HCAT_NOTIFY_HOME:-${HOME:?set HOME or HCAT_NOTIFY_HOME}/.hcat-notify}/activemq")
 PID_FILE="$BASE/activemq.pid"
 ADDR_FILE="$BASE/activemq.stomp"
 OUT_LOG="$BASE/activemq.out"
