@@ -35,7 +35,9 @@ CONF_SRC="$REPO_DIR/deploy/activemq"
 
 AMQ_HOME=${HCAT_NOTIFY_ACTIVEMQ_HOME:-/usr/share/activemq}
 AMQ_JAR="$AMQ_HOME/bin/activemq.jar"
-BASE="${HCAT_NOTIFY_HOME:-${HOME:?set HOME or HCAT_NOTIFY_HOME}/.hcat-notify}/activemq"
+# Absolute (symlinks kept): the running broker is recognised by -Dactivemq.base=$BASE, so a
+# relative HCAT_NOTIFY_HOME (e.g. .data/demo) must name the same broker as the absolute one.
+BASE=$(realpath -ms -- "${HCAT_NOTIFY_HOME:-${HOME:?set HOME or HCAT_NOTIFY_HOME}/.hcat-notify}/activemq")
 PID_FILE="$BASE/activemq.pid"
 ADDR_FILE="$BASE/activemq.stomp"
 OUT_LOG="$BASE/activemq.out"
@@ -118,15 +120,33 @@ apt_install() {
     # Our own ports are checked for collisions before we launch.
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2
 }
+
+# Debian ships XStream and Jettison (only Recommends of libactivemq-java) but leaves them
+# off the broker's classpath. Without them every advisory message dispatched to a STOMP
+# subscriber (and any SUBSCRIBE with a `transformation` header) fails with
+# NoClassDefFoundError: com/thoughtworks/xstream/... and breaks that connection.
+# We link them into ${activemq.base}/lib, whose jars activemq.jar adds to its classpath.
+EXTRA_JARS=(/usr/share/java/xstream.jar:libxstream-java /usr/share/java/jettison.jar:libjettison-java)
+
 ensure_installed() {
     if [[ ! -f $AMQ_JAR ]]; then
         [[ $AMQ_HOME == /usr/share/activemq ]] || die "$AMQ_JAR not found (HCAT_NOTIFY_ACTIVEMQ_HOME=$AMQ_HOME)"
-        apt_install activemq
+        apt_install activemq libxstream-java libjettison-java
         [[ -f $AMQ_JAR ]] || die "$AMQ_JAR still missing after installing the activemq package"
     fi
     if ! command -v java >/dev/null 2>&1; then
         apt_install default-jre-headless
         command -v java >/dev/null 2>&1 || die "java still missing after installing default-jre-headless"
+    fi
+    local entry missing_jars=() missing_pkgs=()
+    for entry in "${EXTRA_JARS[@]}"; do
+        if [[ ! -f ${entry%%:*} ]]; then
+            missing_jars+=("${entry%%:*}")
+            missing_pkgs+=("${entry##*:}")
+        fi
+    done
+    if ((${#missing_jars[@]})); then
+        die "missing ${missing_jars[*]} (advisories over STOMP need it): apt-get install ${missing_pkgs[*]}"
     fi
 }
 
@@ -231,18 +251,11 @@ cmd_start() {
     done
 
     mkdir -p -- "$BASE/conf" "$BASE/data" "$BASE/tmp" "$BASE/lib"
-    # Debian ships XStream and Jettison (dependencies of libactivemq-java) but leaves them
-    # off the broker's classpath. Without them every advisory message dispatched to a STOMP
-    # subscriber (and any SUBSCRIBE with a `transformation` header) fails with
-    # NoClassDefFoundError: com/thoughtworks/xstream/... and breaks that connection.
-    # activemq.jar adds every jar in ${activemq.base}/lib to its classpath.
-    local jar
-    for jar in xstream jettison; do
-        if [[ -f /usr/share/java/$jar.jar ]]; then
-            ln -sfn -- "/usr/share/java/$jar.jar" "$BASE/lib/$jar.jar"
-        else
-            log "warning: /usr/share/java/$jar.jar not found; advisories over STOMP will fail"
-        fi
+    # The jars ensure_installed checked (see EXTRA_JARS).
+    local entry jar
+    for entry in "${EXTRA_JARS[@]}"; do
+        jar=${entry%%:*}
+        ln -sfn -- "$jar" "$BASE/lib/${jar##*/}"
     done
     rm -f -- "$PID_FILE" "$ADDR_FILE"
     cp -f -- "$CONF_SRC/activemq.xml" "$BASE/conf/activemq.xml"

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Shared by demo.sh and test.sh: install what the project needs, idempotently.
-# Debian packages (Java, ActiveMQ, PostgreSQL 15) through apt-get, the project and its
-# dev extras into .venv through pip. Safe to run again: every step checks first.
+# Debian packages (Java, ActiveMQ and the jars its STOMP advisories need, PostgreSQL 15)
+# through apt-get, the project and its dev extras into .venv through pip. Safe to run
+# again: every step checks first.
 
 HCAT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HCAT_VENV="${HCAT_VENV:-$HCAT_ROOT/.venv}"
@@ -41,20 +42,31 @@ apt_install() {
         "${missing[@]}" >/dev/null
 }
 
+# Debian packages, each checked by name (not by a file one of them happens to ship), so
+# a half-installed machine is completed. They are listed explicitly because we install
+# with --no-install-recommends: libxstream-java and libjettison-java are only Recommends
+# of activemq (through libactivemq-java), and without them advisories over STOMP fail.
+# default-jre-headless is OpenJDK 17 on Debian 12, which PySpark 4 needs.
+# (Both lists are used by demo.sh and test.sh, which source this file.)
+# shellcheck disable=SC2034
+HCAT_DEMO_PACKAGES=(default-jre-headless activemq libxstream-java libjettison-java)
+# The tests also compile a JMS consumer (tests/interop/JmsProbe.java: javac) and run a
+# private PostgreSQL 15 cluster.
+# shellcheck disable=SC2034
+HCAT_TEST_PACKAGES=("${HCAT_DEMO_PACKAGES[@]}" default-jdk-headless postgresql-15)
+
 ensure_system_packages() {
-    # $@: extra Debian packages for this command
-    local wanted=("$@")
-    command -v java >/dev/null 2>&1 || wanted+=(default-jre-headless)
-    [ -f /usr/share/activemq/bin/activemq.jar ] || wanted+=(activemq)
-    [ "${#wanted[@]}" -eq 0 ] || apt_install "${wanted[@]}"
+    # $@: the Debian packages this command needs
+    apt_install "$@"
 }
 
 ensure_venv() {
     if [ ! -x "$HCAT_VENV/bin/python" ]; then
         log "creating virtualenv $HCAT_VENV"
-        if ! "$HCAT_PYTHON" -m venv "$HCAT_VENV" 2>/dev/null; then
+        if ! "$HCAT_PYTHON" -m venv "$HCAT_VENV" >/dev/null 2>&1; then
             # Debian splits venv/ensurepip out of python3.
             rm -rf "$HCAT_VENV"
+            log "$HCAT_PYTHON -m venv does not work here (no ensurepip): installing python3-venv"
             apt_install python3-venv
             "$HCAT_PYTHON" -m venv "$HCAT_VENV"
         fi

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The demo on the embedded defaults: SQLite catalog, local ActiveMQ. Installs what it
-# needs (Java, ActiveMQ, the virtualenv), starts the broker, registers a partitioned
-# table, shows its topic, checks both principals, then runs a relay and a watcher while
-# a real Spark job writes dozens of partitions with write_partitions(mark_set_done=...):
-# the watcher prints each ADD_PARTITION and the MARK_SET_DONE, and `wait` returns.
+# needs (Java, ActiveMQ with XStream and Jettison, the virtualenv), starts the broker,
+# registers a partitioned table, shows its topic, checks both principals, then runs a
+# relay and a watcher while a real Spark job writes dozens of partitions with
+# write_partitions(mark_set_done=...): the watcher prints each ADD_PARTITION and the
+# MARK_SET_DONE, and `wait` returns.
 # Everything lives under .data/demo (HCAT_NOTIFY_HOME); stop the broker with
 #   HCAT_NOTIFY_HOME=.data/demo deploy/local/activemq.sh stop
 set -euo pipefail
 # shellcheck source=deploy/local/bootstrap.sh
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 
-ensure_system_packages
+ensure_system_packages "${HCAT_DEMO_PACKAGES[@]}"
 ensure_venv
 cd "$HCAT_ROOT"
 

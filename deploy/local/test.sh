@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh Debian machine or this one: installs Java, ActiveMQ,
-# PostgreSQL 15 and the virtualenv if missing, then lint, types and pytest. The tests
-# start their own broker and database (tests/fixtures/) on free loopback ports.
+# The whole test suite, on a fresh Debian machine or this one: installs a JDK, ActiveMQ
+# (with XStream and Jettison), PostgreSQL 15 and the virtualenv if missing, then lint,
+# types and pytest. The tests start their own broker and database (tests/fixtures/) on
+# free loopback ports.
 set -euo pipefail
 # shellcheck source=deploy/local/bootstrap.sh
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 
-ensure_system_packages postgresql-15
+ensure_system_packages "${HCAT_TEST_PACKAGES[@]}"
 ensure_venv
 cd "$HCAT_ROOT"
 
