@@ -42,7 +42,7 @@ from _support import (
 
 from hcat_notify.store import Catalog
 from spark_output import CompactionPolicy, create_table, write_partitions
-from spark_output.maintenance import compact_table
+from spark_output.maintenance.compact import compact_table
 
 
 def _spark(har_cache: int = 1000, metastore: Path | None = None) -> Any:
