@@ -2,7 +2,10 @@
 
 Every listing, stat and delete helper of spark_output lives here, so that "what is a data
 file" (:func:`is_hidden`) and "what is a location" (:class:`TableLocation`) have one
-answer.
+answer. Locations are Hadoop path strings, as Hive stores them, never URIs to decode:
+a partition directory ``region=us%2Feast`` (the value ``us/east``, escaped as Hive and
+Spark escape directory names) is that very name on disk, and ``region=a b`` may hold a
+space.
 """
 
 from __future__ import annotations
@@ -69,12 +72,32 @@ class TableLocation:
 
     @classmethod
     def parse(cls, location: str) -> TableLocation:
-        """Resolve a table location (absolute path or URI such as ``file:///``, ``hdfs://``)."""
-        if "://" not in location:
+        """Resolve a location: a local path, or a Hadoop path string with a scheme
+        (``file:///data/t``, ``file:/data/t``, ``hdfs://nn:8020/t``, ``s3://bucket/t``).
+
+        The path part is taken literally (Hive's locations are not URI-encoded): ``%2F``
+        stays ``%2F``, spaces and any unicode stay as they are.
+
+        Raises:
+            ValueError: the location names no path, or pyarrow knows no filesystem for its
+                scheme (``pyarrow.ArrowInvalid`` is a ``ValueError``).
+        """
+        scheme, authority, path = split_location(location)
+        if not scheme:
             absolute = str(Path(location).expanduser().resolve())
             return cls(pafs.LocalFileSystem(), absolute, f"file://{absolute}")
-        filesystem, path = pafs.FileSystem.from_uri(location)
-        return cls(filesystem, path, location.rstrip("/"))
+        if not path.startswith("/"):
+            raise ValueError(f"location {location!r} has no absolute path")
+        path = posixpath.normpath(path)
+        uri = location.rstrip("/") or location
+        if scheme == "file":
+            if authority not in ("", "localhost"):
+                raise ValueError(f"location {location!r} names a remote host for file:")
+            return cls(pafs.LocalFileSystem(), path, uri)
+        # Only the filesystem comes from pyarrow's URI parser: scheme and authority hold
+        # no escapes, the path might.
+        filesystem, root = pafs.FileSystem.from_uri(f"{scheme}://{authority}/")
+        return cls(filesystem, posixpath.join(root, path.lstrip("/")) if root else path, uri)
 
     def join(self, *parts: str) -> str:
         return posixpath.join(self.path, *parts)
