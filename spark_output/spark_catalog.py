@@ -2,7 +2,8 @@
 
 The registry (hcat_notify's catalog) is the source of truth; Spark's catalog is a
 convenience for Spark SQL readers. So a statement Spark refuses after a commit or a
-compaction switch is reported, not raised: the registered state stands.
+compaction switch is reported, not raised: the registered state stands. Creating a table
+is the exception, and it is checked before anything is registered.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "error_line",
     "has_table",
     "refresh_table",
+    "require_hive_support",
     "set_location",
     "sql_literal",
 ]
@@ -129,6 +131,27 @@ def refresh_table(spark: SparkSession, name: TableName) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - a stale cache only delays readers
         return [f"refreshTable {name}: {error_line(exc)}"]
     return []
+
+
+def require_hive_support(spark: SparkSession) -> None:
+    """Check that ``spark`` keeps tables in a Hive metastore.
+
+    Spark's in-memory catalog refuses Hive tables (``STORED AS``), and forgets
+    everything when the session ends, so it cannot hold a table for other readers.
+
+    Raises:
+        SparkCatalogError: the session was built without ``enableHiveSupport()``.
+    """
+    try:
+        implementation = spark.conf.get("spark.sql.catalogImplementation", "in-memory")
+    except Exception as exc:
+        raise SparkCatalogError(f"cannot read the Spark session's catalog: {exc}") from exc
+    if implementation != "hive":
+        raise SparkCatalogError(
+            f"the Spark session's catalog is {implementation!r}, not a Hive metastore; "
+            "build the session with SparkSession.builder.enableHiveSupport() or leave "
+            "out spark=; nothing was registered"
+        )
 
 
 def create_table_statements(

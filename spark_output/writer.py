@@ -37,6 +37,7 @@ from spark_output.compaction.policy import CompactionPolicy
 from spark_output.errors import (
     InvalidArgumentError,
     PartitionColumnsError,
+    SparkCatalogError,
     WriteFailedError,
 )
 from spark_output.fs import TableLocation
@@ -318,7 +319,9 @@ def create_table(
     """Register a table (as ``hcat-notify table create``), checking it against a Spark schema.
 
     With ``spark`` given, the table is also created in that session's catalog (so Spark
-    SQL readers see committed partitions).
+    SQL readers see committed partitions); that needs a session with Hive support
+    (``SparkSession.builder.enableHiveSupport()``), which is checked before anything is
+    registered.
 
     Args:
         table: ``db.table``.
@@ -337,7 +340,9 @@ def create_table(
 
     Raises:
         PartitionColumnsError: a partition key is not a column of ``schema``.
-        SparkCatalogError: Spark has no storage format for ``storage_format``.
+        SparkCatalogError: ``spark`` has no Hive support, or has no storage format for
+            ``storage_format`` (nothing was registered); or Spark refused the table
+            after it was registered (the message says so and gives the statement).
         hcat_notify.HcatNotifyError: invalid name, keys or options; table exists.
     """
     names = {name.lower() for name in schema.fieldNames()}
@@ -347,6 +352,17 @@ def create_table(
             f"partition key(s) {missing} are not columns of the schema ({sorted(names)})"
         )
     name = TableName.parse(table)
+    if spark is not None:
+        # Spark's part is checked first: a registration Spark then refuses would make a
+        # retry fail with TableExistsError.
+        spark_catalog.require_hive_support(spark)
+        spark_catalog.create_table_statements(
+            name,
+            schema,
+            partition_keys=partition_keys,
+            storage_format=storage_format,
+            location=location,
+        )
     with Catalog.open(settings or load_settings()) as catalog:
         info = catalog.create_table(
             name,
@@ -366,5 +382,11 @@ def create_table(
             location=TableLocation.parse(info.location).uri,
         )
         for statement in statements:
-            spark.sql(statement)
+            try:
+                spark.sql(statement)
+            except Exception as exc:
+                raise SparkCatalogError(
+                    f"{name} is registered, but Spark's catalog refused it: "
+                    f"{spark_catalog.error_line(exc)}; run in Spark: {statements[-1]}"
+                ) from exc
     return info
