@@ -198,10 +198,10 @@ def _plan_partition(
     )
     if partition.archived or partition.location.startswith("har:"):
         return _replace(skip, reason="archived (a Hadoop Archive is not compacted again)")
-    location = TableLocation.parse(partition.location)
     try:
+        location = TableLocation.parse(partition.location)
         files = list_data_files(location.fs, location.path)
-    except (CompactionError, OSError) as exc:
+    except (CompactionError, OSError, ValueError) as exc:  # ValueError: an unusable location
         return _replace(
             skip,
             status="failed",

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hcat_notify.errors import ConflictError
-from hcat_notify.store import Catalog
+from hcat_notify.store import Catalog, NewPartition
 from spark_output import CompactionError, CompactionPolicy, write_partitions
 from spark_output.fs import TableLocation
 from spark_output.maintenance.compact import COMPACTED_DIR, PartitionPlan, compact_table
@@ -88,6 +88,26 @@ def test_dry_run_changes_nothing(settings, tmp_path):
         assert summary.old_locations == ()
         assert catalog.list_partitions("web.dry") == registry
         assert _snapshot(root) == files
+
+
+def test_an_unusable_location_fails_that_partition_only(settings, tmp_path):
+    odd = "file://elsewhere/data/region=b"  # file: on another host: not readable here
+    with Catalog.open(settings) as catalog:
+        _pyarrow_table(catalog, tmp_path, "web.odd", {"a": 12})
+        catalog.add_partitions(
+            "web.odd",
+            [NewPartition({"datestamp": "20110228", "region": "b"}, odd, 12, 0)],
+            announce=False,
+        )
+        summary = compact_table(catalog, "web.odd", policy=CompactionPolicy(min_files=10))
+        assert (summary.partitions_compacted, summary.partitions_failed) == (1, 1)
+        assert len(summary.errors) == 1
+        assert "region=b" in summary.errors[0]
+        assert odd in summary.errors[0]
+        assert (
+            catalog.get_partition("web.odd", {"datestamp": "20110228", "region": "b"}).location
+            == odd
+        )
 
 
 def test_partial_spec_and_merge_refused_for_csv(settings, tmp_path):
