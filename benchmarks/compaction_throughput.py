@@ -151,9 +151,9 @@ def main() -> None:
         print(f"# catalog {settings.database_url}; data under {workdir}")
         log(f"wrote {total:,} bytes in {time.monotonic() - started:.1f}s")
         if args.spark:
-            from compaction_scan import _spark
+            from _spark import local_spark
 
-            spark = _spark()
+            spark = local_spark("hcat-bench-compaction-throughput", har_cache=1000)
         input_files = [f for d in directories for f in sorted(d.iterdir())]
         states = ("cold", "warm")
         variants = ["cp", "merge", "har"] + (["merge-spark", "har-spark"] if spark else [])
