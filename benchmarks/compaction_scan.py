@@ -21,13 +21,12 @@ No broker is needed: the catalog is a SQLite file in a temporary directory.
 
 from __future__ import annotations
 
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from _spark import local_spark
 from _support import (
     Row,
     drop_workdir,
@@ -42,50 +41,7 @@ from _support import (
 
 from hcat_notify.store import Catalog
 from spark_output import CompactionPolicy, create_table, write_partitions
-from spark_output.maintenance import compact_table
-
-
-def _spark(har_cache: int = 1000, metastore: Path | None = None) -> Any:
-    """A local[2] session; with ``metastore`` (a directory), Hive-enabled with its own
-    Derby metastore and warehouse there."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # The Python workers run compact_table's tasks: they need this venv (spark_output).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder
-    if metastore is not None:
-        metastore.mkdir(parents=True, exist_ok=True)
-        builder = (
-            builder.config("spark.sql.warehouse.dir", str(metastore / "warehouse"))
-            .config(
-                "spark.hadoop.javax.jdo.option.ConnectionURL",
-                f"jdbc:derby:;databaseName={metastore / 'metastore_db'};create=true",
-            )
-            .config(
-                "spark.driver.extraJavaOptions",
-                f"-Dderby.system.home={metastore} "
-                f"-Dderby.stream.error.file={metastore / 'derby.log'}",
-            )
-            .enableHiveSupport()
-        )
-    spark = (
-        builder.master("local[2]")
-        .appName("hcat-bench-compaction-scan")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.memory", "2g")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        # HarFileSystem keeps the parsed index of only 10 archives by default
-        # (fs.har.metadatacache.entries); with one archive per partition, a scan of more
-        # partitions than that re-reads an index for nearly every file it opens.
-        .config("spark.hadoop.fs.har.metadatacache.entries", str(har_cache))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+from spark_output.maintenance.compact import compact_table
 
 
 def _frame(spark: Any, rows: int, partitions: int, files: int) -> Any:
@@ -142,7 +98,9 @@ def main() -> None:
         print(f"# compaction_scan: {partitions} partitions x {files} files, {rows:,} rows{flags}")
         print(f"# {machine_line()}")
         print(f"# catalog {settings.database_url}; data under {workdir}")
-        spark = _spark(args.har_cache, metastore=workdir / "metastore")
+        spark = local_spark(
+            "hcat-bench-compaction-scan", har_cache=args.har_cache, metastore=workdir / "metastore"
+        )
         df = _frame(spark, rows, partitions, files).cache()
         log(f"materialising {df.count():,} cached rows")
         catalog = Catalog.open(settings)

@@ -46,7 +46,7 @@ from _support import (
 
 from hcat_notify.store import Catalog, NewPartition
 from spark_output import CompactionPolicy
-from spark_output.maintenance import COMPACTED_DIR, CompactionSummary, compact_table
+from spark_output.maintenance.compact import COMPACTED_DIR, CompactionSummary, compact_table
 
 
 def _write_data(root: Path, partitions: int, files: int, rows_per_file: int) -> list[Path]:
@@ -151,9 +151,9 @@ def main() -> None:
         print(f"# catalog {settings.database_url}; data under {workdir}")
         log(f"wrote {total:,} bytes in {time.monotonic() - started:.1f}s")
         if args.spark:
-            from compaction_scan import _spark
+            from _spark import local_spark
 
-            spark = _spark()
+            spark = local_spark("hcat-bench-compaction-throughput", har_cache=1000)
         input_files = [f for d in directories for f in sorted(d.iterdir())]
         states = ("cold", "warm")
         variants = ["cp", "merge", "har"] + (["merge-spark", "har-spark"] if spark else [])

@@ -13,29 +13,11 @@ import shutil
 import threading
 import time
 
+from _spark import local_spark
 from _support import Row, bench_env, footer, header, log, parser, print_table, run_main
 
 from hcat_notify import NotificationConsumer, Relay, RelayConfig
 from hcat_notify.model.events import EventType
-
-
-def _spark():
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("hcat-bench-write-partitions")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.memory", "2g")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def _frame(spark, rows: int, datestamps: int, regions: int):
@@ -64,7 +46,7 @@ def main() -> None:
 
     with bench_env(args, "write-partitions") as env:
         header(f"write_partitions: {partitions} partitions, {rows:,} rows", args, env)
-        spark = _spark()
+        spark = local_spark("hcat-bench-write-partitions")
         df = _frame(spark, rows, datestamps, regions)
         log(f"materialising {df.count():,} cached rows")
         plain_times: list[float] = []

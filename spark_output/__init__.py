@@ -2,7 +2,17 @@
 
 ``write_partitions`` writes a DataFrame into the dynamic partitions of a registered
 table through a job-level committer, and announces exactly what it committed;
-``send_mark_set_done`` announces that a set of partitions is complete.
+``send_mark_set_done`` announces that a set of partitions is complete; ``compact_table``
+and ``purge_superseded`` maintain registered partitions. Where things live:
+
+* :mod:`spark_output.writer` — ``write_partitions``, ``create_table``;
+* :mod:`spark_output.commit` — the job-level committer, its journalled plan, recovery;
+* :mod:`spark_output.compaction` — compacting one partition directory (merge, HAR);
+* :mod:`spark_output.maintenance` — compacting and purging registered partitions;
+* :mod:`spark_output.spark_catalog` — keeping Spark's catalog in step;
+* :mod:`spark_output.fs` — locations and file listing; :mod:`spark_output.session` — a
+  Spark session for one command; :mod:`spark_output.cli` — ``hcat-notify compact`` and
+  ``recover``; :mod:`spark_output.errors` — the exception tree.
 
 Names are loaded on first use (PEP 562): ``import spark_output`` loads neither PySpark
 nor pyarrow until a function that needs them is called.
@@ -15,22 +25,24 @@ from typing import TYPE_CHECKING
 from hcat_notify.lazy import lazy_exports
 from spark_output.errors import (
     CommitError,
+    CompactionError,
+    HarError,
+    InvalidArgumentError,
     PartitionColumnsError,
+    SparkCatalogError,
     SparkOutputError,
     TooManyPartitionsError,
+    VerificationError,
     WriteFailedError,
 )
 
 if TYPE_CHECKING:
     from hcat_notify import send_mark_set_done
-    from spark_output.committer import CommitHooks, Recovery, recover
-    from spark_output.compaction import CompactionError, CompactionPolicy, IntegrityError
-    from spark_output.maintenance import (
-        CompactionSummary,
-        PurgeSummary,
-        compact_table,
-        purge_superseded,
-    )
+    from spark_output.commit.committer import CommitHooks
+    from spark_output.commit.recovery import Recovery, RecoveryAction, recover
+    from spark_output.compaction.policy import CompactionPolicy
+    from spark_output.maintenance.compact import CompactionSummary, compact_table
+    from spark_output.maintenance.purge import PurgeSummary, purge_superseded
     from spark_output.writer import CommitResult, create_table, write_partitions
 
 __all__ = [
@@ -40,12 +52,16 @@ __all__ = [
     "CompactionError",
     "CompactionPolicy",
     "CompactionSummary",
-    "IntegrityError",
+    "HarError",
+    "InvalidArgumentError",
     "PartitionColumnsError",
     "PurgeSummary",
     "Recovery",
+    "RecoveryAction",
+    "SparkCatalogError",
     "SparkOutputError",
     "TooManyPartitionsError",
+    "VerificationError",
     "WriteFailedError",
     "compact_table",
     "create_table",
@@ -60,16 +76,15 @@ __getattr__, __dir__ = lazy_exports(
     globals(),
     {
         "send_mark_set_done": "hcat_notify",
-        "CommitHooks": "spark_output.committer",
-        "Recovery": "spark_output.committer",
-        "recover": "spark_output.committer",
-        "CompactionError": "spark_output.compaction",
-        "CompactionPolicy": "spark_output.compaction",
-        "IntegrityError": "spark_output.compaction",
-        "CompactionSummary": "spark_output.maintenance",
-        "PurgeSummary": "spark_output.maintenance",
-        "compact_table": "spark_output.maintenance",
-        "purge_superseded": "spark_output.maintenance",
+        "CommitHooks": "spark_output.commit.committer",
+        "Recovery": "spark_output.commit.recovery",
+        "RecoveryAction": "spark_output.commit.recovery",
+        "recover": "spark_output.commit.recovery",
+        "CompactionPolicy": "spark_output.compaction.policy",
+        "CompactionSummary": "spark_output.maintenance.compact",
+        "compact_table": "spark_output.maintenance.compact",
+        "PurgeSummary": "spark_output.maintenance.purge",
+        "purge_superseded": "spark_output.maintenance.purge",
         "CommitResult": "spark_output.writer",
         "create_table": "spark_output.writer",
         "write_partitions": "spark_output.writer",

@@ -28,7 +28,7 @@ from hcat_notify.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from spark_output.compaction import CompactionPolicy
+    from spark_output.compaction.policy import CompactionPolicy
 
 __all__ = ["compact", "recover"]
 
@@ -41,7 +41,7 @@ __all__ = ["compact", "recover"]
 @handle_errors
 def recover(obj: CliContext, name: str | None, force: bool) -> None:
     """Roll interrupted writes forward or back so files, registry and messages agree."""
-    from spark_output.committer import recover as recover_writes
+    from spark_output.commit.recovery import recover as recover_writes
 
     with obj.catalog() as catalog:
         if name is not None:
@@ -49,9 +49,9 @@ def recover(obj: CliContext, name: str | None, force: bool) -> None:
         outcomes = recover_writes(catalog, name, force=force)
     emit(
         obj,
-        [{"job_id": o.job_id, "table": o.table, "action": o.action} for o in outcomes],
+        [{"job_id": o.job_id, "table": o.table, "action": o.action.value} for o in outcomes],
         lambda: (
-            "\n".join(f"{o.job_id}\t{o.table}\t{o.action}" for o in outcomes)
+            "\n".join(f"{o.job_id}\t{o.table}\t{o.action.value}" for o in outcomes)
             or "nothing to recover"
         ),
     )
@@ -118,7 +118,7 @@ def compact(
     readers; afterwards, scans of the table directory by path no longer see those
     partitions (readers through the registry or the catalog are not affected).
     """
-    from spark_output.compaction import CompactionPolicy
+    from spark_output.compaction.policy import CompactionPolicy
     from spark_output.errors import SparkOutputError
 
     ctx = click.get_current_context()
@@ -159,7 +159,7 @@ def _compact(
     spark_master: str | None,
     dry_run: bool,
 ) -> None:
-    from spark_output.maintenance import compact_table
+    from spark_output.maintenance.compact import compact_table
     from spark_output.session import spark_session
 
     with obj.catalog() as catalog, contextlib.ExitStack() as stack:
@@ -239,7 +239,7 @@ _PURGE_LABELS = {
 def _purge(
     obj: CliContext, name: str, spec: tuple[str, ...], *, older_than: str | None, dry_run: bool
 ) -> None:
-    from spark_output.maintenance import DEFAULT_PURGE_AGE, purge_superseded
+    from spark_output.maintenance.purge import DEFAULT_PURGE_AGE, purge_superseded
 
     age = parse_duration(older_than) if older_than is not None else DEFAULT_PURGE_AGE
     with obj.catalog() as catalog:

@@ -6,10 +6,10 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pyarrow import fs as pafs
 
@@ -17,14 +17,29 @@ from hcat_notify import (
     DEFAULT_RETENTION,
     Catalog,
     CommitRecord,
+    JournalState,
     PartitionSpec,
     Settings,
     TableInfo,
     TableName,
     load_settings,
 )
-from spark_output.committer import CommitHooks, PartitionCommitter, StagedPartition, recover
-from spark_output.errors import PartitionColumnsError, WriteFailedError
+from spark_output import spark_catalog
+from spark_output.commit.committer import (
+    CommitHooks,
+    CompactHook,
+    PartitionCommitter,
+    StagedPartition,
+)
+from spark_output.commit.plan import CommitPlan
+from spark_output.commit.recovery import recover
+from spark_output.compaction.policy import CompactionPolicy
+from spark_output.errors import (
+    InvalidArgumentError,
+    PartitionColumnsError,
+    SparkCatalogError,
+    WriteFailedError,
+)
 from spark_output.fs import TableLocation
 
 if TYPE_CHECKING:
@@ -36,7 +51,6 @@ __all__ = ["CommitResult", "create_table", "write_partitions"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_PARTITIONS = 1000  # Hive's hive.exec.max.dynamic.partitions
-CompactionHook = Callable[[pafs.FileSystem, StagedPartition], StagedPartition]
 
 
 @dataclass(frozen=True)
@@ -87,12 +101,11 @@ def _result(
     record: CommitRecord,
     table: TableInfo,
     mode: str,
-    plan: Mapping[str, Any],
+    plan: CommitPlan,
     phases: Mapping[str, float],
     *,
     already: bool = False,
 ) -> CommitResult:
-    parts = plan.get("partitions", [])
     return CommitResult(
         job_id=record.job_id,
         table=str(table.name),
@@ -100,9 +113,9 @@ def _result(
         partitions_created=record.created,
         partitions_replaced=record.replaced,
         partitions_appended=record.appended,
-        files=sum(int(p["file_count"]) for p in parts),
-        bytes=sum(int(p["bytes"]) for p in parts),
-        rows=plan.get("rows"),
+        files=sum(move.file_count for move in plan.partitions),
+        bytes=sum(move.bytes for move in plan.partitions),
+        rows=None,  # the committer counts files, not rows
         event_ids=record.event_ids,
         done_event_id=record.done_event_id,
         phase_seconds=dict(phases),
@@ -132,46 +145,28 @@ def _check_columns(df: DataFrame, table: TableInfo, partition_by: Sequence[str] 
         )
 
 
-def _sql_literal(value: str | None) -> str:
-    text = "__HIVE_DEFAULT_PARTITION__" if value is None else value
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _sync_spark_catalog(
-    spark: SparkSession, table: TableInfo, plan: Mapping[str, Any], record: CommitRecord
+    spark: SparkSession, table: TableInfo, plan: CommitPlan, record: CommitRecord
 ) -> list[str]:
     """Add (or re-point) the committed partitions in the session's catalog, if it has the table."""
-    qualified = f"`{table.name.db}`.`{table.name.table}`"
-    try:
-        if not spark.catalog.tableExists(f"{table.name.db}.{table.name.table}"):
-            return []
-    except Exception as exc:  # noqa: BLE001 - any Spark/py4j error: no usable catalog
-        logger.debug("spark catalog check failed: %s", exc)
+    if not spark_catalog.has_table(spark, table.name):
         return []
-    errors: list[str] = []
+    location = TableLocation.parse(plan.table_uri)
     replaced = set(record.replaced)
-    for entry in plan.get("partitions", []):
-        spec = PartitionSpec.parse(entry["spec"])
-        clause = ", ".join(f"`{key}` = {_sql_literal(value)}" for key, value in spec.items)
-        location = _sql_literal(entry.get("location") or f"{plan['table_uri']}/{entry['spec']}")
-        statements = [
-            f"ALTER TABLE {qualified} ADD IF NOT EXISTS PARTITION ({clause}) LOCATION {location}"
-        ]
-        if entry["spec"] in replaced:
-            statements.append(
-                f"ALTER TABLE {qualified} PARTITION ({clause}) SET LOCATION {location}"
+    errors = spark_catalog.add_partitions(
+        spark,
+        table.name,
+        [
+            spark_catalog.PartitionLocation(
+                spec=PartitionSpec.parse(move.spec),
+                location=move.location or location.uri_of(move.final),
+                replaced=move.spec in replaced,
             )
-        for statement in statements:
-            try:
-                spark.sql(statement)
-            except Exception as exc:  # noqa: BLE001 - the commit stands; report the refusal
-                errors.append(f"{statement}: {exc}")
-                logger.warning("spark catalog update failed: %s", exc)
+            for move in plan.partitions
+        ],
+    )
     if record.replaced:
-        try:
-            spark.catalog.refreshTable(f"{table.name.db}.{table.name.table}")
-        except Exception as exc:  # noqa: BLE001 - a stale cache only delays readers
-            logger.debug("refreshTable failed: %s", exc)
+        errors += spark_catalog.refresh_table(spark, table.name)
     return errors
 
 
@@ -182,7 +177,7 @@ def write_partitions(
     mode: Literal["append", "overwrite"] = "append",
     partition_by: Sequence[str] | None = None,
     mark_set_done: Mapping[str, str | None] | None = None,
-    compaction: CompactionHook | Any | None = None,
+    compaction: CompactionPolicy | CompactHook | None = None,
     max_partitions: int = DEFAULT_MAX_PARTITIONS,
     settings: Settings | None = None,
     job_id: str | None = None,
@@ -213,6 +208,7 @@ def write_partitions(
         A :class:`CommitResult`.
 
     Raises:
+        InvalidArgumentError: an unknown ``mode`` or a ``max_partitions`` below 1.
         PartitionColumnsError: partition columns do not match the table (before any
             Spark job runs).
         TooManyPartitionsError: more than ``max_partitions`` partitions.
@@ -222,9 +218,11 @@ def write_partitions(
             same partitions.
     """
     if mode not in ("append", "overwrite"):
-        raise PartitionColumnsError(f"unknown mode {mode!r}; use 'append' or 'overwrite'")
+        raise InvalidArgumentError(f"unknown mode {mode!r}; use 'append' or 'overwrite'")
+    if isinstance(max_partitions, bool) or not isinstance(max_partitions, int):
+        raise InvalidArgumentError(f"max_partitions must be an int, got {max_partitions!r}")
     if max_partitions < 1:
-        raise PartitionColumnsError("max_partitions must be at least 1")
+        raise InvalidArgumentError(f"max_partitions must be at least 1, got {max_partitions}")
     settings = settings or load_settings()
     phases: dict[str, float] = {}
     with Catalog.open(settings) as catalog:
@@ -234,13 +232,17 @@ def write_partitions(
         _check_columns(df, info, partition_by)
         job = job_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
         previous = catalog.commits.get(job)
-        if previous is not None and previous.state == "committed" and previous.result is not None:
+        if (
+            previous is not None
+            and previous.state is JournalState.COMMITTED
+            and previous.result is not None
+        ):
             logger.info("job %s already committed: nothing to do", job)
             return _result(
                 CommitRecord.from_dict(previous.result),
                 info,
                 previous.mode,
-                previous.plan,
+                CommitPlan.from_json(previous.plan),
                 {},
                 already=True,
             )
@@ -261,7 +263,7 @@ def write_partitions(
             committer.cleanup()
             raise WriteFailedError(
                 f"the Spark job writing {info.name} failed; the table is unchanged: "
-                f"{_first_line(exc)}"
+                f"{spark_catalog.error_line(exc)}"
             ) from exc
         phases["stage"] = time.monotonic() - clock
         if hooks is not None and hooks.after_stage is not None:
@@ -273,7 +275,7 @@ def write_partitions(
                 mark_set_done=mark_set_done,
                 compact=_compaction_hook(compaction, info),
                 phases=phases,
-                archives=getattr(compaction, "mode", None) == "har",
+                archives=isinstance(compaction, CompactionPolicy) and compaction.mode == "har",
             )
         except Exception:
             committer.cleanup()
@@ -288,26 +290,17 @@ def write_partitions(
         )
 
 
-def _compaction_hook(compaction: Any, table: TableInfo) -> CompactionHook | None:
-    if compaction is None:
-        return None
-    if callable(compaction) and not hasattr(compaction, "compact_staged"):
-        hook: CompactionHook = compaction
-        return hook
-    compact_staged = compaction.compact_staged
+def _compaction_hook(
+    compaction: CompactionPolicy | CompactHook | None, table: TableInfo
+) -> CompactHook | None:
+    if compaction is None or not isinstance(compaction, CompactionPolicy):
+        return compaction
+    policy = compaction
 
     def run(filesystem: pafs.FileSystem, staged: StagedPartition) -> StagedPartition:
-        result: StagedPartition = compact_staged(
-            filesystem, staged, storage_format=table.storage_format
-        )
-        return result
+        return policy.compact_staged(filesystem, staged, storage_format=table.storage_format)
 
     return run
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:500] if text else type(exc).__name__
 
 
 def create_table(
@@ -326,10 +319,30 @@ def create_table(
     """Register a table (as ``hcat-notify table create``), checking it against a Spark schema.
 
     With ``spark`` given, the table is also created in that session's catalog (so Spark
-    SQL readers see committed partitions).
+    SQL readers see committed partitions); that needs a session with Hive support
+    (``SparkSession.builder.enableHiveSupport()``), which is checked before anything is
+    registered.
+
+    Args:
+        table: ``db.table``.
+        schema: the DataFrame schema; the partition keys must be columns of it.
+        location: the table's root directory (path or Hadoop path string).
+        partition_keys: the partition columns, in directory order.
+        storage_format: ``parquet``, ``orc``, ``csv`` or ``json``.
+        retention: how long a mark-set-done stays in the retention table.
+        topic: a topic name overriding the deployment's strategy.
+        properties: table properties.
+        settings: deployment settings (default: :func:`load_settings`).
+        spark: also create the table in this session's catalog.
+
+    Returns:
+        The registered :class:`hcat_notify.TableInfo`.
 
     Raises:
         PartitionColumnsError: a partition key is not a column of ``schema``.
+        SparkCatalogError: ``spark`` has no Hive support, or has no storage format for
+            ``storage_format`` (nothing was registered); or Spark refused the table
+            after it was registered (the message says so and gives the statement).
         hcat_notify.HcatNotifyError: invalid name, keys or options; table exists.
     """
     names = {name.lower() for name in schema.fieldNames()}
@@ -339,6 +352,17 @@ def create_table(
             f"partition key(s) {missing} are not columns of the schema ({sorted(names)})"
         )
     name = TableName.parse(table)
+    if spark is not None:
+        # Spark's part is checked first: a registration Spark then refuses would make a
+        # retry fail with TableExistsError.
+        spark_catalog.require_hive_support(spark)
+        spark_catalog.create_table_statements(
+            name,
+            schema,
+            partition_keys=partition_keys,
+            storage_format=storage_format,
+            location=location,
+        )
     with Catalog.open(settings or load_settings()) as catalog:
         info = catalog.create_table(
             name,
@@ -350,18 +374,19 @@ def create_table(
             properties=properties,
         )
     if spark is not None:
-        keys = [key.lower() for key in partition_keys]
-        data = [field for field in schema.fields if field.name.lower() not in keys]
-        parts = [field for key in keys for field in schema.fields if field.name.lower() == key]
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{name.db}`")
-        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in data)
-        part_columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in parts)
-        stored = {"parquet": "PARQUET", "orc": "ORC", "csv": "TEXTFILE", "json": "TEXTFILE"}[
-            info.storage_format
-        ]
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS `{name.db}`.`{name.table}` ({columns}) "
-            f"PARTITIONED BY ({part_columns}) STORED AS {stored} "
-            f"LOCATION '{TableLocation.parse(info.location).uri}'"
+        statements = spark_catalog.create_table_statements(
+            name,
+            schema,
+            partition_keys=partition_keys,
+            storage_format=info.storage_format,
+            location=TableLocation.parse(info.location).uri,
         )
+        for statement in statements:
+            try:
+                spark.sql(statement)
+            except Exception as exc:
+                raise SparkCatalogError(
+                    f"{name} is registered, but Spark's catalog refused it: "
+                    f"{spark_catalog.error_line(exc)}; run in Spark: {statements[-1]}"
+                ) from exc
     return info

@@ -17,8 +17,7 @@ from typing import Any
 import pyarrow.fs as pafs
 import pytest
 
-from spark_output.compaction import MANIFEST_NAME, CompactionError, CompactionPolicy
-from spark_output.har import (
+from spark_output.compaction.har import (
     ARCHIVE_NAME,
     HarEntry,
     HarError,
@@ -33,6 +32,9 @@ from spark_output.har import (
     list_har,
     read_har_file,
 )
+from spark_output.compaction.manifest import MANIFEST_NAME
+from spark_output.compaction.policy import CompactionPolicy
+from spark_output.errors import CompactionError
 
 LOCAL = pafs.LocalFileSystem()
 HAR_POLICY = CompactionPolicy(mode="har", min_files=2)

@@ -13,7 +13,7 @@ import pytest
 from hcat_notify.cli import main
 from hcat_notify.config import load_settings
 from hcat_notify.store import Catalog
-from spark_output.committer import STAGING_DIR
+from spark_output.commit.moves import STAGING_DIR
 
 pytestmark = pytest.mark.integration
 

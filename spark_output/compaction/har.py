@@ -1,51 +1,19 @@
 """Hadoop Archives (HAR), written in pure Python and readable by Hadoop's ``HarFileSystem``.
 
-A Hadoop Archive is a directory whose name ends in ``.har`` and holds
-
-``_masterindex``
-    first line ``"3 \\n"`` (the version), then one line per block of the index:
-    ``"<first hash> <last hash> <start offset> <end offset> \\n"`` — a range of path
-    hashes and the byte range of ``_index`` that holds their entries (Hadoop starts a new
-    block every 1000 entries; the first block starts at hash 0, each later one at the
-    previous block's last hash).
-``_index``
-    one line per archived path, sorted by :func:`har_hash` of the path. A path is its
-    position inside the archive: ``/`` for the archive's root, ``/a/b`` below it.
-
-    * file: ``<enc path> file <part> <offset> <length> <enc props> \\n``
-    * directory: ``<enc path> dir <enc props> 0 0 <enc child> <enc child> ... \\n``
-
-    ``enc`` is Java's ``URLEncoder.encode(s, "UTF-8")`` (:func:`java_url_encode`);
-    ``props`` is ``"<mtime ms> <permission as short> <enc owner> <enc group>"`` encoded
-    once more as a whole (so owner and group are encoded twice).
-``part-0``, ``part-1``, ...
-    the archived files' bytes, concatenated; a file never spans two parts.
-
-These facts come from Hadoop's ``HarFileSystem`` (``hadoop-common``,
-``org/apache/hadoop/fs/HarFileSystem.java``: ``HarMetaData.parseMetaData``,
-``HarStatus``, ``getHarHash``) and the archive tool that writes the format
-(``hadoop-tools/hadoop-archives``, ``HadoopArchives.java``: ``HArchivesMapper.map``,
-``encodeProperties`` and ``HArchivesReducer``). ``HarFileSystem`` splits every line on
-single spaces and URL-decodes names, so names may hold any character. In version 3 it
-reports each entry's modification time from the index; permission, owner and group are
-stored but not used by the reader.
-
-``har://`` URIs (:func:`har_uri`): ``har://<scheme>-<host>[:<port>]/<path>/x.har[/inner]``
-names the underlying filesystem explicitly; for the local filesystem the form is
-``har://file-localhost/abs/path/x.har`` (``HarFileSystem.decodeHarURI`` turns the
-authority's first ``-`` into ``://``). ``har:///abs/path/x.har`` would use the default
-filesystem (``fs.defaultFS``), which is HDFS on a cluster, so we never emit it.
-
 :func:`archive_partition` packs a partition's data files into the hidden directory
-``<partition>/_hcat_archive.har`` (hidden so that Spark, Hive and HCatalog listing the
-table directory never read the raw part files) and returns the ``har://`` URI of the
-archive's root, which becomes the partition's location: through it, the partition's files
-appear exactly as they were, under their own names.
+``<partition>/_hcat_archive.har``; the partition's location becomes the archive's
+``har://`` URI (:func:`har_location`), through which its files appear as they were. The
+format (version 3: ``_masterindex``, ``_index``, ``part-N``), where each fact comes from in
+Hadoop's source, and the ``har://`` URI forms are described in docs/compaction.md.
+
+Locations inside ``har://`` URIs are Hadoop path strings, as everywhere in spark_output:
+an escaped partition directory name such as ``region=us%2Feast`` is kept as it is,
+because ``HarFileSystem`` takes the underlying path from the URI's decoded path, and
+Hadoop's ``Path`` encodes what it parses from a string.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import getpass
 import hashlib
@@ -55,19 +23,19 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from urllib.parse import unquote_plus, urlsplit
+from typing import TYPE_CHECKING
+from urllib.parse import unquote_plus
 
 import pyarrow.fs as pafs
 
-from spark_output.compaction import (
-    CompactionError,
-    CompactionPolicy,
-    PartitionCompaction,
-    data_files,
-    delete_data_file,
-    parquet_or_orc_rows,
-    write_manifest,
-)
+from spark_output.compaction.manifest import write_manifest
+from spark_output.compaction.read import parquet_or_orc_rows
+from spark_output.compaction.result import PartitionCompaction
+from spark_output.errors import HarError
+from spark_output.fs import delete_data_file, delete_dir_quietly, list_data_files, split_location
+
+if TYPE_CHECKING:
+    from spark_output.compaction.policy import CompactionPolicy
 
 __all__ = [
     "ARCHIVE_NAME",
@@ -77,6 +45,7 @@ __all__ = [
     "HarError",
     "HarInfo",
     "archive_partition",
+    "archive_storage_location",
     "create_har",
     "filesystem_uri",
     "har_hash",
@@ -104,13 +73,6 @@ _FILE_PERMISSION = 0o644
 _DIR_PERMISSION = 0o755
 _COPY_CHUNK = 8 * 1024 * 1024
 _JAVA_URL_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-*_")
-
-
-class HarError(CompactionError):
-    """A Hadoop Archive could not be written, read or verified; the message names it.
-
-    A :class:`~spark_output.compaction.CompactionError`, so callers can handle both
-    compaction modes alike."""
 
 
 @dataclass(frozen=True)
@@ -227,25 +189,25 @@ def filesystem_uri(fs: pafs.FileSystem, path: str, *, base_uri: str | None = Non
 def har_uri(archive_dir: str, inner: str = "") -> str:
     """The ``har://`` URI of ``inner`` (a path inside the archive; "" for its root).
 
-    ``archive_dir`` is an absolute local path (``/data/t/p=1/x.har``) or a Hadoop URI
-    (``file:/data/...``, ``hdfs://nn:8020/...``, ``s3a://bucket/...``). The result names
+    ``archive_dir`` is an absolute local path (``/data/t/p=1/x.har``) or a Hadoop path
+    string (``file:/data/...``, ``hdfs://nn:8020/...``, ``s3a://bucket/...``), taken
+    literally (escaped directory names stay escaped). The result names
     the underlying filesystem in the authority, as ``HarFileSystem`` expects:
     ``har://file-localhost/data/t/p=1/x.har``, ``har://hdfs-nn:8020/...``,
     ``har://s3a-bucket/...``.
     """
-    parts = urlsplit(archive_dir)
-    if parts.scheme in ("", "file"):
-        if parts.netloc not in ("", "localhost"):
+    scheme, authority, path = split_location(archive_dir)
+    if scheme in ("", "file"):
+        if authority not in ("", "localhost"):
             raise HarError(f"not a local path: {archive_dir!r}")
-        path = parts.path if parts.scheme else archive_dir
         if not path.startswith("/"):
             raise HarError(f"archive path must be absolute: {archive_dir!r}")
         authority = "file-localhost"
     else:
-        if not parts.netloc:
+        if not authority:
             raise HarError(f"URI without authority: {archive_dir!r}")
-        path = parts.path or "/"
-        authority = f"{parts.scheme}-{parts.netloc}"
+        path = path or "/"
+        authority = f"{scheme}-{authority}"
     path = posixpath.normpath(path)
     if not path.endswith(".har"):
         raise HarError(f"archive directory name must end with .har: {archive_dir!r}")
@@ -264,6 +226,20 @@ def har_location(partition_uri: str) -> str:
     its location from the final URI.
     """
     return har_uri(partition_uri.rstrip("/") + "/" + ARCHIVE_NAME)
+
+
+def archive_storage_location(location: str) -> str:
+    """Where a location's files are stored: for ``har://<scheme>-<authority>/…/x.har[/inner]``
+    the archive directory on the underlying filesystem (the inverse of :func:`har_uri`),
+    else ``location`` itself."""
+    scheme, authority, path = split_location(location)
+    if scheme != "har":
+        return location
+    under, _, host = authority.partition("-")
+    segments = path.split("/")
+    archive = next((i for i, s in enumerate(segments) if s.endswith(".har")), len(segments) - 1)
+    path = "/".join(segments[: archive + 1])
+    return f"file://{path}" if under == "file" else f"{under}://{host}{path}"
 
 
 # --------------------------------------------------------------------------- writing
@@ -437,7 +413,7 @@ def create_har(
         ) as f:
             f.write(master)
     except BaseException:
-        _delete_dir_quietly(fs, archive_dir)
+        delete_dir_quietly(fs, archive_dir)
         raise
     return HarInfo(
         archive_dir=archive_dir,
@@ -449,11 +425,6 @@ def create_har(
         entries=tuple(sorted(entries, key=lambda e: (har_hash(e.path), e.path))),
         sha256=digests,
     )
-
-
-def _delete_dir_quietly(fs: pafs.FileSystem, directory: str) -> None:
-    with contextlib.suppress(OSError):
-        fs.delete_dir(directory)
 
 
 # --------------------------------------------------------------------------- reading
@@ -601,7 +572,7 @@ def archive_partition(
     final_dir = posixpath.join(directory, ARCHIVE_NAME)
     if fs.get_file_info(final_dir).type != pafs.FileType.NotFound:
         raise HarError(f"partition {directory} is already archived ({final_dir} exists)")
-    originals = data_files(fs, directory)
+    originals = list_data_files(fs, directory)
     if not originals:
         raise HarError(f"no data files to archive in partition {directory}")
     rows_by_name: dict[str, int | None] = {}
@@ -614,7 +585,7 @@ def archive_partition(
     try:
         fs.move(temp_dir, final_dir)
     except BaseException:
-        _delete_dir_quietly(fs, temp_dir)
+        delete_dir_quietly(fs, temp_dir)
         raise
     info = dataclasses.replace(info, archive_dir=final_dir)
     try:
@@ -623,13 +594,13 @@ def archive_partition(
                 _corrupt_hook(fs, posixpath.join(final_dir, part))
         _verify(fs, info)
     except HarError as exc:
-        _delete_dir_quietly(fs, final_dir)
+        delete_dir_quietly(fs, final_dir)
         raise HarError(
             f"archive verification failed for partition {directory}: {exc}; "
             "originals kept, archive removed"
         ) from exc
     except BaseException:
-        _delete_dir_quietly(fs, final_dir)
+        delete_dir_quietly(fs, final_dir)
         raise
     location = har_uri(filesystem_uri(fs, final_dir, base_uri=base_uri))
     manifest = write_manifest(

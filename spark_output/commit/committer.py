@@ -1,0 +1,334 @@
+"""The job-level output committer: staged output → table location → catalog, all or nothing.
+
+Spark's own task commit writes the files into a hidden staging directory of the table;
+:class:`PartitionCommitter` then finds the partitions there, compacts them if asked,
+journals its :class:`~spark_output.commit.plan.CommitPlan`, moves the output into place
+and registers and announces it in one database transaction. The protocol, step by step,
+and what each failure leaves behind are described in docs/spark-writes.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import posixpath
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from pyarrow import fs as pafs
+
+from hcat_notify import Catalog, CommitRecord, PartitionSpec, TableInfo, WriteMode
+from spark_output.commit.moves import (
+    STAGING_DIR,
+    TRASH_DIR,
+    apply_moves,
+    new_partitions,
+    remove_job_dirs,
+    undo_moves,
+)
+from spark_output.commit.plan import CommitPlan, FileMove, MoveKind, Owner, PartitionMove
+from spark_output.commit.recovery import writing
+from spark_output.compaction.har import ARCHIVE_NAME, har_location, list_har
+from spark_output.compaction.manifest import MANIFEST_NAME
+from spark_output.errors import CommitError, TooManyPartitionsError
+from spark_output.fs import FileStat, TableLocation, exists, is_hidden, list_data_files
+
+__all__ = [
+    "STAGING_DIR",
+    "CommitHooks",
+    "CompactHook",
+    "PartitionCommitter",
+    "StagedPartition",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CommitHooks:
+    """Test seams of the commit protocol; each gets the job id. Default: none.
+
+    ``after_moves`` runs between the moves and the database commit: a hook that raises
+    a ``BaseException`` which is not an ``Exception`` simulates a crash there (nothing
+    is undone, as when the process dies).
+    """
+
+    after_stage: Callable[[str], None] | None = None
+    after_journal: Callable[[str], None] | None = None
+    after_moves: Callable[[str], None] | None = None
+
+
+@dataclass
+class StagedPartition:
+    """A partition found in the staging directory."""
+
+    spec: PartitionSpec
+    directory: str
+    files: list[FileStat] = field(default_factory=list)
+    # Set when compaction packed the files into a Hadoop Archive inside the directory.
+    archived_files: int = 0
+    archived_bytes: int = 0
+
+    @property
+    def archived(self) -> bool:
+        return self.archived_files > 0
+
+    @property
+    def file_count(self) -> int:
+        return self.archived_files if self.archived else len(self.files)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.archived_bytes if self.archived else sum(stat.size for stat in self.files)
+
+
+CompactHook = Callable[[pafs.FileSystem, StagedPartition], StagedPartition]
+"""Run on each staged partition before publication; returns it as it now is."""
+
+
+class PartitionCommitter:
+    """Publishes one job's staged output into a table.
+
+    Args:
+        catalog: the open catalog.
+        table: the table written.
+        job_id: unique per write; re-running a committed job id is a no-op.
+        mode: ``append`` or ``overwrite``.
+        hooks: test seams.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        table: TableInfo,
+        *,
+        job_id: str,
+        mode: WriteMode | str,
+        hooks: CommitHooks | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.table = table
+        self.job_id = job_id
+        self.mode = WriteMode(mode)
+        self.hooks = hooks or CommitHooks()
+        self.location = TableLocation.parse(table.location)
+        self.fs: pafs.FileSystem = self.location.fs
+        self.staging = self.location.join(STAGING_DIR, job_id)
+        self.trash = self.location.join(TRASH_DIR, job_id)
+
+    @property
+    def staging_uri(self) -> str:
+        return self.location.uri_of(self.staging)
+
+    # -- 1-2: discover ---------------------------------------------------------------------
+
+    def discover(self, *, max_partitions: int) -> list[StagedPartition]:
+        """The partitions Spark wrote into staging, in table key order.
+
+        Raises:
+            TooManyPartitionsError: more than ``max_partitions``.
+            CommitError: a directory that is not ``key=value`` of the table's keys.
+        """
+        keys = self.table.partition_keys
+        found: list[StagedPartition] = []
+        frontier = [(self.staging, 0)]
+        while frontier:
+            directory, depth = frontier.pop()
+            infos = self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+            for info in infos:
+                if info.type != pafs.FileType.Directory or is_hidden(info.base_name):
+                    continue
+                if depth + 1 < len(keys):
+                    frontier.append((info.path, depth + 1))
+                else:
+                    relative = posixpath.relpath(info.path, self.staging)
+                    try:
+                        spec = PartitionSpec.parse(relative).for_table(keys, partial=False)
+                    except Exception as exc:
+                        raise CommitError(
+                            f"unexpected directory {relative} in the staged output: {exc}"
+                        ) from exc
+                    found.append(
+                        StagedPartition(spec, info.path, list_data_files(self.fs, info.path))
+                    )
+                    if len(found) > max_partitions:
+                        raise TooManyPartitionsError(
+                            f"the write to {self.table.name} produced more than {max_partitions} "
+                            f"partitions (max_partitions={max_partitions}; Hive's "
+                            "hive.exec.max.dynamic.partitions default is 1000); nothing was "
+                            "published"
+                        )
+        found.sort(key=lambda staged: staged.spec.to_path())
+        return found
+
+    # -- 4: plan -----------------------------------------------------------------------------
+
+    def plan(
+        self, staged: Sequence[StagedPartition], *, mark_set_done: Mapping[str, str | None] | None
+    ) -> CommitPlan:
+        """The moves that publish ``staged``: what the journal records.
+
+        Raises:
+            CommitError: an append to a partition that lives in a Hadoop Archive (its
+                files would not be visible through the archive).
+        """
+        registered = {
+            path: info.location
+            for path, info in self.catalog.partitions_at(
+                self.table.name, [item.spec for item in staged]
+            ).items()
+        }
+        return CommitPlan(
+            owner=Owner.current(),
+            staging=self.staging,
+            trash=self.trash,
+            table_path=self.location.path,
+            table_uri=self.location.uri,
+            partitions=tuple(
+                self._plan_partition(item, registered.get(item.spec.to_path())) for item in staged
+            ),
+            mark_set_done=dict(mark_set_done) if mark_set_done is not None else None,
+        )
+
+    def _plan_partition(self, item: StagedPartition, current: str | None) -> PartitionMove:
+        spec = item.spec.to_path()
+        final = self.location.join(spec)
+        if self.mode is WriteMode.APPEND and current is not None:
+            final = self._append_target(item, current, final)
+        move = PartitionMove(
+            spec=spec,
+            staged=item.directory,
+            final=final,
+            file_count=item.file_count,
+            bytes=item.total_bytes,
+            kind=MoveKind.DIR,
+            archived=item.archived,
+            # Readers reach an archived partition through Hadoop's HarFileSystem.
+            location=har_location(self.location.uri_of(final)) if item.archived else None,
+        )
+        if self.mode is WriteMode.OVERWRITE or item.archived:
+            # Swap the whole directory: readers see the old or the new partition.
+            return dataclasses.replace(move, trash=self.location.join(TRASH_DIR, self.job_id, spec))
+        # File by file, so that a concurrent append to the same partition (allowed) never
+        # collides with this one.
+        files = [FileMove(stat.path, self._free_name(final, stat.path)) for stat in item.files]
+        manifest = posixpath.join(item.directory, MANIFEST_NAME)
+        if exists(self.fs, manifest):
+            # The compaction audit record travels with the files, named per job.
+            stem = MANIFEST_NAME.removesuffix(".json")
+            files.append(FileMove(manifest, posixpath.join(final, f"{stem}-{self.job_id}.json")))
+        return dataclasses.replace(
+            move, kind=MoveKind.FILES, new_dir=not exists(self.fs, final), files=tuple(files)
+        )
+
+    def _append_target(self, item: StagedPartition, current: str, default: str) -> str:
+        # Maintenance compaction may have moved a partition: append where it lives now.
+        if current.startswith("har:"):
+            raise CommitError(
+                f"partition {item.spec} of {self.table.name} is archived ({current}); files "
+                "appended to it would not be visible through the archive: overwrite the "
+                "partition instead; nothing was published"
+            )
+        try:
+            where = TableLocation.parse(current)
+        except (OSError, ValueError):
+            return default
+        if type(where.fs) is not type(self.fs):
+            return default
+        return where.path
+
+    def _free_name(self, final: str, source: str) -> str:
+        # Spark's part-file names carry a UUID; if one is taken anyway, add the job id.
+        name = posixpath.basename(source)
+        target = posixpath.join(final, name)
+        if not exists(self.fs, target):
+            return target
+        stem, dot, ext = name.partition(".")
+        return posixpath.join(final, f"{stem}-{self.job_id}{dot}{ext}")
+
+    # -- the whole protocol ----------------------------------------------------------------------
+
+    def commit(
+        self,
+        *,
+        started_at: datetime,
+        max_partitions: int,
+        mark_set_done: Mapping[str, str | None] | None,
+        compact: CompactHook | None,
+        phases: dict[str, float],
+        archives: bool = False,
+    ) -> tuple[CommitRecord, CommitPlan]:
+        """Steps 1-7 on output already staged by Spark; returns the record and the plan."""
+        with writing(self.job_id):
+            clock = time.monotonic()
+            staged = self.discover(max_partitions=max_partitions)
+            phases["discover"] = time.monotonic() - clock
+            if compact is not None:
+                clock = time.monotonic()
+                staged = [self._compact(compact, item, archives) for item in staged]
+                phases["compact"] = time.monotonic() - clock
+            clock = time.monotonic()
+            plan = self.plan(staged, mark_set_done=mark_set_done)
+            self.catalog.commits.begin(
+                self.job_id,
+                self.table.name,
+                mode=self.mode,
+                partitions=plan.specs,
+                plan=plan.to_json(),
+                started_at=started_at,
+            )
+            phases["journal"] = time.monotonic() - clock
+            try:
+                if self.hooks.after_journal is not None:
+                    self.hooks.after_journal(self.job_id)
+                clock = time.monotonic()
+                apply_moves(self.fs, plan)
+                phases["move"] = time.monotonic() - clock
+                if self.hooks.after_moves is not None:
+                    self.hooks.after_moves(self.job_id)
+                clock = time.monotonic()
+                record = self.catalog.commits.complete(
+                    self.job_id,
+                    new_partitions(plan, self.location),
+                    mark_set_done=mark_set_done,
+                )
+                phases["register"] = time.monotonic() - clock
+            except Exception as exc:
+                # Not committed: put every file back where it was and close the entry.
+                undo_moves(self.fs, plan)
+                self.catalog.commits.abort(self.job_id, reason=f"{type(exc).__name__}: {exc}")
+                self.cleanup()
+                raise
+            clock = time.monotonic()
+            self.cleanup()
+            phases["cleanup"] = time.monotonic() - clock
+            return record, plan
+
+    def _compact(
+        self,
+        compact: CompactHook,
+        item: StagedPartition,
+        archives: bool,
+    ) -> StagedPartition:
+        final = self.location.join(item.spec.to_path())
+        if archives and self.mode is WriteMode.APPEND and exists(self.fs, final):
+            # An existing partition keeps its location; appended files stay plain files.
+            logger.info("not archiving %s: appending to an existing partition", item.spec)
+            return item
+        compacted = compact(self.fs, item)
+        archive = posixpath.join(compacted.directory, ARCHIVE_NAME)
+        if not exists(self.fs, archive):
+            return compacted
+        inside = [entry for entry in list_har(self.fs, archive) if not entry.is_dir]
+        return dataclasses.replace(
+            compacted,
+            files=[],
+            archived_files=len(inside),
+            archived_bytes=sum(entry.length for entry in inside),
+        )
+
+    def cleanup(self) -> None:
+        """Remove this job's staging and trash directories."""
+        remove_job_dirs(self.fs, self.location.path, self.staging, self.trash)

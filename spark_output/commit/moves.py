@@ -1,0 +1,111 @@
+"""Carrying out a :class:`~spark_output.commit.plan.CommitPlan`'s moves, and undoing them.
+
+Every function here is idempotent, because recovery may run it again after a crash at
+any point: a move already made is not made twice, one not made is not undone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import posixpath
+
+from pyarrow import fs as pafs
+
+from hcat_notify import NewPartition, PartitionSpec
+from spark_output.commit.plan import CommitPlan, MoveKind, PartitionMove
+from spark_output.fs import TableLocation, exists, move
+
+__all__ = [
+    "STAGING_DIR",
+    "TRASH_DIR",
+    "apply_moves",
+    "moves_done",
+    "new_partitions",
+    "remove_job_dirs",
+    "undo_moves",
+]
+
+logger = logging.getLogger(__name__)
+
+STAGING_DIR = "_hcat_staging"  # hidden from readers: the name starts with "_"
+TRASH_DIR = "_hcat_trash"
+
+
+def apply_moves(filesystem: pafs.FileSystem, plan: CommitPlan) -> None:
+    """Perform the plan's moves; on failure undo what was done and re-raise."""
+    try:
+        for entry in plan.partitions:
+            if entry.kind is MoveKind.DIR:
+                if entry.trash is not None and exists(filesystem, entry.final):
+                    move(filesystem, entry.final, entry.trash)
+                move(filesystem, entry.staged, entry.final)
+            else:
+                for file in entry.files:
+                    move(filesystem, file.source, file.target)
+    except Exception:
+        undo_moves(filesystem, plan)
+        raise
+
+
+def moves_done(filesystem: pafs.FileSystem, entry: PartitionMove) -> bool:
+    """Whether every move of ``entry`` was made."""
+    if entry.kind is MoveKind.DIR:
+        return not exists(filesystem, entry.staged) and exists(filesystem, entry.final)
+    return all(
+        not exists(filesystem, file.source) and exists(filesystem, file.target)
+        for file in entry.files
+    )
+
+
+def undo_moves(filesystem: pafs.FileSystem, plan: CommitPlan) -> None:
+    """Put back whatever moves of ``plan`` were made."""
+    for entry in reversed(plan.partitions):
+        if entry.kind is MoveKind.DIR:
+            if not exists(filesystem, entry.staged) and exists(filesystem, entry.final):
+                move(filesystem, entry.final, entry.staged)
+            if (
+                entry.trash
+                and exists(filesystem, entry.trash)
+                and not exists(filesystem, entry.final)
+            ):
+                move(filesystem, entry.trash, entry.final)
+            continue
+        for file in reversed(entry.files):
+            if not exists(filesystem, file.source) and exists(filesystem, file.target):
+                move(filesystem, file.target, file.source)
+        if (
+            entry.new_dir
+            and exists(filesystem, entry.final)
+            and not filesystem.get_file_info(pafs.FileSelector(entry.final))
+        ):
+            filesystem.delete_dir(entry.final)
+
+
+def new_partitions(plan: CommitPlan, location: TableLocation) -> list[NewPartition]:
+    """What the plan registers: one :class:`hcat_notify.NewPartition` per partition."""
+    return [
+        NewPartition(
+            spec=PartitionSpec.parse(entry.spec),
+            location=entry.location or location.uri_of(entry.final),
+            file_count=entry.file_count,
+            total_bytes=entry.bytes,
+            archived=entry.archived,
+        )
+        for entry in plan.partitions
+    ]
+
+
+def remove_job_dirs(filesystem: pafs.FileSystem, table_path: str, *directories: str) -> None:
+    """Delete a job's staging/trash directories, and their parents once empty."""
+    for directory in directories:
+        try:
+            if exists(filesystem, directory):
+                filesystem.delete_dir(directory)
+        except OSError as exc:  # leftovers are hidden from readers; say so and go on
+            logger.warning("could not remove %s: %s", directory, exc)
+    for parent in (STAGING_DIR, TRASH_DIR):
+        path = posixpath.join(table_path, parent)
+        with contextlib.suppress(OSError):
+            if exists(filesystem, path) and not filesystem.get_file_info(pafs.FileSelector(path)):
+                filesystem.delete_dir(path)
