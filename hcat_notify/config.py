@@ -25,7 +25,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hcat_notify.errors import ConfigError, InvalidIdentifierError
-from hcat_notify.model.topics import DEFAULT_TOPIC_PREFIX, TopicStrategy, validate_topic_name
+from hcat_notify.model.topics import (
+    DEFAULT_TOPIC_PREFIX,
+    MAX_BUCKETS,
+    TopicStrategy,
+    validate_topic_name,
+)
 
 __all__ = [
     "DEFAULT_BROKER_URL",
@@ -108,6 +113,12 @@ def _checked_prefix(value: str) -> str:
         raise ValueError(str(exc)) from None
 
 
+def _bucket_count(value: int) -> int:
+    if not 1 <= value <= MAX_BUCKETS:
+        raise ValueError(f"must be between 1 and {MAX_BUCKETS}, not {value}")
+    return value
+
+
 def _check(func: Callable[[Any], Any]) -> dict[str, Any]:
     return {"check": func}
 
@@ -130,6 +141,7 @@ class Settings:
     topic_strategy: TopicStrategy = TopicStrategy.TABLE
     broker_timeout: float = field(default=DEFAULT_BROKER_TIMEOUT, metadata=_check(_positive))
     server_name: str | None = None
+    relay_buckets: int | None = field(default=None, metadata=_check(_bucket_count))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).expanduser())

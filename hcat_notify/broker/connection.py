@@ -242,9 +242,11 @@ class BrokerConnection:
 
     def _on_disconnected(self) -> None:
         logger.info("disconnected from broker %s", self.address or self._trying)
-        if not self._connected.is_set() and self._connected_error is None:
-            # Closed during CONNECT: wake connect() now instead of at its deadline.
-            self._connected_error = "the broker closed the connection during CONNECT"
+        if self._conn is None:
+            # Closed during CONNECT (after an ERROR, or without a word): wake connect()
+            # now instead of at its deadline, and never undo what an ERROR just set.
+            if self._connected_error is None:
+                self._connected_error = "the broker closed the connection during CONNECT"
             self._connected.set()
             return
         self._connected.clear()

@@ -58,7 +58,7 @@ def mark_done(obj: CliContext, name: str, spec: tuple[str, ...]) -> None:
 
 
 @click.command()
-@click.option("--once", is_flag=True, help="Publish what is pending, then exit.")
+@click.option("--once", is_flag=True, help="Publish what is pending, then exit (no other relay).")
 @click.option(
     "--batch-size",
     type=click.IntRange(1, 100_000),
@@ -70,36 +70,77 @@ def mark_done(obj: CliContext, name: str, spec: tuple[str, ...]) -> None:
     is_flag=True,
     help="Send each event with its own receipt instead of STOMP transactions.",
 )
+@click.option("--member-id", help="This relay's id in the group.  [default: host:pid]")
 @click.option(
-    "--lease-ttl",
-    type=click.FloatRange(min=1),
-    default=_RELAY_DEFAULTS.lease_ttl,
+    "--heartbeat-interval",
+    type=SECONDS,
+    default=_RELAY_DEFAULTS.heartbeat_interval,
     show_default=True,
-    help="Seconds a standby relay waits before taking over from a silent one.",
+    help="Seconds between heartbeats.",
+)
+@click.option(
+    "--session-timeout",
+    type=SECONDS,
+    default=_RELAY_DEFAULTS.session_timeout,
+    show_default=True,
+    help="Seconds without a heartbeat (database clock) after which a relay's buckets move.",
+)
+@click.option(
+    "--min-move-interval",
+    type=SECONDS,
+    default=_RELAY_DEFAULTS.min_move_interval,
+    show_default=True,
+    help="Seconds a bucket stays with its owner after a move (unless the owner dies).",
+)
+@click.option(
+    "--buckets",
+    type=click.IntRange(1, 65_536),
+    help="Expected bucket count; it is fixed when the catalog is created (default 256).",
 )
 @output_option
 @click.pass_obj
 @handle_errors
 def relay(
-    obj: CliContext, once: bool, batch_size: int, no_transactions: bool, lease_ttl: float
+    obj: CliContext,
+    once: bool,
+    batch_size: int,
+    no_transactions: bool,
+    member_id: str | None,
+    heartbeat_interval: float,
+    session_timeout: float,
+    min_move_interval: float,
+    buckets: int | None,
 ) -> None:
-    """Publish the outbox to the broker (long-running; SIGTERM/SIGINT stop it cleanly)."""
+    """Publish the outbox as a member of the relay group (long-running; SIGTERM/SIGINT
+    hand its buckets over and stop it)."""
+    import dataclasses
+
     from hcat_notify.errors import BrokerCredentialsError
     from hcat_notify.relay import Relay
 
     if logging.getLogger().level > logging.INFO:
         logging.getLogger().setLevel(logging.INFO)
     config = RelayConfig(
-        batch_size=batch_size, use_transactions=not no_transactions, lease_ttl=lease_ttl
+        batch_size=batch_size,
+        use_transactions=not no_transactions,
+        heartbeat_interval=heartbeat_interval,
+        session_timeout=session_timeout,
+        min_move_interval=min_move_interval,
     )
+    settings = obj.settings
+    if buckets is not None:
+        settings = dataclasses.replace(settings, relay_buckets=buckets)
     try:
-        with Relay(obj.settings, config=config) as publisher:
+        with Relay(settings, config=config, member_id=member_id) as publisher:
             if once:
                 _drain(obj, publisher)
                 return
             stats = _run_until_signalled(publisher)
     except BrokerCredentialsError as exc:
-        fail(f"{exc} (a wrong user or password is not retried; fix the settings)", EXIT_CREDENTIALS)
+        fail(
+            f"{exc} (a wrong user or password is not retried; fix the settings)",
+            EXIT_CREDENTIALS,
+        )
     emit(
         obj,
         {

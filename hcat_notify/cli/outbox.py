@@ -12,11 +12,15 @@ import click
 
 from hcat_notify.cli.common import CliContext, emit, handle_errors, output_option
 from hcat_notify.errors import InvalidInputError
+from hcat_notify.relay.config import RelayConfig
 
 if TYPE_CHECKING:
     from hcat_notify.store import RefusedEvent
 
 __all__ = ["outbox", "status"]
+
+SESSION_TIMEOUT = RelayConfig().session_timeout
+MAX_TOPIC_LINES = 20
 
 
 def _actor() -> str:
@@ -39,48 +43,86 @@ def _refused_dict(event: RefusedEvent) -> dict[str, Any]:
     }
 
 
+def _age(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f} s"
+
+
 @click.command()
+@click.option("--member", "member_id", help="Only this relay member.")
 @output_option
 @click.pass_obj
 @handle_errors
-def status(obj: CliContext) -> None:
-    """Outbox backlog, relays, parked events, last publish per topic."""
-    from hcat_notify.relay.config import DEFAULT_LEASE_NAME
-
+def status(obj: CliContext, member_id: str | None) -> None:
+    """The relay group (controller, members, buckets), backlog and parked events."""
     with obj.catalog(write=False) as catalog:
+        group = catalog.group.info()
+        members = catalog.group.members()
+        buckets = catalog.group.buckets()
         backlog, oldest = catalog.outbox_backlog()
         refused = catalog.refused_events()
         per_topic = catalog.last_published_by_topic()
-        lease = catalog.get_lease(DEFAULT_LEASE_NAME)
+    if member_id is not None and member_id not in {m.member_id for m in members}:
+        known = ", ".join(m.member_id for m in members) or "none"
+        raise InvalidInputError(f"no relay member {member_id!r} (members: {known})")
     now = datetime.now(UTC)
     age = (now - oldest).total_seconds() if oldest is not None else None
-    relay_info = None
-    if lease is not None:
-        relay_info = {
-            "owner": lease.owner,
-            "expires_at": lease.expires_at,
-            "alive": lease.expires_at > now,
-        }
+    owned: dict[str, list[int]] = {}
+    for bucket in buckets:
+        if bucket.owner is not None:
+            owned.setdefault(bucket.owner, []).append(bucket.bucket)
+    unassigned = [b.bucket for b in buckets if b.owner is None]
+    shown = [m for m in members if member_id is None or m.member_id == member_id]
     parked = [event for event in refused if event.parked_at is not None]
     trying = [event for event in refused if event.parked_at is None]
-    data = {
+    data: dict[str, Any] = {
+        "controller": {
+            "member": group.controller_id if group.controller_alive else None,
+            "epoch": group.controller_epoch,
+        },
+        "bucket_count": group.bucket_count,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "host": m.host,
+                "pid": m.pid,
+                "heartbeat_age_seconds": round(m.heartbeat_age, 3),
+                "alive": m.heartbeat_age < SESSION_TIMEOUT,
+                "buckets": len(owned.get(m.member_id, [])),
+                "events_per_second": round(m.events_per_second, 3),
+                "backlog": m.backlog,
+                "topics": m.topics,
+                "oldest_unpublished_age_seconds": m.oldest_unpublished_age,
+            }
+            for m in shown
+        ],
+        "unassigned_buckets": unassigned,
         "backlog": backlog,
         "oldest_unpublished_age_seconds": age,
         "parked": [_refused_dict(event) for event in parked],
         "refused": [_refused_dict(event) for event in trying],
         "last_publish_by_topic": per_topic,
-        "relay": relay_info,
     }
 
     def text() -> str:
-        lines = [f"outbox backlog: {backlog} event(s)"]
+        controller = data["controller"]
+        lines = [
+            f"controller: {controller['member'] or 'none'} (epoch {controller['epoch']}), "
+            f"{group.bucket_count} buckets, {len(unassigned)} unassigned",
+        ]
+        if not members:
+            lines.append("relays: none running")
+        for item in data["members"]:
+            state = "alive" if item["alive"] else "silent"
+            lines.append(
+                f"relay {item['member_id']} ({state}, heartbeat "
+                f"{item['heartbeat_age_seconds']:.1f} s ago): {item['buckets']} buckets, "
+                f"{item['topics']} topics, "
+                f"{item['events_per_second']:.1f} events/s, backlog {item['backlog']}, "
+                f"oldest unpublished {_age(item['oldest_unpublished_age_seconds'])}"
+            )
+        lines.append(f"outbox backlog: {backlog} event(s)")
         if age is not None:
             lines.append(f"oldest unpublished: {age:.1f} s ago")
-        if relay_info is None:
-            lines.append("relay: not running")
-        else:
-            state = "active" if relay_info["alive"] else "lease expired"
-            lines.append(f"relay: {relay_info['owner']} ({state})")
         for event in parked:
             since = event.parked_at.isoformat(timespec="seconds") if event.parked_at else "?"
             lines.append(
@@ -95,8 +137,11 @@ def status(obj: CliContext) -> None:
             )
         if parked:
             lines.append("retry or drop parked events with: hcat-notify outbox retry|drop ID...")
-        for topic_name, when in per_topic.items():
-            lines.append(f"last publish {topic_name}: {when.isoformat(timespec='seconds')}")
+        if len(per_topic) <= MAX_TOPIC_LINES:
+            for topic_name, when in per_topic.items():
+                lines.append(f"last publish {topic_name}: {when.isoformat(timespec='seconds')}")
+        else:
+            lines.append(f"{len(per_topic)} topics published (-o json lists each)")
         return "\n".join(lines)
 
     emit(obj, data, text)

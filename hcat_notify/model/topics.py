@@ -11,6 +11,7 @@ Names are lower-cased; the STOMP destination is ``/topic/<name>``.
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Mapping
 from enum import StrEnum
 
@@ -18,11 +19,14 @@ from hcat_notify.errors import InvalidIdentifierError
 from hcat_notify.model.names import TableName
 
 __all__ = [
+    "DEFAULT_BUCKETS",
     "DEFAULT_TOPIC_PREFIX",
+    "MAX_BUCKETS",
     "TOPIC_NAME_PROPERTY",
     "TopicStrategy",
     "destination_for",
     "resolve_topic",
+    "topic_bucket",
     "validate_topic_name",
 ]
 
@@ -86,6 +90,17 @@ def resolve_topic(
     if strategy is TopicStrategy.DATABASE:
         return f"{prefix}.{table.db}"
     return f"{prefix}.{table.db}.{table.table}"
+
+
+DEFAULT_BUCKETS = 256
+"""Buckets of topics a catalog is created with (Pulsar's namespace bundles)."""
+
+MAX_BUCKETS = 65_536
+
+
+def topic_bucket(topic: str, bucket_count: int) -> int:
+    """The bucket of ``topic``: a stable hash (CRC-32), the same in every process."""
+    return zlib.crc32(topic.encode("utf-8")) % bucket_count
 
 
 def destination_for(topic: str) -> str:

@@ -1,29 +1,33 @@
-"""How a relay batches, waits and backs off: its settings and their defaults.
+"""How a relay batches, waits, heartbeats and backs off: its settings and their defaults.
 
 Light to import (no broker, no store), so the command line can show the defaults.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 
 from hcat_notify.errors import InvalidInputError
 
-__all__ = ["DEFAULT_LEASE_NAME", "RelayConfig"]
-
-DEFAULT_LEASE_NAME = "outbox"
+__all__ = ["RelayConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class RelayConfig:
-    """How the relay batches, waits and backs off.
+    """How the relay batches, waits, heartbeats and backs off.
 
     Attributes:
         batch_size: events per STOMP transaction (and per outbox read: bounds memory).
         use_transactions: batch in STOMP transactions with one receipt on COMMIT;
             False sends each event with its own receipt.
         idle_wait: longest sleep between outbox checks when nothing wakes the relay.
-        lease_ttl: seconds a relay owns the outbox without renewing.
+        heartbeat_interval: seconds between a member's heartbeats (and the
+            controller's rounds).
+        session_timeout: a member whose heartbeat is older than this, by the
+            database's clock, is dead; its buckets move. Also the controller's lease.
+        min_move_interval: seconds a bucket stays with its owner after a move, unless
+            the owner dies.
         backoff_initial: first reconnect delay, doubled per failure (with jitter).
         backoff_max: the longest reconnect delay.
         blocked_topic_retry: seconds before retrying a topic the broker refused.
@@ -34,7 +38,9 @@ class RelayConfig:
     batch_size: int = 500
     use_transactions: bool = True
     idle_wait: float = 1.0
-    lease_ttl: float = 15.0
+    heartbeat_interval: float = 1.0
+    session_timeout: float = 3.0
+    min_move_interval: float = 30.0
     backoff_initial: float = 0.2
     backoff_max: float = 10.0
     blocked_topic_retry: float = 30.0
@@ -46,4 +52,13 @@ class RelayConfig:
         if self.max_attempts < 1:
             raise InvalidInputError(
                 f"relay max attempts must be at least 1, not {self.max_attempts}"
+            )
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, float) and not (math.isfinite(value) and value > 0):
+                raise InvalidInputError(f"relay {item.name} must be a positive number of seconds")
+        if self.session_timeout <= self.heartbeat_interval:
+            raise InvalidInputError(
+                f"the session timeout ({self.session_timeout:g} s) must be longer than the "
+                f"heartbeat interval ({self.heartbeat_interval:g} s)"
             )

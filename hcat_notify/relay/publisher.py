@@ -1,57 +1,70 @@
-"""The outbox relay: publishes committed events to ActiveMQ, in event-id order.
+"""The relay: a member of the relay group that publishes the topics of its buckets.
 
-An event is marked published only after the broker's RECEIPT for it (a receipt on the
-COMMIT of the STOMP transaction that carried it). When the outcome of a batch is unknown
-(timeout, dropped connection) nothing is marked, and the batch is sent again after
-reconnecting: the wire is at-least-once, and consumers drop duplicates by
-``HCAT_EVENT_ID``.
-
-One relay publishes at a time: it holds a lease row in the catalog, renewed by
-compare-and-set; others wait as standbys and take over when the lease expires.
+An event is published when the broker's RECEIPT for it (on the COMMIT of the STOMP
+transaction that carried it) has arrived; only then does the topic's progress move, and
+that progress is written fenced by the bucket's epoch, so a member that lost a bucket
+(paused, partitioned, slow) cannot move it. When the outcome of a batch is unknown
+(timeout, dropped connection) nothing moves, and the batch is sent again: the wire is
+at-least-once, and consumers drop duplicates by ``HCAT_EVENT_ID``. Per topic, events go
+out in event-id order from the recorded progress, whoever owns the topic's bucket.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from hcat_notify.broker.backoff import Backoff
-from hcat_notify.broker.connection import BrokerConnection, error_for, publisher_connection
-from hcat_notify.broker.errors import BrokerFault, classify
+from hcat_notify.broker.connection import BrokerConnection, publisher_connection
 from hcat_notify.config import Settings
 from hcat_notify.errors import (
-    BrokerAuthError,
     BrokerCredentialsError,
     BrokerError,
-    BrokerRejectedError,
-    BrokerUnavailableError,
     HcatNotifyError,
+    InvalidInputError,
 )
-from hcat_notify.model.topics import destination_for
-from hcat_notify.relay.config import DEFAULT_LEASE_NAME, RelayConfig
+from hcat_notify.model.topics import topic_bucket
+from hcat_notify.relay.config import RelayConfig
+from hcat_notify.relay.member import Membership
+from hcat_notify.relay.progress import ProgressWriter
+from hcat_notify.relay.sender import BatchSender
 from hcat_notify.relay.wakeup import OutboxWaiter, outbox_waiter
 from hcat_notify.store.catalog import Catalog
+from hcat_notify.store.group import BucketProgress, MemberReport, Ownership
 from hcat_notify.store.records import OutboxEvent
 
-__all__ = ["Relay", "RelayStats"]
+__all__ = ["Relay", "RelayStats", "default_member_id"]
 
 logger = logging.getLogger(__name__)
 
+LOAD_WINDOW = 60.0
+"""Seconds over which a member's events/s (per bucket, in all) are reported."""
+MAX_MEMBER_ID = 255
 
-def _refused_or_rolled_back(exc: BrokerError) -> bool:
-    # ActiveMQ answers a COMMIT after a refused SEND with "COMMIT FAILED: Transaction
-    # marked rollback only": nothing of the transaction was delivered. A SEND it cannot
-    # even parse (a header over its limit) fails the transaction's COMMIT too.
-    return isinstance(exc, BrokerAuthError | BrokerRejectedError) or (
-        classify(str(exc)) is BrokerFault.ROLLED_BACK
-    )
+
+def default_member_id() -> str:
+    """``host:pid``: unique among the relays of one catalog."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _check_member_id(member_id: str) -> str:
+    if (
+        not member_id
+        or len(member_id) > MAX_MEMBER_ID
+        or not member_id.isprintable()
+        or any(char.isspace() for char in member_id)
+    ):
+        raise InvalidInputError(
+            f"invalid member id {member_id!r}: 1 to {MAX_MEMBER_ID} printable characters, no spaces"
+        )
+    return member_id
 
 
 @dataclass
@@ -67,17 +80,28 @@ class RelayStats:
     refusals: int = 0  # refusals of single events by the broker
     refused: dict[int, str] = field(default_factory=dict)  # event id -> the broker's reason
     parked: dict[int, str] = field(default_factory=dict)  # event id -> why it was parked
+    buckets_lost: int = 0  # buckets found fenced when recording progress
+
+
+@dataclass
+class _Blocked:
+    retry_at: float  # monotonic
+    first_event: int
 
 
 class Relay:
-    """Publishes the outbox to the broker until stopped.
+    """One member of the relay group; publishes its buckets' topics until stopped.
 
     Args:
-        settings: deployment settings (database, broker, credentials).
-        config: batching, waiting and back-off.
+        settings: deployment settings (database, broker, credentials, bucket count).
+        config: batching, heartbeats, timeouts and back-off.
         catalog: an open catalog to use (default: opened from ``settings``).
         connection_factory: builds the (unconnected) publisher connection.
-        owner: the lease owner name (default: ``host:pid``).
+        member_id: this member's id (default: ``host:pid``).
+
+    Raises:
+        InvalidInputError: a malformed member id, or ``settings.relay_buckets`` differs
+            from the catalog's bucket count (fixed when the catalog was created).
     """
 
     def __init__(
@@ -87,29 +111,47 @@ class Relay:
         config: RelayConfig | None = None,
         catalog: Catalog | None = None,
         connection_factory: Callable[[Settings], BrokerConnection] = publisher_connection,
-        owner: str | None = None,
+        member_id: str | None = None,
     ) -> None:
         self._settings = settings
         self._config = config or RelayConfig()
+        self.member_id = _check_member_id(member_id or default_member_id())
+        self._joined = False
         self._own_catalog = catalog is None
         self._catalog = catalog or Catalog.open(settings)
-        self._factory = connection_factory
-        self._owner = owner or f"{socket.gethostname()}:{os.getpid()}"
-        self._connection: BrokerConnection | None = None
+        try:
+            self._bucket_count = self._check_buckets()
+        except BaseException:
+            if self._own_catalog:
+                self._catalog.close()
+            raise
+        self._sender = BatchSender(
+            settings,
+            connection_factory,
+            use_transactions=self._config.use_transactions,
+            on_refused=self._refused,
+        )
+        self._member = Membership(self._catalog, self._config, self.member_id, self._report)
+        self._progress: ProgressWriter | None = None
         self._stop = threading.Event()
-        self._blocked: dict[str, float] = {}  # topic -> monotonic time to retry
         self._draining = False
-        self._lease_until = 0.0  # monotonic time the lease must be renewed by
-        # Receipted events are marked published by a background thread, off the publish
-        # path (SQLite's write lock can take 100+ ms under load). Until then they are
-        # "unmarked": never sent again by this relay, and the outbox is read past the
-        # highest receipted id.
-        self._high_water = 0
-        self._unmarked: set[int] = set()
-        self._unmarked_lock = threading.Lock()
-        self._marks: queue.Queue[list[int] | None] = queue.Queue()
-        self._marker: threading.Thread | None = None
+        self._owned: dict[int, Ownership] = {}
+        self._topic_progress: dict[str, int] = {}  # what is published, per topic
+        self._cursor = 0  # every event of the owned buckets up to here was handled
+        self._blocked: dict[str, _Blocked] = {}  # topics the broker refuses, retried later
+        self._recent: deque[tuple[float, int, int]] = deque()  # (time, bucket, events)
+        self._lock = threading.Lock()
         self.stats = RelayStats()
+
+    def _check_buckets(self) -> int:
+        count = self._catalog.group.info().bucket_count
+        wanted = self._settings.relay_buckets
+        if wanted is not None and wanted != count:
+            raise InvalidInputError(
+                f"the catalog has {count} relay buckets, fixed when it was created; "
+                f"relay_buckets={wanted} cannot change that (leave it unset)"
+            )
+        return count
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -121,20 +163,19 @@ class Relay:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def membership(self) -> Membership:
+        """This relay's membership (tests pause its controller through it)."""
+        return self._member
+
     def close(self) -> None:
-        """Disconnect, give up the lease and close the catalog if the relay opened it."""
-        self._stop_marker()
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
-        if self._lease_until:
-            try:
-                self._catalog.release_lease(DEFAULT_LEASE_NAME, self._owner)
-            except HcatNotifyError as exc:  # the lease expires by itself anyway
-                logger.warning("relay could not release its lease: %s", exc)
-            self._lease_until = 0.0
-        if self._own_catalog:
-            self._catalog.close()
+        """Hand the buckets over, leave the group, disconnect, close the catalog."""
+        try:
+            self._leave()
+        finally:
+            self._sender.close()
+            if self._own_catalog:
+                self._catalog.close()
 
     def __enter__(self) -> Relay:
         return self
@@ -142,58 +183,107 @@ class Relay:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _join(self) -> None:
+        if not self._joined:
+            self._progress = ProgressWriter(self._catalog, self.member_id, self._lost)
+            self._member.join()
+            self._joined = True
+            logger.info(
+                "relay joined member=%s database=%s brokers=%s buckets=%d",
+                self.member_id,
+                self._catalog.url,
+                self._settings.broker_url,
+                self._bucket_count,
+            )
+
+    def _leave(self) -> None:
+        if not self._joined:
+            return
+        self._joined = False
+        if self._progress is not None:
+            self._progress.close()  # what has receipts is recorded before the handoff
+            self._progress = None
+        try:
+            self._member.leave()
+        except HcatNotifyError as exc:  # the others take over after the session timeout
+            logger.warning("relay could not leave the group cleanly: %s", exc)
+        logger.info(
+            "relay left member=%s published=%d batches=%d connects=%d failures=%d",
+            self.member_id,
+            self.stats.published,
+            self.stats.batches,
+            self._sender.connects,
+            self.stats.failures,
+        )
+
     # -- one pass -----------------------------------------------------------------------
 
     def drain(self) -> int:
         """Publish every pending event now and return how many; for ``relay --once``.
 
+        Takes every bucket, so no other relay may be running.
+
         Raises:
-            BrokerError: the broker cannot be reached or refused the batch.
-            HcatNotifyError: another relay holds the lease.
+            HcatNotifyError: other relays are running (they publish the outbox).
+            BrokerError: the broker cannot be reached or refused the login.
         """
-        if not self._hold_lease():
-            lease = self._catalog.get_lease(DEFAULT_LEASE_NAME)
-            holder = lease.owner if lease else "another relay"
-            raise HcatNotifyError(f"the outbox is owned by relay {holder}; not publishing")
+        others = [
+            m.member_id
+            for m in self._catalog.group.members()
+            if m.member_id != self.member_id and m.heartbeat_age < self._config.session_timeout
+        ]
+        if others:
+            raise HcatNotifyError(
+                f"relays {', '.join(others)} are running and publish the outbox; "
+                "relay --once is for when none runs"
+            )
+        self._join()
+        self._wait_for_buckets(self._bucket_count)
         total = 0
         self._draining = True  # a refused topic is tried again at once, until parked
         try:
             while not self.stopping:
                 refusals = self.stats.refusals
-                published = self._publish_next_batch()
+                handled, published = self._publish_next_batch()
                 total += published
-                if published == 0 and self.stats.refusals == refusals:
+                if handled == 0 and self.stats.refusals == refusals:
                     break
         finally:
             self._draining = False
-            self._stop_marker()  # everything receipted is marked before returning
+            if self._progress is not None:
+                self._progress.flush()
         return total
+
+    def _wait_for_buckets(self, count: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self._member.owned()) < count and time.monotonic() < deadline:
+            if self._member.error is not None:
+                raise self._member.error
+            time.sleep(0.02)
+        self._sync_ownership(force=True)
 
     # -- the loop -----------------------------------------------------------------------
 
     def run(self) -> RelayStats:
-        """Publish until :meth:`stop`; reconnect with back-off after failures."""
+        """Publish until :meth:`stop`; reconnect with back-off after failures.
+
+        Raises:
+            BrokerCredentialsError: the broker refused the login (not retried).
+        """
+        self._join()
         waiter = outbox_waiter(self._settings.database_url)
         backoff = Backoff(self._config.backoff_initial, self._config.backoff_max)
-        logger.info(
-            "relay starting owner=%s database=%s brokers=%s",
-            self._owner,
-            self._catalog.url,
-            self._settings.broker_url,
-        )
         try:
             while not self.stopping:
-                if not self._hold_lease():
-                    logger.debug("relay standby: lease held elsewhere")
-                    self._stop.wait(self._config.lease_ttl / 3)
-                    continue
+                if self._member.error is not None:
+                    raise self._member.error
                 try:
-                    published = self._publish_next_batch()
+                    handled, _ = self._publish_next_batch()
                 except BrokerCredentialsError:
                     raise  # a wrong user or password: retrying cannot help
                 except BrokerError as exc:
                     self.stats.failures += 1
-                    self._drop_connection()
+                    self._sender.close()
                     delay = backoff.next_delay()
                     logger.warning("relay broker failure error=%r retry_in=%.2fs", str(exc), delay)
                     self._stop.wait(delay)
@@ -205,186 +295,150 @@ class Relay:
                     self._stop.wait(delay)
                     continue
                 backoff.reset()
-                if published == 0:
+                if handled == 0:
                     self._idle(waiter)
         finally:
             waiter.close()
-            self._stop_marker()
-            logger.info(
-                "relay stopped published=%d batches=%d connects=%d failures=%d",
-                self.stats.published,
-                self.stats.batches,
-                self.stats.connects,
-                self.stats.failures,
-            )
+            self._leave()
         return self.stats
 
     def _idle(self, waiter: OutboxWaiter) -> None:
-        # Wake for new events, the lease renewal, a blocked topic's retry or a stop.
+        # Wake for new events, a change of ownership, a blocked topic's retry or a stop.
         wait = self._config.idle_wait
-        wait = min(wait, max(0.01, self._lease_until - time.monotonic() - self._renew_margin()))
         if self._blocked:
-            wait = min(wait, max(0.01, min(self._blocked.values()) - time.monotonic()))
+            soonest = min(item.retry_at for item in self._blocked.values())
+            wait = min(wait, max(0.01, soonest - time.monotonic()))
         deadline = time.monotonic() + wait
-        while not self.stopping:
+        while not self.stopping and not self._member.changed_pending():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            # Short slices so that stop() is honoured promptly.
-            if waiter.wait(min(remaining, 0.25)):
+            # Short slices so that stop() and ownership changes are honoured promptly.
+            if waiter.wait(min(remaining, 0.05)):
                 return
 
-    # -- internals ----------------------------------------------------------------------
+    # -- ownership ----------------------------------------------------------------------
 
-    def _renew_margin(self) -> float:
-        return self._config.lease_ttl / 3
+    def _lost(self, buckets: set[int]) -> None:
+        self.stats.buckets_lost += len(buckets)
+        self._member.lose(buckets)
 
-    def _hold_lease(self) -> bool:
-        if time.monotonic() < self._lease_until - self._renew_margin():
-            return True
-        lease = self._catalog.acquire_lease(
-            DEFAULT_LEASE_NAME, self._owner, timedelta(seconds=self._config.lease_ttl)
-        )
-        if lease is None:
-            if self._lease_until:
-                logger.warning("relay lost the outbox lease owner=%s", self._owner)
-            self._lease_until = 0.0
-            return False
-        if not self._lease_until:
-            logger.info("relay took the outbox lease owner=%s", self._owner)
-        self._lease_until = time.monotonic() + self._config.lease_ttl
-        return True
+    def _sync_ownership(self, *, force: bool = False) -> None:
+        if not (self._member.changed() or force):
+            return
+        owned = self._member.owned()
+        gained = set(owned) - set(self._owned)
+        lost = set(self._owned) - set(owned)
+        changed = gained | lost
+        if changed:
+            # What others published meanwhile is in the catalog, not in memory.
+            for topic in [t for t in self._topic_progress if self._bucket_of(t) in changed]:
+                del self._topic_progress[topic]
+        if gained:
+            self._topic_progress.update(self._catalog.group.progress(gained))
+            start = min(owned[bucket].published_through for bucket in gained)
+            self._cursor = min(self._cursor, start) if self._owned else start
+        self._owned = owned
 
-    def _connected(self) -> BrokerConnection:
-        if self._connection is not None and self._connection.is_connected:
-            return self._connection
-        self._drop_connection()
-        connection = self._factory(self._settings)
-        address = connection.connect()
-        self._connection = connection
-        self.stats.connects += 1
-        logger.info("relay connected broker=%s user=%s", address, self._settings.broker_user)
-        return connection
+    def _bucket_of(self, topic: str) -> int:
+        return topic_bucket(topic, self._bucket_count)
 
-    def _drop_connection(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+    # -- publishing ---------------------------------------------------------------------
 
-    def _unblocked_topics(self) -> list[str]:
+    def _unblocked(self) -> list[str]:
         now = time.monotonic()
-        for topic, retry_at in list(self._blocked.items()):
-            if retry_at <= now:
+        for topic, item in list(self._blocked.items()):
+            if item.retry_at <= now:
                 del self._blocked[topic]
                 self.stats.blocked_topics.pop(topic, None)
-                self._high_water = 0  # its events lie behind the high-water mark
+                # Its events lie behind the cursor: read them again.
+                self._cursor = min(self._cursor, item.first_event - 1)
         return list(self._blocked)
 
-    def _publish_next_batch(self) -> int:
-        events = self._catalog.pending_events(
-            after_event_id=self._high_water,
-            limit=self._config.batch_size,
-            exclude_topics=self._unblocked_topics(),
+    def _publish_next_batch(self) -> tuple[int, int]:
+        """One batch: (events handled, events published)."""
+        self._sync_ownership()
+        if not self._owned:
+            return 0, 0
+        blocked = self._unblocked()
+        events = self._catalog.events_in_buckets(
+            list(self._owned), after_event_id=self._cursor, limit=self._config.batch_size
         )
-        with self._unmarked_lock:
-            events = [event for event in events if event.event_id not in self._unmarked]
         if not events:
-            return 0
-        connection = self._connected()
+            return 0, 0
+        fresh = [
+            event
+            for event in events
+            if event.event_id > self._topic_progress.get(event.topic, 0)
+            and event.topic not in blocked
+            and event.bucket in self._owned
+        ]
         started = time.monotonic()
-        if self._config.use_transactions:
-            try:
-                self._send_transaction(connection, events)
-            except BrokerError as exc:
-                if not (_refused_or_rolled_back(exc) or isinstance(exc, BrokerUnavailableError)):
-                    raise
-                # The broker refused an event (or dropped the connection mid-batch, as it
-                # does after a frame it cannot parse). Its ERROR may even arrive after the
-                # COMMIT's, so continue on a fresh connection, where no stray ERROR can
-                # fail the next waits, and find the event by sending one at a time.
-                self._drop_connection()
-                return self._send_individually(self._connected(), events)
-        else:
-            return self._send_individually(connection, events)
-        self._mark(events)
-        logger.info(
-            "relay batch published=%d first=%d last=%d ms=%.1f",
-            len(events),
-            events[0].event_id,
-            events[-1].event_id,
-            (time.monotonic() - started) * 1000,
-        )
-        return len(events)
+        result = self._sender.send(fresh) if fresh else None
+        sent = result.sent if result is not None else []
+        for event in sent:
+            if event.event_id > self._topic_progress.get(event.topic, 0):
+                self._topic_progress[event.topic] = event.event_id
+        cursor = events[-1].event_id
+        if result is not None and result.broken_at is not None:
+            cursor = result.broken_at - 1
+        held = dict(result.held) if result is not None else {}
+        for topic in result.refused_topics if result is not None else ():
+            self._block(topic, held[topic])
+        unsent = {**held, **{t: b.first_event for t, b in self._blocked.items()}}
+        rejected = [first for topic, first in held.items() if topic not in self._blocked]
+        if rejected:  # refused, not parked yet: try again from there next time
+            cursor = min(cursor, min(rejected) - 1)
+        self._cursor = max(self._cursor, cursor)
+        self._record(sent, unsent)
+        self.stats.connects = self._sender.connects
+        if sent:
+            self.stats.published += len(sent)
+            self.stats.batches += 1
+            self.stats.last_publish_at = datetime.now(UTC)
+            logger.info(
+                "relay batch published=%d first=%d last=%d ms=%.1f",
+                len(sent),
+                sent[0].event_id,
+                sent[-1].event_id,
+                (time.monotonic() - started) * 1000,
+            )
+        return len(events), len(sent)
 
-    def _send_transaction(
-        self, connection: BrokerConnection, events: Sequence[OutboxEvent]
-    ) -> None:
-        errors_before = len(connection.errors)
-        transaction = connection.begin()
-        committing = False
-        try:
-            for event in events:
-                connection.send(
-                    destination_for(event.topic),
-                    event.body,
-                    event.headers,
-                    transaction=transaction,
-                    receipt=False,
-                )
-            committing = True
-            connection.commit(transaction)
-        except BrokerError as exc:
-            if not committing:
-                connection.abort(transaction)
-            # A refused SEND makes ActiveMQ roll the whole transaction back ("marked
-            # rollback only"): nothing of it was delivered. Say why, most specific first.
-            cause = error_for(connection.errors[errors_before:], "a batch was refused")
-            if cause is not None and type(cause) is not BrokerError:
-                raise cause from exc
-            raise
-        # The broker answers frames in order, so an ERROR for any SEND of this
-        # transaction arrived before the COMMIT's receipt: then the batch is not whole.
-        cause = error_for(connection.errors[errors_before:], "broker reported errors in a batch")
-        if cause is not None:
-            raise cause
+    def _record(self, sent: list[OutboxEvent], unsent: dict[str, int]) -> None:
+        """Queue the progress of this batch: per bucket, its topics and how far it is
+        published through (short of its first event still held back)."""
+        if not sent or self._progress is None:
+            return
+        now = time.monotonic()
+        per_bucket: dict[int, dict[str, int]] = {}
+        counts: dict[int, int] = {}
+        for event in sent:
+            topics = per_bucket.setdefault(event.bucket, {})
+            topics[event.topic] = max(event.event_id, topics.get(event.topic, 0))
+            counts[event.bucket] = counts.get(event.bucket, 0) + 1
+        held_by_bucket: dict[int, int] = {}
+        for topic, first in unsent.items():
+            bucket = self._bucket_of(topic)
+            held_by_bucket[bucket] = min(first - 1, held_by_bucket.get(bucket, first - 1))
+        updates = {}
+        for bucket, topics in per_bucket.items():
+            ownership = self._owned.get(bucket)
+            if ownership is None:
+                continue
+            through = min(self._cursor, held_by_bucket.get(bucket, self._cursor))
+            updates[bucket] = BucketProgress(ownership.epoch, through, topics)
+        self._progress.add(updates)
+        with self._lock:
+            for bucket, count in counts.items():
+                self._recent.append((now, bucket, count))
 
-    def _send_individually(
-        self, connection: BrokerConnection, events: Sequence[OutboxEvent]
-    ) -> int:
-        sent: list[OutboxEvent] = []
-        held: dict[str, int] = {}  # topic -> first event not sent in this pass
-        try:
-            for event in events:
-                if event.topic in held:
-                    continue  # keep per-topic order: nothing after a refused event
-                try:
-                    connection.send(destination_for(event.topic), event.body, event.headers)
-                except BrokerAuthError as exc:  # the topic is refused to our principal
-                    if not self._refused(event, str(exc)):
-                        held[event.topic] = event.event_id
-                        self._block(event, str(exc))
-                    continue
-                except BrokerRejectedError as exc:  # this very message cannot be accepted
-                    if not self._refused(event, str(exc)):
-                        held[event.topic] = event.event_id
-                    # The broker drops a connection whose frame it could not parse.
-                    self._drop_connection()
-                    connection = self._connected()
-                    continue
-                sent.append(event)
-        finally:
-            self._mark(sent)
-            if held:
-                # Read the held events again next time, though later ones were sent.
-                self._high_water = min(self._high_water, min(held.values()) - 1)
-        return len(sent)
-
-    def _refused(self, event: OutboxEvent, reason: str) -> bool:
+    def _refused(self, event: OutboxEvent, reason: str, topic_refused: bool) -> bool:
         """Count a refusal of ``event``; True once it is parked (then it holds nothing)."""
         self.stats.refused[event.event_id] = reason
         self.stats.refusals += 1
         parked = self._catalog.record_refusal(
-            event.event_id, reason, limit=self._config.max_attempts, actor=self._owner
+            event.event_id, reason, limit=self._config.max_attempts, actor=self.member_id
         )
         if parked:
             self.stats.parked[event.event_id] = reason
@@ -400,87 +454,50 @@ class Relay:
             )
         else:
             logger.warning(
-                "relay event refused event=%d topic=%s error=%r",
+                "relay event refused event=%d topic=%s topic_refused=%s error=%r",
                 event.event_id,
                 event.topic,
+                topic_refused,
                 reason,
             )
         return parked
 
-    def _block(self, event: OutboxEvent, reason: str) -> None:
+    def _block(self, topic: str, first_event: int) -> None:
         retry = 0.0 if self._draining else self._config.blocked_topic_retry
-        self._blocked[event.topic] = time.monotonic() + retry
-        self.stats.blocked_topics[event.topic] = reason
+        self._blocked[topic] = _Blocked(time.monotonic() + retry, first_event)
+        self.stats.blocked_topics[topic] = self.stats.refused.get(first_event, "refused")
         logger.error(
-            "relay topic refused topic=%s event=%d retry_in=%.0fs error=%r",
-            event.topic,
-            event.event_id,
-            retry,
-            reason,
+            "relay topic refused topic=%s event=%d retry_in=%.0fs", topic, first_event, retry
         )
 
-    def _mark(self, events: Sequence[OutboxEvent]) -> None:
-        """Record receipted events: never resend them; mark them published soon."""
-        if not events:
-            return
-        ids = [event.event_id for event in events]
-        with self._unmarked_lock:
-            self._unmarked.update(ids)
-        self._high_water = max(self._high_water, max(ids))
-        self.stats.published += len(events)
-        self.stats.batches += 1
-        self.stats.last_publish_at = datetime.now(UTC)
-        self._start_marker()
-        self._marks.put(ids)
+    # -- what the member reports --------------------------------------------------------
 
-    # -- marking published, in the background ------------------------------------------
-
-    def _start_marker(self) -> None:
-        if self._marker is None or not self._marker.is_alive():
-            self._marker = threading.Thread(
-                target=self._mark_loop, name="hcat-relay-marker", daemon=True
-            )
-            self._marker.start()
-
-    def _mark_loop(self) -> None:
-        while True:
-            item = self._marks.get()
-            if item is None:
-                return
-            ids = list(item)
-            # Coalesce whatever else is queued into one transaction.
-            stop = False
-            while True:
-                try:
-                    more = self._marks.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    stop = True
-                    break
-                ids.extend(more)
-            self._mark_published(ids)
-            if stop:
-                return
-
-    def _mark_published(self, ids: list[int]) -> None:
-        delay = 0.05
-        for _ in range(20):
+    def _report(self) -> MemberReport:
+        now = time.monotonic()
+        with self._lock:
+            while self._recent and now - self._recent[0][0] > LOAD_WINDOW:
+                self._recent.popleft()
+            loads: dict[int, float] = {}
+            for _, bucket, count in self._recent:
+                loads[bucket] = loads.get(bucket, 0.0) + count / LOAD_WINDOW
+        owned = self._member.owned()
+        backlog, oldest = 0, None
+        if owned:
             try:
-                self._catalog.mark_published(ids)
+                backlog, oldest = self._catalog.backlog_in_buckets(
+                    list(owned), after_event_id=self._cursor
+                )
             except HcatNotifyError as exc:
-                logger.warning("relay could not mark %d events published: %s", len(ids), exc)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-                continue
-            with self._unmarked_lock:
-                self._unmarked.difference_update(ids)
-            return
-        # Left unmarked: sent again by the next relay, which consumers drop as duplicates.
-        logger.error("relay gave up marking %d events published; they will be resent", len(ids))
-
-    def _stop_marker(self) -> None:
-        if self._marker is not None and self._marker.is_alive():
-            self._marks.put(None)
-            self._marker.join(60)
-        self._marker = None
+                logger.debug("relay could not count its backlog: %s", exc)
+        return MemberReport(
+            member_id=self.member_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            events_per_second=sum(loads.values()),
+            backlog=backlog,
+            topics=sum(1 for t in list(self._topic_progress) if self._bucket_of(t) in owned),
+            bucket_loads={b: load for b, load in loads.items() if b in owned},
+            oldest_unpublished_age=(
+                None if oldest is None else (datetime.now(UTC) - oldest).total_seconds()
+            ),
+        )

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import sqlite3
 import time
+from collections.abc import Sequence
 from typing import Protocol
 
 from sqlalchemy import make_url
@@ -91,18 +92,20 @@ class SqliteDataVersionWaiter:
 class PostgresNotifyWaiter:
     """``LISTEN`` on the outbox channel; reconnects after a dropped connection."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, channels: Sequence[str] = (OUTBOX_CHANNEL,)) -> None:
         # libpq takes the URL without SQLAlchemy's "+driver" suffix.
         self._conninfo = (
             make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         )
+        self._channels = tuple(channels)
         self._conn: object | None = None
 
     def _connect(self) -> object:
         import psycopg
 
         conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
-        conn.execute(f"LISTEN {OUTBOX_CHANNEL}")
+        for channel in self._channels:
+            conn.execute(f"LISTEN {channel}")
         return conn
 
     def wait(self, timeout: float) -> bool:
@@ -130,12 +133,18 @@ class PostgresNotifyWaiter:
                 conn.close()  # type: ignore[attr-defined]
 
 
-def outbox_waiter(database_url: str) -> OutboxWaiter:
-    """The best waiter for the catalog at ``database_url``."""
+def outbox_waiter(database_url: str, channels: Sequence[str] = (OUTBOX_CHANNEL,)) -> OutboxWaiter:
+    """The best waiter for the catalog at ``database_url``.
+
+    Args:
+        database_url: the catalog.
+        channels: the PostgreSQL NOTIFY channels that wake it (on SQLite, any commit
+            to the file does).
+    """
     url = make_url(database_url)
     backend = url.get_backend_name()
     if backend == "sqlite" and url.database and url.database != ":memory:":
         return SqliteDataVersionWaiter(url.database)
     if backend == "postgresql":
-        return PostgresNotifyWaiter(database_url)
+        return PostgresNotifyWaiter(database_url, channels)
     return PollingWaiter()

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from hcat_notify.config import Settings
 from hcat_notify.errors import InvalidInputError
@@ -24,12 +25,12 @@ from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.wire import DEFAULT_TABLE_TYPE
 from hcat_notify.store import engine as engines
-from hcat_notify.store import leases, outbox, partitions, retention
+from hcat_notify.store import group, outbox, partitions, retention
 from hcat_notify.store import tables as table_ops
+from hcat_notify.store.group import RelayGroup
 from hcat_notify.store.journal import CommitJournal
 from hcat_notify.store.records import (
     DEFAULT_RETENTION,
-    Lease,
     NewPartition,
     OutboxEvent,
     PartitionInfo,
@@ -68,6 +69,7 @@ class Catalog:
         self._write_engine = engine.execution_options(hcat_write=True)
         self._settings = settings
         self._clock = clock
+        self._bucket_count: int | None = None  # fixed when the catalog was created
 
     @classmethod
     def open(cls, settings: Settings, *, upgrade: bool = True, create: bool = True) -> Catalog:
@@ -124,8 +126,13 @@ class Catalog:
     @contextmanager
     def _transaction(self, *, write: bool = False) -> Iterator[Tx]:
         engine = self._write_engine if write else self._engine
-        with transaction(engine, self._settings, self._clock, self.url) as tx:
+        with transaction(engine, self._settings, self._clock, self.url, self._buckets) as tx:
             yield tx
+
+    def _buckets(self, session: Session) -> int:
+        if self._bucket_count is None:
+            self._bucket_count = group.bucket_count(session)
+        return self._bucket_count
 
     @property
     def commits(self) -> CommitJournal:
@@ -409,12 +416,22 @@ class Catalog:
         with self._transaction() as tx:
             return outbox.events(tx, after_event_id=after_event_id, limit=limit)
 
-    def mark_published(self, event_ids: Sequence[int]) -> int:
-        """Mark events published (after the broker's receipt); return how many changed."""
-        if not event_ids:
-            return 0
-        with self._transaction(write=True) as tx:
-            return outbox.mark_published(tx, event_ids)
+    def backlog_in_buckets(
+        self, in_buckets: Sequence[int], *, after_event_id: int
+    ) -> tuple[int, datetime | None]:
+        """Events of some buckets after an id, not parked: how many, the oldest's time."""
+        with self._transaction() as tx:
+            return outbox.backlog_in_buckets(tx, in_buckets, after_event_id=after_event_id)
+
+    def events_in_buckets(
+        self, in_buckets: Sequence[int], *, after_event_id: int, limit: int
+    ) -> list[OutboxEvent]:
+        """Events of the given buckets after an id, not parked, in id order (a relay's
+        page; it skips what its topics' progress says is published)."""
+        with self._transaction() as tx:
+            return outbox.events_in_buckets(
+                tx, in_buckets, after_event_id=after_event_id, limit=limit
+            )
 
     def outbox_backlog(self) -> tuple[int, datetime | None]:
         """(number of unpublished events, creation time of the oldest)."""
@@ -504,19 +521,9 @@ class Catalog:
                 outbox.drop_parked(tx, event_id, actor=actor, reason=reason)
         logger.info("outbox events %s dropped by %s: %s", list(event_ids), actor, reason or "")
 
-    # -- leases -----------------------------------------------------------------------
+    # -- the relay group ------------------------------------------------------------
 
-    def acquire_lease(self, name: str, owner: str, ttl: timedelta) -> Lease | None:
-        """Take or renew the lease ``name`` for ``owner``; None if another owner holds it."""
-        with self._transaction(write=True) as tx:
-            return leases.acquire_lease(tx, name, owner, ttl)
-
-    def release_lease(self, name: str, owner: str) -> bool:
-        """Give the lease up if ``owner`` holds it; return whether it did."""
-        with self._transaction(write=True) as tx:
-            return leases.release_lease(tx, name, owner)
-
-    def get_lease(self, name: str) -> Lease | None:
-        """The current holder of the lease ``name`` (possibly expired), or None."""
-        with self._transaction() as tx:
-            return leases.get_lease(tx, name)
+    @property
+    def group(self) -> RelayGroup:
+        """The relay group: members, controller, buckets, topic progress."""
+        return RelayGroup(self._transaction)

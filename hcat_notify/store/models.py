@@ -15,6 +15,7 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -34,9 +35,14 @@ __all__ = [
     "OutboxActionRow",
     "OutboxRow",
     "PartitionRow",
-    "RelayLeaseRow",
+    "RelayBucketRow",
+    "RelayGroupRow",
+    "RelayMemberRow",
     "RetentionRow",
+    "SubscriberRow",
+    "SubscriberWatermarkRow",
     "TableRow",
+    "TopicProgressRow",
     "UTCDateTime",
 ]
 
@@ -149,20 +155,17 @@ class RetentionRow(Base):
 
 
 class OutboxRow(Base):
-    """An event to publish; the relay marks it published after the broker's receipt."""
+    """An event to publish, in the bucket of its topic.
+
+    Whether it was published is the topic's progress (:class:`TopicProgressRow`): the
+    relay records the highest id published per topic, not a mark per event.
+    """
 
     __tablename__ = "hcat_outbox"
     __table_args__ = (
-        Index("ix_hcat_outbox_topic_published", "topic", "published_at"),
-        Index("ix_hcat_outbox_published_at", "published_at"),
-        # The relay's page query: unpublished events in id order, an ordered range scan
-        # however many published rows precede them.
-        Index(
-            "ix_hcat_outbox_pending",
-            "event_id",
-            sqlite_where=text("published_at IS NULL AND parked_at IS NULL"),
-            postgresql_where=text("published_at IS NULL AND parked_at IS NULL"),
-        ),
+        # A relay's page query: its buckets' events after a position, in id order.
+        Index("ix_hcat_outbox_bucket_event", "bucket", "event_id"),
+        Index("ix_hcat_outbox_topic_event", "topic", "event_id"),
         Index(
             "ix_hcat_outbox_parked",
             "event_id",
@@ -173,12 +176,12 @@ class OutboxRow(Base):
 
     event_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     topic: Mapped[str] = mapped_column(String(255))
+    bucket: Mapped[int] = mapped_column(Integer)
     event_type: Mapped[str] = mapped_column(String(32))
     table_name: Mapped[str] = mapped_column(String(257))
     headers: Mapped[dict[str, Any]]
     body: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime]
-    published_at: Mapped[datetime | None] = mapped_column(default=None)
     # Refusals by the broker of this very event (not outages); after the relay's limit the
     # event is parked: kept, shown by `status`, never sent again unless retried.
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
@@ -217,20 +220,97 @@ class EventCounterRow(Base):
     last_event_id: Mapped[int] = mapped_column(BigInteger)
 
 
-class RelayLeaseRow(Base):
-    """Which relay process owns the outbox; taken and renewed by compare-and-set.
+class RelayGroupRow(Base):
+    """The relay group's one row: its bucket count and its controller (Kafka's).
 
-    One active relay keeps the wire in event-id order without relying on the broker to
-    order two producers; standby relays wait for the lease to expire.
+    Times here and in the member, bucket and progress rows are seconds since the epoch
+    by the database's clock, so that no host's clock judges a lease.
     """
 
-    __tablename__ = "hcat_relay_lease"
+    __tablename__ = "hcat_relay_group"
 
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    owner: Mapped[str] = mapped_column(String(255))
-    acquired_at: Mapped[datetime]
-    renewed_at: Mapped[datetime]
-    expires_at: Mapped[datetime]
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    bucket_count: Mapped[int] = mapped_column(Integer)
+    controller_id: Mapped[str | None] = mapped_column(String(255), default=None)
+    controller_epoch: Mapped[int] = mapped_column(BigInteger, default=0)
+    controller_expires: Mapped[float] = mapped_column(Float, default=0.0)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class RelayMemberRow(Base):
+    """A running relay: its heartbeat (DB clock) and the load it reports."""
+
+    __tablename__ = "hcat_relay_members"
+
+    member_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[float] = mapped_column(Float)
+    heartbeat_at: Mapped[float] = mapped_column(Float)
+    events_per_second: Mapped[float] = mapped_column(Float, default=0.0)
+    backlog: Mapped[int] = mapped_column(BigInteger, default=0)
+    topics: Mapped[int] = mapped_column(Integer, default=0)
+    # bucket (as a string) -> events/s over the last minute, for load-based assignment
+    bucket_loads: Mapped[dict[str, Any]] = mapped_column(JSON, default_factory=dict)
+    oldest_unpublished: Mapped[float | None] = mapped_column(Float, default=None)
+    leaving: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class RelayBucketRow(Base):
+    """One bucket of topics: its owner and the epoch of that ownership.
+
+    The epoch increases whenever the owner changes; progress written under an older
+    epoch changes nothing (fencing).
+    """
+
+    __tablename__ = "hcat_relay_buckets"
+    __table_args__ = (Index("ix_hcat_relay_buckets_owner", "owner"),)
+
+    bucket: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    owner: Mapped[str | None] = mapped_column(String(255), default=None)
+    epoch: Mapped[int] = mapped_column(BigInteger, default=0)
+    moved_at: Mapped[float] = mapped_column(Float, default=0.0)
+    # Every event of the bucket up to here is published or parked: where a new owner
+    # starts reading.
+    published_through: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class TopicProgressRow(Base):
+    """How far a topic is published (Hedwig's persistence info), fenced by epoch."""
+
+    __tablename__ = "hcat_topic_progress"
+    __table_args__ = (Index("ix_hcat_topic_progress_bucket", "bucket"),)
+
+    topic: Mapped[str] = mapped_column(String(255), primary_key=True)
+    bucket: Mapped[int] = mapped_column(Integer)
+    last_event_id: Mapped[int] = mapped_column(BigInteger)
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class SubscriberRow(Base):
+    """A durable subscriber (Hedwig's subscription data): who consumes under its name."""
+
+    __tablename__ = "hcat_subscribers"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    owner: Mapped[str | None] = mapped_column(String(255), default=None)
+    heartbeat_at: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class SubscriberWatermarkRow(Base):
+    """The highest event id a durable subscriber handled on one topic."""
+
+    __tablename__ = "hcat_subscriber_watermarks"
+
+    subscriber: Mapped[str] = mapped_column(
+        ForeignKey("hcat_subscribers.name", ondelete="CASCADE"), primary_key=True
+    )
+    topic: Mapped[str] = mapped_column(String(255), primary_key=True)
+    last_event_id: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[float] = mapped_column(Float)
     version: Mapped[int] = mapped_column(Integer, default=1)
 
 

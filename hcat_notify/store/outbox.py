@@ -15,16 +15,25 @@ from hcat_notify.errors import InvalidInputError
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.wire import Message, with_event_id
-from hcat_notify.store.models import OutboxActionRow, OutboxRow, PartitionRow, RetentionRow
+from hcat_notify.store import group
+from hcat_notify.store.group import unpublished_filter
+from hcat_notify.store.models import (
+    OutboxActionRow,
+    OutboxRow,
+    PartitionRow,
+    RelayBucketRow,
+    RetentionRow,
+)
 from hcat_notify.store.records import OutboxEvent, RefusedEvent
 from hcat_notify.store.tx import Tx
 
 __all__ = [
+    "backlog_in_buckets",
     "catch_up",
     "drop_parked",
     "events",
+    "events_in_buckets",
     "last_published_by_topic",
-    "mark_published",
     "outbox_backlog",
     "outbox_row",
     "pending_events",
@@ -42,7 +51,7 @@ _OUTBOX_COLUMNS = (
     OutboxRow.headers,
     OutboxRow.body,
     OutboxRow.created_at,
-    OutboxRow.published_at,
+    OutboxRow.bucket,
 )
 
 _EVENT_TYPES = {event_type.value: event_type for event_type in EventType}
@@ -58,33 +67,34 @@ def _outbox_event(row: Any) -> OutboxEvent:
         headers=MappingProxyType(dict(row.headers)),
         body=row.body,
         created_at=row.created_at,
-        published_at=row.published_at,
+        bucket=row.bucket,
     )
 
 
-def outbox_row(message: Message, table: TableName, now: datetime) -> OutboxRow:
-    """The outbox row of a built message."""
+def outbox_row(tx: Tx, message: Message, table: TableName) -> OutboxRow:
+    """The outbox row of a built message, in the bucket of its topic."""
     return OutboxRow(
         event_id=message.event_id,
         topic=message.topic,
+        bucket=tx.bucket_of(message.topic),
         event_type=message.event_type.value,
         table_name=str(table),
         headers=dict(message.headers),
         body=message.body,
-        created_at=now,
+        created_at=tx.now,
     )
 
 
 def pending_events(
     tx: Tx, *, after_event_id: int = 0, limit: int = 500, exclude_topics: Sequence[str] = ()
 ) -> list[OutboxEvent]:
-    """Unpublished events in event-id order, at most ``limit`` of them."""
+    """Events not published yet (nor parked), in event-id order, at most ``limit``."""
     query = (
         select(*_OUTBOX_COLUMNS)
         .where(
-            OutboxRow.published_at.is_(None),
             OutboxRow.parked_at.is_(None),
             OutboxRow.event_id > after_event_id,
+            unpublished_filter(),
         )
         .order_by(OutboxRow.event_id)
         .limit(limit)
@@ -92,6 +102,46 @@ def pending_events(
     if exclude_topics:
         query = query.where(OutboxRow.topic.not_in(list(exclude_topics)))
     return [_outbox_event(row) for row in tx.session.execute(query)]
+
+
+def events_in_buckets(
+    tx: Tx, in_buckets: Sequence[int], *, after_event_id: int, limit: int
+) -> list[OutboxEvent]:
+    """Events of some buckets after ``after_event_id``, not parked, in id order.
+
+    The relay's page: it skips what its topic progress says is published already.
+    """
+    if not in_buckets:
+        return []
+    query = (
+        select(*_OUTBOX_COLUMNS)
+        .where(
+            OutboxRow.bucket.in_(list(in_buckets)),
+            OutboxRow.event_id > after_event_id,
+            OutboxRow.parked_at.is_(None),
+        )
+        .order_by(OutboxRow.event_id)
+        .limit(limit)
+    )
+    return [_outbox_event(row) for row in tx.session.execute(query)]
+
+
+def backlog_in_buckets(
+    tx: Tx, in_buckets: Sequence[int], *, after_event_id: int
+) -> tuple[int, datetime | None]:
+    """(events of some buckets after an id, not parked; creation time of the oldest)."""
+    if not in_buckets:
+        return 0, None
+    count, oldest = tx.session.execute(
+        select(func.count(OutboxRow.event_id), func.min(OutboxRow.created_at)).where(
+            OutboxRow.bucket.in_(list(in_buckets)),
+            OutboxRow.event_id > after_event_id,
+            OutboxRow.parked_at.is_(None),
+        )
+    ).one()
+    if oldest is not None and oldest.tzinfo is None:
+        oldest = oldest.replace(tzinfo=UTC)
+    return int(count), oldest
 
 
 def events(tx: Tx, *, after_event_id: int = 0, limit: int = 500) -> list[OutboxEvent]:
@@ -105,25 +155,19 @@ def events(tx: Tx, *, after_event_id: int = 0, limit: int = 500) -> list[OutboxE
     return [_outbox_event(row) for row in rows]
 
 
-def mark_published(tx: Tx, event_ids: Sequence[int]) -> int:
-    """Mark events published (after the broker's receipt); return how many changed."""
-    result = tx.session.execute(
-        update(OutboxRow)
-        .where(OutboxRow.event_id.in_(list(event_ids)), OutboxRow.published_at.is_(None))
-        .values(published_at=tx.now)
-        .execution_options(synchronize_session=False)
-    )
-    return int(result.rowcount)  # type: ignore[attr-defined]
-
-
 def outbox_backlog(tx: Tx) -> tuple[int, datetime | None]:
     """(number of events waiting to be published, creation time of the oldest).
 
-    Parked events are not waiting: :func:`parked_events` lists them.
+    Parked events are not waiting: :func:`refused_events` lists them.
     """
     count, oldest = tx.session.execute(
-        select(func.count(OutboxRow.event_id), func.min(OutboxRow.created_at)).where(
-            OutboxRow.published_at.is_(None), OutboxRow.parked_at.is_(None)
+        select(func.count(OutboxRow.event_id), func.min(OutboxRow.created_at))
+        .join(RelayBucketRow, RelayBucketRow.bucket == OutboxRow.bucket)
+        .where(
+            # each bucket's range past what is certainly published, then per topic
+            OutboxRow.event_id > RelayBucketRow.published_through,
+            OutboxRow.parked_at.is_(None),
+            unpublished_filter(),
         )
     ).one()
     if oldest is not None and oldest.tzinfo is None:
@@ -132,18 +176,11 @@ def outbox_backlog(tx: Tx) -> tuple[int, datetime | None]:
 
 
 def last_published_by_topic(tx: Tx) -> dict[str, datetime]:
-    """The time of the latest publish per topic."""
-    rows = tx.session.execute(
-        select(OutboxRow.topic, func.max(OutboxRow.published_at))
-        .where(OutboxRow.published_at.is_not(None))
-        .group_by(OutboxRow.topic)
-        .order_by(OutboxRow.topic)
-    ).all()
-    result: dict[str, datetime] = {}
-    for topic, when in rows:
-        if isinstance(when, datetime):
-            result[topic] = when if when.tzinfo else when.replace(tzinfo=UTC)
-    return result
+    """When each topic was last published (its progress moved)."""
+    return {
+        topic: datetime.fromtimestamp(when, UTC)
+        for topic, when in group.last_publish_by_topic(tx).items()
+    }
 
 
 def catch_up(
@@ -193,7 +230,7 @@ def record_refusal(tx: Tx, event_id: int, reason: str, *, limit: int, actor: str
         True if the event is parked now (the relay no longer sends it).
     """
     row = tx.session.get(OutboxRow, event_id)
-    if row is None or row.published_at is not None or row.parked_at is not None:
+    if row is None or row.parked_at is not None or group.is_published(tx, row):
         return row is not None and row.parked_at is not None
     row.attempts += 1
     row.last_error = reason
@@ -211,9 +248,11 @@ def refused_events(tx: Tx) -> list[RefusedEvent]:
     rows = tx.session.scalars(
         select(OutboxRow)
         .where(
-            OutboxRow.published_at.is_(None),
             OutboxRow.dropped_at.is_(None),
-            or_(OutboxRow.parked_at.is_not(None), OutboxRow.attempts > 0),
+            or_(
+                OutboxRow.parked_at.is_not(None),
+                (OutboxRow.attempts > 0) & unpublished_filter(),
+            ),
         )
         .order_by(OutboxRow.event_id)
     )
@@ -238,7 +277,7 @@ def _parked_row(tx: Tx, event_id: int) -> OutboxRow:
     if row.dropped_at is not None:
         raise InvalidInputError(f"event {event_id} was already retried or dropped")
     if row.parked_at is None:
-        state = "published" if row.published_at is not None else "waiting to be published"
+        state = "published" if group.is_published(tx, row) else "waiting to be published"
         raise InvalidInputError(f"event {event_id} is not parked: it is {state}")
     return row
 
@@ -257,6 +296,7 @@ def retry_parked(tx: Tx, event_id: int, *, actor: str) -> int:
         OutboxRow(
             event_id=new_id,
             topic=row.topic,
+            bucket=row.bucket,
             event_type=row.event_type,
             table_name=row.table_name,
             headers=headers,

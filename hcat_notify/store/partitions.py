@@ -107,7 +107,7 @@ def insert_partitions(
                 job_id=job_id,
             ),
         )
-        tx.session.add(outbox_row(message, info.name, tx.now))
+        tx.session.add(outbox_row(tx, message, info.name))
     return rows
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from types import MappingProxyType
@@ -182,7 +182,7 @@ class OutboxEvent:
     headers: Mapping[str, str]
     body: str
     created_at: datetime
-    published_at: datetime | None = field(default=None)
+    bucket: int = 0
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def add_mark_set_done(tx: Tx, row: TableRow, info: TableInfo, canonical: Partiti
             expires_at=tx.now + info.retention,
         )
     )
-    tx.session.add(outbox_row(message, info.name, tx.now))
+    tx.session.add(outbox_row(tx, message, info.name))
     return event_id
 
 

@@ -9,6 +9,7 @@ registers partitions, announces them and records a done at once.
 
 from __future__ import annotations
 
+import functools
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,13 +24,24 @@ from sqlalchemy.orm import Session
 from hcat_notify.config import Settings
 from hcat_notify.errors import ConflictError, StoreError, StoreUnavailableError
 from hcat_notify.model.names import TableName
+from hcat_notify.model.topics import topic_bucket
 from hcat_notify.store.models import EventCounterRow, PartitionRow, TableRow
 from hcat_notify.store.records import table_not_found
 
-__all__ = ["OUTBOX_CHANNEL", "Tx", "transaction"]
+__all__ = ["OUTBOX_CHANNEL", "RELAY_CHANNEL", "Tx", "transaction"]
 
 OUTBOX_CHANNEL = "hcat_outbox"
 """PostgreSQL NOTIFY channel raised (at commit) by every transaction that adds events."""
+
+RELAY_CHANNEL = "hcat_relay"
+"""PostgreSQL NOTIFY channel raised by changes of the relay group (buckets, controller)."""
+
+
+@functools.cache
+def _host_name() -> str:
+    # Looked up once: getfqdn() asks DNS when the host name is not in /etc/hosts, which
+    # took seconds per ADD_PARTITION on such a machine.
+    return socket.getfqdn()
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,11 @@ class Tx:
     session: Session
     now: datetime
     settings: Settings
+    bucket_count: Callable[[Session], int]
+
+    def bucket_of(self, topic: str) -> int:
+        """The relay group's bucket of ``topic``."""
+        return topic_bucket(topic, self.bucket_count(self.session))
 
     @property
     def dialect(self) -> str:
@@ -79,16 +96,35 @@ class Tx:
             .values(last_event_id=EventCounterRow.last_event_id + count)
             .returning(EventCounterRow.last_event_id)
         ).scalar_one()
-        if self.dialect == "postgresql":
-            # Delivered at commit, so a listening relay wakes up within milliseconds.
-            self.session.execute(
-                text("SELECT pg_notify(:channel, '')"), {"channel": OUTBOX_CHANNEL}
-            )
+        self.notify(OUTBOX_CHANNEL)
         return list(range(last - count + 1, last + 1))
+
+    def notify(self, channel: str) -> None:
+        """Wake the processes listening on ``channel`` when this transaction commits.
+
+        PostgreSQL delivers ``pg_notify`` at commit; SQLite needs nothing, its waiters
+        see the file's ``data_version`` change.
+        """
+        if self.dialect == "postgresql":
+            self.session.execute(text("SELECT pg_notify(:channel, '')"), {"channel": channel})
+
+    def clock(self) -> float:
+        """The database's clock, in seconds since the epoch.
+
+        Leases, heartbeats and session timeouts are judged by it, never by a host's own
+        clock: PostgreSQL's ``clock_timestamp()``; SQLite, which runs in this process,
+        its ``julianday('now')`` (milliseconds).
+        """
+        query = (
+            "SELECT extract(epoch from clock_timestamp())"
+            if self.dialect == "postgresql"
+            else "SELECT (julianday('now') - 2440587.5) * 86400.0"
+        )
+        return float(self.session.execute(text(query)).scalar_one())
 
     def server(self) -> str:
         """The ``server`` field of messages: configured, or this host's name."""
-        return self.settings.server_name or socket.getfqdn()
+        return self.settings.server_name or _host_name()
 
     def compare_and_set(
         self,
@@ -125,7 +161,11 @@ def _reason(exc: DBAPIError) -> str:
 
 @contextmanager
 def transaction(
-    engine: Engine, settings: Settings, clock: Callable[[], datetime], url: str
+    engine: Engine,
+    settings: Settings,
+    clock: Callable[[], datetime],
+    url: str,
+    bucket_count: Callable[[Session], int],
 ) -> Iterator[Tx]:
     """A :class:`Tx` on ``engine``; committed when the block ends, rolled back on error.
 
@@ -135,7 +175,7 @@ def transaction(
     """
     try:
         with Session(engine, expire_on_commit=False) as session, session.begin():
-            yield Tx(session, clock(), settings)
+            yield Tx(session, clock(), settings, bucket_count)
     except DBAPIError as exc:
         # A damaged file comes as a bare DatabaseError ("database disk image is
         # malformed"); constraint and data errors are its other subclasses.

@@ -21,12 +21,13 @@ from hcat_notify.relay import Relay, RelayConfig
 
 
 @contextmanager
-def running_relay(settings: Settings, **config: Any) -> Iterator[Relay]:
+def running_relay(
+    settings: Settings, *, member_id: str | None = None, **config: Any
+) -> Iterator[Relay]:
     """A relay publishing in a background thread until the block ends."""
     config.setdefault("backoff_initial", 0.1)
     config.setdefault("backoff_max", 1.0)
-    config.setdefault("lease_ttl", 5.0)
-    relay = Relay(settings, config=RelayConfig(**config))
+    relay = Relay(settings, config=RelayConfig(**config), member_id=member_id)
     errors: list[Exception] = []
 
     def target() -> None:

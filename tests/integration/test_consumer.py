@@ -7,7 +7,7 @@ import json
 import threading
 
 import pytest
-from sqlalchemy import create_engine, update
+from sqlalchemy import create_engine, delete, update
 
 from hcat_notify.config import TopicStrategy
 from hcat_notify.consumer import NotificationConsumer, Source
@@ -15,7 +15,7 @@ from hcat_notify.errors import BrokerAuthError, InvalidInputError
 from hcat_notify.model.events import EventType
 from hcat_notify.relay import Relay
 from hcat_notify.store import Catalog, NewPartition, TableInfo
-from hcat_notify.store.models import OutboxRow
+from hcat_notify.store.models import RelayBucketRow, TopicProgressRow
 from hcat_notify.writer import send_mark_set_done
 from tests.integration.delivery import Recorder, running_relay
 from tests.wire import validate_message
@@ -125,7 +125,8 @@ def test_duplicates_on_the_wire_are_dropped(delivery_settings, delivery_catalog:
                 # As if the receipts were lost: the relay will send them all again.
                 engine = create_engine(delivery_settings.database_url)
                 with engine.begin() as connection:
-                    connection.execute(update(OutboxRow).values(published_at=None))
+                    connection.execute(delete(TopicProgressRow))
+                    connection.execute(update(RelayBucketRow).values(published_through=0))
                 engine.dispose()
             got = _collect(consumer, 10, timeout=2)
         assert len(recorder.wait_for(6, timeout=10)) == 6  # each event twice on the wire

@@ -19,6 +19,7 @@ from sqlalchemy import create_engine, insert, select, update
 
 from hcat_notify.config import Settings
 from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
 from hcat_notify.model.wire import build_mark_set_done, with_event_id
 from hcat_notify.store import Catalog, TableInfo
 from hcat_notify.store.models import EventCounterRow, OutboxActionRow, OutboxRow
@@ -55,6 +56,7 @@ def _poison(settings: Settings, table: TableInfo) -> int:
                 insert(OutboxRow).values(
                     event_id=event_id,
                     topic=table.topic,
+                    bucket=topic_bucket(table.topic, DEFAULT_BUCKETS),
                     event_type="MARK_SET_DONE",
                     table_name=str(table.name),
                     headers={**headers, "HCAT_SPEC": spec},

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 import pytest
 
+from hcat_notify.errors import HcatNotifyError
 from hcat_notify.relay import Relay, RelayConfig
 from hcat_notify.store import Catalog, NewPartition, TableInfo
 from hcat_notify.writer import send_mark_set_done
@@ -132,15 +134,22 @@ def test_refused_topic_is_parked_and_other_topics_keep_flowing(
     assert parked.parked_at is not None
 
 
-def test_only_one_relay_owns_the_outbox(delivery_settings, delivery_catalog: Catalog, clicks):
+def test_relay_once_refuses_to_run_beside_a_running_relay(
+    delivery_settings, delivery_catalog: Catalog, clicks
+):
     send_mark_set_done(clicks.name, {"datestamp": "1"}, settings=delivery_settings)
-    with (
-        Relay(delivery_settings, owner="first") as first,
-        Relay(delivery_settings, owner="second") as second,
-    ):
-        assert first.drain() == 1
-        with pytest.raises(Exception, match="owned by relay first"):
+    with running_relay(delivery_settings, member_id="first"):
+        deadline = time.monotonic() + 20
+        while delivery_catalog.outbox_backlog()[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert delivery_catalog.outbox_backlog()[0] == 0
+        with (
+            Relay(delivery_settings, member_id="second") as second,
+            pytest.raises(HcatNotifyError, match="relays first are running"),
+        ):
             second.drain()
-    # Closing released the lease: a new relay may take it.
-    with Relay(delivery_settings, owner="third") as third:
-        assert third.drain() == 0
+    # The running one left the group when it stopped: --once may run now.
+    send_mark_set_done(clicks.name, {"datestamp": "2"}, settings=delivery_settings)
+    with Relay(delivery_settings, member_id="third") as third:
+        assert third.drain() == 1
+    assert delivery_catalog.group.members() == []

@@ -570,19 +570,6 @@ def test_event_ids_are_monotonic_across_kinds_and_writers(catalog: Catalog):
     assert ids == list(range(1, 31))  # gapless, unique, in order
 
 
-def test_mark_published_and_backlog(catalog: Catalog):
-    _make_clicks(catalog)
-    ids = [catalog.mark_set_done("web.clicks", {"datestamp": str(n)}) for n in range(3)]
-    count, oldest = catalog.outbox_backlog()
-    assert count == 3
-    assert oldest is not None
-    assert catalog.mark_published(ids[:2]) == 2
-    assert catalog.mark_published(ids[:2]) == 0  # already published
-    assert [e.event_id for e in catalog.pending_events()] == [ids[2]]
-    assert [e.event_id for e in catalog.pending_events(after_event_id=ids[2])] == []
-    assert catalog.outbox_backlog()[0] == 1
-
-
 # -- unreachable databases -------------------------------------------------------------------
 
 

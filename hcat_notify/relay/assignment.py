@@ -1,0 +1,124 @@
+"""Which member owns which bucket: the controller's assignment, as a pure function.
+
+Helix's lesson (constraint-based rebalancing): start from the current assignment and
+move as few buckets as possible. Hedwig's: balance by load, not only by count. So:
+
+1. Buckets without a live owner (dead member, released, new) go to the least loaded
+   members at once.
+2. Then, while a member is overloaded (more than its share of the load by a margin, or,
+   when load does not tell members apart, two buckets more than another), it sheds the
+   bucket whose move evens things out best, to the least loaded member. A bucket moved
+   less than ``min_move_interval`` ago stays where it is: ownership must not flap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["BucketState", "plan_assignment"]
+
+LOAD_TOLERANCE = 0.10
+"""A member is overloaded above its share of the load by this fraction..."""
+LOAD_SLACK = 1.0
+"""... and by at least this many events/s (idle noise must not move buckets)."""
+
+
+@dataclass(frozen=True)
+class BucketState:
+    """What the controller knows of a bucket."""
+
+    bucket: int
+    owner: str | None
+    moved_at: float
+    load: float = 0.0  # events/s, as its owner reports it
+
+
+def plan_assignment(
+    buckets: Sequence[BucketState],
+    members: Sequence[str],
+    *,
+    now: float,
+    min_move_interval: float,
+    max_moves: int | None = None,
+) -> dict[int, str]:
+    """The buckets to move and their new owners.
+
+    Args:
+        buckets: every bucket, with its owner (None, or a member that is not in
+            ``members``, means it needs one) and load.
+        members: the live members that may own buckets.
+        now: the database clock, to judge ``moved_at``.
+        min_move_interval: seconds a bucket stays put after a move (unless its owner
+            is gone).
+        max_moves: a bound on the balancing moves of one round (None: as many as it
+            takes).
+
+    Returns:
+        bucket -> new owner, only for buckets that change hands.
+    """
+    if not members:
+        return {}
+    live = sorted(set(members))
+    owned: dict[str, list[BucketState]] = {member: [] for member in live}
+    orphans: list[BucketState] = []
+    for state in buckets:
+        if state.owner in owned:
+            owned[state.owner].append(state)
+        else:
+            orphans.append(state)
+    load = {member: sum(item.load for item in items) for member, items in owned.items()}
+    changes: dict[int, str] = {}
+
+    def least_loaded() -> str:
+        return min(live, key=lambda m: (load[m], len(owned[m]), m))
+
+    def move(state: BucketState, to: str) -> None:
+        owned[to].append(state)
+        load[to] += state.load
+        changes[state.bucket] = to
+
+    # 1. every bucket gets a live owner, heaviest first
+    for state in sorted(orphans, key=lambda s: (-s.load, s.bucket)):
+        move(state, least_loaded())
+
+    # 2. even out, moving only buckets that have stayed put long enough
+    total = sum(load.values())
+    share = total / len(live)
+    margin = max(share * LOAD_TOLERANCE, LOAD_SLACK)
+    budget = len(buckets) if max_moves is None else max_moves
+
+    def movable(member: str) -> list[BucketState]:
+        return [
+            s
+            for s in owned[member]
+            if s.bucket not in changes and now - s.moved_at >= min_move_interval
+        ]
+
+    while budget > 0:
+        target = least_loaded()
+        heavy = max(live, key=lambda m: (load[m], len(owned[m]), m))
+        crowded = max(live, key=lambda m: (len(owned[m]), load[m], m))
+        fewest = min(live, key=lambda m: (len(owned[m]), load[m], m))
+        choice: tuple[str, str, BucketState] | None = None
+        if load[heavy] > share + margin and heavy != target:
+            gap = load[heavy] - load[target]
+            # the bucket that brings the two closest together, without overshooting
+            candidates = [s for s in movable(heavy) if 0 < s.load < gap]
+            if candidates:
+                best = min(candidates, key=lambda s: (abs(gap / 2 - s.load), s.bucket))
+                choice = (heavy, target, best)
+        if choice is None and len(owned[crowded]) > len(owned[fewest]) + 1:
+            # load does not tell them apart: even out the counts with the lightest bucket
+            candidates = [s for s in movable(crowded) if load[fewest] + s.load <= share + margin]
+            if candidates:
+                choice = (crowded, fewest, min(candidates, key=lambda s: (s.load, s.bucket)))
+        if choice is None:
+            break
+        source, to, state = choice
+        owned[source].remove(state)
+        load[source] -= state.load
+        move(state, to)
+        budget -= 1
+    before = {state.bucket: state.owner for state in buckets}
+    return {bucket: owner for bucket, owner in changes.items() if owner != before[bucket]}

@@ -1,0 +1,297 @@
+"""A relay's part in the group: heartbeats, the controller's duty, its buckets.
+
+It runs in a thread of its own, so that a batch waiting on a slow broker never delays a
+heartbeat (a member whose heartbeat is older than the session timeout, by the database's
+clock, is dead and loses its buckets). Every ownership change is logged once, with the
+old and new owner and epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from hcat_notify.errors import HcatNotifyError
+from hcat_notify.relay.assignment import BucketState, plan_assignment
+from hcat_notify.relay.config import RelayConfig
+from hcat_notify.relay.wakeup import OutboxWaiter, outbox_waiter
+from hcat_notify.store.catalog import Catalog
+from hcat_notify.store.group import MemberReport, Ownership
+from hcat_notify.store.tx import RELAY_CHANNEL
+
+__all__ = ["Membership", "ranges"]
+
+logger = logging.getLogger(__name__)
+
+MIN_ROUND_GAP = 0.05
+"""Seconds between two rounds woken by the database (a busy catalog wakes us a lot)."""
+
+
+def ranges(numbers: list[int]) -> str:
+    """``0-3,7,9-10`` for ``[0, 1, 2, 3, 7, 9, 10]`` (sorted input)."""
+    parts: list[str] = []
+    start = previous = None
+    for number in numbers:
+        if previous is not None and number == previous + 1:
+            previous = number
+            continue
+        if start is not None:
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = number
+    if start is not None:
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+    return ",".join(parts)
+
+
+@dataclass
+class _Controller:
+    epoch: int
+    renew_at: float  # monotonic
+
+
+class Membership:
+    """Keeps one member alive in the group and tells the publisher what it owns.
+
+    Args:
+        catalog: the catalog (its connection pool is shared with the publisher).
+        config: intervals and timeouts.
+        member_id: this member's id (``host:pid`` by default).
+        report: returns the load the member reports at each heartbeat.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        config: RelayConfig,
+        member_id: str,
+        report: Callable[[], MemberReport],
+    ) -> None:
+        self._catalog = catalog
+        self._config = config
+        self.member_id = member_id
+        self._report = report
+        self._lock = threading.Lock()
+        self._owned: dict[int, Ownership] = {}
+        self._changed = threading.Event()  # the owned set changed since last asked
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._controller: _Controller | None = None
+        self.before_assign: Callable[[], None] | None = None  # a test hook
+        self.error: BaseException | None = None
+
+    # -- what the publisher asks ---------------------------------------------------------
+
+    def owned(self) -> dict[int, Ownership]:
+        """The buckets this member owns, as last read from the catalog."""
+        with self._lock:
+            return dict(self._owned)
+
+    def changed(self) -> bool:
+        """Whether the owned set changed since the last call."""
+        if self._changed.is_set():
+            self._changed.clear()
+            return True
+        return False
+
+    def changed_pending(self) -> bool:
+        """Whether the owned set changed since last asked (without clearing it)."""
+        return self._changed.is_set()
+
+    def lose(self, buckets: set[int]) -> None:
+        """The publisher's progress write found these buckets owned by another member."""
+        with self._lock:
+            for bucket in buckets:
+                gone = self._owned.pop(bucket, None)
+                if gone is not None:
+                    logger.warning(
+                        "relay bucket lost bucket=%d member=%s epoch=%d (fenced: owned by "
+                        "another member now)",
+                        bucket,
+                        self.member_id,
+                        gone.epoch,
+                    )
+        self._changed.set()
+
+    @property
+    def is_controller(self) -> bool:
+        return self._controller is not None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def join(self) -> None:
+        """Register the member (first heartbeat) and start the thread."""
+        self._catalog.group.heartbeat(self._report())
+        self._thread = threading.Thread(
+            target=self._run, name=f"hcat-relay-member-{self.member_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop heartbeating (the member stays registered until :meth:`leave`)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+            self._thread = None
+
+    def leave(self) -> None:
+        """Leave the group: hand the buckets over (at once if this member controls the
+        group), resign the controller role, delete the member row."""
+        self.stop()
+        if self._controller is not None:
+            try:
+                self._control(leaving=True)
+            except HcatNotifyError as exc:  # the others take over after the timeout
+                logger.warning("relay could not hand its buckets over: %s", exc)
+        released = self._catalog.group.leave(self.member_id)
+        if released:
+            logger.info(
+                "relay released buckets member=%s buckets=%d", self.member_id, len(released)
+            )
+        with self._lock:
+            self._owned = {}
+        self._controller = None
+
+    # -- the thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        waiter: OutboxWaiter | None = None
+        next_beat = 0.0
+        last_round = 0.0
+        try:
+            waiter = outbox_waiter(self._catalog.settings.database_url, (RELAY_CHANNEL,))
+            while not self._stop.is_set():
+                now = time.monotonic()
+                try:
+                    if now >= next_beat:
+                        self._catalog.group.heartbeat(self._report())
+                        next_beat = now + self._config.heartbeat_interval
+                    if now - last_round >= MIN_ROUND_GAP:
+                        self._control()
+                        self._refresh()
+                        last_round = now
+                except HcatNotifyError as exc:  # the database hiccuped: try next round
+                    logger.warning("relay member round failed member=%s: %s", self.member_id, exc)
+                wait = max(0.01, min(next_beat - time.monotonic(), self._config.heartbeat_interval))
+                woke = waiter.wait(wait)
+                if woke:
+                    self._stop.wait(MIN_ROUND_GAP)  # let a burst of commits settle
+        except BaseException as exc:  # surfaced by the publisher
+            self.error = exc
+            logger.exception("relay member thread failed member=%s", self.member_id)
+        finally:
+            if waiter is not None:
+                waiter.close()
+
+    def _refresh(self) -> None:
+        owned = self._catalog.group.owned(self.member_id)
+        with self._lock:
+            before = self._owned
+            if owned == before:
+                return
+            self._owned = owned
+        gained = sorted(set(owned) - set(before))
+        if gained:
+            logger.info(
+                "relay buckets acquired member=%s count=%d buckets=%s epochs=%s",
+                self.member_id,
+                len(gained),
+                ranges(gained),
+                ranges(sorted({owned[b].epoch for b in gained})),
+            )
+        lost = sorted(set(before) - set(owned))
+        if lost:
+            logger.info(
+                "relay buckets given up member=%s count=%d buckets=%s",
+                self.member_id,
+                len(lost),
+                ranges(lost),
+            )
+        self._changed.set()
+
+    def _control(self, *, leaving: bool = False) -> None:
+        """One round of the controller's duty, if this member is (or becomes) it."""
+        ttl = self._config.session_timeout
+        now = time.monotonic()
+        if self._controller is None or now >= self._controller.renew_at:
+            info = self._catalog.group.info()
+            if info.controller_alive and info.controller_id != self.member_id:
+                self._controller = None
+                return
+            epoch = self._catalog.group.claim_controller(self.member_id, ttl)
+            if epoch is None:
+                if self._controller is not None:
+                    logger.warning("relay controller deposed member=%s", self.member_id)
+                self._controller = None
+                return
+            if self._controller is None or self._controller.epoch != epoch:
+                logger.info(
+                    "relay controller taken member=%s epoch=%d (was %s)",
+                    self.member_id,
+                    epoch,
+                    info.controller_id or "none",
+                )
+            self._controller = _Controller(epoch, now + ttl / 3)
+        self._assign(self._controller.epoch, leaving=leaving)
+
+    def _assign(self, epoch: int, *, leaving: bool) -> None:
+        group = self._catalog.group
+        info = group.info()
+        members = group.members()
+        timeout = self._config.session_timeout
+        live = [
+            m.member_id
+            for m in members
+            if m.heartbeat_age < timeout
+            and not m.leaving
+            and not (leaving and m.member_id == self.member_id)
+        ]
+        dead = [m.member_id for m in members if m.heartbeat_age >= timeout]
+        loads: Mapping[str, Mapping[int, float]] = {m.member_id: m.bucket_loads for m in members}
+        buckets = group.buckets()
+        states = [
+            BucketState(
+                b.bucket, b.owner, b.moved_at, loads.get(b.owner or "", {}).get(b.bucket, 0.0)
+            )
+            for b in buckets
+        ]
+        changes = plan_assignment(
+            states, live, now=info.now, min_move_interval=self._config.min_move_interval
+        )
+        if changes:
+            if self.before_assign is not None:
+                self.before_assign()
+            if not group.assign(self.member_id, epoch, changes):
+                logger.warning(
+                    "relay controller deposed before its assignment member=%s epoch=%d: "
+                    "nothing changed",
+                    self.member_id,
+                    epoch,
+                )
+                self._controller = None
+                return
+            owners = {b.bucket: b.owner for b in buckets}
+            moves: dict[tuple[str | None, str], list[int]] = {}
+            for bucket, owner in sorted(changes.items()):
+                moves.setdefault((owners[bucket], owner), []).append(bucket)
+            for (old, new), moved in sorted(moves.items(), key=lambda item: item[1][0]):
+                # once per change: each bucket's epoch went up by one with it
+                logger.info(
+                    "relay buckets moved from=%s to=%s count=%d buckets=%s "
+                    "epoch=+1 controller_epoch=%d",
+                    old or "none",
+                    new,
+                    len(moved),
+                    ranges(moved),
+                    epoch,
+                )
+        gone = [
+            member
+            for member in dead
+            if not any(b.owner == member and b.bucket not in changes for b in buckets)
+        ]
+        if gone:
+            group.forget(gone)
+            logger.info("relay members removed (no heartbeat for %g s): %s", timeout, gone)

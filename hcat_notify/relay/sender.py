@@ -1,0 +1,184 @@
+"""The relay's broker side: send a batch of events, in one STOMP transaction when it can.
+
+A batch goes out as one transaction with a receipt on its COMMIT. When the broker refuses
+a frame (a topic the principal may not write, a header over its limit) or drops the
+connection mid-batch, the batch is sent again one frame at a time on a fresh connection,
+each with its own receipt, so that the culprit is found and the rest go out; per topic,
+nothing after a refused event is sent in that pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from hcat_notify.broker.connection import BrokerConnection, error_for
+from hcat_notify.broker.errors import BrokerFault, classify
+from hcat_notify.config import Settings
+from hcat_notify.errors import (
+    BrokerAuthError,
+    BrokerError,
+    BrokerRejectedError,
+    BrokerUnavailableError,
+)
+from hcat_notify.model.topics import destination_for
+from hcat_notify.store.records import OutboxEvent
+
+__all__ = ["BatchSender", "SendResult"]
+
+logger = logging.getLogger(__name__)
+
+RefusalHandler = Callable[[OutboxEvent, str, bool], bool]
+"""``(event, reason, topic_refused) -> parked``: records a refusal, says if it parked."""
+
+
+@dataclass
+class SendResult:
+    """What became of a batch: sent (receipted) events, and the topics held back."""
+
+    sent: list[OutboxEvent] = field(default_factory=list)
+    held: dict[str, int] = field(default_factory=dict)  # topic -> first event not sent
+    refused_topics: set[str] = field(default_factory=set)  # the broker refuses the topic
+    broken_at: int | None = None  # the connection broke before this event: not tried
+
+
+def _refused_or_rolled_back(exc: BrokerError) -> bool:
+    # ActiveMQ answers a COMMIT after a refused SEND with "COMMIT FAILED: Transaction
+    # marked rollback only": nothing of the transaction was delivered. A SEND it cannot
+    # even parse (a header over its limit) fails the transaction's COMMIT too.
+    return isinstance(exc, BrokerAuthError | BrokerRejectedError) or (
+        classify(str(exc)) is BrokerFault.ROLLED_BACK
+    )
+
+
+class BatchSender:
+    """Owns the relay's broker connection and sends batches over it.
+
+    Args:
+        settings: the broker addresses and credentials.
+        factory: builds the (unconnected) publisher connection.
+        use_transactions: batch in STOMP transactions (else a receipt per event).
+        on_refused: records a refusal by the broker of one event; says if it parked it.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        factory: Callable[[Settings], BrokerConnection],
+        *,
+        use_transactions: bool,
+        on_refused: RefusalHandler,
+    ) -> None:
+        self._settings = settings
+        self._factory = factory
+        self._use_transactions = use_transactions
+        self._on_refused = on_refused
+        self._connection: BrokerConnection | None = None
+        self.connects = 0
+
+    def connected(self) -> BrokerConnection:
+        """The connection, (re)connected if need be.
+
+        Raises:
+            BrokerCredentialsError: the broker refused the login.
+            BrokerUnavailableError: no broker answered.
+        """
+        if self._connection is not None and self._connection.is_connected:
+            return self._connection
+        self.close()
+        connection = self._factory(self._settings)
+        address = connection.connect()
+        self._connection = connection
+        self.connects += 1
+        logger.info("relay connected broker=%s user=%s", address, self._settings.broker_user)
+        return connection
+
+    def close(self) -> None:
+        """Drop the connection (the next send reconnects)."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def send(self, events: Sequence[OutboxEvent]) -> SendResult:
+        """Send ``events``; what has a receipt is in the result's ``sent``.
+
+        Raises:
+            BrokerError: the broker cannot be reached (nothing in this pass is known sent).
+        """
+        connection = self.connected()
+        if not self._use_transactions:
+            return self._send_individually(connection, events)
+        try:
+            self._send_transaction(connection, events)
+        except BrokerError as exc:
+            if not (_refused_or_rolled_back(exc) or isinstance(exc, BrokerUnavailableError)):
+                raise
+            # The broker refused an event (or dropped the connection mid-batch, as it does
+            # after a frame it cannot parse). Its ERROR may even arrive after the COMMIT's,
+            # so go on with a fresh connection, where no stray ERROR can fail the next
+            # waits, and find the event by sending one at a time.
+            self.close()
+            return self._send_individually(self.connected(), events)
+        return SendResult(sent=list(events))
+
+    def _send_transaction(
+        self, connection: BrokerConnection, events: Sequence[OutboxEvent]
+    ) -> None:
+        errors_before = len(connection.errors)
+        transaction = connection.begin()
+        committing = False
+        try:
+            for event in events:
+                connection.send(
+                    destination_for(event.topic),
+                    event.body,
+                    event.headers,
+                    transaction=transaction,
+                    receipt=False,
+                )
+            committing = True
+            connection.commit(transaction)
+        except BrokerError as exc:
+            if not committing:
+                connection.abort(transaction)
+            # A refused SEND makes ActiveMQ roll the whole transaction back ("marked
+            # rollback only"): nothing of it was delivered. Say why, most specific first.
+            cause = error_for(connection.errors[errors_before:], "a batch was refused")
+            if cause is not None and type(cause) is not BrokerError:
+                raise cause from exc
+            raise
+        # The broker answers frames in order, so an ERROR for any SEND of this
+        # transaction arrived before the COMMIT's receipt: then the batch is not whole.
+        cause = error_for(connection.errors[errors_before:], "broker reported errors in a batch")
+        if cause is not None:
+            raise cause
+
+    def _send_individually(
+        self, connection: BrokerConnection, events: Sequence[OutboxEvent]
+    ) -> SendResult:
+        result = SendResult()
+        for event in events:
+            if event.topic in result.held:
+                continue  # keep per-topic order: nothing after a refused event
+            try:
+                connection.send(destination_for(event.topic), event.body, event.headers)
+            except BrokerAuthError as exc:  # the topic is refused to our principal
+                if not self._on_refused(event, str(exc), True):
+                    result.held[event.topic] = event.event_id
+                    result.refused_topics.add(event.topic)
+                continue
+            except BrokerRejectedError as exc:  # this very message cannot be accepted
+                if not self._on_refused(event, str(exc), False):
+                    result.held[event.topic] = event.event_id
+                # The broker drops a connection whose frame it could not parse.
+                self.close()
+                connection = self.connected()
+                continue
+            except BrokerError:
+                if result.sent:  # keep what has receipts; the caller retries the rest
+                    result.broken_at = event.event_id
+                    return result
+                raise
+            result.sent.append(event)
+        return result

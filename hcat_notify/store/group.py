@@ -1,0 +1,527 @@
+"""The relay group in the catalog: members, the controller, buckets, topic progress.
+
+Kafka's controller and leader epochs, Hedwig's topic ownership and persistence info, on
+SQL rows: every write that two processes may race on is conditional (on the controller's
+epoch, on a bucket's owner and epoch), and every lease is judged by the database's clock
+(:meth:`Tx.clock`). The design is in docs/relay-group.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from hcat_notify.errors import InvalidInputError
+from hcat_notify.store.models import (
+    OutboxRow,
+    RelayBucketRow,
+    RelayGroupRow,
+    RelayMemberRow,
+    TopicProgressRow,
+)
+from hcat_notify.store.tx import RELAY_CHANNEL, Tx
+
+__all__ = [
+    "BucketInfo",
+    "BucketProgress",
+    "GroupInfo",
+    "MemberInfo",
+    "MemberReport",
+    "Ownership",
+    "RelayGroup",
+    "assign",
+    "bucket_count",
+    "buckets",
+    "claim_controller",
+    "forget_members",
+    "group_info",
+    "heartbeat",
+    "is_published",
+    "last_publish_by_topic",
+    "leave",
+    "members",
+    "owned",
+    "record_progress",
+    "release",
+    "resign_controller",
+    "topic_progress",
+    "unpublished_filter",
+]
+
+
+@dataclass(frozen=True)
+class MemberReport:
+    """What a relay says about itself at each heartbeat."""
+
+    member_id: str
+    host: str
+    pid: int
+    events_per_second: float = 0.0
+    backlog: int = 0
+    topics: int = 0
+    bucket_loads: Mapping[int, float] = field(default_factory=dict)
+    oldest_unpublished_age: float | None = None  # seconds, by the member's reading
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    """A member as the catalog sees it; ages are by the database's clock."""
+
+    member_id: str
+    host: str
+    pid: int
+    started_at: float
+    heartbeat_age: float
+    events_per_second: float
+    backlog: int
+    topics: int
+    bucket_loads: Mapping[int, float]
+    oldest_unpublished_age: float | None
+    leaving: bool
+
+
+@dataclass(frozen=True)
+class BucketInfo:
+    """A bucket: its owner (None: unassigned), ownership epoch, last move."""
+
+    bucket: int
+    owner: str | None
+    epoch: int
+    moved_at: float
+    published_through: int
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """The group's fixed bucket count and its controller, at ``now`` (DB clock)."""
+
+    bucket_count: int
+    controller_id: str | None
+    controller_epoch: int
+    controller_expires: float
+    now: float
+
+    @property
+    def controller_alive(self) -> bool:
+        return self.controller_id is not None and self.controller_expires > self.now
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """A bucket a member owns: the epoch to fence its writes with, where to read from."""
+
+    bucket: int
+    epoch: int
+    published_through: int
+
+
+@dataclass(frozen=True)
+class BucketProgress:
+    """What a member published in one bucket since it last recorded progress."""
+
+    epoch: int
+    published_through: int
+    topics: Mapping[str, int]
+
+
+def bucket_count(session: Session) -> int:
+    """The catalog's bucket count (fixed when the catalog was created)."""
+    return int(
+        session.execute(
+            select(RelayGroupRow.bucket_count).where(RelayGroupRow.id == 1)
+        ).scalar_one()
+    )
+
+
+def group_info(tx: Tx) -> GroupInfo:
+    """The bucket count and the controller lease."""
+    row = tx.session.get(RelayGroupRow, 1)
+    if row is None:  # pragma: no cover - the migration creates it
+        raise InvalidInputError("the catalog has no relay group: run 'hcat-notify db upgrade'")
+    return GroupInfo(
+        row.bucket_count,
+        row.controller_id,
+        row.controller_epoch,
+        row.controller_expires,
+        tx.clock(),
+    )
+
+
+def heartbeat(tx: Tx, report: MemberReport) -> float:
+    """Record that ``report``'s member is alive (DB clock) and its load; the clock."""
+    now = tx.clock()
+    values: dict[str, Any] = {
+        "host": report.host,
+        "pid": report.pid,
+        "heartbeat_at": now,
+        "events_per_second": report.events_per_second,
+        "backlog": report.backlog,
+        "topics": report.topics,
+        "bucket_loads": {str(bucket): load for bucket, load in report.bucket_loads.items()},
+        "oldest_unpublished": (
+            None if report.oldest_unpublished_age is None else now - report.oldest_unpublished_age
+        ),
+    }
+    updated = tx.session.execute(
+        update(RelayMemberRow).where(RelayMemberRow.member_id == report.member_id).values(**values)
+    )
+    if updated.rowcount == 0:  # type: ignore[attr-defined]
+        tx.session.execute(
+            insert(RelayMemberRow).values(
+                member_id=report.member_id, started_at=now, leaving=False, **values
+            )
+        )
+    return now
+
+
+def leave(tx: Tx, member_id: str) -> list[int]:
+    """Remove a member, giving up its buckets and the controller role; the buckets."""
+    given_up = release(tx, member_id, None)
+    tx.session.execute(
+        update(RelayGroupRow)
+        .where(RelayGroupRow.id == 1, RelayGroupRow.controller_id == member_id)
+        .values(controller_id=None, controller_expires=0.0, version=RelayGroupRow.version + 1)
+    )
+    tx.session.execute(delete(RelayMemberRow).where(RelayMemberRow.member_id == member_id))
+    tx.notify(RELAY_CHANNEL)
+    return given_up
+
+
+def members(tx: Tx) -> list[MemberInfo]:
+    """Every member row (dead ones too, until the controller removes them)."""
+    now = tx.clock()
+    return [
+        MemberInfo(
+            member_id=row.member_id,
+            host=row.host,
+            pid=row.pid,
+            started_at=row.started_at,
+            heartbeat_age=max(0.0, now - row.heartbeat_at),
+            events_per_second=row.events_per_second,
+            backlog=row.backlog,
+            topics=row.topics,
+            bucket_loads=MappingProxyType(
+                {int(bucket): float(load) for bucket, load in (row.bucket_loads or {}).items()}
+            ),
+            oldest_unpublished_age=(
+                None if row.oldest_unpublished is None else max(0.0, now - row.oldest_unpublished)
+            ),
+            leaving=row.leaving,
+        )
+        for row in tx.session.scalars(select(RelayMemberRow).order_by(RelayMemberRow.member_id))
+    ]
+
+
+def forget_members(tx: Tx, member_ids: Iterable[str]) -> None:
+    """Delete the rows of members found dead (their buckets were reassigned)."""
+    ids = list(member_ids)
+    if ids:
+        tx.session.execute(delete(RelayMemberRow).where(RelayMemberRow.member_id.in_(ids)))
+
+
+def claim_controller(tx: Tx, member_id: str, ttl: float) -> int | None:
+    """Take, or renew, the controller role for ``ttl`` seconds; its epoch, or None.
+
+    Compare-and-set on the group row's version: of two members racing for an expired
+    role, one wins; the epoch increases at every change of controller.
+    """
+    now = tx.clock()
+    row = tx.session.get(RelayGroupRow, 1)
+    assert row is not None
+    if row.controller_id == member_id and row.controller_expires > now:
+        epoch = row.controller_epoch
+    elif row.controller_id is None or row.controller_expires <= now:
+        epoch = row.controller_epoch + 1
+    else:
+        return None
+    changed = tx.session.execute(
+        update(RelayGroupRow)
+        .where(RelayGroupRow.id == 1, RelayGroupRow.version == row.version)
+        .values(
+            controller_id=member_id,
+            controller_epoch=epoch,
+            controller_expires=now + ttl,
+            version=row.version + 1,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return epoch if changed.rowcount else None  # type: ignore[attr-defined]
+
+
+def resign_controller(tx: Tx, member_id: str, epoch: int) -> None:
+    """Give up the controller role (SIGTERM), so another member takes it at once."""
+    tx.session.execute(
+        update(RelayGroupRow)
+        .where(
+            RelayGroupRow.id == 1,
+            RelayGroupRow.controller_id == member_id,
+            RelayGroupRow.controller_epoch == epoch,
+        )
+        .values(controller_id=None, controller_expires=0.0, version=RelayGroupRow.version + 1)
+    )
+    tx.notify(RELAY_CHANNEL)
+
+
+def buckets(tx: Tx) -> list[BucketInfo]:
+    """Every bucket, in order."""
+    return [
+        BucketInfo(row.bucket, row.owner, row.epoch, row.moved_at, row.published_through)
+        for row in tx.session.scalars(select(RelayBucketRow).order_by(RelayBucketRow.bucket))
+    ]
+
+
+def assign(
+    tx: Tx, member_id: str, controller_epoch: int, changes: Mapping[int, str | None]
+) -> bool:
+    """Move buckets to new owners, if ``member_id`` is still the controller of that epoch.
+
+    The first statement is the fence: it touches the group row only while the lease is
+    this member's, unexpired, at ``controller_epoch`` (on PostgreSQL it also locks the row
+    until commit, so a new controller's claim waits). A deposed controller changes
+    nothing. Each moved bucket's epoch increases.
+
+    Returns:
+        False if the controller was deposed (nothing changed).
+    """
+    now = tx.clock()
+    fenced = tx.session.execute(
+        update(RelayGroupRow)
+        .where(
+            RelayGroupRow.id == 1,
+            RelayGroupRow.controller_id == member_id,
+            RelayGroupRow.controller_epoch == controller_epoch,
+            RelayGroupRow.controller_expires > now,
+        )
+        .values(version=RelayGroupRow.version + 1)
+    )
+    if fenced.rowcount == 0:  # type: ignore[attr-defined]
+        return False
+    for bucket, owner in changes.items():
+        tx.session.execute(
+            update(RelayBucketRow)
+            .where(RelayBucketRow.bucket == bucket)
+            .values(owner=owner, epoch=RelayBucketRow.epoch + 1, moved_at=now)
+        )
+    if changes:
+        tx.notify(RELAY_CHANNEL)
+    return True
+
+
+def owned(tx: Tx, member_id: str) -> dict[int, Ownership]:
+    """The buckets ``member_id`` owns now."""
+    rows = tx.session.execute(
+        select(RelayBucketRow.bucket, RelayBucketRow.epoch, RelayBucketRow.published_through)
+        .where(RelayBucketRow.owner == member_id)
+        .order_by(RelayBucketRow.bucket)
+    )
+    return {row.bucket: Ownership(row.bucket, row.epoch, row.published_through) for row in rows}
+
+
+def release(tx: Tx, member_id: str, given: Sequence[int] | None) -> list[int]:
+    """Give up buckets (all of them when ``given`` is None); the ones given up.
+
+    Only buckets the member still owns change: their owner becomes None and their epoch
+    increases, so nothing the member might still write about them counts.
+    """
+    condition = [RelayBucketRow.owner == member_id]
+    if given is not None:
+        if not given:
+            return []
+        condition.append(RelayBucketRow.bucket.in_(list(given)))
+    released = list(tx.session.scalars(select(RelayBucketRow.bucket).where(*condition)))
+    if released:
+        tx.session.execute(
+            update(RelayBucketRow)
+            .where(*condition)
+            .values(owner=None, epoch=RelayBucketRow.epoch + 1, moved_at=tx.clock())
+        )
+        tx.notify(RELAY_CHANNEL)
+    return released
+
+
+def _upsert_progress(
+    tx: Tx, bucket: int, epoch: int, topics: Mapping[str, int], now: float
+) -> None:
+    rows = [
+        {"topic": topic, "bucket": bucket, "last_event_id": last, "epoch": epoch, "updated_at": now}
+        for topic, last in topics.items()
+    ]
+    if not rows:
+        return
+    dialect = postgresql if tx.dialect == "postgresql" else sqlite
+    statement = dialect.insert(TopicProgressRow).values(rows)
+    excluded = statement.excluded
+    # Never backwards, never from an older epoch than the one that wrote the row.
+    statement = statement.on_conflict_do_update(
+        index_elements=[TopicProgressRow.topic],
+        set_={
+            "last_event_id": case(
+                (excluded.last_event_id > TopicProgressRow.last_event_id, excluded.last_event_id),
+                else_=TopicProgressRow.last_event_id,
+            ),
+            "epoch": excluded.epoch,
+            "bucket": excluded.bucket,
+            "updated_at": excluded.updated_at,
+        },
+        where=TopicProgressRow.epoch <= excluded.epoch,
+    )
+    tx.session.execute(statement)
+
+
+def record_progress(tx: Tx, member_id: str, updates: Mapping[int, BucketProgress]) -> set[int]:
+    """Record what ``member_id`` published, bucket by bucket, fenced by epoch.
+
+    For each bucket, the bucket row is updated only while this member owns it at the
+    given epoch (a compare-and-set that, on PostgreSQL, also locks the row against a
+    concurrent move until commit); only then are its topics' progress rows written.
+
+    Returns:
+        The buckets the member no longer owns: it must stop publishing them at once.
+    """
+    now = tx.clock()
+    lost: set[int] = set()
+    for bucket, progress in updates.items():
+        kept = tx.session.execute(
+            update(RelayBucketRow)
+            .where(
+                RelayBucketRow.bucket == bucket,
+                RelayBucketRow.owner == member_id,
+                RelayBucketRow.epoch == progress.epoch,
+            )
+            .values(
+                published_through=case(
+                    (
+                        RelayBucketRow.published_through < progress.published_through,
+                        progress.published_through,
+                    ),
+                    else_=RelayBucketRow.published_through,
+                )
+            )
+        )
+        if kept.rowcount == 0:  # type: ignore[attr-defined]
+            lost.add(bucket)
+            continue
+        _upsert_progress(tx, bucket, progress.epoch, progress.topics, now)
+    return lost
+
+
+def topic_progress(tx: Tx, in_buckets: Iterable[int] | None = None) -> dict[str, int]:
+    """Highest published event id per topic (of some buckets, or all)."""
+    query = select(TopicProgressRow.topic, TopicProgressRow.last_event_id)
+    if in_buckets is not None:
+        query = query.where(TopicProgressRow.bucket.in_(list(in_buckets)))
+    return {row.topic: row.last_event_id for row in tx.session.execute(query)}
+
+
+def last_publish_by_topic(tx: Tx) -> dict[str, float]:
+    """When each topic's progress last moved (DB clock, seconds since the epoch)."""
+    rows = tx.session.execute(
+        select(TopicProgressRow.topic, TopicProgressRow.updated_at).order_by(TopicProgressRow.topic)
+    )
+    return {row.topic: row.updated_at for row in rows}
+
+
+def is_published(tx: Tx, row: OutboxRow) -> bool:
+    """Whether the event of ``row`` was published (its topic's progress reached it)."""
+    if row.parked_at is not None:
+        return False
+    last = tx.session.execute(
+        select(TopicProgressRow.last_event_id).where(TopicProgressRow.topic == row.topic)
+    ).scalar_one_or_none()
+    return last is not None and row.event_id <= last
+
+
+def unpublished_filter() -> Any:
+    """Outbox rows whose topic's progress has not reached them (a WHERE clause)."""
+    progress = (
+        select(TopicProgressRow.last_event_id)
+        .where(TopicProgressRow.topic == OutboxRow.topic)
+        .scalar_subquery()
+    )
+    return OutboxRow.event_id > func.coalesce(progress, 0)
+
+
+class RelayGroup:
+    """The relay group's part of the catalog (``catalog.group``); each call is one
+    transaction.
+
+    Args:
+        transaction: opens a :class:`Tx` of the catalog (``write=True`` for writers).
+    """
+
+    def __init__(self, transaction: Callable[..., AbstractContextManager[Tx]]) -> None:
+        self._transaction = transaction
+
+    def info(self) -> GroupInfo:
+        """The bucket count and the controller lease, with the database's clock."""
+        with self._transaction() as tx:
+            return group_info(tx)
+
+    def heartbeat(self, report: MemberReport) -> float:
+        """Record that a relay is alive, with its load; the database's clock."""
+        with self._transaction(write=True) as tx:
+            return heartbeat(tx, report)
+
+    def members(self) -> list[MemberInfo]:
+        """Every member row, with heartbeat ages by the database's clock."""
+        with self._transaction() as tx:
+            return members(tx)
+
+    def leave(self, member_id: str) -> list[int]:
+        """Remove a member, releasing its buckets and the controller role."""
+        with self._transaction(write=True) as tx:
+            return leave(tx, member_id)
+
+    def forget(self, member_ids: Sequence[str]) -> None:
+        """Delete the rows of members the controller found dead."""
+        with self._transaction(write=True) as tx:
+            forget_members(tx, member_ids)
+
+    def claim_controller(self, member_id: str, ttl: float) -> int | None:
+        """Take or renew the controller role; its epoch, or None if another has it."""
+        with self._transaction(write=True) as tx:
+            return claim_controller(tx, member_id, ttl)
+
+    def resign_controller(self, member_id: str, epoch: int) -> None:
+        """Give up the controller role."""
+        with self._transaction(write=True) as tx:
+            resign_controller(tx, member_id, epoch)
+
+    def buckets(self) -> list[BucketInfo]:
+        """Every bucket with its owner and epoch."""
+        with self._transaction() as tx:
+            return buckets(tx)
+
+    def assign(
+        self, member_id: str, controller_epoch: int, changes: Mapping[int, str | None]
+    ) -> bool:
+        """Move buckets, conditional on the controller's epoch; False if deposed."""
+        with self._transaction(write=True) as tx:
+            return assign(tx, member_id, controller_epoch, changes)
+
+    def owned(self, member_id: str) -> dict[int, Ownership]:
+        """The buckets a member owns now."""
+        with self._transaction() as tx:
+            return owned(tx, member_id)
+
+    def release(self, member_id: str, given: Sequence[int] | None = None) -> list[int]:
+        """Give buckets up (all when ``given`` is None); the ones given up."""
+        with self._transaction(write=True) as tx:
+            return release(tx, member_id, given)
+
+    def record_progress(self, member_id: str, updates: Mapping[int, BucketProgress]) -> set[int]:
+        """Record published progress per bucket, fenced by epoch; the buckets lost."""
+        with self._transaction(write=True) as tx:
+            return record_progress(tx, member_id, updates)
+
+    def progress(self, in_buckets: Iterable[int] | None = None) -> dict[str, int]:
+        """Highest published event id per topic (of some buckets, or all)."""
+        with self._transaction() as tx:
+            return topic_progress(tx, in_buckets)

@@ -1,0 +1,130 @@
+"""The relay group's rows: controller lease and epochs, fenced assignment, fenced
+progress, published-ness from progress; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hcat_notify.config import Settings
+from hcat_notify.errors import InvalidInputError
+from hcat_notify.model.topics import topic_bucket
+from hcat_notify.relay import Relay
+from hcat_notify.store import Catalog
+from hcat_notify.store.group import BucketProgress, MemberReport
+
+
+def _member(catalog: Catalog, member_id: str) -> None:
+    catalog.group.heartbeat(MemberReport(member_id, "host", 1))
+
+
+@pytest.fixture
+def clicks(catalog: Catalog) -> str:
+    catalog.create_table("web.clicks", location="/c", partition_keys=["ds"])
+    return "hcat.web.clicks"
+
+
+def test_a_new_catalog_has_256_buckets_nobody_owns(catalog: Catalog):
+    info = catalog.group.info()
+    assert info.bucket_count == 256
+    assert info.controller_id is None
+    buckets = catalog.group.buckets()
+    assert [b.bucket for b in buckets] == list(range(256))
+    assert {b.owner for b in buckets} == {None}
+
+
+def test_the_bucket_count_is_fixed_at_creation(settings: Settings, catalog: Catalog):
+    import dataclasses
+
+    with pytest.raises(InvalidInputError, match="has 256 relay buckets, fixed when it was created"):
+        Relay(dataclasses.replace(settings, relay_buckets=128))
+    assert catalog.group.info().bucket_count == 256  # nothing changed
+
+
+def test_heartbeats_are_aged_by_the_database_clock(catalog: Catalog):
+    _member(catalog, "a")
+    time.sleep(0.3)
+    (member,) = catalog.group.members()
+    assert member.member_id == "a"
+    assert 0.25 < member.heartbeat_age < 5
+    _member(catalog, "a")
+    assert catalog.group.members()[0].heartbeat_age < 0.25
+
+
+def test_one_controller_whose_epoch_grows_at_every_change(catalog: Catalog):
+    first = catalog.group.claim_controller("a", ttl=0.5)
+    assert first == 1
+    assert catalog.group.claim_controller("b", ttl=0.5) is None  # a holds it
+    assert catalog.group.claim_controller("a", ttl=0.5) == 1  # renewal keeps the epoch
+    time.sleep(0.6)
+    assert catalog.group.claim_controller("b", ttl=5) == 2  # expired: b takes it
+    assert catalog.group.claim_controller("a", ttl=5) is None
+    catalog.group.resign_controller("b", 2)
+    assert catalog.group.claim_controller("a", ttl=5) == 3
+
+
+def test_a_deposed_controller_changes_nothing(catalog: Catalog):
+    _member(catalog, "a")
+    _member(catalog, "b")
+    old = catalog.group.claim_controller("a", ttl=0.3)
+    assert old is not None
+    time.sleep(0.4)
+    new = catalog.group.claim_controller("b", ttl=5)
+    assert new == old + 1
+    assert catalog.group.assign("a", old, {0: "a", 1: "a"}) is False
+    assert {b.owner for b in catalog.group.buckets()} == {None}
+    assert catalog.group.assign("b", new, {0: "b"}) is True
+    bucket = catalog.group.buckets()[0]
+    assert (bucket.owner, bucket.epoch) == ("b", 1)
+
+
+def test_progress_is_fenced_by_the_bucket_epoch(catalog: Catalog, clicks: str):
+    ids = [catalog.mark_set_done("web.clicks", {"ds": str(n)}) for n in range(4)]
+    bucket = topic_bucket(clicks, 256)
+    _member(catalog, "a")
+    _member(catalog, "b")
+    epoch = catalog.group.claim_controller("a", ttl=30)
+    assert epoch is not None
+    assert catalog.group.assign("a", epoch, {bucket: "a"})
+    mine = catalog.group.owned("a")[bucket]
+    assert (
+        catalog.group.record_progress(
+            "a", {bucket: BucketProgress(mine.epoch, ids[1], {clicks: ids[1]})}
+        )
+        == set()
+    )
+    assert catalog.group.progress() == {clicks: ids[1]}
+    assert [e.event_id for e in catalog.pending_events()] == ids[2:]
+    assert catalog.outbox_backlog()[0] == 2
+    # The bucket moves to b: a's later writes change nothing, and a learns it.
+    assert catalog.group.assign("a", epoch, {bucket: "b"})
+    lost = catalog.group.record_progress(
+        "a", {bucket: BucketProgress(mine.epoch, ids[3], {clicks: ids[3]})}
+    )
+    assert lost == {bucket}
+    assert catalog.group.progress() == {clicks: ids[1]}
+    # b resumes from the recorded progress; progress never goes backwards.
+    theirs = catalog.group.owned("b")[bucket]
+    assert theirs.epoch == mine.epoch + 1
+    assert theirs.published_through == ids[1]
+    assert (
+        catalog.group.record_progress(
+            "b", {bucket: BucketProgress(theirs.epoch, ids[0], {clicks: ids[0]})}
+        )
+        == set()
+    )
+    assert catalog.group.progress() == {clicks: ids[1]}
+    assert catalog.group.release("b") == [bucket]
+    assert catalog.group.buckets()[bucket].owner is None
+
+
+def test_a_leaving_member_gives_everything_up(catalog: Catalog):
+    _member(catalog, "a")
+    epoch = catalog.group.claim_controller("a", ttl=30)
+    assert epoch is not None
+    assert catalog.group.assign("a", epoch, {3: "a", 4: "a"})
+    assert sorted(catalog.group.leave("a")) == [3, 4]
+    assert catalog.group.members() == []
+    assert catalog.group.info().controller_id is None
+    assert {b.owner for b in catalog.group.buckets()} == {None}

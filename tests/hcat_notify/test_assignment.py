@@ -1,0 +1,90 @@
+"""The controller's assignment: every bucket owned, sticky, balanced by load and count."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hcat_notify.relay.assignment import BucketState, plan_assignment
+
+B = 256
+
+
+def _apply(buckets: list[BucketState], changes: dict[int, str], now: float) -> list[BucketState]:
+    return [
+        BucketState(s.bucket, changes[s.bucket], now, s.load) if s.bucket in changes else s
+        for s in buckets
+    ]
+
+
+def _counts(buckets: list[BucketState]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for state in buckets:
+        assert state.owner is not None
+        counts[state.owner] = counts.get(state.owner, 0) + 1
+    return counts
+
+
+def test_a_new_group_gets_every_bucket_evenly():
+    buckets = [BucketState(b, None, 0.0) for b in range(B)]
+    changes = plan_assignment(buckets, ["a", "b", "c", "d"], now=100.0, min_move_interval=30)
+    assert len(changes) == B
+    assert sorted(_counts(_apply(buckets, changes, 100.0)).values()) == [64, 64, 64, 64]
+
+
+def test_a_fifth_member_takes_about_a_fifth_and_nothing_else_moves():
+    buckets = [BucketState(b, "abcd"[b % 4], 0.0) for b in range(B)]
+    changes = plan_assignment(buckets, ["a", "b", "c", "d", "e"], now=100.0, min_move_interval=30)
+    assert set(changes.values()) == {"e"}  # only to the newcomer
+    assert len(changes) <= math.ceil(B / 5) + math.ceil(0.05 * B)
+    counts = _counts(_apply(buckets, changes, 100.0))
+    assert max(counts.values()) - min(counts.values()) <= 1
+
+
+def test_a_dead_members_buckets_move_at_once_even_if_just_moved():
+    buckets = [BucketState(b, "abc"[b % 3], 99.0) for b in range(30)]
+    changes = plan_assignment(buckets, ["a", "b"], now=100.0, min_move_interval=30)
+    assert sorted(changes) == [b for b in range(30) if b % 3 == 2]
+    assert set(changes.values()) <= {"a", "b"}
+
+
+def test_nothing_moves_when_balanced_or_recently_moved():
+    balanced = [BucketState(b, "ab"[b % 2], 0.0) for b in range(B)]
+    assert plan_assignment(balanced, ["a", "b"], now=100.0, min_move_interval=30) == {}
+    lopsided = [BucketState(b, "a", 90.0) for b in range(10)]
+    assert plan_assignment(lopsided, ["a", "b"], now=100.0, min_move_interval=30) == {}
+
+
+def test_an_overloaded_member_sheds_load_not_just_buckets():
+    # a owns 4 hot buckets, b owns 4 idle ones: counts are even, load is not
+    buckets = [BucketState(b, "a", 0.0, 100.0) for b in range(4)]
+    buckets += [BucketState(b, "b", 0.0, 0.0) for b in range(4, 8)]
+    changes = plan_assignment(buckets, ["a", "b"], now=100.0, min_move_interval=30)
+    after = _apply(buckets, changes, 100.0)
+    loads = {m: sum(s.load for s in after if s.owner == m) for m in "ab"}
+    assert loads == {"a": 200.0, "b": 200.0}
+    assert sorted(_counts(after).values()) == [4, 4]
+    hot_moved = [b for b in changes if b < 4]
+    assert len(hot_moved) == 2  # the fewest hot moves; idle ones may even the counts
+    assert len(changes) <= 4
+
+
+@given(
+    members=st.lists(st.sampled_from("abcdefgh"), min_size=1, max_size=8, unique=True),
+    seed=st.integers(0, 10_000),
+)
+def test_any_state_converges_to_every_bucket_owned_by_a_live_member(members, seed):
+    rng = random.Random(seed)
+    owners = [*members, "dead", None]
+    buckets = [
+        BucketState(b, rng.choice(owners), rng.uniform(0, 100), rng.choice([0.0, 0.0, 5.0, 50.0]))
+        for b in range(64)
+    ]
+    changes = plan_assignment(buckets, members, now=1000.0, min_move_interval=30)
+    after = _apply(buckets, changes, 1000.0)
+    assert all(state.owner in members for state in after)
+    # a second round right after changes nothing: no flapping
+    assert plan_assignment(after, members, now=1000.0, min_move_interval=30) == {}
