@@ -2,14 +2,17 @@
 
 Start-up follows the HCatalog design: SUBSCRIBE to the tables' topics and wait for the
 receipts (only then is a subscription live), then read what was committed before —
-unexpired MARK_SET_DONE messages from the retention table and, given a cursor, the
-partitions registered after it — then stream live messages. Anything committed after
-the catch-up read is published after the subscription began, so it arrives live;
-anything in both is delivered once, because every message carries ``HCAT_EVENT_ID`` and
-the consumer drops ids it has delivered.
+unexpired MARK_SET_DONE messages from the retention table or, given a cursor, every event
+of the tables after its topic's watermark — then stream live messages. Anything
+committed after the catch-up read is published after the subscription began, so it
+arrives live; anything in both is delivered once, because every message carries
+``HCAT_EVENT_ID`` and the consumer drops ids at or below its topic's watermark or
+already seen.
 
-After a dropped connection the consumer reconnects, subscribes again and catches up
-from the last event id it delivered.
+A durable subscriber (``subscriber="name"``) keeps its watermarks in the catalog, moved
+after each handled notification, so a restarted consumer resumes exactly there. After a
+dropped connection the consumer reconnects, subscribes again and catches up from its
+watermarks.
 """
 
 from __future__ import annotations
@@ -28,7 +31,14 @@ from typing import Any
 from hcat_notify.broker.backoff import Backoff
 from hcat_notify.broker.connection import BrokerConnection, ReceivedMessage, consumer_connection
 from hcat_notify.config import Settings, load_settings
-from hcat_notify.errors import BrokerAuthError, BrokerError, HcatNotifyError, InvalidInputError
+from hcat_notify.errors import (
+    BrokerAuthError,
+    BrokerError,
+    HcatNotifyError,
+    InvalidInputError,
+    SubscriberTakenOverError,
+)
+from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.events import (
     HEADER_EVENT,
     HEADER_EVENT_ID,
@@ -41,6 +51,12 @@ from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import destination_for
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.records import OutboxEvent, TableInfo
+from hcat_notify.store.subscriptions import (
+    FLOOR_KEY,
+    SUBSCRIBER_TIMEOUT,
+    this_process,
+    validate_subscriber,
+)
 
 __all__ = ["Notification", "NotificationConsumer", "Source"]
 
@@ -57,7 +73,7 @@ class Source(StrEnum):
     """Where a notification came from."""
 
     RETAINED = "retained"  # the mark-set-done retention table, at start-up
-    REGISTRY = "registry"  # the partition registry, at start-up (cursor given)
+    REGISTRY = "registry"  # the catalog's events after the cursor, at start-up
     LIVE = "live"  # the broker
 
 
@@ -150,15 +166,24 @@ class NotificationConsumer:
     Args:
         tables: ``db.table`` names to follow.
         settings: deployment settings (default: :func:`load_settings`).
-        cursor: the last event id this consumer has already processed; partitions
-            registered after it are delivered at start-up, and dones at or before it
-            are not. None: all unexpired dones and no partition catch-up.
+        cursor: where this consumer stands: a :class:`~hcat_notify.model.cursor.Cursor`,
+            its string form, or an old integer cursor (every topic at that id). Events
+            of the tables after their topic's watermark are delivered at start-up.
+            None: the unexpired dones, then live.
+        subscriber: a durable subscriber name: the watermarks live in the catalog,
+            moved after each handled notification; a restart resumes there. Another
+            live process under the same name is refused (see ``takeover``).
+        takeover: take ``subscriber`` over from a live owner (which then stops).
         catalog: an open catalog (default: opened from ``settings``).
         connection_factory: builds the unconnected consumer connection.
         on_error: called with (notification, exception) when a handler raises.
 
     Use as a context manager; :meth:`start` subscribes and catches up, :meth:`run` or
     iteration delivers.
+
+    Raises:
+        InvalidInputError: no tables, a cursor that does not parse, or both a cursor
+            and a subscriber.
     """
 
     def __init__(
@@ -166,33 +191,54 @@ class NotificationConsumer:
         tables: Sequence[TableName | str],
         *,
         settings: Settings | None = None,
-        cursor: int | None = None,
+        cursor: Cursor | str | int | None = None,
+        subscriber: str | None = None,
+        takeover: bool = False,
         catalog: Catalog | None = None,
         connection_factory: Callable[[Settings], BrokerConnection] = consumer_connection,
         on_error: Callable[[Notification, BaseException], None] | None = None,
     ) -> None:
         if not tables:
             raise InvalidInputError("give at least one table to consume")
+        start = cursor if isinstance(cursor, Cursor) else Cursor.parse(cursor)
+        if start and subscriber is not None:
+            raise InvalidInputError(
+                "give a cursor or a subscriber, not both: a subscriber keeps its own"
+            )
+        if subscriber is not None:
+            validate_subscriber(subscriber)
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        self._connection: BrokerConnection | None = None
+        self._subscriber = subscriber
         self._settings = settings or load_settings()
         self._own_catalog = catalog is None
         self._catalog = catalog or Catalog.open(self._settings)
         self._factory = connection_factory
         self._on_error = on_error
         names = [t if isinstance(t, TableName) else TableName.parse(t) for t in tables]
-        self._tables: dict[TableName, TableInfo] = {
-            name: self._catalog.get_table(name) for name in dict.fromkeys(names)
-        }
-        self._cursor = cursor
-        self._start_cursor = cursor
+        try:
+            self._tables: dict[TableName, TableInfo] = {
+                name: self._catalog.get_table(name) for name in dict.fromkeys(names)
+            }
+        except BaseException:
+            self.close()
+            raise
+        self._marks: dict[str, int] = dict(start.watermarks)  # delivered, per topic
+        self._default = start.default  # the given cursor's watermark for other topics
+        self._floor: int | None = None  # where a later catch-up starts for quiet topics
+        self._takeover = takeover
+        self._owner = this_process()
+        self._taken_over: BaseException | None = None
+        self._handled: Notification | None = None  # delivered, its handling not recorded
         self._seen: OrderedDict[int, None] = OrderedDict()
         self._backlog: deque[Notification] = deque()
         # Catch-up is read in pages as it is handed out: the first notification comes at
         # once and memory stays bounded however much was retained.
-        self._catchup_base: int | None = None
+        self._catchup_cursor: Cursor | None = None
         self._catchup_page_after: int | None = None  # None: no catch-up in progress
-        self._connection: BrokerConnection | None = None
         self._pending_ack: ReceivedMessage | None = None
-        self._stop = threading.Event()
+        self._floor_pending = False
         self._subscriptions = self._plan_subscriptions()
 
     # -- setup --------------------------------------------------------------------------
@@ -221,18 +267,57 @@ class NotificationConsumer:
         return list(self._tables)
 
     @property
-    def cursor(self) -> int | None:
-        """The highest event id delivered so far (or the initial cursor)."""
-        return self._cursor
+    def cursor(self) -> Cursor:
+        """Where this consumer stands: per topic, the highest event id delivered."""
+        return Cursor(self._marks, self._default if self._default is not None else self._floor)
+
+    @property
+    def subscriber(self) -> str | None:
+        return self._subscriber
 
     def start(self) -> None:
-        """Connect, subscribe (waiting for each receipt), then catch up from the catalog.
+        """Claim the subscriber (if durable), connect, subscribe (waiting for each
+        receipt), then catch up from the catalog.
 
         Raises:
+            SubscriberInUseError: another live process consumes under the subscriber.
             BrokerError: the broker cannot be reached or refused the subscription.
         """
+        if self._subscriber is not None and self._heartbeat is None:
+            self._claim()
         self._connect_and_subscribe()
         self._catch_up()
+
+    def _claim(self) -> None:
+        assert self._subscriber is not None
+        info = self._catalog.subscriptions.claim(
+            self._subscriber, self._owner, takeover=self._takeover
+        )
+        stored = dict(info.watermarks)
+        self._floor = stored.pop(FLOOR_KEY, None)
+        self._marks = stored
+        logger.info(
+            "consumer subscriber=%s claimed by %s cursor=%s",
+            self._subscriber,
+            self._owner,
+            self.cursor,
+        )
+        self._heartbeat = threading.Thread(
+            target=self._beat, name=f"hcat-subscriber-{self._subscriber}", daemon=True
+        )
+        self._heartbeat.start()
+
+    def _beat(self) -> None:
+        assert self._subscriber is not None
+        while not self._stop.wait(SUBSCRIBER_TIMEOUT / 4):
+            try:
+                self._catalog.subscriptions.heartbeat(self._subscriber, self._owner)
+            except SubscriberTakenOverError as exc:
+                self._taken_over = exc
+                self._stop.set()
+                return
+            except HcatNotifyError as exc:  # the database hiccuped: beat again soon
+                logger.warning("consumer heartbeat failed subscriber=%s: %s", self._subscriber, exc)
 
     def _connect_and_subscribe(self) -> None:
         if self._connection is not None:
@@ -259,9 +344,17 @@ class NotificationConsumer:
 
     def _catch_up(self) -> None:
         # Only after the subscriptions are live (invariant 5).
-        self._catchup_base = self._cursor
+        cursor = self.cursor
+        if not cursor:
+            # No past: the unexpired dones, then live. A later catch-up (reconnect,
+            # restart) starts at what exists now for topics that stay quiet.
+            self._floor = self._catalog.last_event_id()
+            self._floor_pending = self._subscriber is not None
+            self._catchup_cursor = None
+        else:
+            self._catchup_cursor = cursor
         self._catchup_page_after = 0
-        logger.info("consumer catch-up after=%s", self._cursor)
+        logger.info("consumer catch-up after=%s", cursor or "retained dones")
         self._load_catch_up_page()
 
     def _load_catch_up_page(self) -> None:
@@ -269,7 +362,7 @@ class NotificationConsumer:
             return
         events = self._catalog.catch_up(
             list(self._tables),
-            after_event_id=self._catchup_base,
+            cursor=self._catchup_cursor,
             page_after=self._catchup_page_after,
             limit=CATCH_UP_PAGE,
         )
@@ -298,14 +391,30 @@ class NotificationConsumer:
     def _accept(self, notification: Notification) -> bool:
         if notification.table not in self._tables:
             return False  # a shared topic's other tables, if no selector filtered them
-        if self._start_cursor is not None and notification.event_id <= self._start_cursor:
-            return False  # processed before this consumer started
+        topic = notification.topic
+        mark = self._marks.get(topic, self._default)
+        if mark is not None and notification.event_id <= mark:
+            return False  # delivered before (this run, or before the cursor)
         if not self._is_new(notification):
             logger.debug("consumer dropped duplicate event=%d", notification.event_id)
             return False
-        if self._cursor is None or notification.event_id > self._cursor:
-            self._cursor = notification.event_id
+        self._marks[topic] = notification.event_id
         return True
+
+    def _record_handled(self) -> None:
+        """A durable subscriber's watermark moves once its handler returned."""
+        notification, self._handled = self._handled, None
+        if notification is None or self._subscriber is None:
+            return
+        self._catalog.subscriptions.advance(
+            self._subscriber, self._owner, {notification.topic: notification.event_id}
+        )
+
+    def _record_floor(self) -> None:
+        """The first catch-up is handled: a restart catches up by cursor from here on."""
+        if self._subscriber is None or self._floor is None:
+            return
+        self._catalog.subscriptions.advance(self._subscriber, self._owner, {FLOOR_KEY: self._floor})
 
     def _reconnect(self) -> None:
         backoff = Backoff()
@@ -332,6 +441,12 @@ class NotificationConsumer:
                 notification = self._backlog.popleft()
                 if self._accept(notification):
                     return notification
+            if self._floor_pending:
+                # Every catch-up notification was handled: from now on a restart of a
+                # durable subscriber catches up by cursor, from here.
+                self._floor_pending = False
+                self._record_handled()
+                self._record_floor()
             connection = self._connection
             if connection is None:
                 raise HcatNotifyError(
@@ -356,6 +471,7 @@ class NotificationConsumer:
         return None
 
     def _ack_current(self) -> None:
+        self._record_handled()
         message = self._pending_ack
         if message is not None and self._connection is not None:
             self._pending_ack = None
@@ -378,9 +494,13 @@ class NotificationConsumer:
             self._ack_current()
             if notification is None:
                 if timeout is not None:
-                    return
+                    break
                 continue
+            self._handled = notification
             yield notification
+        self._ack_current()
+        if self._taken_over is not None:
+            raise self._taken_over
 
     def run(
         self,
@@ -446,6 +566,7 @@ class NotificationConsumer:
             self._ack_current()
             if notification is None:
                 return False
+            self._handled = notification
             if (
                 notification.event_type is EventType.MARK_SET_DONE
                 and notification.table == name
@@ -457,6 +578,18 @@ class NotificationConsumer:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Disconnect; a durable subscriber records what was handled and gives its name
+        up, so a restart needs no takeover."""
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(10)
+            self._heartbeat = None
+            if self._taken_over is None and self._subscriber is not None:
+                try:
+                    self._record_handled()
+                    self._catalog.subscriptions.release(self._subscriber, self._owner)
+                except HcatNotifyError as exc:
+                    logger.warning("consumer could not release %s: %s", self._subscriber, exc)
         if self._connection is not None:
             self._connection.close()
             self._connection = None

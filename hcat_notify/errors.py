@@ -14,7 +14,9 @@ pydantic) are mapped to these at one boundary each and chained with ``from``.
     ├── TableExistsError            the table is already registered
     ├── PartitionExistsError        the partition is already registered
     ├── ConflictError               a compare-and-set update lost a race
-    │   └── ConcurrentWriteError    another write claims the same partitions
+    │   ├── ConcurrentWriteError    another write claims the same partitions
+    │   ├── SubscriberInUseError    another live process consumes under that name
+    │   └── SubscriberTakenOverError  another process took this subscriber name over
     ├── StoreError                  the catalog database failed
     │   └── StoreUnavailableError   the catalog database cannot be reached
     └── BrokerError                 the message broker failed
@@ -44,6 +46,8 @@ __all__ = [
     "PartitionExistsError",
     "StoreError",
     "StoreUnavailableError",
+    "SubscriberInUseError",
+    "SubscriberTakenOverError",
     "TableExistsError",
     "TableNotFoundError",
     "UnknownPartitionKeyError",
@@ -99,6 +103,14 @@ class ConcurrentWriteError(ConflictError):
     Of two jobs overwriting the same partition, the first to commit wins; run the
     other again if its data should still replace the winner's.
     """
+
+
+class SubscriberInUseError(ConflictError):
+    """Another live process consumes under this subscriber name (see ``--takeover``)."""
+
+
+class SubscriberTakenOverError(ConflictError):
+    """Another process took this subscriber name over; this consumer must stop."""
 
 
 class StoreError(HcatNotifyError):

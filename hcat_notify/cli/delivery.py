@@ -29,12 +29,20 @@ if TYPE_CHECKING:
     from hcat_notify.consumer import Notification
     from hcat_notify.relay import Relay, RelayStats
 
-__all__ = ["EXIT_CREDENTIALS", "EXIT_UNDELIVERABLE", "mark_done", "relay", "sweep", "wait", "watch"]
+__all__ = [
+    "EXIT_CREDENTIALS",
+    "EXIT_UNDELIVERABLE",
+    "mark_done",
+    "relay",
+    "subscribers",
+    "sweep",
+    "wait",
+    "watch",
+]
 
 _RELAY_DEFAULTS = RelayConfig()
 EXIT_UNDELIVERABLE = 3  # relay --once: some events were refused or parked
 EXIT_CREDENTIALS = 77  # the broker refused the login (sysexits' EX_NOPERM)
-MAX_EVENT_ID = 2**63 - 1  # the catalog's BIGINT
 
 
 @click.command("mark-done")
@@ -192,16 +200,21 @@ class _Stdout:
     """Prints notifications; when the reader goes away (``watch | head -1``) it calls
     ``on_closed`` once and prints nothing more."""
 
-    def __init__(self, as_json: bool, on_closed: Callable[[], None]) -> None:
+    def __init__(
+        self, as_json: bool, on_closed: Callable[[], None], cursor: Callable[[], object]
+    ) -> None:
         self.as_json = as_json
         self.on_closed = on_closed
+        self.cursor = cursor
         self.closed = False
 
     def show(self, notification: Notification) -> None:
         if self.closed:
             return
         if self.as_json:
-            line = json.dumps(notification.as_dict(), ensure_ascii=False, default=json_default)
+            # The cursor after this line: give it to --cursor to resume right after it.
+            data = {**notification.as_dict(), "cursor": str(self.cursor())}
+            line = json.dumps(data, ensure_ascii=False, default=json_default)
         else:
             line = (
                 f"{notification.event_id}\t{notification.event_type.value}\t"
@@ -219,7 +232,12 @@ class _Stdout:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line (as -o json).")
 @click.option("--max-messages", type=click.IntRange(min=1), help="Exit after this many.")
 @click.option("--timeout", type=SECONDS, help="Exit after this many idle seconds.")
-@click.option("--cursor", type=click.IntRange(0, MAX_EVENT_ID), help="Last event id already seen.")
+@click.option(
+    "--cursor",
+    help="Resume after this cursor (TOPIC:ID,... as --json prints it, or an event id).",
+)
+@click.option("--subscriber", help="A durable subscriber name: resume where it stopped.")
+@click.option("--takeover", is_flag=True, help="Take --subscriber over from a live process.")
 @output_option
 @click.pass_obj
 @handle_errors
@@ -229,13 +247,23 @@ def watch(
     as_json: bool,
     max_messages: int | None,
     timeout: float | None,
-    cursor: int | None,
+    cursor: str | None,
+    subscriber: str | None,
+    takeover: bool,
 ) -> None:
     """Print tables' notifications: retained and registered first, then live."""
     from hcat_notify.consumer import NotificationConsumer
 
-    with NotificationConsumer(list(names), settings=obj.settings, cursor=cursor) as consumer:
-        out = _Stdout(as_json or obj.output == "json", on_closed=consumer.stop)
+    with NotificationConsumer(
+        list(names),
+        settings=obj.settings,
+        cursor=cursor,
+        subscriber=subscriber,
+        takeover=takeover,
+    ) as consumer:
+        out = _Stdout(
+            as_json or obj.output == "json", on_closed=consumer.stop, cursor=lambda: consumer.cursor
+        )
         previous = signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
         try:
             consumer.run(out.show, max_messages=max_messages, timeout=timeout)
@@ -249,10 +277,19 @@ def watch(
 @click.argument("name", metavar="DB.TABLE")
 @click.argument("spec", nargs=-1, metavar="K=V...")
 @click.option("--timeout", type=SECONDS, default=3600.0, show_default=True)
+@click.option("--subscriber", help="A durable subscriber name to consume under.")
+@click.option("--takeover", is_flag=True, help="Take --subscriber over from a live process.")
 @output_option
 @click.pass_obj
 @handle_errors
-def wait(obj: CliContext, name: str, spec: tuple[str, ...], timeout: float) -> None:
+def wait(
+    obj: CliContext,
+    name: str,
+    spec: tuple[str, ...],
+    timeout: float,
+    subscriber: str | None,
+    takeover: bool,
+) -> None:
     """Exit 0 once a mark-set-done covers K=V... (at once if retained), 1 on timeout.
 
     A done already in the catalog answers without the broker; otherwise the command
@@ -269,7 +306,11 @@ def wait(obj: CliContext, name: str, spec: tuple[str, ...], timeout: float) -> N
         done = catalog.find_covering_done(table_info.name, wanted) is not None
         if not done:
             with NotificationConsumer(
-                [table_info.name], settings=obj.settings, catalog=catalog
+                [table_info.name],
+                settings=obj.settings,
+                catalog=catalog,
+                subscriber=subscriber,
+                takeover=takeover,
             ) as consumer:
                 done = consumer.wait_for_set_done(table_info.name, wanted, timeout)
     waited = time.monotonic() - started
@@ -301,3 +342,40 @@ def sweep(obj: CliContext, batch_size: int) -> None:
     with obj.catalog() as catalog:
         removed = catalog.sweep_expired(batch_size=batch_size)
     emit(obj, {"removed": removed}, lambda: f"removed {removed} expired retention row(s)")
+
+
+@click.command()
+@output_option
+@click.pass_obj
+@handle_errors
+def subscribers(obj: CliContext) -> None:
+    """Durable subscribers: who consumes under each name, watermarks, lag."""
+    with obj.catalog(write=False) as catalog:
+        found = catalog.subscriptions.every()
+        lags = {item.name: catalog.subscriptions.lag(item.cursor.watermarks) for item in found}
+    data = [
+        {
+            "subscriber": item.name,
+            "owner": item.owner,
+            "heartbeat_age_seconds": round(item.heartbeat_age, 3),
+            "cursor": str(item.cursor),
+            "watermarks": dict(item.cursor.watermarks),
+            "lag": lags[item.name],
+            "lag_total": sum(lags[item.name].values()),
+        }
+        for item in found
+    ]
+
+    def text() -> str:
+        if not data:
+            return "no durable subscribers"
+        lines = []
+        for item in data:
+            owner = item["owner"] or "nobody (stopped)"
+            lines.append(
+                f"{item['subscriber']}: {owner}, heartbeat {item['heartbeat_age_seconds']:.1f} s "
+                f"ago, {item['lag_total']} event(s) behind, cursor {item['cursor'] or '-'}"
+            )
+        return "\n".join(lines)
+
+    emit(obj, data, text)

@@ -48,6 +48,11 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
         "Exit 0 once a mark-set-done covers K=V..., 1 on timeout.",
     ),
     "sweep": ("hcat_notify.cli.delivery", "sweep", "Delete expired retention rows."),
+    "subscribers": (
+        "hcat_notify.cli.delivery",
+        "subscribers",
+        "Durable subscribers: owners, watermarks, lag.",
+    ),
     "db": ("hcat_notify.cli.admin", "db", "Manage the catalog database."),
     "broker": ("hcat_notify.cli.admin", "broker", "Check the message broker."),
 }

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from hcat_notify.config import Settings
 from hcat_notify.errors import InvalidInputError
+from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.wire import DEFAULT_TABLE_TYPE
@@ -39,6 +40,7 @@ from hcat_notify.store.records import (
     TableInfo,
     as_table_name,
 )
+from hcat_notify.store.subscriptions import Subscriptions
 from hcat_notify.store.tx import Tx, transaction
 
 __all__ = ["Catalog"]
@@ -433,6 +435,11 @@ class Catalog:
                 tx, in_buckets, after_event_id=after_event_id, limit=limit
             )
 
+    def last_event_id(self) -> int:
+        """The highest event id handed out so far (0 for a new catalog)."""
+        with self._transaction() as tx:
+            return tx.last_event_id()
+
     def outbox_backlog(self) -> tuple[int, datetime | None]:
         """(number of unpublished events, creation time of the oldest)."""
         with self._transaction() as tx:
@@ -447,25 +454,36 @@ class Catalog:
         self,
         tables: Sequence[TableName | str],
         *,
-        after_event_id: int | None = None,
+        cursor: Cursor | str | int | None = None,
         page_after: int = 0,
         limit: int | None = None,
     ) -> list[OutboxEvent]:
         """What a subscriber that starts now may have missed, as the events that said it.
 
-        Unexpired MARK_SET_DONE messages of the tables (after ``after_event_id`` if
-        given) and, when a cursor is given, the ADD_PARTITION messages of partitions
-        registered after it, in event-id order. Page through a large catch-up with
-        ``page_after`` (the last event id of the previous page) and ``limit``.
+        Without a cursor (a consumer with no past): the unexpired MARK_SET_DONE messages
+        of the tables. With one: every event of the tables after the watermark of its
+        topic (see :class:`~hcat_notify.model.cursor.Cursor`), in event-id order, of
+        every kind. Page through a large catch-up with ``page_after`` (the last event id
+        of the previous page) and ``limit``.
 
         Raises:
             TableNotFoundError: a table is not registered.
+            InvalidInputError: the cursor does not parse.
         """
         names = [as_table_name(table) for table in tables]
+        parsed = cursor if isinstance(cursor, Cursor) else Cursor.parse(cursor)
         with self._transaction() as tx:
-            table_ids = [tx.table_row(name).id for name in names]
+            rows = [tx.table_row(name) for name in names]
+            topics: dict[str, list[TableName]] = {}
+            for name, row in zip(names, rows, strict=True):
+                topics.setdefault(row.topic, []).append(name)
             return outbox.catch_up(
-                tx, table_ids, after_event_id=after_event_id, page_after=page_after, limit=limit
+                tx,
+                topics,
+                [row.id for row in rows],
+                cursor=parsed if parsed else None,
+                page_after=page_after,
+                limit=limit,
             )
 
     def record_refusal(self, event_id: int, reason: str, *, limit: int, actor: str) -> bool:
@@ -522,6 +540,11 @@ class Catalog:
         logger.info("outbox events %s dropped by %s: %s", list(event_ids), actor, reason or "")
 
     # -- the relay group ------------------------------------------------------------
+
+    @property
+    def subscriptions(self) -> Subscriptions:
+        """Durable subscribers: owners, heartbeats, watermarks per topic."""
+        return Subscriptions(self._transaction)
 
     @property
     def group(self) -> RelayGroup:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import func, or_, select, update
 
 from hcat_notify.errors import InvalidInputError
+from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.wire import Message, with_event_id
@@ -185,34 +186,45 @@ def last_published_by_topic(tx: Tx) -> dict[str, datetime]:
 
 def catch_up(
     tx: Tx,
+    topics: Mapping[str, Sequence[TableName]],
     table_ids: Sequence[int],
     *,
-    after_event_id: int | None,
+    cursor: Cursor | None,
     page_after: int,
     limit: int | None,
 ) -> list[OutboxEvent]:
-    """What a subscriber that starts now may have missed (see :meth:`Catalog.catch_up`)."""
-    cursor = max(after_event_id or 0, page_after)
-    # Two ordered index scans (retained dones; registered partitions) merged by event
-    # id: each page costs the same however much precedes it.
-    dones = (
-        select(*_OUTBOX_COLUMNS)
-        .join(RetentionRow, RetentionRow.event_id == OutboxRow.event_id)
-        .where(
-            RetentionRow.table_id.in_(table_ids),
-            RetentionRow.expires_at > tx.now,
-            RetentionRow.event_id > cursor,
-        )
-        .order_by(RetentionRow.event_id)
-    )
-    queries = [dones]
-    if after_event_id is not None:
+    """What a subscriber that starts now may have missed (see :meth:`Catalog.catch_up`).
+
+    Without a cursor: the tables' unexpired retained dones. With one: every event of the
+    tables after its topic's watermark, whatever its kind. Each source is an ordered
+    index scan (a topic's events by id; the retained dones by table and id), merged by
+    event id: a page costs the same however much precedes it.
+    """
+    queries = []
+    if cursor is None or not cursor:
         queries.append(
             select(*_OUTBOX_COLUMNS)
-            .join(PartitionRow, PartitionRow.event_id == OutboxRow.event_id)
-            .where(PartitionRow.table_id.in_(table_ids), PartitionRow.event_id > cursor)
-            .order_by(PartitionRow.event_id)
+            .join(RetentionRow, RetentionRow.event_id == OutboxRow.event_id)
+            .where(
+                RetentionRow.table_id.in_(list(table_ids)),
+                RetentionRow.expires_at > tx.now,
+                RetentionRow.event_id > page_after,
+            )
+            .order_by(RetentionRow.event_id)
         )
+    else:
+        for topic, names in topics.items():
+            mark = cursor.get(topic)
+            after = max(page_after, mark if mark is not None else 0)
+            queries.append(
+                select(*_OUTBOX_COLUMNS)
+                .where(
+                    OutboxRow.topic == topic,
+                    OutboxRow.event_id > after,
+                    OutboxRow.table_name.in_([str(name) for name in names]),
+                )
+                .order_by(OutboxRow.event_id)
+            )
     if limit is not None:
         queries = [query.limit(limit) for query in queries]
     streams = [[_outbox_event(row) for row in tx.session.execute(q)] for q in queries]

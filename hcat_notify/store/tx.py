@@ -99,6 +99,11 @@ class Tx:
         self.notify(OUTBOX_CHANNEL)
         return list(range(last - count + 1, last + 1))
 
+    def last_event_id(self) -> int:
+        """The highest event id handed out so far."""
+        row = self.session.get(EventCounterRow, 1)
+        return 0 if row is None else int(row.last_event_id)
+
     def notify(self, channel: str) -> None:
         """Wake the processes listening on ``channel`` when this transaction commits.
 

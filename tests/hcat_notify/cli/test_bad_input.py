@@ -119,7 +119,10 @@ def _one_line_error(code: int, err: str) -> None:
         (["wait", "web.t", "ds=1", "--timeout", "inf"], "positive, finite number of seconds"),
         (["wait", "web.t", "ds=1", "--timeout", "-1"], "positive, finite number of seconds"),
         (["watch", "web.t", "--timeout", "0"], "positive, finite number of seconds"),
-        (["watch", "web.t", "--cursor", "99999999999999999999999"], "--cursor"),
+        (["watch", "web.t", "--cursor", "99999999999999999999999"], "is too large"),
+        (["watch", "web.t", "--cursor", "hcat.web.t"], "expected TOPIC:EVENT_ID"),
+        (["watch", "web.t", "--cursor", "1", "--subscriber", "s"], "not both"),
+        (["watch", "web.t", "--subscriber", "a b"], "invalid subscriber name"),
         # click's own usage errors, one line too
         (
             [

@@ -1,0 +1,286 @@
+"""Durable subscribers (Hedwig's subscription data): who consumes under a name, and the
+highest event id it handled per topic.
+
+One process at a time owns a name. It claims it (refused while another owner is alive,
+unless taking over), heartbeats while it runs, and moves its watermarks after each
+handled notification; a write by an owner that was taken over changes nothing. Ages are
+judged by the database's clock.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from sqlalchemy import case, delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from hcat_notify.errors import InvalidInputError, SubscriberInUseError, SubscriberTakenOverError
+from hcat_notify.model.cursor import Cursor
+from hcat_notify.store.models import OutboxRow, SubscriberRow, SubscriberWatermarkRow
+from hcat_notify.store.tx import Tx
+
+__all__ = [
+    "FLOOR_KEY",
+    "SUBSCRIBER_TIMEOUT",
+    "SubscriberInfo",
+    "Subscriptions",
+    "this_process",
+    "validate_subscriber",
+]
+
+FLOOR_KEY = "*"
+"""The watermark of topics without one of their own (a cursor's default)."""
+
+SUBSCRIBER_TIMEOUT = 10.0
+"""Seconds without a heartbeat after which a subscriber's owner counts as gone."""
+MAX_NAME = 255
+
+
+@dataclass(frozen=True)
+class SubscriberInfo:
+    """A durable subscriber: its owner, heartbeat age (DB clock) and watermarks."""
+
+    name: str
+    owner: str | None
+    heartbeat_age: float
+    watermarks: Mapping[str, int]
+
+    @property
+    def cursor(self) -> Cursor:
+        """The watermarks as a cursor (the floor as its default)."""
+        marks = dict(self.watermarks)
+        return Cursor(marks, marks.pop(FLOOR_KEY, None))
+
+
+def validate_subscriber(name: str) -> str:
+    """``name`` if it is usable as a subscriber name.
+
+    Raises:
+        InvalidInputError: empty, too long, or with spaces or control characters.
+    """
+    if (
+        not isinstance(name, str)
+        or not name
+        or len(name) > MAX_NAME
+        or not name.isprintable()
+        or any(char.isspace() for char in name)
+    ):
+        raise InvalidInputError(
+            f"invalid subscriber name {name!r}: 1 to {MAX_NAME} printable characters, no spaces"
+        )
+    return name
+
+
+def this_process() -> str:
+    """``host:pid``, the owner id of a consumer in this process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _gone(owner: str | None, age: float, timeout: float) -> bool:
+    """Whether ``owner`` no longer consumes: silent too long, or a dead process here."""
+    if owner is None or age >= timeout:
+        return True
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True  # killed: a restart here need not wait for the timeout
+    except PermissionError:
+        return False
+    return False
+
+
+def _watermarks(tx: Tx, name: str) -> dict[str, int]:
+    rows = tx.session.execute(
+        select(SubscriberWatermarkRow.topic, SubscriberWatermarkRow.last_event_id).where(
+            SubscriberWatermarkRow.subscriber == name
+        )
+    )
+    return {row.topic: row.last_event_id for row in rows}
+
+
+def claim(tx: Tx, name: str, owner: str, *, takeover: bool, timeout: float) -> SubscriberInfo:
+    """Make ``owner`` the consumer of ``name`` (created if new); its watermarks.
+
+    Raises:
+        SubscriberInUseError: another owner is alive and ``takeover`` is False.
+    """
+    now = tx.clock()
+    row = tx.session.get(SubscriberRow, name)
+    if row is None:
+        tx.session.add(SubscriberRow(name=name, owner=owner, heartbeat_at=now, created_at=now))
+        tx.session.flush()
+        return SubscriberInfo(name, owner, 0.0, MappingProxyType({}))
+    age = max(0.0, now - row.heartbeat_at)
+    if row.owner != owner and not _gone(row.owner, age, timeout) and not takeover:
+        raise SubscriberInUseError(
+            f"subscriber {name} is in use by {row.owner} (heartbeat {age:.1f} s ago); "
+            "stop it, or take it over with --takeover"
+        )
+    changed = tx.session.execute(
+        update(SubscriberRow)
+        .where(SubscriberRow.name == name, SubscriberRow.version == row.version)
+        .values(owner=owner, heartbeat_at=now, version=row.version + 1)
+        .execution_options(synchronize_session=False)
+    )
+    if changed.rowcount == 0:  # type: ignore[attr-defined]
+        raise SubscriberInUseError(f"subscriber {name} was claimed concurrently; try again")
+    return SubscriberInfo(name, owner, 0.0, MappingProxyType(_watermarks(tx, name)))
+
+
+def _fence(tx: Tx, name: str, owner: str) -> None:
+    """Refresh the heartbeat, if ``owner`` still owns ``name``.
+
+    Raises:
+        SubscriberTakenOverError: another process owns it now.
+    """
+    kept = tx.session.execute(
+        update(SubscriberRow)
+        .where(SubscriberRow.name == name, SubscriberRow.owner == owner)
+        .values(heartbeat_at=tx.clock())
+    )
+    if kept.rowcount == 0:  # type: ignore[attr-defined]
+        current = tx.session.execute(
+            select(SubscriberRow.owner).where(SubscriberRow.name == name)
+        ).scalar_one_or_none()
+        raise SubscriberTakenOverError(
+            f"subscriber {name} was taken over by {current or 'nobody'}; this consumer stops"
+        )
+
+
+def advance(tx: Tx, name: str, owner: str, watermarks: Mapping[str, int]) -> None:
+    """Raise the watermarks of ``name`` (never lower them), fenced by its owner."""
+    _fence(tx, name, owner)
+    if not watermarks:
+        return
+    now = tx.clock()
+    dialect = postgresql if tx.dialect == "postgresql" else sqlite
+    statement = dialect.insert(SubscriberWatermarkRow).values(
+        [
+            {"subscriber": name, "topic": t, "last_event_id": i, "updated_at": now, "version": 1}
+            for t, i in watermarks.items()
+        ]
+    )
+    excluded = statement.excluded
+    statement = statement.on_conflict_do_update(
+        index_elements=[SubscriberWatermarkRow.subscriber, SubscriberWatermarkRow.topic],
+        set_={
+            "last_event_id": case(
+                (
+                    excluded.last_event_id > SubscriberWatermarkRow.last_event_id,
+                    excluded.last_event_id,
+                ),
+                else_=SubscriberWatermarkRow.last_event_id,
+            ),
+            "updated_at": excluded.updated_at,
+            "version": SubscriberWatermarkRow.version + 1,
+        },
+    )
+    tx.session.execute(statement)
+
+
+def release(tx: Tx, name: str, owner: str) -> None:
+    """Give the name up (a clean stop): the next claim needs no takeover."""
+    tx.session.execute(
+        update(SubscriberRow)
+        .where(SubscriberRow.name == name, SubscriberRow.owner == owner)
+        .values(owner=None)
+    )
+
+
+def subscribers(tx: Tx) -> list[SubscriberInfo]:
+    """Every durable subscriber with its watermarks."""
+    now = tx.clock()
+    marks: dict[str, dict[str, int]] = {}
+    for row in tx.session.execute(select(SubscriberWatermarkRow)).scalars():
+        marks.setdefault(row.subscriber, {})[row.topic] = row.last_event_id
+    return [
+        SubscriberInfo(
+            row.name,
+            row.owner,
+            max(0.0, now - row.heartbeat_at),
+            MappingProxyType(marks.get(row.name, {})),
+        )
+        for row in tx.session.scalars(select(SubscriberRow).order_by(SubscriberRow.name))
+    ]
+
+
+def lag(tx: Tx, watermarks: Mapping[str, int]) -> dict[str, int]:
+    """Events on each topic after its watermark: how far behind a subscriber is."""
+    result = {}
+    for topic, mark in watermarks.items():
+        result[topic] = int(
+            tx.session.execute(
+                select(func.count(OutboxRow.event_id)).where(
+                    OutboxRow.topic == topic, OutboxRow.event_id > mark
+                )
+            ).scalar_one()
+        )
+    return result
+
+
+def remove(tx: Tx, name: str) -> bool:
+    """Forget a subscriber and its watermarks; whether it existed."""
+    tx.session.execute(
+        delete(SubscriberWatermarkRow).where(SubscriberWatermarkRow.subscriber == name)
+    )
+    return bool(
+        tx.session.execute(delete(SubscriberRow).where(SubscriberRow.name == name)).rowcount  # type: ignore[attr-defined]
+    )
+
+
+class Subscriptions:
+    """Durable subscribers in the catalog (``catalog.subscriptions``); each call is one
+    transaction.
+
+    Args:
+        transaction: opens a :class:`Tx` of the catalog (``write=True`` for writers).
+    """
+
+    def __init__(self, transaction: Callable[..., AbstractContextManager[Tx]]) -> None:
+        self._transaction = transaction
+
+    def claim(
+        self, name: str, owner: str, *, takeover: bool = False, timeout: float = SUBSCRIBER_TIMEOUT
+    ) -> SubscriberInfo:
+        """Own ``name`` (refused while another owner lives, unless ``takeover``)."""
+        validate_subscriber(name)
+        with self._transaction(write=True) as tx:
+            return claim(tx, name, owner, takeover=takeover, timeout=timeout)
+
+    def heartbeat(self, name: str, owner: str) -> None:
+        """Still consuming (raises SubscriberTakenOverError if no longer the owner)."""
+        with self._transaction(write=True) as tx:
+            _fence(tx, name, owner)
+
+    def advance(self, name: str, owner: str, watermarks: Mapping[str, int]) -> None:
+        """Raise watermarks after handled notifications, fenced by the owner."""
+        with self._transaction(write=True) as tx:
+            advance(tx, name, owner, watermarks)
+
+    def release(self, name: str, owner: str) -> None:
+        """Give the name up."""
+        with self._transaction(write=True) as tx:
+            release(tx, name, owner)
+
+    def every(self) -> list[SubscriberInfo]:
+        """Every durable subscriber."""
+        with self._transaction() as tx:
+            return subscribers(tx)
+
+    def lag(self, watermarks: Mapping[str, int]) -> dict[str, int]:
+        """Events after each topic's watermark."""
+        with self._transaction() as tx:
+            return lag(tx, watermarks)
+
+    def remove(self, names: Sequence[str]) -> list[str]:
+        """Forget subscribers; the ones that existed."""
+        with self._transaction(write=True) as tx:
+            return [name for name in names if remove(tx, name)]
