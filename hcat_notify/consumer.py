@@ -26,7 +26,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from hcat_notify.broker.backoff import Backoff
 from hcat_notify.broker.connection import BrokerConnection, ReceivedMessage, consumer_connection
@@ -50,7 +50,7 @@ from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import destination_for
 from hcat_notify.store.catalog import Catalog
-from hcat_notify.store.records import OutboxEvent, TableInfo
+from hcat_notify.store.records import OutboxEvent, RetainedDone, TableInfo
 from hcat_notify.store.subscriptions import (
     FLOOR_KEY,
     SUBSCRIBER_TIMEOUT,
@@ -146,6 +146,32 @@ def _from_message(message: ReceivedMessage) -> Notification | None:
         return None
 
 
+class CatalogReader(Protocol):
+    """What a consumer reads of the catalog: :class:`~hcat_notify.store.Catalog` (the
+    database) or a client of the HTTP API. Durable subscribers need the database."""
+
+    def get_table(self, table: TableName | str) -> TableInfo: ...
+
+    def list_tables(self, db: str | None = None) -> list[TableInfo]: ...
+
+    def catch_up(
+        self,
+        tables: Sequence[TableName | str],
+        *,
+        cursor: Cursor | str | int | None = None,
+        page_after: int = 0,
+        limit: int | None = None,
+    ) -> list[OutboxEvent]: ...
+
+    def find_covering_done(
+        self, table: TableName | str, spec: PartitionSpec | Mapping[str, str | None]
+    ) -> RetainedDone | None: ...
+
+    def last_event_id(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class _Subscription:
     topic: str
@@ -174,7 +200,8 @@ class NotificationConsumer:
             moved after each handled notification; a restart resumes there. Another
             live process under the same name is refused (see ``takeover``).
         takeover: take ``subscriber`` over from a live owner (which then stops).
-        catalog: an open catalog (default: opened from ``settings``).
+        catalog: where to read tables and catch up: an open :class:`Catalog` or another
+            :class:`CatalogReader` (default: the catalog of ``settings``).
         connection_factory: builds the unconnected consumer connection.
         on_error: called with (notification, exception) when a handler raises.
 
@@ -194,7 +221,7 @@ class NotificationConsumer:
         cursor: Cursor | str | int | None = None,
         subscriber: str | None = None,
         takeover: bool = False,
-        catalog: Catalog | None = None,
+        catalog: CatalogReader | None = None,
         connection_factory: Callable[[Settings], BrokerConnection] = consumer_connection,
         on_error: Callable[[Notification, BaseException], None] | None = None,
     ) -> None:
@@ -207,13 +234,18 @@ class NotificationConsumer:
             )
         if subscriber is not None:
             validate_subscriber(subscriber)
+            if catalog is not None and not isinstance(catalog, Catalog):
+                raise InvalidInputError(
+                    "a durable subscriber keeps its watermarks in the catalog database: "
+                    "it needs database access, not only the HTTP API"
+                )
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._connection: BrokerConnection | None = None
         self._subscriber = subscriber
         self._settings = settings or load_settings()
         self._own_catalog = catalog is None
-        self._catalog = catalog or Catalog.open(self._settings)
+        self._catalog: CatalogReader = catalog or Catalog.open(self._settings)
         self._factory = connection_factory
         self._on_error = on_error
         names = [t if isinstance(t, TableName) else TableName.parse(t) for t in tables]
@@ -275,6 +307,10 @@ class NotificationConsumer:
     def subscriber(self) -> str | None:
         return self._subscriber
 
+    def _database(self) -> Catalog:
+        assert isinstance(self._catalog, Catalog)  # checked for durable subscribers
+        return self._catalog
+
     def start(self) -> None:
         """Claim the subscriber (if durable), connect, subscribe (waiting for each
         receipt), then catch up from the catalog.
@@ -290,7 +326,7 @@ class NotificationConsumer:
 
     def _claim(self) -> None:
         assert self._subscriber is not None
-        info = self._catalog.subscriptions.claim(
+        info = self._database().subscriptions.claim(
             self._subscriber, self._owner, takeover=self._takeover
         )
         stored = dict(info.watermarks)
@@ -311,7 +347,7 @@ class NotificationConsumer:
         assert self._subscriber is not None
         while not self._stop.wait(SUBSCRIBER_TIMEOUT / 4):
             try:
-                self._catalog.subscriptions.heartbeat(self._subscriber, self._owner)
+                self._database().subscriptions.heartbeat(self._subscriber, self._owner)
             except SubscriberTakenOverError as exc:
                 self._taken_over = exc
                 self._stop.set()
@@ -406,7 +442,7 @@ class NotificationConsumer:
         notification, self._handled = self._handled, None
         if notification is None or self._subscriber is None:
             return
-        self._catalog.subscriptions.advance(
+        self._database().subscriptions.advance(
             self._subscriber, self._owner, {notification.topic: notification.event_id}
         )
 
@@ -414,7 +450,9 @@ class NotificationConsumer:
         """The first catch-up is handled: a restart catches up by cursor from here on."""
         if self._subscriber is None or self._floor is None:
             return
-        self._catalog.subscriptions.advance(self._subscriber, self._owner, {FLOOR_KEY: self._floor})
+        self._database().subscriptions.advance(
+            self._subscriber, self._owner, {FLOOR_KEY: self._floor}
+        )
 
     def _reconnect(self) -> None:
         backoff = Backoff()
@@ -587,7 +625,7 @@ class NotificationConsumer:
             if self._taken_over is None and self._subscriber is not None:
                 try:
                     self._record_handled()
-                    self._catalog.subscriptions.release(self._subscriber, self._owner)
+                    self._database().subscriptions.release(self._subscriber, self._owner)
                 except HcatNotifyError as exc:
                     logger.warning("consumer could not release %s: %s", self._subscriber, exc)
         if self._connection is not None:
