@@ -81,6 +81,11 @@ class Membership:
         self._controller: _Controller | None = None
         self.before_assign: Callable[[], None] | None = None  # a test hook
         self.error: BaseException | None = None
+        self.refreshed_at = 0.0  # monotonic time ownership was last read
+
+    def refresh(self) -> None:
+        """Read this member's buckets now (the publisher, after a long silence)."""
+        self._refresh()
 
     # -- what the publisher asks ---------------------------------------------------------
 
@@ -187,6 +192,7 @@ class Membership:
 
     def _refresh(self) -> None:
         owned = self._catalog.group.owned(self.member_id)
+        self.refreshed_at = time.monotonic()
         with self._lock:
             before = self._owned
             if owned == before:

@@ -357,6 +357,10 @@ class Relay:
 
     def _publish_next_batch(self) -> tuple[int, int]:
         """One batch: (events handled, events published)."""
+        if time.monotonic() - self._member.refreshed_at > 2 * self._config.heartbeat_interval:
+            # The membership thread has not read our buckets lately (this process was
+            # paused, or the database slow): read them before sending anything more.
+            self._member.refresh()
         self._sync_ownership()
         if not self._owned:
             return 0, 0

@@ -1,0 +1,373 @@
+"""The relay group under failure: kill -9, SIGSTOP (a zombie), SIGTERM handoffs, a
+deposed controller, writers committing out of order; real relay processes, real broker,
+SQLite and PostgreSQL (issue 9)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import signal
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import create_engine, insert, update
+
+from hcat_notify.broker import consumer_connection
+from hcat_notify.config import Settings
+from hcat_notify.consumer import NotificationConsumer
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
+from hcat_notify.model.wire import build_mark_set_done
+from hcat_notify.store import Catalog, TableInfo
+from hcat_notify.store.models import EventCounterRow, OutboxRow, RetentionRow
+from tests.integration.delivery import CliProcess, running_relay
+
+pytestmark = pytest.mark.integration
+
+TOPICS = 300
+BATCH = 50
+SESSION = 2.0  # seconds; the relays' session timeout in these tests
+RELAY_ARGS = (
+    "relay",
+    "--batch-size",
+    str(BATCH),
+    "--session-timeout",
+    str(SESSION),
+    "--heartbeat-interval",
+    "0.5",
+    "--min-move-interval",
+    "3",
+)
+
+
+class WireRecorder:
+    """A plain subscriber on every topic of a database (a wildcard subscription)."""
+
+    def __init__(self, settings: Settings, db: str) -> None:
+        self.connection = consumer_connection(settings)
+        self.connection.connect()
+        self.connection.subscribe(f"/topic/hcat.{db}.>", "wire")
+        self.seen: list[tuple[str, int]] = []  # (topic, event id) in arrival order
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            message = self.connection.receive(timeout=0.2)
+            if message is not None:
+                topic = message.destination.removeprefix("/topic/")
+                self.seen.append((topic, int(message.headers["HCAT_EVENT_ID"])))
+
+    def wait_for(self, ids: set[int], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not ids <= {i for _, i in self.seen} and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.connection.close()
+
+
+class Writers:
+    """Writers adding dones to random tables throughout, ~40 per second."""
+
+    def __init__(self, catalog: Catalog, tables: list[TableInfo]) -> None:
+        self._catalog = catalog
+        self._tables = tables
+        self._stop = threading.Event()
+        self.ids: list[int] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        rng = random.Random(7)
+        n = 0
+        while not self._stop.wait(0.025):
+            table = rng.choice(self._tables)
+            self.ids.append(self._catalog.mark_set_done(table.name, {"ds": str(n)}))
+            n += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+class Group:
+    """Relay processes, addressed by member id."""
+
+    def __init__(self, settings: Settings, catalog: Catalog) -> None:
+        self._settings = settings
+        self._catalog = catalog
+        self.processes: dict[str, CliProcess] = {}
+        self.failovers = 0
+        self._count = 0
+
+    def start(self) -> str:
+        self._count += 1
+        member = f"r{self._count}"
+        self.processes[member] = CliProcess(
+            self._settings, "-v", *RELAY_ARGS, "--member-id", member
+        )
+        return member
+
+    def owners(self) -> Counter[str]:
+        return Counter(b.owner for b in self._catalog.group.buckets() if b.owner is not None)
+
+    def wait_settled(self, timeout: float = 20.0) -> None:
+        """Every running process joined, every bucket owned by a running member."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            buckets = self._catalog.group.buckets()
+            running = {m for m, p in self.processes.items() if p.proc.poll() is None}
+            joined = {m.member_id for m in self._catalog.group.members()}
+            if running <= joined and all(b.owner in running for b in buckets):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"buckets not settled: {self.owners()} running {list(self.processes)}")
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            if process.proc.poll() is None:
+                process.proc.send_signal(signal.SIGTERM)
+        for member, process in self.processes.items():
+            code, err = process.finish(timeout=60)
+            assert code in (0, -signal.SIGKILL), f"{member} exited {code}: {err[-2000:]}"
+
+
+@contextmanager
+def group_of_relays(settings: Settings, catalog: Catalog, count: int) -> Iterator[Group]:
+    group = Group(settings, catalog)
+    try:
+        for _ in range(count):
+            group.start()
+        group.wait_settled()
+        yield group
+    finally:
+        for process in group.processes.values():
+            if process.proc.poll() is None:
+                process.proc.kill()
+
+
+def _check_the_wire(wire: WireRecorder, ids: list[int], failovers: int) -> None:
+    arrived = [i for _, i in wire.seen]
+    assert set(ids) <= set(arrived), f"lost: {sorted(set(ids) - set(arrived))[:20]}"
+    first: dict[str, list[int]] = {}
+    seen: set[int] = set()
+    for topic, event_id in wire.seen:
+        if event_id not in seen:
+            seen.add(event_id)
+            first.setdefault(topic, []).append(event_id)
+    for topic, order in first.items():
+        assert order == sorted(order), f"{topic}: first deliveries out of order {order}"
+    duplicates = len(arrived) - len(set(arrived))
+    assert duplicates <= failovers * BATCH, (duplicates, failovers)
+
+
+def test_kill_stop_and_handoff_lose_nothing_and_keep_order(
+    delivery_settings: Settings, delivery_catalog: Catalog
+):
+    db = f"g{uuid.uuid4().hex[:8]}"
+    tables = [
+        delivery_catalog.create_table(f"{db}.t{n:03d}", location=f"/g/{n}", partition_keys=["ds"])
+        for n in range(TOPICS)
+    ]
+    wire = WireRecorder(delivery_settings, db)
+    consumer = NotificationConsumer([t.name for t in tables], settings=delivery_settings)
+    consumer.start()
+    delivered: list[int] = []
+    reader = threading.Thread(
+        target=lambda: delivered.extend(n.event_id for n in consumer.notifications(timeout=15)),
+        daemon=True,
+    )
+    reader.start()
+    writers = Writers(delivery_catalog, tables)
+    try:
+        with group_of_relays(delivery_settings, delivery_catalog, 3) as group:
+            # kill -9 the member owning the most buckets, ten times, restarting it each time
+            for _ in range(10):
+                victim, _count = group.owners().most_common(1)[0]
+                group.processes[victim].proc.send_signal(signal.SIGKILL)
+                group.processes[victim].finish(timeout=30)
+                group.failovers += 1
+                group.start()
+                group.wait_settled()
+            # a zombie: SIGSTOP one member for twice the session timeout, then SIGCONT
+            zombie = group.owners().most_common(1)[0][0]
+            had = {b.bucket for b in delivery_catalog.group.buckets() if b.owner == zombie}
+            process = group.processes[zombie]
+            process.proc.send_signal(signal.SIGSTOP)
+            time.sleep(2 * SESSION)
+            stolen = delivery_catalog.group.buckets()
+            assert all(stolen[b].owner != zombie for b in had)  # moved while it slept
+            continued = len(process.stderr)
+            process.proc.send_signal(signal.SIGCONT)
+            group.failovers += 1
+            time.sleep(SESSION)
+            _assert_stopped_within_one_batch(process.stderr[continued:])
+            group.wait_settled()
+            # SIGTERM handoffs
+            for _ in range(2):
+                leaving = group.owners().most_common(1)[0][0]
+                group.processes[leaving].proc.send_signal(signal.SIGTERM)
+                code, err = group.processes[leaving].finish(timeout=30)
+                assert code == 0, err[-2000:]
+                group.failovers += 1
+                group.start()
+                group.wait_settled()
+            writers.stop()
+            wire.wait_for(set(writers.ids), timeout=60)
+            group.stop_all()
+        reader.join(60)
+    finally:
+        writers.stop()
+        wire.close()
+        consumer.close()
+    assert len(writers.ids) > 500
+    _check_the_wire(wire, writers.ids, group.failovers)
+    assert sorted(delivered) == sorted(writers.ids)  # each once after the consumer's dedupe
+    assert len(delivered) == len(set(delivered))
+
+
+def _assert_stopped_within_one_batch(log_after_sigcont: str) -> None:
+    """After SIGCONT the zombie publishes at most one batch before it learns it lost its
+    buckets (fenced progress, or the ownership it reads back)."""
+    lines = log_after_sigcont.splitlines()
+    stop_at = next(
+        (
+            i
+            for i, line in enumerate(lines)
+            if re.search(r"bucket lost|buckets given up|controller deposed", line)
+        ),
+        len(lines),
+    )
+    batches = [line for line in lines[:stop_at] if "relay batch published" in line]
+    assert len(batches) <= 1, lines[: stop_at + 1]
+    assert stop_at < len(lines), "the zombie never noticed: " + "\n".join(lines[-20:])
+
+
+def test_a_deposed_controllers_assignment_changes_nothing(
+    delivery_settings: Settings, delivery_catalog: Catalog, caplog: pytest.LogCaptureFixture
+):
+    """The controller pauses between planning and writing; meanwhile it is deposed (its
+    lease expires, another member takes over): its write is refused."""
+    release = threading.Event()
+    paused = threading.Event()
+    quick = {"session_timeout": SESSION, "heartbeat_interval": 0.5, "min_move_interval": 0.5}
+    with running_relay(delivery_settings, member_id="a", **quick) as first:
+        deadline = time.monotonic() + 20
+        while len(delivery_catalog.group.owned("a")) < DEFAULT_BUCKETS:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+        def hook() -> None:  # runs in a's membership thread, before its write
+            paused.set()
+            release.wait(30)
+
+        first.membership.before_assign = hook
+        with (
+            caplog.at_level(logging.INFO, logger="hcat_notify.relay.member"),
+            running_relay(delivery_settings, member_id="b", **quick),
+        ):
+            assert paused.wait(20), "a never planned to give b buckets"
+            deadline = time.monotonic() + 20
+            while len(delivery_catalog.group.owned("b")) < DEFAULT_BUCKETS:
+                assert time.monotonic() < deadline, "b did not take over from the paused a"
+                time.sleep(0.05)
+            epoch = delivery_catalog.group.info().controller_epoch
+            first.membership.before_assign = None
+            release.set()
+            deadline = time.monotonic() + 10
+            while "deposed before its assignment member=a" not in caplog.text:
+                assert time.monotonic() < deadline, caplog.text[-3000:]
+                time.sleep(0.05)
+            # a's planned moves were refused: b still owns everything it took
+            assert len(delivery_catalog.group.owned("b")) == DEFAULT_BUCKETS
+            assert delivery_catalog.group.info().controller_epoch >= epoch
+
+
+def test_writers_committing_out_of_order_skip_nothing(
+    delivery_settings: Settings, delivery_catalog: Catalog, clicks: TableInfo
+):
+    """A writer holds its transaction (its event id taken) open for 5 s while another
+    writes: the relay and the consumer skip neither event."""
+    engine = create_engine(delivery_settings.database_url)
+    message = build_mark_set_done(
+        event_id=0,
+        table=clicks.name,
+        topic=clicks.topic,
+        spec=PartitionSpec.from_mapping({"datestamp": "slow"}),
+        timestamp=int(time.time()),
+    )
+    second: list[int] = []
+    with (
+        running_relay(delivery_settings),
+        NotificationConsumer([clicks.name], settings=delivery_settings) as consumer,
+    ):
+        first = delivery_catalog.mark_set_done(clicks.name, {"datestamp": "0"})
+        with engine.begin() as connection:  # the slow writer
+            held = connection.execute(
+                update(EventCounterRow)
+                .values(last_event_id=EventCounterRow.last_event_id + 1)
+                .returning(EventCounterRow.last_event_id)
+            ).scalar_one()
+            now = datetime.now(UTC)
+            connection.execute(
+                insert(OutboxRow).values(
+                    event_id=held,
+                    topic=clicks.topic,
+                    bucket=topic_bucket(clicks.topic, DEFAULT_BUCKETS),
+                    event_type="MARK_SET_DONE",
+                    table_name=str(clicks.name),
+                    headers={**message.headers, "HCAT_EVENT_ID": str(held)},
+                    body=message.body.replace('"eventId":0', f'"eventId":{held}'),
+                    created_at=now,
+                    attempts=0,
+                )
+            )
+            connection.execute(
+                insert(RetentionRow).values(
+                    event_id=held,
+                    table_id=_table_id(connection, clicks),
+                    spec="datestamp=slow",
+                    spec_json={"datestamp": "slow"},
+                    created_at=now,
+                    expires_at=now.replace(year=now.year + 1),
+                )
+            )
+            # the fast writer, meanwhile: its id comes after the held one
+            fast = threading.Thread(
+                target=lambda: second.append(
+                    delivery_catalog.mark_set_done(clicks.name, {"datestamp": "fast"})
+                )
+            )
+            fast.start()
+            time.sleep(5)
+        fast.join(60)
+        got = [n.event_id for n in consumer.notifications(timeout=5)]
+    engine.dispose()
+    assert held > first
+    assert second[0] > held
+    assert got == [first, held, second[0]]  # nothing skipped, in order
+
+
+def _table_id(connection, table: TableInfo) -> int:
+    from sqlalchemy import select
+
+    from hcat_notify.store.models import TableRow
+
+    return int(
+        connection.execute(
+            select(TableRow.id).where(
+                TableRow.db_name == table.name.db, TableRow.table_name == table.name.table
+            )
+        ).scalar_one()
+    )
