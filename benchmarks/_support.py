@@ -22,15 +22,27 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import stomp
+from sqlalchemy import Engine, create_engine, delete, insert, select, update
 
 from hcat_notify.config import Settings, load_settings
-from hcat_notify.store import Catalog
+from hcat_notify.model.names import TableName
+from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
+from hcat_notify.model.wire import build_mark_set_done
+from hcat_notify.store import Catalog, TableInfo
+from hcat_notify.store.models import (
+    EventCounterRow,
+    OutboxRow,
+    RetentionRow,
+    TableRow,
+    TopicProgressRow,
+)
 
 REPO_DIR = Path(__file__).resolve().parents[1]
 BROKER_SCRIPT = REPO_DIR / "deploy" / "local" / "activemq.sh"
@@ -202,6 +214,118 @@ def make_settings(home: Path, broker_url: str, db_url: str | None) -> Settings:
         server_name="bench.local",
         broker_timeout=30.0,
     )
+
+
+CHUNK = 2_000
+
+
+def allocate_ids(conn: Any, count: int) -> int:
+    """Take ``count`` event ids from the counter, as Catalog does; return the first."""
+    last = conn.execute(
+        update(EventCounterRow)
+        .where(EventCounterRow.id == 1)
+        .values(last_event_id=EventCounterRow.last_event_id + count)
+        .returning(EventCounterRow.last_event_id)
+    ).scalar_one()
+    return int(last) - count + 1
+
+
+def table_id(engine: Engine, name: str) -> int:
+    parsed = TableName.parse(name)
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                select(TableRow.id).where(
+                    TableRow.db_name == parsed.db, TableRow.table_name == parsed.table
+                )
+            ).scalar_one()
+        )
+
+
+def insert_chunks(conn: Any, table: Any, rows: Iterator[dict[str, Any]]) -> int:
+    total = 0
+    chunk: list[dict[str, Any]] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= CHUNK:
+            conn.execute(insert(table), chunk)
+            total += len(chunk)
+            chunk = []
+    if chunk:
+        conn.execute(insert(table), chunk)
+        total += len(chunk)
+    return total
+
+
+def bulk_dones(
+    url: str,
+    info: TableInfo,
+    specs: Iterable[Mapping[str, str]],
+    *,
+    published: bool,
+    buckets: int = DEFAULT_BUCKETS,
+) -> list[int]:
+    """Retained dones of one table, with their outbox events, as mark_set_done writes
+    them but in one transaction (setup, not timed); ``published`` records the topic's
+    progress past them. Returns the event ids."""
+    engine = create_engine(url)
+    tid = table_id(engine, str(info.name))
+    now = datetime.now(UTC)
+    bucket = topic_bucket(info.topic, buckets)
+    wanted = [info.spec(spec, partial=True).sorted() for spec in specs]
+    try:
+        with engine.begin() as conn:
+            first = allocate_ids(conn, len(wanted))
+            ids = list(range(first, first + len(wanted)))
+
+            def retention() -> Iterator[dict[str, Any]]:
+                for event_id, spec in zip(ids, wanted, strict=True):
+                    yield {
+                        "event_id": event_id,
+                        "table_id": tid,
+                        "spec": spec.to_path(),
+                        "spec_json": spec.as_dict(),
+                        "created_at": now,
+                        "expires_at": now + info.retention,
+                    }
+
+            def outbox() -> Iterator[dict[str, Any]]:
+                for event_id, spec in zip(ids, wanted, strict=True):
+                    message = build_mark_set_done(
+                        event_id=event_id,
+                        table=info.name,
+                        topic=info.topic,
+                        spec=spec,
+                        timestamp=int(now.timestamp()),
+                    )
+                    yield {
+                        "event_id": event_id,
+                        "topic": message.topic,
+                        "bucket": bucket,
+                        "event_type": message.event_type.value,
+                        "table_name": str(info.name),
+                        "headers": dict(message.headers),
+                        "body": message.body,
+                        "created_at": now,
+                        "attempts": 0,
+                    }
+
+            insert_chunks(conn, RetentionRow.__table__, retention())
+            insert_chunks(conn, OutboxRow.__table__, outbox())
+            if published and ids:
+                conn.execute(delete(TopicProgressRow).where(TopicProgressRow.topic == info.topic))
+                conn.execute(
+                    insert(TopicProgressRow).values(
+                        topic=info.topic,
+                        bucket=bucket,
+                        last_event_id=ids[-1],
+                        epoch=0,
+                        updated_at=now.timestamp(),
+                    )
+                )
+        return ids
+    finally:
+        engine.dispose()
 
 
 def unique_table(prefix: str) -> str:

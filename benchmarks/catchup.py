@@ -28,25 +28,27 @@ from typing import Any
 from _support import (
     BenchEnv,
     Row,
+    allocate_ids,
     bench_env,
+    bulk_dones,
     create_table,
     footer,
     header,
+    insert_chunks,
     log,
     parser,
     percentiles,
     print_table,
     run_main,
+    table_id,
     unique_table,
 )
-from sqlalchemy import Engine, create_engine, insert, select, update
+from sqlalchemy import create_engine
 
 from hcat_notify.consumer import CATCH_UP_PAGE, NotificationConsumer
-from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.model.wire import build_mark_set_done
 from hcat_notify.store import Catalog
-from hcat_notify.store.models import EventCounterRow, OutboxRow, RetentionRow, TableRow
+from hcat_notify.store.models import RetentionRow
 
 TARGET_CATCHUP_S = 5.0
 TARGET_LOOKUP_P99_MS = 10.0
@@ -62,99 +64,16 @@ def region(index: int) -> str:
     return f"region{index:04d}"
 
 
-def allocate_ids(conn: Any, count: int) -> int:
-    """Take ``count`` event ids from the counter, as Catalog does; return the first."""
-    last = conn.execute(
-        update(EventCounterRow)
-        .where(EventCounterRow.id == 1)
-        .values(last_event_id=EventCounterRow.last_event_id + count)
-        .returning(EventCounterRow.last_event_id)
-    ).scalar_one()
-    return int(last) - count + 1
-
-
-def table_id(engine: Engine, name: str) -> int:
-    parsed = TableName.parse(name)
-    with engine.connect() as conn:
-        return int(
-            conn.execute(
-                select(TableRow.id).where(
-                    TableRow.db_name == parsed.db, TableRow.table_name == parsed.table
-                )
-            ).scalar_one()
-        )
-
-
-def insert_chunks(conn: Any, table: Any, rows: Iterator[dict[str, Any]]) -> int:
-    total = 0
-    chunk: list[dict[str, Any]] = []
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) >= CHUNK:
-            conn.execute(insert(table), chunk)
-            total += len(chunk)
-            chunk = []
-    if chunk:
-        conn.execute(insert(table), chunk)
-        total += len(chunk)
-    return total
-
-
-# --------------------------------------------------------------------------- (a) catch-up
-
-
 def bulk_dones_with_outbox(env: BenchEnv, catalog: Catalog, name: str, count: int) -> None:
-    """``count`` retained dones of ``name``, written the way Catalog.mark_set_done does."""
+    """``count`` retained dones of ``name``, written the way Catalog.mark_set_done does,
+    and published long ago."""
     info = catalog.get_table(name)
-    engine = create_engine(env.settings.database_url)
-    tid = table_id(engine, name)
-    now = datetime.now(UTC)
-    expires = now + info.retention
     regions = 1_000
-    try:
-        with engine.begin() as conn:
-            first = allocate_ids(conn, count)
-            retention: list[dict[str, Any]] = []
-            outbox: list[dict[str, Any]] = []
-            for offset in range(count):
-                event_id = first + offset
-                spec = info.spec(
-                    {"datestamp": day(offset // regions), "region": region(offset % regions)},
-                    partial=True,
-                ).sorted()
-                message = build_mark_set_done(
-                    event_id=event_id,
-                    table=info.name,
-                    topic=info.topic,
-                    spec=spec,
-                    timestamp=int(now.timestamp()),
-                )
-                retention.append(
-                    {
-                        "event_id": event_id,
-                        "table_id": tid,
-                        "spec": spec.to_path(),
-                        "spec_json": spec.as_dict(),
-                        "created_at": now,
-                        "expires_at": expires,
-                    }
-                )
-                outbox.append(
-                    {
-                        "event_id": event_id,
-                        "topic": message.topic,
-                        "event_type": message.event_type.value,
-                        "table_name": str(info.name),
-                        "headers": dict(message.headers),
-                        "body": message.body,
-                        "created_at": now,
-                        "published_at": now,  # relayed long ago
-                    }
-                )
-            insert_chunks(conn, RetentionRow.__table__, iter(retention))
-            insert_chunks(conn, OutboxRow.__table__, iter(outbox))
-    finally:
-        engine.dispose()
+    specs = (
+        {"datestamp": day(offset // regions), "region": region(offset % regions)}
+        for offset in range(count)
+    )
+    bulk_dones(env.settings.database_url, info, specs, published=True)
 
 
 def sqlite_time(value: datetime) -> str:
@@ -165,8 +84,8 @@ def sqlite_time(value: datetime) -> str:
 def raw_catchup_select(env: BenchEnv, tid: int) -> tuple[float, int]:
     """The floor: fetch the same outbox rows with one plain SELECT (no decoding)."""
     sql = (
-        "SELECT event_id, topic, event_type, table_name, headers, body, created_at,"
-        " published_at FROM hcat_outbox WHERE event_id IN (SELECT event_id FROM"
+        "SELECT event_id, topic, bucket, event_type, table_name, headers, body, created_at"
+        " FROM hcat_outbox WHERE event_id IN (SELECT event_id FROM"
         " hcat_mark_set_done WHERE table_id = {p} AND expires_at > {p} AND event_id > 0)"
         " ORDER BY event_id"
     )
@@ -275,7 +194,7 @@ def table_id_from_catalog(env: BenchEnv, name: str) -> int:
 # --------------------------------------------------------------------------- (b) lookups
 
 
-def bulk_dones(env: BenchEnv, name: str, days: int, regions: int, day_level: int) -> int:
+def bulk_lookup_dones(env: BenchEnv, name: str, days: int, regions: int, day_level: int) -> int:
     """days x regions full-spec dones plus ``day_level`` datestamp-only dones."""
     engine = create_engine(env.settings.database_url)
     tid = table_id(engine, name)
@@ -388,7 +307,7 @@ def part_b(
     day_level = days // 2
     log(f"(b) bulk-inserting {days * regions + day_level:,} retention rows ...")
     started = time.perf_counter()
-    inserted = bulk_dones(env, name, days, regions, day_level)
+    inserted = bulk_lookup_dones(env, name, days, regions, day_level)
     log(f"(b) inserted {inserted:,} in {time.perf_counter() - started:.1f}s")
     tid = table_id_from_catalog(env, name)
     cases = lookups(days, regions, day_level, n)

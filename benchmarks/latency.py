@@ -136,17 +136,17 @@ def pipeline(
 
 
 def record_receipts(relay: Relay) -> dict[int, float]:
-    """Note when the relay gets each event's COMMIT receipt (it then calls ``_mark``)."""
+    """Note when the relay has each event's COMMIT receipt (it then calls ``_record``)."""
     receipted: dict[int, float] = {}
-    original = relay._mark
+    original = relay._record
 
-    def mark(events: Sequence[OutboxEvent]) -> None:
+    def record(sent: Sequence[OutboxEvent], unsent: dict[str, int]) -> None:
         now = time.monotonic()
-        for event in events:
+        for event in sent:
             receipted[event.event_id] = now
-        original(events)
+        original(list(sent), unsent)
 
-    relay._mark = mark  # type: ignore[method-assign]
+    relay._record = record  # type: ignore[method-assign]
     return receipted
 
 
@@ -318,7 +318,7 @@ def main() -> None:
                 " same body size (the physical floor)",
                 "producer call = how long the producer's call took (send_mark_set_done, or the"
                 " raw SEND incl. its receipt wait)",
-                "'of which': the relay's COMMIT receipt time (noted when Relay._mark is called)"
+                "'of which': the relay's COMMIT receipt time (noted when Relay._record is called)"
                 " splits each latency into the outbox->broker and broker->handler legs",
             ],
         )

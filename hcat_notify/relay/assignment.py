@@ -30,7 +30,7 @@ class BucketState:
 
     bucket: int
     owner: str | None
-    moved_at: float
+    moved_at: float  # its last balancing move: it stays put min_move_interval after it
     load: float = 0.0  # events/s, as its owner reports it
 
 

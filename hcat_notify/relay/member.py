@@ -164,25 +164,34 @@ class Membership:
     def _run(self) -> None:
         waiter: OutboxWaiter | None = None
         next_beat = 0.0
-        last_round = 0.0
+        seen_version = -1
         try:
             waiter = outbox_waiter(self._catalog.settings.database_url, (RELAY_CHANNEL,))
             while not self._stop.is_set():
                 now = time.monotonic()
                 try:
-                    if now >= next_beat:
+                    beat = now >= next_beat
+                    if beat:
                         self._catalog.group.heartbeat(self._report())
                         next_beat = now + self._config.heartbeat_interval
-                    if now - last_round >= MIN_ROUND_GAP:
+                    # A full round on every beat (deaths are a matter of time), and when
+                    # the group changed: a cheap read tells, whatever woke us (on SQLite
+                    # any commit does, the outbox's included).
+                    current = self._catalog.group.version()
+                    if beat or current != seen_version:
+                        seen_version = current
                         self._control()
                         self._refresh()
-                        last_round = now
                 except HcatNotifyError as exc:  # the database hiccuped: try next round
                     logger.warning("relay member round failed member=%s: %s", self.member_id, exc)
-                wait = max(0.01, min(next_beat - time.monotonic(), self._config.heartbeat_interval))
-                woke = waiter.wait(wait)
-                if woke:
-                    self._stop.wait(MIN_ROUND_GAP)  # let a burst of commits settle
+                until = time.monotonic() + max(
+                    0.01, min(next_beat - time.monotonic(), self._config.heartbeat_interval)
+                )
+                # short slices, so that stop() (a SIGTERM handoff) is honoured at once
+                while not self._stop.is_set() and time.monotonic() < until:
+                    if waiter.wait(min(MIN_ROUND_GAP, until - time.monotonic())):
+                        self._stop.wait(MIN_ROUND_GAP)  # let a burst of commits settle
+                        break
         except BaseException as exc:  # surfaced by the publisher
             self.error = exc
             logger.exception("relay member thread failed member=%s", self.member_id)
@@ -259,7 +268,10 @@ class Membership:
         buckets = group.buckets()
         states = [
             BucketState(
-                b.bucket, b.owner, b.moved_at, loads.get(b.owner or "", {}).get(b.bucket, 0.0)
+                b.bucket,
+                b.owner,
+                b.rebalanced_at,  # adoptions do not pin a bucket; balancing moves do
+                loads.get(b.owner or "", {}).get(b.bucket, 0.0),
             )
             for b in buckets
         ]
@@ -269,7 +281,8 @@ class Membership:
         if changes:
             if self.before_assign is not None:
                 self.before_assign()
-            if not group.assign(self.member_id, epoch, changes):
+            rebalanced = [b.bucket for b in buckets if b.bucket in changes and b.owner in live]
+            if not group.assign(self.member_id, epoch, changes, rebalanced):
                 logger.warning(
                     "relay controller deposed before its assignment member=%s epoch=%d: "
                     "nothing changed",

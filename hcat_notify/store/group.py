@@ -53,6 +53,7 @@ __all__ = [
     "resign_controller",
     "topic_progress",
     "unpublished_filter",
+    "version",
 ]
 
 
@@ -96,6 +97,7 @@ class BucketInfo:
     epoch: int
     moved_at: float
     published_through: int
+    rebalanced_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,24 @@ def heartbeat(tx: Tx, report: MemberReport) -> float:
                 member_id=report.member_id, started_at=now, leaving=False, **values
             )
         )
+        _changed(tx)  # a new member: the controller rebalances now
     return now
+
+
+def _changed(tx: Tx) -> None:
+    """The group changed (members, owners, controller): wake the members now."""
+    tx.session.execute(
+        update(RelayGroupRow).where(RelayGroupRow.id == 1).values(version=RelayGroupRow.version + 1)
+    )
+    tx.notify(RELAY_CHANNEL)
+
+
+def version(tx: Tx) -> int:
+    """The group row's version: it moves with every change of members, owners or
+    controller, so a member can tell cheaply whether it must look again."""
+    return int(
+        tx.session.execute(select(RelayGroupRow.version).where(RelayGroupRow.id == 1)).scalar_one()
+    )
 
 
 def leave(tx: Tx, member_id: str) -> list[int]:
@@ -187,10 +206,10 @@ def leave(tx: Tx, member_id: str) -> list[int]:
     tx.session.execute(
         update(RelayGroupRow)
         .where(RelayGroupRow.id == 1, RelayGroupRow.controller_id == member_id)
-        .values(controller_id=None, controller_expires=0.0, version=RelayGroupRow.version + 1)
+        .values(controller_id=None, controller_expires=0.0)
     )
     tx.session.execute(delete(RelayMemberRow).where(RelayMemberRow.member_id == member_id))
-    tx.notify(RELAY_CHANNEL)
+    _changed(tx)
     return given_up
 
 
@@ -266,19 +285,30 @@ def resign_controller(tx: Tx, member_id: str, epoch: int) -> None:
         )
         .values(controller_id=None, controller_expires=0.0, version=RelayGroupRow.version + 1)
     )
-    tx.notify(RELAY_CHANNEL)
+    tx.notify(RELAY_CHANNEL)  # another member takes over at once
 
 
 def buckets(tx: Tx) -> list[BucketInfo]:
     """Every bucket, in order."""
     return [
-        BucketInfo(row.bucket, row.owner, row.epoch, row.moved_at, row.published_through)
+        BucketInfo(
+            row.bucket,
+            row.owner,
+            row.epoch,
+            row.moved_at,
+            row.published_through,
+            row.rebalanced_at,
+        )
         for row in tx.session.scalars(select(RelayBucketRow).order_by(RelayBucketRow.bucket))
     ]
 
 
 def assign(
-    tx: Tx, member_id: str, controller_epoch: int, changes: Mapping[int, str | None]
+    tx: Tx,
+    member_id: str,
+    controller_epoch: int,
+    changes: Mapping[int, str | None],
+    rebalanced: Iterable[int] = (),
 ) -> bool:
     """Move buckets to new owners, if ``member_id`` is still the controller of that epoch.
 
@@ -286,6 +316,9 @@ def assign(
     this member's, unexpired, at ``controller_epoch`` (on PostgreSQL it also locks the row
     until commit, so a new controller's claim waits). A deposed controller changes
     nothing. Each moved bucket's epoch increases.
+
+    ``rebalanced`` names the moves made to even the group out (not adoptions of buckets
+    whose owner is gone): those stay put for the minimum move interval.
 
     Returns:
         False if the controller was deposed (nothing changed).
@@ -303,11 +336,20 @@ def assign(
     )
     if fenced.rowcount == 0:  # type: ignore[attr-defined]
         return False
+    balancing = set(rebalanced)
+    groups: dict[tuple[str | None, bool], list[int]] = {}
     for bucket, owner in changes.items():
+        groups.setdefault((owner, bucket in balancing), []).append(bucket)
+    for (owner, rebalancing), moved in groups.items():  # one statement per kind of move
+        values: dict[str, Any] = {
+            "owner": owner,
+            "epoch": RelayBucketRow.epoch + 1,
+            "moved_at": now,
+        }
+        if rebalancing:
+            values["rebalanced_at"] = now
         tx.session.execute(
-            update(RelayBucketRow)
-            .where(RelayBucketRow.bucket == bucket)
-            .values(owner=owner, epoch=RelayBucketRow.epoch + 1, moved_at=now)
+            update(RelayBucketRow).where(RelayBucketRow.bucket.in_(moved)).values(**values)
         )
     if changes:
         tx.notify(RELAY_CHANNEL)
@@ -342,7 +384,7 @@ def release(tx: Tx, member_id: str, given: Sequence[int] | None) -> list[int]:
             .where(*condition)
             .values(owner=None, epoch=RelayBucketRow.epoch + 1, moved_at=tx.clock())
         )
-        tx.notify(RELAY_CHANNEL)
+        _changed(tx)
     return released
 
 
@@ -459,6 +501,11 @@ class RelayGroup:
     def __init__(self, transaction: Callable[..., AbstractContextManager[Tx]]) -> None:
         self._transaction = transaction
 
+    def version(self) -> int:
+        """The group row's version (moves with every change of the group)."""
+        with self._transaction() as tx:
+            return version(tx)
+
     def info(self) -> GroupInfo:
         """The bucket count and the controller lease, with the database's clock."""
         with self._transaction() as tx:
@@ -500,11 +547,15 @@ class RelayGroup:
             return buckets(tx)
 
     def assign(
-        self, member_id: str, controller_epoch: int, changes: Mapping[int, str | None]
+        self,
+        member_id: str,
+        controller_epoch: int,
+        changes: Mapping[int, str | None],
+        rebalanced: Iterable[int] = (),
     ) -> bool:
         """Move buckets, conditional on the controller's epoch; False if deposed."""
         with self._transaction(write=True) as tx:
-            return assign(tx, member_id, controller_epoch, changes)
+            return assign(tx, member_id, controller_epoch, changes, rebalanced)
 
     def owned(self, member_id: str) -> dict[int, Ownership]:
         """The buckets a member owns now."""

@@ -270,6 +270,9 @@ class RelayBucketRow(Base):
     owner: Mapped[str | None] = mapped_column(String(255), default=None)
     epoch: Mapped[int] = mapped_column(BigInteger, default=0)
     moved_at: Mapped[float] = mapped_column(Float, default=0.0)
+    # The last move made to even out the group (not to adopt an orphan): a bucket stays
+    # put for min_move_interval after one.
+    rebalanced_at: Mapped[float] = mapped_column(Float, default=0.0)
     # Every event of the bucket up to here is published or parked: where a new owner
     # starts reading.
     published_through: Mapped[int] = mapped_column(BigInteger, default=0)

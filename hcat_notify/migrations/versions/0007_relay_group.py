@@ -168,6 +168,7 @@ def upgrade() -> None:
         sa.Column("owner", sa.String(255), nullable=True),
         sa.Column("epoch", sa.BigInteger(), nullable=False),
         sa.Column("moved_at", sa.Float(), nullable=False),
+        sa.Column("rebalanced_at", sa.Float(), nullable=False),
         sa.Column("published_through", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("bucket", name="pk_hcat_relay_buckets"),
     )
@@ -180,6 +181,7 @@ def upgrade() -> None:
                 "owner": None,
                 "epoch": 0,
                 "moved_at": 0.0,
+                "rebalanced_at": 0.0,
                 "published_through": max(0, through[bucket]) if bucket in through else 0,
             }
             for bucket in range(count)
