@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import stomp
 from sqlalchemy import Engine, create_engine, delete, insert, select, update
@@ -556,3 +556,56 @@ def run_main(main: Any) -> None:
         traceback.print_exc()
         print("\nBENCHMARK ERROR (see traceback above); exiting 0 anyway", flush=True)
     sys.exit(0)
+
+
+# --------------------------------------------------------------------------- relay processes
+
+CLI = str(Path(sys.executable).with_name("hcat-notify"))
+
+
+class Relays:
+    """Relay processes of the benchmark; their logs go to files, never to full pipes."""
+
+    def __init__(self, env: BenchEnv, *extra: str) -> None:
+        self.env = env
+        self.extra = extra  # options of every relay started
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: list[IO[bytes]] = []
+        self._count = 0
+
+    def start(self, *extra: str) -> str:
+        self._count += 1
+        member = f"m{self._count}"
+        log_file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop_all
+        self._logs.append(log_file)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
+        settings = self.env.settings
+        env.update(
+            HCAT_NOTIFY_HOME=str(settings.home),
+            HCAT_NOTIFY_DB_URL=settings.database_url,
+            HCAT_NOTIFY_BROKER_URL=settings.broker_url,
+            HCAT_NOTIFY_BROKER_USER=settings.broker_user,
+            HCAT_NOTIFY_BROKER_PASSWORD=settings.broker_password,
+        )
+        self.processes[member] = subprocess.Popen(
+            [CLI, "relay", "--member-id", member, *self.extra, *extra],
+            env=env,
+            stdout=log_file,
+            stderr=log_file,
+        )
+        return member
+
+    def running(self) -> set[str]:
+        return {m for m, p in self.processes.items() if p.poll() is None}
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        for log_file in self._logs:
+            log_file.close()

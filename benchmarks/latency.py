@@ -1,9 +1,10 @@
 """End-to-end latency: ``send_mark_set_done`` returning -> the consumer's handler.
 
-One process, as the brief asks: a ``Relay.run()`` in a background thread, a started (that
-is, subscribed) ``NotificationConsumer`` running its handler in another thread, and a
-producer in the main thread calling ``send_mark_set_done(table, {"datestamp": str(i)},
-settings=...)`` at a fixed rate (default 200/s for 30 s, paced on a monotonic schedule).
+The relay is an ``hcat-notify relay`` process, as deployed (``--relay thread`` runs
+``Relay.run()`` in a thread of this process instead). In this process: a started (that
+is, subscribed) ``NotificationConsumer`` running its handler in a thread, and a producer
+in the main thread calling ``send_mark_set_done(table, {"datestamp": str(i)},
+settings=...)`` at a fixed rate (default 200/s, 20 s per round, on a monotonic schedule).
 Latency = the handler's ``time.monotonic()`` minus the one taken right after the call
 returned, matched by event id. Every sent event must arrive.
 
@@ -11,11 +12,13 @@ Reference (physical floor), same run, same broker: raw stomp.py, a publisher SEN
 a receipt (waited for) and a subscriber receiving, at the same rate and body size;
 latency = arrival minus the time just before the SEND.
 
-Target: p99 < 100 ms.
+Targets (issue 9): p99 < 25 ms, SQLite and PostgreSQL, and the producer holds 200/s.
+At least 3 rounds, alternating floor and ours; best and median of each percentile.
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +29,7 @@ from _support import (
     READER,
     BenchEnv,
     RawListener,
+    Relays,
     Row,
     bench_env,
     create_table,
@@ -47,7 +51,8 @@ from hcat_notify.relay import Relay, RelayConfig
 from hcat_notify.store import OutboxEvent
 from hcat_notify.writer import send_mark_set_done
 
-TARGET_P99_MS = 100.0
+TARGET_P99_MS = 25.0
+HOLDS = 0.98  # the producer "holds" the rate when it reaches this share of it
 DRAIN_TIMEOUT = 60.0
 
 
@@ -57,6 +62,7 @@ class Result:
     sent: int
     received: int
     elapsed: float  # seconds the producer took
+    asked: float  # the rate asked for
     latencies_ms: list[float]
     call_ms: list[float] = field(default_factory=list)
     # The two legs of latencies_ms: call returned -> relay has the COMMIT receipt, and
@@ -128,6 +134,7 @@ def pipeline(
         len(sent),
         received,
         elapsed,
+        rate,
         latencies,
         calls,
         to_receipt_ms=[(receipted[e] - sent[e]) * 1000 for e in both],
@@ -198,128 +205,183 @@ def raw_floor(env: BenchEnv, rate: float, count: int, body: str) -> Result:
         if publisher is not None:
             raw_close(publisher)
     latencies = [(arrivals[i] - t) * 1000 for i, t in started_at.items() if i in arrivals]
-    return Result("raw STOMP floor", count, len(latencies), elapsed, latencies, calls)
+    return Result("raw STOMP floor", count, len(latencies), elapsed, rate, latencies, calls)
 
 
-def rows_for(result: Result, floor: Result) -> list[Row]:
-    ours = percentiles(result.latencies_ms)
-    ref = percentiles(floor.latencies_ms)
+def summary_rows(label: str, ours: Sequence[Result], floor: Sequence[Result]) -> list[Row]:
+    """Per percentile: best and median over the rounds, ours beside the floor."""
     rows = []
-    for key in ("p50", "p90", "p99", "max"):
-        rows.append(
-            Row(
-                f"{result.label}: latency {key}",
-                ours[key],
-                ref[key],
-                unit="ms",
-                target=("<", TARGET_P99_MS) if key == "p99" else None,
+    for key in ("p50", "p99"):
+        mine = [percentiles(r.latencies_ms)[key] for r in ours]
+        ref = [percentiles(r.latencies_ms)[key] for r in floor]
+        for how, pick in (("best", min), ("median", statistics.median)):
+            rows.append(
+                Row(
+                    f"{label}: latency {key}, {how} of {len(ours)}",
+                    pick(mine),
+                    pick(ref),
+                    unit="ms",
+                    target=("<", TARGET_P99_MS) if key == "p99" and how == "median" else None,
+                )
             )
-        )
+    worst = max(max(r.latencies_ms, default=0.0) for r in ours)
     rows.append(
         Row(
-            f"{result.label}: received / sent",
-            f"{result.received:,} / {result.sent:,}",
-            f"{floor.received:,} / {floor.sent:,}",
-            target=None,
+            f"{label}: latency max, all rounds",
+            worst,
+            max(max(r.latencies_ms, default=0.0) for r in floor),
+            unit="ms",
         )
     )
+    rows.append(
+        Row(
+            f"{label}: received / sent, all rounds",
+            f"{sum(r.received for r in ours):,} / {sum(r.sent for r in ours):,}",
+            f"{sum(r.received for r in floor):,} / {sum(r.sent for r in floor):,}",
+        )
+    )
+    rates = [r.rate for r in ours]
+    rows.append(
+        Row(
+            f"{label}: producer's rate, worst of {len(ours)}",
+            min(rates),
+            min(r.rate for r in floor),
+            unit="ev/s",
+            digits=0,
+            target=(">=", HOLDS * ours[0].asked),
+        )
+    )
+    for result_set, who in ((ours, label), (floor, "raw STOMP floor")):
+        call = percentiles([c for r in result_set for c in r.call_ms])
+        rows.append(
+            Row(
+                f"{who}: producer call p50 / p99",
+                f"{call['p50']:.1f} / {call['p99']:.1f}",
+                unit="ms",
+            )
+        )
     return rows
+
+
+def leg_rows(ours: Sequence[Result]) -> list[Row]:
+    rows = []
+    for leg, values in (
+        ("call returned -> relay has COMMIT receipt", [v for r in ours for v in r.to_receipt_ms]),
+        ("relay has receipt -> handler", [v for r in ours for v in r.receipt_to_handler_ms]),
+    ):
+        if not values:
+            continue
+        leg_p = percentiles(values)
+        rows.append(
+            Row(
+                f"  of which {leg}: p50 / p99",
+                f"{leg_p['p50']:.1f} / {leg_p['p99']:.1f}",
+                unit="ms",
+            )
+        )
+    return rows
+
+
+class RelayUnderTest:
+    """The relay: an ``hcat-notify relay`` process (as deployed), or a thread of this
+    process (``--relay thread``), which also splits each latency at the COMMIT receipt."""
+
+    def __init__(self, env: BenchEnv, mode: str) -> None:
+        self.receipted: dict[int, float] = {}
+        self._relay: Relay | None = None
+        self._thread: threading.Thread | None = None
+        self._processes: Relays | None = None
+        if mode == "thread":
+            self._relay = Relay(env.settings, config=RelayConfig())
+            self.receipted = record_receipts(self._relay)
+            self._thread = threading.Thread(target=self._relay.run, name="relay", daemon=True)
+            self._thread.start()
+        else:
+            self._processes = Relays(env)
+            self._processes.start()
+
+    def close(self) -> None:
+        if self._relay is not None:
+            self._relay.stop()
+            if self._thread is not None:
+                self._thread.join(15)
+            self._relay.close()
+        if self._processes is not None:
+            self._processes.stop_all()
 
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--rate", type=float, default=200.0, help="events per second (200)")
-    p.add_argument("--seconds", type=float, default=None, help="seconds per run (30)")
+    p.add_argument("--seconds", type=float, default=None, help="seconds per round (20)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of each (3)")
+    p.add_argument(
+        "--relay",
+        choices=("process", "thread"),
+        default="process",
+        help="run the relay as an hcat-notify relay process (default) or a thread",
+    )
     args = p.parse_args()
-    seconds = args.seconds or (5.0 if args.quick else 30.0)
+    seconds = args.seconds or (2.0 if args.quick else 20.0)
     rate = args.rate
     count = int(rate * seconds)
 
     with bench_env(args, "latency") as env:
         header("end-to-end latency: send_mark_set_done -> consumer handler", args, env)
         catalog = env.catalog()
-        relay: Relay | None = None
-        relay_thread: threading.Thread | None = None
+        relay: RelayUnderTest | None = None
+        ours: list[Result] = []
+        floors: list[Result] = []
         try:
-            per_call_table = unique_table("lat_call")
-            create_table(catalog, per_call_table)
+            probe_table = unique_table("lat_probe")
+            create_table(catalog, probe_table)
             # A body of the same size as the real ones, for the raw floor.
-            probe_id = catalog.mark_set_done(per_call_table, {"datestamp": "probe"})
+            probe_id = catalog.mark_set_done(probe_table, {"datestamp": "probe"})
             body = catalog.events(after_event_id=probe_id - 1, limit=1)[0].body
 
-            floor = raw_floor(env, rate, count, body)
-
-            relay = Relay(env.settings, config=RelayConfig())
-            receipted = record_receipts(relay)
-            relay_thread = threading.Thread(target=relay.run, name="relay", daemon=True)
-            relay_thread.start()
-            # Let the relay publish the probe event before the measured runs.
-            deadline = time.monotonic() + 30
+            relay = RelayUnderTest(env, args.relay)
+            # Let the relay join and publish the probe event before the measured runs.
+            deadline = time.monotonic() + 60
             while catalog.outbox_backlog()[0] and time.monotonic() < deadline:
                 time.sleep(0.05)
 
             settings = env.settings
-            per_call = pipeline(
-                env,
-                "send_mark_set_done",
-                per_call_table,
-                lambda i: send_mark_set_done(
-                    per_call_table, {"datestamp": str(i)}, settings=settings
-                ),
-                rate,
-                count,
-                receipted,
-            )
+            for n in range(args.rounds):
+                log(f"round {n + 1} of {args.rounds}")
+                floors.append(raw_floor(env, rate, count, body))
+                table = unique_table("lat_call")
+                create_table(catalog, table)
+
+                def produce(i: int, table: str = table) -> int:
+                    return send_mark_set_done(table, {"datestamp": str(i)}, settings=settings)
+
+                ours.append(
+                    pipeline(
+                        env, "send_mark_set_done", table, produce, rate, count, relay.receipted
+                    )
+                )
         finally:
             if relay is not None:
-                relay.stop()
-                if relay_thread is not None:
-                    relay_thread.join(15)
                 relay.close()
             catalog.close()
 
-        rows = rows_for(per_call, floor)
-        for leg, values in (
-            ("call returned -> relay has COMMIT receipt", per_call.to_receipt_ms),
-            ("relay has receipt -> handler", per_call.receipt_to_handler_ms),
-        ):
-            leg_p = percentiles(values)
-            rows.append(
-                Row(
-                    f"  of which {leg}: p50 / p99",
-                    f"{leg_p['p50']:.1f} / {leg_p['p99']:.1f}",
-                    unit="ms",
-                )
-            )
-        for result in (per_call, floor):
-            call = percentiles(result.call_ms)
-            rows.append(
-                Row(
-                    f"{result.label}: producer call p50 / p99",
-                    f"{call['p50']:.1f} / {call['p99']:.1f}",
-                    unit="ms",
-                )
-            )
-            rows.append(
-                Row(
-                    f"{result.label}: achieved rate (asked {rate:g}/s)",
-                    result.rate,
-                    unit="ev/s",
-                    digits=0,
-                )
-            )
+        rows = summary_rows("send_mark_set_done", ours, floors)
+        rows.extend(leg_rows(ours))
         print_table(
-            f"latency at {rate:g} events/s for {seconds:g}s ({count:,} events per run)",
+            f"latency at {rate:g} events/s, {args.rounds} rounds of {seconds:g}s "
+            f"({count:,} events each), relay as a {args.relay}",
             rows,
             notes=[
                 "ours: monotonic() after send_mark_set_done returns -> monotonic() in the"
-                " NotificationConsumer handler (relay and consumer are threads of this process)",
+                " NotificationConsumer handler (producer and consumer are threads of this"
+                " process; the relay is an hcat-notify relay process unless --relay thread)",
                 "reference: raw stomp.py SEND with receipt -> subscriber on_message, same rate,"
-                " same body size (the physical floor)",
+                " same body size (the physical floor); rounds alternate floor and ours",
+                f"the producer holds the rate when it achieves >= {HOLDS:.0%} of it in every round",
                 "producer call = how long the producer's call took (send_mark_set_done, or the"
                 " raw SEND incl. its receipt wait)",
-                "'of which': the relay's COMMIT receipt time (noted when Relay._record is called)"
-                " splits each latency into the outbox->broker and broker->handler legs",
+                "'of which' (--relay thread only): the relay's COMMIT receipt time splits each"
+                " latency into the outbox->broker and broker->handler legs",
             ],
         )
         footer()

@@ -19,23 +19,18 @@ catalog; a wildcard subscriber on ``hcat.<db>.>`` sees every message on the wire
 from __future__ import annotations
 
 import math
-import os
 import random
 import signal
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from typing import IO
 
 from _support import (
     BenchEnv,
+    Relays,
     Row,
     bench_env,
     bulk_dones,
@@ -54,7 +49,6 @@ from hcat_notify.model.topics import topic_bucket
 from hcat_notify.store import Catalog
 from hcat_notify.store.models import TableRow
 
-CLI = str(Path(sys.executable).with_name("hcat-notify"))
 SESSION = 3.0  # the default session timeout
 MIN_MOVE = 5.0  # seconds a bucket stays put after a move, shorter than the default 30
 
@@ -84,53 +78,6 @@ class Wire:
         self._stop.set()
         self._thread.join(10)
         self.connection.close()
-
-
-class Relays:
-    """Relay processes of the benchmark; their logs go to files, never to full pipes."""
-
-    def __init__(self, env: BenchEnv) -> None:
-        self.env = env
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self._logs: list[IO[bytes]] = []
-        self._count = 0
-
-    def start(self, *extra: str) -> str:
-        self._count += 1
-        member = f"m{self._count}"
-        log_file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop_all
-        self._logs.append(log_file)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
-        settings = self.env.settings
-        env.update(
-            HCAT_NOTIFY_HOME=str(settings.home),
-            HCAT_NOTIFY_DB_URL=settings.database_url,
-            HCAT_NOTIFY_BROKER_URL=settings.broker_url,
-            HCAT_NOTIFY_BROKER_USER=settings.broker_user,
-            HCAT_NOTIFY_BROKER_PASSWORD=settings.broker_password,
-        )
-        self.processes[member] = subprocess.Popen(
-            [CLI, "relay", "--member-id", member, "--min-move-interval", str(MIN_MOVE), *extra],
-            env=env,
-            stdout=log_file,
-            stderr=log_file,
-        )
-        return member
-
-    def running(self) -> set[str]:
-        return {m for m, p in self.processes.items() if p.poll() is None}
-
-    def stop_all(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        for log_file in self._logs:
-            log_file.close()
 
 
 def owners(catalog: Catalog) -> dict[int, str | None]:
@@ -247,7 +194,7 @@ def part_scaling(env: BenchEnv, catalog: Catalog, events: int, rounds: int) -> l
         for members in (1, 2, 4):
             reset_group(env)
             wire = Wire(env, "scale")
-            relays = Relays(env)
+            relays = Relays(env, "--min-move-interval", str(MIN_MOVE))
             try:
                 for _ in range(members):
                     relays.start("--batch-size", "500")
@@ -322,7 +269,7 @@ def running_group(
 ) -> Iterator[tuple[Relays, Wire]]:
     reset_group(env)
     wire = Wire(env, db)
-    relays = Relays(env)
+    relays = Relays(env, "--min-move-interval", str(MIN_MOVE))
     writers = Writers(catalog, names, rate=60)
     try:
         for _ in range(3):
@@ -379,7 +326,7 @@ def measure_failovers(
 def part_settle(env: BenchEnv, catalog: Catalog) -> list[Row]:
     make_tables(env, "many", 10_000)
     reset_group(env)
-    relays = Relays(env)
+    relays = Relays(env, "--min-move-interval", str(MIN_MOVE))
     try:
         for _ in range(4):
             relays.start()
