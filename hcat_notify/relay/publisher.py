@@ -185,7 +185,9 @@ class Relay:
 
     def _join(self) -> None:
         if not self._joined:
-            self._progress = ProgressWriter(self._catalog, self.member_id, self._lost)
+            self._progress = ProgressWriter(
+                self._catalog, self.member_id, self._lost, max_events=self._config.batch_size
+            )
             self._member.join()
             self._joined = True
             logger.info(
@@ -432,7 +434,7 @@ class Relay:
                 continue
             through = min(self._cursor, held_by_bucket.get(bucket, self._cursor))
             updates[bucket] = BucketProgress(ownership.epoch, through, topics)
-        self._progress.add(updates)
+        self._progress.add(updates, events=len(sent))
         with self._lock:
             for bucket, count in counts.items():
                 self._recent.append((now, bucket, count))
