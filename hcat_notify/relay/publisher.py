@@ -76,6 +76,7 @@ class RelayStats:
     connects: int = 0
     failures: int = 0
     last_publish_at: datetime | None = None
+    broker: str | None = None  # the broker whose RECEIPT last marked events published
     blocked_topics: dict[str, str] = field(default_factory=dict)
     refusals: int = 0  # refusals of single events by the broker
     refused: dict[int, str] = field(default_factory=dict)  # event id -> the broker's reason
@@ -395,6 +396,7 @@ class Relay:
         if sent:
             self.stats.published += len(sent)
             self.stats.batches += 1
+            self.stats.broker = str(self._sender.address)
             self.stats.last_publish_at = datetime.now(UTC)
             logger.info(
                 "relay batch published=%d first=%d last=%d ms=%.1f",
