@@ -153,3 +153,12 @@ def test_settings_are_immutable():
     settings = load_settings()
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.topic_prefix = "x"  # type: ignore[misc]
+
+
+def test_the_production_example_lists_both_brokers_of_the_pair():
+    example = Path(__file__).resolve().parents[2] / "deploy" / "production" / "hcat-notify.toml"
+    settings = load_settings(config_file=example)
+    assert [str(a) for a in settings.broker_addresses] == [
+        "stomp://broker-a.example.com:61613",
+        "stomp://broker-b.example.com:61613",
+    ]
