@@ -8,9 +8,9 @@ rate. Each round: let events flow, kill -9 whichever broker is master, and measu
 
 * kill -> the relay's first RECEIPT from the slave (``RelayStats.broker_since``: when the
   broker of the relay's receipts last changed, stamped as the relay records them);
-* kill -> the consumer's first notification of an event it had not had before the kill
-  (the consumer reconnects, re-subscribes, catches up from its watermarks); and, apart,
-  its first live one (a MESSAGE from the slave);
+* kill -> the consumer's first notification of an event written after the kill (the
+  consumer reconnects, re-subscribes, catches up from its watermarks); and, apart, its
+  first live one (a MESSAGE from the slave);
 * 0 lost: the producer pauses and every event written so far must have reached the
   consumer, each once.
 
@@ -158,6 +158,7 @@ class Flow:
     table: str
     settings: Settings
     produced: list[int] = field(default_factory=list)
+    written_at: dict[int, float] = field(default_factory=dict)  # monotonic, after commit
     received: list[tuple[int, float, Source]] = field(default_factory=list)
     paused: threading.Event = field(default_factory=threading.Event)
     stopped: threading.Event = field(default_factory=threading.Event)
@@ -168,9 +169,11 @@ class Flow:
             if self.paused.is_set():
                 time.sleep(0.01)
                 continue
-            self.produced.append(
-                send_mark_set_done(self.table, {"datestamp": f"f{n}"}, settings=self.settings)
+            event_id = send_mark_set_done(
+                self.table, {"datestamp": f"f{n}"}, settings=self.settings
             )
+            self.written_at[event_id] = time.monotonic()
+            self.produced.append(event_id)
             n += 1
             time.sleep(1 / RATE)
 
@@ -194,7 +197,6 @@ def one_round(pair: Pair, relay: Relay, flow: Flow) -> Round:
     slave = 2 if master == 1 else 1
     slave_url = f"stomp://{HOST}:{pair.ports[slave]}"
     time.sleep(2)  # a steady flow before the kill
-    before = {event_id for event_id, _, _ in flow.received}
     pid = pair.pid(master)
     assert pid is not None
     killed_wall = datetime.now(UTC)
@@ -218,7 +220,13 @@ def one_round(pair: Pair, relay: Relay, flow: Flow) -> Round:
         time.sleep(0.01)
     consumer = consumer_live = None
     while consumer_live is None and time.monotonic() < deadline:
-        new = [(at - killed, source) for e, at, source in list(flow.received) if e not in before]
+        # Events written after the kill: only the slave can have published them, and
+        # the consumer has them once it is subscribed there (caught up or live).
+        new = [
+            (at - killed, source)
+            for e, at, source in list(flow.received)
+            if flow.written_at.get(e, 0.0) > killed
+        ]
         consumer = min((t for t, _ in new), default=None)
         consumer_live = min((t for t, source in new if source is Source.LIVE), default=None)
         time.sleep(0.05)
