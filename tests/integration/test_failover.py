@@ -10,6 +10,7 @@ once, on SQLite; the others run on SQLite and PostgreSQL (``db_url``).
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,9 +22,10 @@ from hcat_notify.broker import HEARTBEAT_TIMEOUT
 from hcat_notify.config import Settings
 from hcat_notify.consumer import Source
 from hcat_notify.store import Catalog, TableInfo
+from hcat_notify.writer import send_mark_set_done
 from tests.fixtures.broker_pair import BrokerPair
 from tests.fixtures.jms import JmsProbe
-from tests.integration.delivery import broker_settings
+from tests.integration.delivery import CliProcess, broker_settings
 from tests.integration.failover import Stream, delivering
 
 pytestmark = pytest.mark.integration
@@ -222,8 +224,13 @@ def test_writers_keep_succeeding_while_both_brokers_are_down(
     failover_pair: BrokerPair, pair_settings: Settings, pair_catalog: Catalog
 ) -> None:
     pair = failover_pair
-    tables = _tables(pair_catalog, 2)
+    *tables, awaited = _tables(pair_catalog, 3)
     stream = Stream(pair_settings, pair_catalog, tables, total=300, per_second=30)
+    # A shell scheduler's `wait`, subscribed before the outage, for a done written in it.
+    waiter = CliProcess(
+        pair_settings, "-v", "wait", str(awaited.name), "datestamp=outage", "--timeout", "120"
+    )
+    _wait(lambda: "consumer subscribed" in waiter.stderr, 60, "`wait` to subscribe")
     with delivering(pair_settings, pair_catalog, stream) as run:
         stream.start()
         _wait(lambda: len(run.collector.got) >= 50, 60, "the first notifications")
@@ -232,14 +239,21 @@ def test_writers_keep_succeeding_while_both_brokers_are_down(
         pair.kill(master)
         down_at = time.monotonic()
         written_before = stream.written
+        checker = CliProcess(pair_settings, "-o", "json", "broker", "check", "--wait", "90")
+        send_mark_set_done(awaited.name, {"datestamp": "outage"}, settings=pair_settings)
         stream.join()  # about 8 s more of writes, every one with no broker at all
         time.sleep(2)
         up_at = time.monotonic()
         written_while_down = stream.written - written_before
+        assert waiter.proc.poll() is None  # both still trying
+        assert checker.proc.poll() is None
         pair.start_one()
         run.collector.wait_for(300, timeout=120)
         got = run.collector.stop()
     progress_while_down = run.watch.progress_between(down_at + 1, up_at)
+    waited, waited_err = waiter.finish(60)
+    checked, checked_err = checker.finish(60)
+    check = json.loads("".join(checker.remaining()))
 
     assert written_while_down >= 200
     assert max(stream.call_seconds) < 2.0  # no call waited for a broker
@@ -249,3 +263,13 @@ def test_writers_keep_succeeding_while_both_brokers_are_down(
     assert all(sample == progress_while_down[0] for sample in progress_while_down)
     assert run.watch.violations == []
     _assert_each_once_in_topic_order([n.event_id for n in got], [n.topic for n in got], stream)
+    # The command line rode it out too: `wait` got its done once a broker was back, and
+    # `broker check --wait` kept trying until broker 1 served.
+    assert waited == 0, waited_err
+    assert "consumer lost its broker connection" in waited_err
+    assert checked == 0, checked_err
+    first, second = pair.members
+    assert check["publisher"]["broker"] == first.url
+    assert check["brokers"][0] == {"broker": first.url, "state": "serving"}
+    assert check["brokers"][1]["broker"] == second.url
+    assert "connection refused" in check["brokers"][1]["state"]
