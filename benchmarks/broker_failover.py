@@ -51,6 +51,7 @@ from _support import (
     percentiles,
     print_table,
     run_main,
+    stop_on_sigterm,
     unique_table,
 )
 
@@ -253,6 +254,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=None, help="kills (10; 3 with --quick)")
     args = p.parse_args()
     rounds = args.rounds or (3 if args.quick else 10)
+    stop_on_sigterm()
     workdir = Path(tempfile.mkdtemp(prefix="hcat-bench-failover-"))
     pair = Pair(workdir, *pair_ports())
     started = False

@@ -115,9 +115,12 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
     touch the state of the next one.
     """
 
-    def __init__(self, connection: BrokerConnection, generation: int) -> None:
+    def __init__(
+        self, connection: BrokerConnection, generation: int, address: BrokerAddress
+    ) -> None:
         self._connection = connection
         self._generation = generation
+        self._address = address
 
     def _current(self) -> bool:
         return self._generation == self._connection._generation
@@ -164,8 +167,9 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
             self._connection.last_heartbeat = time.monotonic()
 
     def on_heartbeat_timeout(self) -> None:
-        if self._current():
-            self._connection._on_heartbeat_timeout()
+        # stomp.py calls this after on_disconnected, by which time the caller may have
+        # connected again: count it whatever the generation (it touches no state).
+        self._connection._on_heartbeat_timeout(self._address)
 
 
 class BrokerConnection:
@@ -273,12 +277,13 @@ class BrokerConnection:
                 item.error = _CONNECTION_LOST
                 item.event.set()
 
-    def _on_heartbeat_timeout(self) -> None:
+    def _on_heartbeat_timeout(self, address: BrokerAddress) -> None:
         # stomp.py has closed the socket already (on_disconnected came first).
-        self.heartbeat_timeouts += 1
+        with self._lock:
+            self.heartbeat_timeouts += 1
         logger.warning(
             "broker %s sent nothing for %.0f s (heart-beat timeout): connection dropped",
-            self.address,
+            address,
             self._heartbeats[1] / 1000 * HEARTBEAT_RECEIVE_SCALE,
         )
 
@@ -349,7 +354,7 @@ class BrokerConnection:
         )
         self._generation += 1
         self._trying = address
-        conn.set_listener("hcat-notify", _Listener(self, self._generation))
+        conn.set_listener("hcat-notify", _Listener(self, self._generation, address))
         self._connected.clear()
         self._refusal = None
         try:
