@@ -170,14 +170,18 @@ class BenchEnv:
 
 
 def _terminate_on_signal(signum: int, _frame: Any) -> None:
-    # Turn SIGTERM into an exception, so that the finally blocks stop the broker.
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into an exception, so that the finally blocks stop the brokers."""
+    signal.signal(signal.SIGTERM, _terminate_on_signal)
 
 
 @contextlib.contextmanager
 def bench_env(args: argparse.Namespace, name: str) -> Iterator[BenchEnv]:
     """A private broker and catalog for one benchmark run; both go away at the end."""
-    signal.signal(signal.SIGTERM, _terminate_on_signal)
+    stop_on_sigterm()
     workdir = Path(tempfile.mkdtemp(prefix=f"hcat-bench-{name}-"))
     stomp_port, openwire_port = free_ports(2)
     broker = Broker(workdir, stomp_port, openwire_port)

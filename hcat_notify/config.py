@@ -70,28 +70,55 @@ class BrokerAddress:
     port: int
 
     def __str__(self) -> str:
-        return f"stomp://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"stomp://{host}:{self.port}"
 
 
 def parse_broker_url(url: str) -> tuple[BrokerAddress, ...]:
     """The addresses of a ``stomp://host:port[,stomp://host:port...]`` URL, in order.
 
+    Every entry must be well formed: a list with one bad entry is refused as a whole
+    rather than run with fewer brokers than the operator configured. (An entry that is
+    well formed but unreachable is skipped when connecting.)
+
     Raises:
-        ValueError: an entry is not ``stomp://host[:port]`` or its port is invalid.
+        ValueError: naming the entry: not ``stomp://host[:port]``, an invalid port,
+            empty, credentials in it, a path, listed twice, or a JMS ``failover:`` URL.
     """
-    addresses = []
-    for raw in url.split(","):
+    if url.strip().lower().startswith("failover:"):
+        raise ValueError(
+            f"broker URL {url!r} is a JMS failover URL (for OpenWire clients such as "
+            "Oozie); hcat-notify takes the brokers' STOMP addresses, "
+            "stomp://host:port,stomp://host:port, and fails over by itself"
+        )
+    entries = url.split(",")
+    addresses: list[BrokerAddress] = []
+    for number, raw in enumerate(entries, 1):
         part = raw.strip()
+        where = f" (entry {number} of {len(entries)})" if len(entries) > 1 else ""
+        if not part:
+            raise ValueError(f"broker URL {url!r} has an empty entry{where}")
         parsed = urlsplit(part)
         if parsed.scheme != "stomp" or not parsed.hostname:
-            raise ValueError(f"broker URL {part!r} is not of the form stomp://host:port")
+            raise ValueError(f"broker URL {part!r}{where} is not of the form stomp://host:port")
+        if parsed.username is not None or parsed.password is not None:
+            shown = f"stomp://***@{parsed.netloc.rpartition('@')[2]}"
+            raise ValueError(
+                f"broker URL {shown!r}{where} carries credentials; "
+                "set broker_user and broker_password instead"
+            )
         try:
-            port = parsed.port or DEFAULT_BROKER_PORT
+            port = parsed.port
         except ValueError:
-            raise ValueError(f"broker URL {part!r} has an invalid port") from None
+            port = 0
+        if port == 0:
+            raise ValueError(f"broker URL {part!r}{where} has an invalid port") from None
         if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
-            raise ValueError(f"broker URL {part!r} has a path; expected stomp://host:port")
-        addresses.append(BrokerAddress(parsed.hostname, port))
+            raise ValueError(f"broker URL {part!r}{where} has a path; expected stomp://host:port")
+        address = BrokerAddress(parsed.hostname, port or DEFAULT_BROKER_PORT)
+        if address in addresses:
+            raise ValueError(f"broker URL {url!r} names {address} twice{where}")
+        addresses.append(address)
     return tuple(addresses)
 
 

@@ -356,9 +356,11 @@ class NotificationConsumer:
                 logger.warning("consumer heartbeat failed subscriber=%s: %s", self._subscriber, exc)
 
     def _connect_and_subscribe(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-        connection = self._factory(self._settings)
+        # One BrokerConnection for the consumer's life: connecting it again after a loss
+        # starts with the broker after the lost one (a pair's slave taking over).
+        connection = self._connection
+        if connection is None:
+            connection = self._connection = self._factory(self._settings)
         connection.connect()
         try:
             for index, subscription in enumerate(self._subscriptions):
@@ -371,7 +373,6 @@ class NotificationConsumer:
         except BaseException:
             connection.close()
             raise
-        self._connection = connection
         logger.info(
             "consumer subscribed topics=%s broker=%s",
             ",".join(s.topic for s in self._subscriptions),
@@ -454,19 +455,34 @@ class NotificationConsumer:
             self._subscriber, self._owner, {FLOOR_KEY: self._floor}
         )
 
-    def _reconnect(self) -> None:
+    def _reconnect(self, deadline: float) -> bool:
+        """Connect again, subscribe (waiting for each receipt), then catch up from the
+        watermarks; retried with back-off. False when ``deadline`` (monotonic) passed
+        first or the consumer was stopped.
+
+        Whatever was published while no subscription was live is in the catalog after
+        the watermarks, so the catch-up leaves no gap, and the watermarks drop what
+        arrives twice.
+        """
         backoff = Backoff()
         while not self._stop.is_set():
             try:
                 self._connect_and_subscribe()
-                self._catch_up()
-                return
             except BrokerAuthError:
                 raise
             except BrokerError as exc:
-                wait = backoff.next_delay()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                wait = min(backoff.next_delay(), remaining)
                 logger.warning("consumer reconnect failed error=%r retry_in=%.2fs", str(exc), wait)
                 self._stop.wait(wait)
+                continue
+            # The pending catch-up (if any) is read again from the watermarks.
+            self._backlog.clear()
+            self._catch_up()
+            return True
+        return False
 
     def _next(self, timeout: float) -> Notification | None:
         """The next new notification, or None when ``timeout`` passes first."""
@@ -492,7 +508,8 @@ class NotificationConsumer:
                 )
             if not connection.is_connected:
                 logger.warning("consumer lost its broker connection; reconnecting")
-                self._reconnect()
+                if not self._reconnect(deadline):
+                    return None
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:

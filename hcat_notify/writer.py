@@ -30,13 +30,15 @@ def _catalog(settings: Settings) -> Catalog:
         if catalog is not None:
             _catalogs.move_to_end(key)
             return catalog
-    opened = Catalog.open(settings)
+    opened = Catalog.open(settings)  # outside the lock: it may take a while
     with _lock:
-        _catalogs[key] = opened
+        kept = _catalogs.setdefault(key, opened)
         while len(_catalogs) > _MAX_CATALOGS:
             _, evicted = _catalogs.popitem(last=False)
             evicted.close()
-    return opened
+    if kept is not opened:  # another thread's first call opened one meanwhile
+        opened.close()
+    return kept
 
 
 def close_catalogs() -> None:

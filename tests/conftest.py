@@ -13,6 +13,7 @@ from hcat_notify.store import Catalog
 
 pytest_plugins = [
     "tests.fixtures.broker",
+    "tests.fixtures.broker_pair",
     "tests.fixtures.jms",
     "tests.fixtures.postgres",
     "tests.fixtures.spark",

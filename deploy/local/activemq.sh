@@ -1,32 +1,47 @@
 #!/usr/bin/env bash
-# Start, stop or inspect a private ActiveMQ broker for hcat-notify (no systemd, no root
-# needed once Debian's `activemq` package is installed).
+# Start, stop or inspect a private ActiveMQ broker for hcat-notify, or a master/slave pair
+# of them (no systemd, no root needed once Debian's `activemq` package is installed).
 #
-#   deploy/local/activemq.sh start|stop|restart|status
+#   deploy/local/activemq.sh start [--pair] | stop | restart [--pair] | status
 #
-# Layout (base dir B = ${HCAT_NOTIFY_HOME:-$HOME/.hcat-notify}/activemq):
+#   start          broker 1 on HCAT_NOTIFY_BROKER_PORT / HCAT_NOTIFY_OPENWIRE_PORT.
+#   start --pair   also broker 2, on both ports + 1, sharing broker 1's KahaDB store:
+#                  whichever holds the store's lock is master and listens, the other
+#                  waits for the lock (slave) and takes over when the master dies.
+#                  Starts only the brokers that are not running, so after a failover it
+#                  brings the dead one back, as the new slave.
+#   stop           stops every broker of this home (slaves first).
+#   status         one broker: "running (pid N, stomp H:P)" or "stopped"; a pair: one
+#                  line per broker, saying which is master and which waits.
+#
+# Layout (R = ${HCAT_NOTIFY_HOME:-$HOME/.hcat-notify}; broker 1's base dir B = R/activemq,
+# broker 2's R/activemq-2, each laid out alike):
 #   B/conf/           activemq.xml + log4j.properties, copied from deploy/activemq each start
-#   B/data/           KahaDB store (B/data/kahadb) and the broker log (B/data/activemq.log)
+#   B/data/           the broker log (B/data/activemq.log); broker 1's also holds the
+#                     KahaDB store (R/activemq/data/kahadb) both brokers use
 #   B/tmp/            java.io.tmpdir
 #   B/lib/            extra broker jars: links to Debian's xstream.jar and jettison.jar
 #   B/activemq.out    the JVM's stdout/stderr
 #   B/activemq.pid    pid of the running broker; B/activemq.stomp "host:port" it listens on
 #
 # Environment:
-#   HCAT_NOTIFY_HOME                   parent of the base dir            (~/.hcat-notify)
-#   HCAT_NOTIFY_BROKER_PORT            STOMP port on 127.0.0.1           (61613)
-#   HCAT_NOTIFY_OPENWIRE_PORT          OpenWire port on 127.0.0.1        (61616)
+#   HCAT_NOTIFY_HOME                   parent of the base dirs             (~/.hcat-notify)
+#   HCAT_NOTIFY_BROKER_PORT            STOMP port on 127.0.0.1 (broker 2: + 1)     (61613)
+#   HCAT_NOTIFY_OPENWIRE_PORT          OpenWire port on 127.0.0.1 (broker 2: + 1)  (61616)
 #   HCAT_NOTIFY_BROKER_USER/PASSWORD   publisher principal   (hcat-publisher/hcat-publisher-dev)
 #   HCAT_NOTIFY_CONSUMER_USER/PASSWORD reader principal      (hcat-reader/hcat-reader-dev)
-#   HCAT_NOTIFY_BROKER_NAME            broker name                       (hcat-notify)
+#   HCAT_NOTIFY_BROKER_NAME            broker name (broker 2: NAME-2)      (hcat-notify)
 #   HCAT_NOTIFY_TOPIC_PREFIX           topic prefix the service writes    (hcat)
-#   HCAT_NOTIFY_BROKER_START_TIMEOUT   seconds to wait for STOMP CONNECTED (60)
+#   HCAT_NOTIFY_BROKER_START_TIMEOUT   seconds to wait for STOMP CONNECTED, or for a
+#                                      slave to reach the store lock (60)
 #   HCAT_NOTIFY_BROKER_STOP_TIMEOUT    seconds to wait after SIGTERM       (30)
 #   HCAT_NOTIFY_BROKER_JAVA_OPTS       extra JVM options            (-Xms64m -Xmx512m)
 #   HCAT_NOTIFY_ACTIVEMQ_HOME          ActiveMQ installation        (/usr/share/activemq)
 #
+# Both brokers of a pair get the same credentials and authorization (one activemq.xml).
 # Passwords are handed to the JVM in a mode-600 java @argfile, not on the command line.
-# Exit status: 0 ok; 1 error; status prints "stopped" and exits 3 when not running.
+# Exit status: 0 ok; 1 error; 2 usage; status prints "stopped" and exits 3 when no
+# broker runs.
 set -euo pipefail
 
 SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
@@ -35,34 +50,54 @@ CONF_SRC="$REPO_DIR/deploy/activemq"
 
 AMQ_HOME=${HCAT_NOTIFY_ACTIVEMQ_HOME:-/usr/share/activemq}
 AMQ_JAR="$AMQ_HOME/bin/activemq.jar"
-# Absolute (symlinks kept): the running broker is recognised by -Dactivemq.base=$BASE, so a
+# Absolute (symlinks kept): a running broker is recognised by -Dactivemq.base=$BASE, so a
 # relative HCAT_NOTIFY_HOME (e.g. .data/demo) must name the same broker as the absolute one.
-BASE=$(realpath -ms -- "${HCAT_NOTIFY_HOME:-${HOME:?set HOME or HCAT_NOTIFY_HOME}/.hcat-notify}/activemq")
-PID_FILE="$BASE/activemq.pid"
-ADDR_FILE="$BASE/activemq.stomp"
-OUT_LOG="$BASE/activemq.out"
-BROKER_LOG="$BASE/data/activemq.log"
-ARG_FILE="$BASE/conf/java.args"
+ROOT=$(realpath -ms -- "${HCAT_NOTIFY_HOME:-${HOME:?set HOME or HCAT_NOTIFY_HOME}/.hcat-notify}")
+# One store for every broker of this home: a pair shares broker 1's.
+STORE_DIR="$ROOT/activemq/data/kahadb"
 
 HOST=127.0.0.1
-STOMP_PORT=${HCAT_NOTIFY_BROKER_PORT:-61613}
-OPENWIRE_PORT=${HCAT_NOTIFY_OPENWIRE_PORT:-61616}
+STOMP_PORT_1=${HCAT_NOTIFY_BROKER_PORT:-61613}
+OPENWIRE_PORT_1=${HCAT_NOTIFY_OPENWIRE_PORT:-61616}
 PUB_USER=${HCAT_NOTIFY_BROKER_USER:-hcat-publisher}
 PUB_PASS=${HCAT_NOTIFY_BROKER_PASSWORD:-hcat-publisher-dev}
 READER_USER=${HCAT_NOTIFY_CONSUMER_USER:-hcat-reader}
 READER_PASS=${HCAT_NOTIFY_CONSUMER_PASSWORD:-hcat-reader-dev}
 # Lower-cased like the service's topic names; authorization covers <prefix> and <prefix>.>
 TOPIC_PREFIX=$(printf '%s' "${HCAT_NOTIFY_TOPIC_PREFIX:-hcat}" | tr '[:upper:]' '[:lower:]')
-BROKER_NAME=${HCAT_NOTIFY_BROKER_NAME:-hcat-notify}
+BROKER_NAME_1=${HCAT_NOTIFY_BROKER_NAME:-hcat-notify}
 START_TIMEOUT=${HCAT_NOTIFY_BROKER_START_TIMEOUT:-60}
 STOP_TIMEOUT=${HCAT_NOTIFY_BROKER_STOP_TIMEOUT:-30}
 JAVA_OPTS=${HCAT_NOTIFY_BROKER_JAVA_OPTS:--Xms64m -Xmx512m}
+
+# use_broker N: point the per-broker variables at broker N (1, or 2 of a pair).
+use_broker() {
+    N=$1
+    if [[ $N == 1 ]]; then
+        BASE="$ROOT/activemq"
+        STOMP_PORT=$STOMP_PORT_1
+        OPENWIRE_PORT=$OPENWIRE_PORT_1
+        BROKER_NAME=$BROKER_NAME_1
+    else
+        BASE="$ROOT/activemq-2"
+        STOMP_PORT=$((10#$STOMP_PORT_1 + 1))
+        OPENWIRE_PORT=$((10#$OPENWIRE_PORT_1 + 1))
+        BROKER_NAME="$BROKER_NAME_1-2"
+    fi
+    PID_FILE="$BASE/activemq.pid"
+    ADDR_FILE="$BASE/activemq.stomp"
+    OUT_LOG="$BASE/activemq.out"
+    BROKER_LOG="$BASE/data/activemq.log"
+    ARG_FILE="$BASE/conf/java.args"
+}
+use_broker 1
+PAIR_MODE=0 # 1: messages name the broker of the pair
 
 log() { printf 'activemq.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 usage() {
-    echo "usage: $0 start|stop|restart|status" >&2
+    echo "usage: $0 start [--pair] | stop | restart [--pair] | status" >&2
     exit 2
 }
 
@@ -152,11 +187,13 @@ ensure_installed() {
 
 # --- STOMP probe --------------------------------------------------------------------
 
-# stomp_probe: CONNECT as the publisher. Returns 0 on CONNECTED, 1 if nothing answers
-# (yet), 2 on an ERROR frame (its message header is printed on stdout).
+# stomp_probe [PORT]: CONNECT as the publisher (default: the current broker's port).
+# Returns 0 on CONNECTED, 1 if nothing answers (yet), 2 on an ERROR frame (its message
+# header is printed on stdout).
 stomp_probe() {
+    local port=${1:-$STOMP_PORT}
     (
-        exec 3<>"/dev/tcp/$HOST/$STOMP_PORT" || exit 1
+        exec 3<>"/dev/tcp/$HOST/$port" || exit 1
         printf 'CONNECT\naccept-version:1.2\nhost:localhost\nlogin:%s\npasscode:%s\nheart-beat:0,0\n\n\0' \
             "$PUB_USER" "$PUB_PASS" >&3 || exit 1
         frame=
@@ -202,6 +239,7 @@ show_logs() {
 kill_pid() {
     local pid=$1 waited=0 limit=$((STOP_TIMEOUT * 5))
     kill -TERM "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true # a stopped (SIGSTOP) broker handles TERM only now
     while alive "$pid" && ((waited < limit)); do
         sleep 0.2
         waited=$((waited + 1))
@@ -217,6 +255,42 @@ kill_pid() {
     fi
 }
 
+# --- roles in a pair ----------------------------------------------------------------
+
+# lock_holder: print the pid holding the store's lock (from /proc/locks: ActiveMQ takes a
+# POSIX lock on STORE_DIR/lock); fail if nobody holds it or it cannot be told.
+lock_holder() {
+    local inode
+    inode=$(stat -L -c %i -- "$STORE_DIR/lock" 2>/dev/null) || return 1
+    awk -v inode="$inode" '$2 == "POSIX" && $4 == "WRITE" {
+            n = split($6, dev, ":"); if (dev[n] == inode) { print $5; found = 1; exit }
+        } END { exit !found }' /proc/locks 2>/dev/null
+}
+
+# role PID: "master" (holds the store lock), "slave" (waits for it) or "unknown".
+role() {
+    local holder
+    if holder=$(lock_holder); then
+        [[ $holder == "$1" ]] && echo master || echo slave
+    elif stomp_probe >/dev/null; then
+        echo master
+    else
+        echo unknown
+    fi
+}
+
+# is_pair: broker 2 was ever started in this home.
+is_pair() {
+    [[ -d $ROOT/activemq-2/conf ]]
+}
+
+# waiting_since OFFSET: the broker log, from byte OFFSET on, says this broker waits for
+# the store lock (ActiveMQ logs it once, when it first finds the lock taken).
+waiting_since() {
+    [[ -f $BROKER_LOG ]] &&
+        tail -c "+$(($1 + 1))" -- "$BROKER_LOG" 2>/dev/null | grep -q 'waiting a lock to be acquired'
+}
+
 # --- commands -----------------------------------------------------------------------
 
 # argfile_quote VALUE: quote for a java @argfile (double quotes; \ and " escaped).
@@ -226,18 +300,41 @@ argfile_quote() {
     printf '"%s"\n' "$v"
 }
 
-cmd_start() {
+check_ports() {
+    is_port "$STOMP_PORT_1" || die "HCAT_NOTIFY_BROKER_PORT is not a port number: $STOMP_PORT_1"
+    is_port "$OPENWIRE_PORT_1" || die "HCAT_NOTIFY_OPENWIRE_PORT is not a port number: $OPENWIRE_PORT_1"
+    [[ $STOMP_PORT_1 != "$OPENWIRE_PORT_1" ]] || die "STOMP and OpenWire ports are both $STOMP_PORT_1"
+    if [[ ${1:-} == pair ]]; then
+        # Broker 2 listens on both ports + 1: none of the four may coincide.
+        ((10#$STOMP_PORT_1 < 65535 && 10#$OPENWIRE_PORT_1 < 65535)) ||
+            die "a pair needs HCAT_NOTIFY_BROKER_PORT and HCAT_NOTIFY_OPENWIRE_PORT below 65535"
+        local diff=$((10#$STOMP_PORT_1 - 10#$OPENWIRE_PORT_1))
+        ((diff != 1 && diff != -1)) ||
+            die "a pair uses ports + 1 for broker 2: HCAT_NOTIFY_BROKER_PORT ($STOMP_PORT_1) and" \
+                "HCAT_NOTIFY_OPENWIRE_PORT ($OPENWIRE_PORT_1) must be at least 2 apart"
+    fi
+}
+
+# start_broker: start the current broker (use_broker) unless it runs; return once it is
+# master (STOMP CONNECTED on its port) or, in a pair, a slave waiting for the store lock
+# while the other broker serves.
+start_broker() {
     local pid
     if pid=$(running_pid); then
-        echo "activemq already running (pid $pid, stomp $(cat "$ADDR_FILE" 2>/dev/null || echo "$HOST:$STOMP_PORT")); nothing to do"
+        if [[ $PAIR_MODE == 1 ]]; then
+            echo "broker $N already running (pid $pid, $(role "$pid")); nothing to do"
+        else
+            echo "activemq already running (pid $pid, stomp $(cat "$ADDR_FILE" 2>/dev/null || echo "$HOST:$STOMP_PORT")); nothing to do"
+        fi
         return 0
     fi
-    is_port "$STOMP_PORT" || die "HCAT_NOTIFY_BROKER_PORT is not a port number: $STOMP_PORT"
-    is_port "$OPENWIRE_PORT" || die "HCAT_NOTIFY_OPENWIRE_PORT is not a port number: $OPENWIRE_PORT"
-    [[ $STOMP_PORT != "$OPENWIRE_PORT" ]] || die "STOMP and OpenWire ports are both $STOMP_PORT"
-    [[ $START_TIMEOUT =~ ^[0-9]+$ ]] || die "HCAT_NOTIFY_BROKER_START_TIMEOUT is not a number of seconds: $START_TIMEOUT"
+    local peer_port=
+    if [[ $N == 2 ]]; then
+        peer_port=$STOMP_PORT_1
+    elif [[ $PAIR_MODE == 1 ]]; then
+        peer_port=$((10#$STOMP_PORT_1 + 1))
+    fi
     [[ -f $CONF_SRC/activemq.xml ]] || die "broker config not found: $CONF_SRC/activemq.xml"
-    ensure_installed
     # The base dir holds credentials (argfile; the JVM echoes its arguments into
     # activemq.out): keep everything we create private.
     umask 077
@@ -250,7 +347,7 @@ cmd_start() {
         fi
     done
 
-    mkdir -p -- "$BASE/conf" "$BASE/data" "$BASE/tmp" "$BASE/lib"
+    mkdir -p -- "$BASE/conf" "$BASE/data" "$BASE/tmp" "$BASE/lib" "$STORE_DIR"
     # The jars ensure_installed checked (see EXTRA_JARS).
     local entry jar
     for entry in "${EXTRA_JARS[@]}"; do
@@ -290,16 +387,18 @@ cmd_start() {
         "-Dhcat.stomp.port=$STOMP_PORT"
         "-Dhcat.openwire.port=$OPENWIRE_PORT"
         "-Dhcat.topic.prefix=$TOPIC_PREFIX"
+        "-Dhcat.store.dir=$STORE_DIR"
         "@$ARG_FILE"
         -jar "$AMQ_JAR" start "xbean:file:$BASE/conf/activemq.xml"
     )
 
+    local log_offset=0
+    [[ -f $BROKER_LOG ]] && log_offset=$(stat -c %s -- "$BROKER_LOG")
     printf '===== %s starting: %s\n' "$(date '+%F %T')" "${cmd[*]}" >>"$OUT_LOG"
     # setsid: own session, so the broker outlives this script and its terminal/process group.
     # (A background child of a non-interactive shell is never a group leader, so setsid
     # execs in place and $! is the java pid.)
-    cd -- "$BASE"
-    nohup setsid "${cmd[@]}" >>"$OUT_LOG" 2>&1 </dev/null &
+    (cd -- "$BASE" && exec nohup setsid "${cmd[@]}" >>"$OUT_LOG" 2>&1 </dev/null) &
     pid=$!
     echo "$pid" >"$PID_FILE"
     echo "$HOST:$STOMP_PORT" >"$ADDR_FILE"
@@ -325,8 +424,19 @@ cmd_start() {
             show_logs
             exit 1
         fi
+        if [[ -n $peer_port ]] && waiting_since "$log_offset" && stomp_probe "$peer_port" >/dev/null; then
+            echo "broker $N started as slave (pid $pid, stomp $HOST:$STOMP_PORT when it takes over," \
+                "openwire $HOST:$OPENWIRE_PORT, base $BASE): waits for the lock on $STORE_DIR," \
+                "the broker on $HOST:$peer_port serves"
+            return 0
+        fi
         if ((SECONDS >= deadline)); then
-            log "error: no STOMP CONNECTED from $HOST:$STOMP_PORT within ${START_TIMEOUT}s; stopping pid $pid"
+            if waiting_since "$log_offset"; then
+                log "error: broker $N waits for the lock on $STORE_DIR, but no other broker of" \
+                    "this home serves (holder: pid $(lock_holder || echo unknown)); stopping pid $pid"
+            else
+                log "error: no STOMP CONNECTED from $HOST:$STOMP_PORT within ${START_TIMEOUT}s; stopping pid $pid"
+            fi
             kill_pid "$pid"
             rm -f -- "$PID_FILE" "$ADDR_FILE"
             show_logs
@@ -334,41 +444,126 @@ cmd_start() {
         fi
         sleep 0.3
     done
-    echo "activemq started (pid $pid, stomp $HOST:$STOMP_PORT, openwire $HOST:$OPENWIRE_PORT, base $BASE)"
+    if [[ $PAIR_MODE == 1 ]]; then
+        echo "broker $N started as master (pid $pid, stomp $HOST:$STOMP_PORT, openwire $HOST:$OPENWIRE_PORT, base $BASE)"
+    else
+        echo "activemq started (pid $pid, stomp $HOST:$STOMP_PORT, openwire $HOST:$OPENWIRE_PORT, base $BASE)"
+    fi
 }
 
-cmd_stop() {
+cmd_start() {
+    local pair=${1:-}
+    if [[ $pair == pair ]] || is_pair; then
+        PAIR_MODE=1
+    fi
+    check_ports "$pair"
+    ensure_installed
+    use_broker 1
+    start_broker
+    if [[ $pair == pair ]]; then
+        use_broker 2
+        start_broker
+    fi
+}
+
+# stop_broker: stop the current broker if it runs; prints what it did.
+stop_broker() {
     local pid
     if ! pid=$(running_pid); then
         rm -f -- "$PID_FILE" "$ADDR_FILE"
-        echo "activemq not running; nothing to do"
-        return 0
+        return 1
     fi
     kill_pid "$pid"
     if alive "$pid"; then
         die "pid $pid is still alive after SIGKILL"
     fi
     rm -f -- "$PID_FILE" "$ADDR_FILE"
-    echo "activemq stopped (pid $pid)"
+    if is_pair; then
+        echo "broker $N stopped (pid $pid)"
+    else
+        echo "activemq stopped (pid $pid)"
+    fi
+}
+
+cmd_stop() {
+    local stopped=0 n pid order=(1)
+    if is_pair; then
+        # Slaves first: a master stopped first would hand the store to a slave that is
+        # about to be stopped anyway.
+        order=()
+        for n in 1 2; do
+            use_broker "$n"
+            if pid=$(running_pid) && [[ $(role "$pid") != master ]]; then
+                order=("$n" "${order[@]}")
+            else
+                order+=("$n")
+            fi
+        done
+    fi
+    for n in "${order[@]}"; do
+        use_broker "$n"
+        if stop_broker; then
+            stopped=1
+        fi
+    done
+    if ((stopped == 0)); then
+        echo "activemq not running; nothing to do"
+    fi
 }
 
 cmd_status() {
-    local pid
-    if pid=$(running_pid); then
-        echo "running (pid $pid, stomp $(cat "$ADDR_FILE" 2>/dev/null || echo "$HOST:$STOMP_PORT"))"
-        return 0
+    local pid n running=0
+    if ! is_pair; then
+        use_broker 1
+        if pid=$(running_pid); then
+            echo "running (pid $pid, stomp $(cat "$ADDR_FILE" 2>/dev/null || echo "$HOST:$STOMP_PORT"))"
+            return 0
+        fi
+        echo "stopped"
+        return 3
     fi
-    echo "stopped"
-    return 3
+    local -a lines=()
+    for n in 1 2; do
+        use_broker "$n"
+        if pid=$(running_pid); then
+            running=1
+            case $(role "$pid") in
+            master)
+                if stomp_probe >/dev/null; then
+                    lines+=("broker $n: master (pid $pid, stomp $HOST:$STOMP_PORT, openwire $HOST:$OPENWIRE_PORT)")
+                else
+                    lines+=("broker $n: master, not answering on stomp $HOST:$STOMP_PORT yet (pid $pid)")
+                fi
+                ;;
+            slave)
+                lines+=("broker $n: slave, waiting for the store lock (pid $pid, stomp $HOST:$STOMP_PORT when it takes over)")
+                ;;
+            *)
+                lines+=("broker $n: running, role unknown (pid $pid, stomp $HOST:$STOMP_PORT)")
+                ;;
+            esac
+        else
+            lines+=("broker $n: stopped (stomp $HOST:$STOMP_PORT)")
+        fi
+    done
+    if ((running == 0)); then
+        echo "stopped"
+        return 3
+    fi
+    printf '%s\n' "${lines[@]}"
 }
 
-[[ $# -eq 1 ]] || usage
-case $1 in
+case "$*" in
 start) cmd_start ;;
+"start --pair") cmd_start pair ;;
 stop) cmd_stop ;;
 restart)
     cmd_stop
     cmd_start
+    ;;
+"restart --pair")
+    cmd_stop
+    cmd_start pair
     ;;
 status) cmd_status ;;
 *) usage ;;

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from hcat_notify.broker.backoff import Backoff
     from hcat_notify.broker.connection import (
         DEFAULT_HEARTBEATS,
+        HEARTBEAT_TIMEOUT,
         BrokerConnection,
         ReceivedMessage,
         consumer_connection,
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_HEARTBEATS",
+    "HEARTBEAT_TIMEOUT",
     "Backoff",
     "BrokerConnection",
     "BrokerFault",

@@ -5,7 +5,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-__all__ = ["Backoff"]
+__all__ = ["DEFAULT_BACKOFF_INITIAL", "DEFAULT_BACKOFF_MAX", "Backoff"]
+
+DEFAULT_BACKOFF_INITIAL = 0.1
+# The cap bounds how long after a failed-over slave opens its ports a client finds it
+# (half the cap on average). A refused TCP connection costs a broker next to nothing, so
+# two attempts a second are cheap even for many clients; a cap of 10 s would add up to
+# 10 s to every failover.
+DEFAULT_BACKOFF_MAX = 0.5
 
 
 @dataclass
@@ -15,8 +22,8 @@ class Backoff:
     Jitter keeps a fleet of clients that lost the same broker from reconnecting in step.
     """
 
-    initial: float = 0.2
-    maximum: float = 10.0
+    initial: float = DEFAULT_BACKOFF_INITIAL
+    maximum: float = DEFAULT_BACKOFF_MAX
     jitter: float = 0.2
     _current: float = field(init=False, repr=False, default=0.0)
 

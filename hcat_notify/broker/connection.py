@@ -2,8 +2,9 @@
 
 stomp.py's own waits have no deadlines, it does not reconnect by itself, and a listener
 that raises kills its receiver thread. This wrapper owns all three: every wait has a
-timeout, callers reconnect by calling :meth:`BrokerConnection.connect` again (it walks the
-configured hosts in order), and the listener never raises.
+timeout, the listener never raises, and callers reconnect by calling
+:meth:`BrokerConnection.connect` again, which walks the configured brokers starting after
+the one whose connection was lost (docs/architecture.md, "Broker failover").
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from hcat_notify.errors import (
 __all__ = [
     "DEFAULT_HEARTBEATS",
     "HEARTBEAT_RECEIVE_SCALE",
+    "HEARTBEAT_TIMEOUT",
     "BrokerConnection",
     "ReceivedMessage",
     "consumer_connection",
@@ -55,7 +57,13 @@ DEFAULT_HEARTBEATS = (10_000, 3_000)
 # sporadic traffic reconnected several times an hour). With 3 x 3 s a hung broker is
 # noticed within 9 s, and a healthy one never stays silent for more than 6 s.
 HEARTBEAT_RECEIVE_SCALE = 3.0
+# stomp.py checks at the moment the tolerated silence ends, so a hung broker is noticed
+# 9 s after the last frame it sent, and every wait on that connection fails then. (In a
+# connection's first 9 s stomp.py counts the silence from the end of a grace period of
+# the same length, so a broker that hangs then is noticed up to 18 s after CONNECTED.)
+HEARTBEAT_TIMEOUT = DEFAULT_HEARTBEATS[1] / 1000 * HEARTBEAT_RECEIVE_SCALE
 _ids = itertools.count(1)
+_CONNECTION_LOST = "connection lost"
 
 # What an ERROR frame answering one of our frames raises (broker/errors.py classifies).
 _ERRORS: dict[BrokerFault, type[BrokerError]] = {
@@ -107,9 +115,12 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
     touch the state of the next one.
     """
 
-    def __init__(self, connection: BrokerConnection, generation: int) -> None:
+    def __init__(
+        self, connection: BrokerConnection, generation: int, address: BrokerAddress
+    ) -> None:
         self._connection = connection
         self._generation = generation
+        self._address = address
 
     def _current(self) -> bool:
         return self._generation == self._connection._generation
@@ -156,17 +167,17 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
             self._connection.last_heartbeat = time.monotonic()
 
     def on_heartbeat_timeout(self) -> None:
-        if self._current():
-            self._connection.heartbeat_timeouts += 1
-            logger.warning(
-                "broker %s heartbeat timed out: silent for %.0f s",
-                self._connection.address,
-                self._connection._heartbeats[1] / 1000 * HEARTBEAT_RECEIVE_SCALE,
-            )
+        # stomp.py calls this after on_disconnected, by which time the caller may have
+        # connected again: count it whatever the generation (it touches no state).
+        self._connection._on_heartbeat_timeout(self._address)
 
 
 class BrokerConnection:
     """One STOMP 1.2 connection, tried against each configured broker in turn.
+
+    :meth:`connect` may be called again after the connection was lost (a dropped socket,
+    a missed heart-beat): it starts with the broker after the lost one, so a master/slave
+    pair is walked in the order that finds the new master first.
 
     Args:
         addresses: brokers in failover order.
@@ -197,13 +208,16 @@ class BrokerConnection:
         self._connected = threading.Event()
         self._receipts: dict[str, _Waiter] = {}
         self._errors: list[str] = []
-        self._connected_error: str | None = None
+        self._refusal: str | None = None  # an ERROR frame that answered CONNECT
         self._generation = 0
+        self._start = 0  # index of the address the next connect() tries first
         self.messages: queue.Queue[ReceivedMessage] = queue.Queue()
         self.address: BrokerAddress | None = None
         self._trying: BrokerAddress | None = None  # the address a connect() is trying
         self.last_heartbeat: float | None = None  # monotonic time of the broker's last beat
         self.heartbeat_timeouts = 0  # times the broker was silent for too long
+        self.lost = 0  # connections lost (not closed by us) since this object was made
+        self.connected_at: float | None = None  # monotonic time of the last CONNECTED
 
     # -- listener callbacks ----------------------------------------------------------
 
@@ -212,7 +226,7 @@ class BrokerConnection:
 
     def _on_error(self, headers: Mapping[str, str], body: str) -> None:
         message = headers.get("message", "").strip() or body.strip() or "ERROR frame"
-        logger.warning("broker %s sent ERROR: %s", self.address or self._trying, message)
+        logger.warning("broker %s sent ERROR: %s", self._trying, message)
         with self._lock:
             self._errors.append(message)
             receipt_id = headers.get("receipt-id")
@@ -229,8 +243,8 @@ class BrokerConnection:
             if item.error is None:  # the first ERROR says why; later ones are echoes
                 item.error = message
             item.event.set()
-        if self._connected_error is None:
-            self._connected_error = message
+        if self._conn is None and self._refusal is None:
+            self._refusal = message  # CONNECT was answered with an ERROR
         if not self._connected.is_set():
             self._connected.set()
 
@@ -241,21 +255,37 @@ class BrokerConnection:
             waiter.event.set()
 
     def _on_disconnected(self) -> None:
-        logger.info("disconnected from broker %s", self.address or self._trying)
         if self._conn is None:
-            # Closed during CONNECT (after an ERROR, or without a word): wake connect()
-            # now instead of at its deadline, and never undo what an ERROR just set.
-            if self._connected_error is None:
-                self._connected_error = "the broker closed the connection during CONNECT"
+            # Closed during CONNECT (after an ERROR, or without a word) or by close():
+            # wake connect() now instead of at its deadline.
+            logger.debug("disconnected from broker %s", self._trying)
             self._connected.set()
             return
+        self.lost += 1
+        if self._trying is not None:  # the address this connection was made to
+            self._start = (self._addresses.index(self._trying) + 1) % len(self._addresses)
+        logger.warning(
+            "lost the connection to broker %s; the next connect tries %s first",
+            self._trying,
+            self._addresses[self._start],
+        )
         self._connected.clear()
         with self._lock:
             waiters = list(self._receipts.values())
         for item in waiters:
             if not item.event.is_set():
-                item.error = "connection lost"
+                item.error = _CONNECTION_LOST
                 item.event.set()
+
+    def _on_heartbeat_timeout(self, address: BrokerAddress) -> None:
+        # stomp.py has closed the socket already (on_disconnected came first).
+        with self._lock:
+            self.heartbeat_timeouts += 1
+        logger.warning(
+            "broker %s sent nothing for %.0f s (heart-beat timeout): connection dropped",
+            address,
+            self._heartbeats[1] / 1000 * HEARTBEAT_RECEIVE_SCALE,
+        )
 
     # -- public API ------------------------------------------------------------------
 
@@ -270,27 +300,46 @@ class BrokerConnection:
             return list(self._errors)
 
     def connect(self) -> BrokerAddress:
-        """Connect to the first broker that accepts us.
+        """Connect to the first broker that accepts us, closing any connection first.
+
+        Tries every configured address once: from the first on a fresh object, from the
+        one after the last broker whose connection was lost on a reconnect. An address
+        that refuses the TCP connection is skipped at once; one that accepts it but does
+        not answer CONNECT (a hung broker) costs the timeout. Messages not yet received
+        from the previous connection are dropped (their acks would mean nothing on the
+        next one): callers catch up from the catalog.
 
         Returns:
             The address connected to.
 
         Raises:
-            BrokerAuthError: a broker refused the credentials.
+            BrokerCredentialsError: a broker refused the credentials (not tried further).
             BrokerUnavailableError: no broker answered; the message names every URL.
         """
         self.close()
+        self.messages = queue.Queue()
+        with self._lock:
+            self._errors = []
+        count = len(self._addresses)
         failures = []
-        for address in self._addresses:
+        for offset in range(count):
+            index = (self._start + offset) % count
+            address = self._addresses[index]
             try:
                 self._connect_one(address)
-            except BrokerAuthError:
+            except BrokerCredentialsError:
                 raise
             except BrokerError as exc:
                 failures.append(f"{address}: {exc}")
                 continue
-            self.address = address
-            logger.info("connected to broker %s as %s", address, self._user)
+            previous, self.address, self._start = self.address, address, index
+            self.connected_at = time.monotonic()
+            if previous is not None and previous != address:
+                logger.warning(
+                    "connected to broker %s as %s (was %s)", address, self._user, previous
+                )
+            else:
+                logger.info("connected to broker %s as %s", address, self._user)
             return address
         raise BrokerUnavailableError("cannot connect to broker: " + "; ".join(failures))
 
@@ -305,9 +354,9 @@ class BrokerConnection:
         )
         self._generation += 1
         self._trying = address
-        conn.set_listener("hcat-notify", _Listener(self, self._generation))
+        conn.set_listener("hcat-notify", _Listener(self, self._generation, address))
         self._connected.clear()
-        self._connected_error = None
+        self._refusal = None
         try:
             conn.connect(self._user, self._password, wait=False)
         except (StompException, OSError) as exc:
@@ -316,10 +365,18 @@ class BrokerConnection:
         if not self._connected.wait(self._timeout):
             self._stop(conn)
             raise BrokerTimeoutError(f"no CONNECTED frame within {self._timeout:g}s")
-        if self._connected_error is not None or not conn.is_connected():
-            reason = self._connected_error or "connection closed during CONNECT"
+        refusal = self._refusal
+        if refusal is not None or not conn.is_connected():
             self._stop(conn)
-            raise BrokerCredentialsError(f"broker {address} refused user {self._user!r}: {reason}")
+            if refusal is not None and classify(refusal) is BrokerFault.CREDENTIALS:
+                raise BrokerCredentialsError(
+                    f"broker {address} refused user {self._user!r}: {refusal}"
+                )
+            # A broker going down (or shutting down) closes connections mid-CONNECT too:
+            # that is an outage, to be retried elsewhere, never a reason to give up.
+            raise BrokerUnavailableError(
+                f"the broker closed the connection during CONNECT: {refusal or 'no reason given'}"
+            )
         # stomp.py leaves Nagle's algorithm on: a small COMMIT after the SENDs then waits
         # for the broker's delayed ACK, about 40 ms per receipt.
         with contextlib.suppress(OSError, AttributeError):
@@ -341,6 +398,11 @@ class BrokerConnection:
             if not waiter.event.wait(deadline):
                 raise BrokerTimeoutError(
                     f"no RECEIPT for {what} within {deadline:g}s from {self.address}"
+                )
+            if waiter.error == _CONNECTION_LOST:
+                raise BrokerUnavailableError(
+                    f"{what}: connection to {self.address} lost before the RECEIPT "
+                    "(the outcome is unknown)"
                 )
             if waiter.error is not None:
                 fault = classify(waiter.error)

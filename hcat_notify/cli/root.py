@@ -169,9 +169,10 @@ def cli(
 
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Third-party chatter only at -vv.
-    for noisy in ("alembic", "stomp.py"):
-        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose > 1 else logging.WARNING)
+    # Third-party chatter only at -vv. stomp.py warns once per address and attempt while
+    # a broker is down; hcat_notify.broker says the same once per reconnect round.
+    logging.getLogger("alembic").setLevel(logging.DEBUG if verbose > 1 else logging.WARNING)
+    logging.getLogger("stomp.py").setLevel(logging.DEBUG if verbose > 1 else logging.ERROR)
     overrides = {"home": home, "db_url": db_url, "broker_url": broker_url}
     # A command's own --output (after its name) is parsed later and overrides this.
     ctx.obj = CliContext(overrides, config_file, output)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from hcat_notify.broker.backoff import DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX
 from hcat_notify.errors import InvalidInputError
 
 __all__ = ["RelayConfig"]
@@ -41,8 +42,8 @@ class RelayConfig:
     heartbeat_interval: float = 1.0
     session_timeout: float = 3.0
     min_move_interval: float = 30.0
-    backoff_initial: float = 0.2
-    backoff_max: float = 10.0
+    backoff_initial: float = DEFAULT_BACKOFF_INITIAL
+    backoff_max: float = DEFAULT_BACKOFF_MAX
     blocked_topic_retry: float = 30.0
     max_attempts: int = 3
 

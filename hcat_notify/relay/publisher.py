@@ -76,6 +76,9 @@ class RelayStats:
     connects: int = 0
     failures: int = 0
     last_publish_at: datetime | None = None
+    broker: str | None = None  # the broker whose RECEIPT last marked events published
+    broker_since: datetime | None = None  # its first such RECEIPT (after a failover: the
+    # moment publishing resumed on the new master)
     blocked_topics: dict[str, str] = field(default_factory=dict)
     refusals: int = 0  # refusals of single events by the broker
     refused: dict[int, str] = field(default_factory=dict)  # event id -> the broker's reason
@@ -399,9 +402,13 @@ class Relay:
         self._record(sent, unsent)
         self.stats.connects = self._sender.connects
         if sent:
+            now_utc = datetime.now(UTC)
+            broker = str(self._sender.address)
+            if broker != self.stats.broker:
+                self.stats.broker, self.stats.broker_since = broker, now_utc
             self.stats.published += len(sent)
             self.stats.batches += 1
-            self.stats.last_publish_at = datetime.now(UTC)
+            self.stats.last_publish_at = now_utc
             logger.info(
                 "relay batch published=%d first=%d last=%d ms=%.1f",
                 len(sent),

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from hcat_notify.broker.connection import BrokerConnection, error_for
 from hcat_notify.broker.errors import BrokerFault, classify
-from hcat_notify.config import Settings
+from hcat_notify.config import BrokerAddress, Settings
 from hcat_notify.errors import (
     BrokerAuthError,
     BrokerError,
@@ -80,25 +80,33 @@ class BatchSender:
     def connected(self) -> BrokerConnection:
         """The connection, (re)connected if need be.
 
+        One :class:`BrokerConnection` serves the sender's life, so that a reconnect after
+        a lost connection starts with the broker after the lost one (the slave that is
+        taking over, in a master/slave pair).
+
         Raises:
             BrokerCredentialsError: the broker refused the login.
             BrokerUnavailableError: no broker answered.
         """
-        if self._connection is not None and self._connection.is_connected:
-            return self._connection
-        self.close()
-        connection = self._factory(self._settings)
+        connection = self._connection
+        if connection is not None and connection.is_connected:
+            return connection
+        if connection is None:
+            connection = self._connection = self._factory(self._settings)
         address = connection.connect()
-        self._connection = connection
         self.connects += 1
         logger.info("relay connected broker=%s user=%s", address, self._settings.broker_user)
         return connection
+
+    @property
+    def address(self) -> BrokerAddress | None:
+        """The broker of the current (or last) connection."""
+        return None if self._connection is None else self._connection.address
 
     def close(self) -> None:
         """Drop the connection (the next send reconnects)."""
         if self._connection is not None:
             self._connection.close()
-            self._connection = None
 
     def send(self, events: Sequence[OutboxEvent]) -> SendResult:
         """Send ``events``; what has a receipt is in the result's ``sent``.

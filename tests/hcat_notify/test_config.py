@@ -77,6 +77,42 @@ def test_failover_broker_url():
     assert settings.broker_addresses == (BrokerAddress("a", 1), BrokerAddress("b", 2))
 
 
+def test_broker_url_defaults_the_port_and_brackets_ipv6():
+    settings = load_settings(broker_url="stomp://a,stomp://[::1]:61614")
+    assert settings.broker_addresses == (BrokerAddress("a", 61613), BrokerAddress("::1", 61614))
+    assert [str(a) for a in settings.broker_addresses] == [
+        "stomp://a:61613",
+        "stomp://[::1]:61614",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("stomp://a:1,,stomp://b:2", r"has an empty entry \(entry 2 of 3\)"),
+        ("stomp://a:1,", r"has an empty entry \(entry 2 of 2\)"),
+        ("stomp://a:1,tcp://b:2", r"'tcp://b:2' \(entry 2 of 2\) is not of the form stomp://"),
+        ("stomp://a:1,stomp://b:0", r"'stomp://b:0' \(entry 2 of 2\) has an invalid port"),
+        ("stomp://a:70000", r"'stomp://a:70000' has an invalid port"),
+        ("stomp://a:1,stomp://a:1", r"names stomp://a:1 twice \(entry 2 of 2\)"),
+        ("stomp://a,stomp://a:61613", r"names stomp://a:61613 twice"),
+        ("stomp://a:1/queue", r"has a path"),
+        ("failover:(tcp://a:61616,tcp://b:61617)", r"is a JMS failover URL .*stomp://host:port"),
+    ],
+)
+def test_a_malformed_entry_refuses_the_whole_broker_list(url: str, match: str):
+    with pytest.raises(ConfigError, match=match) as info:
+        load_settings(broker_url=url)
+    assert "\n" not in str(info.value)
+
+
+def test_credentials_in_the_broker_url_are_refused_without_echoing_them():
+    with pytest.raises(ConfigError, match=r"'stomp://\*\*\*@b:2' \(entry 2 of 2\) carries") as info:
+        load_settings(broker_url="stomp://a:1,stomp://user:s3cret@b:2")
+    assert "s3cret" not in str(info.value)
+    assert "broker_user and broker_password" in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
@@ -117,3 +153,12 @@ def test_settings_are_immutable():
     settings = load_settings()
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.topic_prefix = "x"  # type: ignore[misc]
+
+
+def test_the_production_example_lists_both_brokers_of_the_pair():
+    example = Path(__file__).resolve().parents[2] / "deploy" / "production" / "hcat-notify.toml"
+    settings = load_settings(config_file=example)
+    assert [str(a) for a in settings.broker_addresses] == [
+        "stomp://broker-a.example.com:61613",
+        "stomp://broker-b.example.com:61613",
+    ]

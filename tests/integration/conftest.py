@@ -8,22 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from hcat_notify.config import Settings, load_settings
+from hcat_notify.config import Settings
 from hcat_notify.store import Catalog, TableInfo
+from tests.integration.delivery import broker_settings
 
 
 @pytest.fixture
 def delivery_settings(db_url: str, broker, tmp_path: Path) -> Settings:
-    return load_settings(
-        home=tmp_path / "home",
-        db_url=db_url,
-        broker_url=broker.url,
-        broker_user=broker.publisher[0],
-        broker_password=broker.publisher[1],
-        consumer_user=broker.reader[0],
-        consumer_password=broker.reader[1],
-        broker_timeout=5,
-    )
+    return broker_settings(broker, tmp_path / "home", db_url)
 
 
 @pytest.fixture

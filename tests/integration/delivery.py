@@ -9,25 +9,51 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hcat_notify.broker import BrokerConnection, ReceivedMessage, consumer_connection
-from hcat_notify.config import Settings
+from hcat_notify.broker import (
+    BrokerConnection,
+    ReceivedMessage,
+    consumer_connection,
+    publisher_connection,
+)
+from hcat_notify.config import Settings, load_settings
 from hcat_notify.model.topics import destination_for
 from hcat_notify.relay import Relay, RelayConfig
 
 
+def broker_settings(broker: Any, home: Path, db_url: str, timeout: float = 5) -> Settings:
+    """Settings for a test broker (or pair): its URL and principals, a short timeout."""
+    return load_settings(
+        home=home,
+        db_url=db_url,
+        broker_url=broker.url,
+        broker_user=broker.publisher[0],
+        broker_password=broker.publisher[1],
+        consumer_user=broker.reader[0],
+        consumer_password=broker.reader[1],
+        broker_timeout=timeout,
+    )
+
+
 @contextmanager
 def running_relay(
-    settings: Settings, *, member_id: str | None = None, **config: Any
+    settings: Settings,
+    *,
+    member_id: str | None = None,
+    connection_factory: Callable[[Settings], BrokerConnection] = publisher_connection,
+    **config: Any,
 ) -> Iterator[Relay]:
     """A relay publishing in a background thread until the block ends."""
-    config.setdefault("backoff_initial", 0.1)
-    config.setdefault("backoff_max", 1.0)
-    relay = Relay(settings, config=RelayConfig(**config), member_id=member_id)
+    relay = Relay(
+        settings,
+        config=RelayConfig(**config),
+        member_id=member_id,
+        connection_factory=connection_factory,
+    )
     errors: list[Exception] = []
 
     def target() -> None:

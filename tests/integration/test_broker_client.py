@@ -10,12 +10,14 @@ import pytest
 
 from hcat_notify.broker import (
     DEFAULT_HEARTBEATS,
+    HEARTBEAT_TIMEOUT,
     BrokerConnection,
     consumer_connection,
     publisher_connection,
 )
 from hcat_notify.config import BrokerAddress, load_settings
 from hcat_notify.errors import BrokerAuthError, BrokerUnavailableError
+from tests.integration.failover import Proxy, silent_listener
 
 pytestmark = pytest.mark.integration
 
@@ -136,3 +138,77 @@ def test_a_message_right_after_a_heartbeat_does_not_look_like_a_dead_broker(sett
             assert after - beat > 1.5 * interval  # the long silence did happen
         assert consumer.is_connected
         assert consumer.heartbeat_timeouts == 0
+
+
+# --------------------------------------------------------------------------- failover
+
+
+def test_a_silent_first_address_costs_the_timeout_then_is_skipped(broker):
+    """An address that accepts TCP but never answers CONNECT (a hung broker) is given
+    the connect timeout, then the next address is tried."""
+    with silent_listener() as silent:
+        hung = BrokerAddress("127.0.0.1", silent.getsockname()[1])
+        live = BrokerAddress(broker.host, broker.stomp_port)
+        connection = BrokerConnection(
+            [hung, live], user=broker.publisher[0], password=broker.publisher[1], timeout=1.5
+        )
+        started = time.monotonic()
+        with connection:
+            took = time.monotonic() - started
+            assert connection.address == live
+    assert 1.5 <= took < 6
+
+
+def test_reconnect_after_a_lost_connection_starts_with_the_next_address(broker):
+    """After losing its broker, a connection tries the address after the lost one first,
+    even when the lost one answers again (a pair's old master restarted as slave would
+    not answer at all)."""
+    proxy = Proxy(broker.stomp_port)
+    try:
+        first = BrokerAddress("127.0.0.1", proxy.port)
+        second = BrokerAddress(broker.host, broker.stomp_port)
+        with BrokerConnection(
+            [first, second], user=broker.publisher[0], password=broker.publisher[1], timeout=5
+        ) as connection:
+            assert connection.address == first
+            proxy.cut()
+            deadline = time.monotonic() + 5
+            while connection.lost == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert connection.lost == 1
+            assert not connection.is_connected
+            assert connection.connect() == second
+            connection.subscribe("/topic/hcat.client.rotation", "r")  # and it works there
+            connection.close()
+            assert connection.connect() == second  # closed by us, not lost: stays there
+    finally:
+        proxy.close()
+
+
+def test_a_hung_broker_is_noticed_within_the_heartbeat_bound(settings, broker):
+    """A broker that stops answering while its socket stays open (SIGSTOP, a frozen VM)
+    is noticed by the heart-beats within HEARTBEAT_TIMEOUT of its last frame, and a
+    wait for a RECEIPT fails then instead of at its own deadline."""
+    proxy = Proxy(broker.stomp_port)
+    try:
+        connection = BrokerConnection(
+            [BrokerAddress("127.0.0.1", proxy.port)],
+            user=broker.publisher[0],
+            password=broker.publisher[1],
+            timeout=60,
+        )
+        with connection:
+            assert connection.connected_at is not None
+            # Past stomp.py's grace period of the connection's first 9 s.
+            while _next_heartbeat(connection, 10) - connection.connected_at < HEARTBEAT_TIMEOUT:
+                pass
+            proxy.freeze()
+            frozen_at = time.monotonic()
+            with pytest.raises(BrokerUnavailableError, match="lost before the RECEIPT"):
+                connection.send("/topic/hcat.client.hung", "{}", {"HCAT_EVENT_ID": "1"})
+            noticed = time.monotonic() - frozen_at
+            assert not connection.is_connected
+            assert connection.heartbeat_timeouts == 1
+    finally:
+        proxy.close()
+    assert HEARTBEAT_TIMEOUT - 3.5 < noticed <= HEARTBEAT_TIMEOUT + 1.5

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -14,6 +16,7 @@ from hcat_notify.consumer import NotificationConsumer, Source
 from hcat_notify.store import Catalog, NewPartition, TableInfo
 from hcat_notify.writer import send_mark_set_done
 from tests.integration.delivery import CLI, Recorder, cli_env, running_relay
+from tests.integration.failover import silent_listener
 
 pytestmark = pytest.mark.integration
 
@@ -177,3 +180,30 @@ def test_consumer_started_after_the_done_gets_it_exactly_once(
         with NotificationConsumer([clicks.name], settings=delivery_settings) as consumer:
             got = list(consumer.notifications(timeout=2))
     assert [(n.event_id, n.source) for n in got] == [(event_id, Source.RETAINED)]
+
+
+def test_unreachable_first_broker_addresses_are_skipped(
+    delivery_settings: Settings, clicks: TableInfo
+):
+    """As documented: an address that refuses connections is skipped at once, one that
+    accepts TCP but never answers costs the broker timeout; the relay and the consumer
+    both end up on the live broker and deliver everything."""
+    with socket.socket() as closed, silent_listener() as silent:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        settings = dataclasses.replace(
+            delivery_settings,
+            broker_url=(
+                f"stomp://127.0.0.1:{closed.getsockname()[1]},"
+                f"stomp://127.0.0.1:{silent.getsockname()[1]},{delivery_settings.broker_url}"
+            ),
+            broker_timeout=1.5,
+        )
+        with NotificationConsumer([clicks.name], settings=settings, cursor=0) as consumer:
+            with running_relay(settings) as relay:
+                ids = [
+                    send_mark_set_done(clicks.name, {"datestamp": f"u{n}"}, settings=settings)
+                    for n in range(20)
+                ]
+                seen = _collect(consumer, 20)
+                assert relay.stats.failures == 0  # skipping is not a failure
+    assert seen == ids

@@ -3,7 +3,9 @@ import java.io.FileOutputStream;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.util.Enumeration;
+import java.util.HashSet;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.atomic.AtomicReference;
 
@@ -34,7 +36,16 @@ import org.apache.activemq.ActiveMQConnectionFactory;
  *   --count N          JMS_PROBE_COUNT      messages to wait for (default 1)
  *   --timeout SECONDS  JMS_PROBE_TIMEOUT    deadline for all N, from READY (default 30)
  *   --linger SECONDS   JMS_PROBE_LINGER     keep listening after N arrived (default 0)
+ *   --client-id ID     JMS_PROBE_CLIENT_ID  the connection's client id (for --durable)
+ *   --durable NAME     JMS_PROBE_DURABLE    a durable subscription of that name (needs
+ *                                           --client-id), removed when the probe ends
+ *   --distinct PROP    JMS_PROBE_DISTINCT   count messages with distinct values of this
+ *                                           property (repeats are printed, not counted)
  * </pre>
+ *
+ * <p>The URL may be a failover URL ({@code failover:(tcp://a:61616,tcp://b:61617)}): the
+ * client then moves to whichever broker serves, and a durable subscription keeps what
+ * was published while it moved.
  *
  * <p>Output (stdout, UTF-8, pure ASCII since every non-ASCII char is \\u-escaped): one
  * line {@code READY} once the consumer is registered at the broker (creating a consumer
@@ -75,6 +86,10 @@ public final class JmsProbe {
         if (selector != null && selector.isEmpty()) {
             selector = null;
         }
+        Subscription subscription = new Subscription(
+                opt(opts, "client-id", "JMS_PROBE_CLIENT_ID", null),
+                opt(opts, "durable", "JMS_PROBE_DURABLE", null),
+                opt(opts, "distinct", "JMS_PROBE_DISTINCT", null));
         int count;
         double timeout;
         double linger;
@@ -87,12 +102,15 @@ public final class JmsProbe {
             System.exit(EXIT_USAGE);
             return;
         }
-        if (url == null || topicName == null || count < 0 || timeout < 0 || linger < 0) {
+        if (url == null || topicName == null || count < 0 || timeout < 0 || linger < 0
+                || (subscription.durable != null && subscription.clientId == null)) {
             System.err.println("usage: JmsProbe --url URL --topic NAME [--user U] [--password P]"
-                    + " [--selector SQL] [--count N] [--timeout S] [--linger S]");
+                    + " [--selector SQL] [--count N] [--timeout S] [--linger S]"
+                    + " [--client-id ID [--durable NAME]] [--distinct PROPERTY]");
             System.exit(EXIT_USAGE);
         }
-        System.exit(run(out, url, user, password, topicName, selector, count, timeout, linger));
+        System.exit(run(out, url, user, password, topicName, selector, count, timeout, linger,
+                subscription));
     }
 
     private static String opt(Map<String, String> opts, String name, String env, String dflt) {
@@ -103,8 +121,28 @@ public final class JmsProbe {
         return value == null ? dflt : value;
     }
 
+    /** How the probe subscribes and what it counts. */
+    static final class Subscription {
+        final String clientId;
+        final String durable;
+        final String distinct;
+        private final Set<String> seen = new HashSet<>();
+
+        Subscription(String clientId, String durable, String distinct) {
+            this.clientId = clientId;
+            this.durable = durable;
+            this.distinct = distinct;
+        }
+
+        /** Whether {@code message} counts towards --count (always, without --distinct). */
+        boolean counts(Message message) throws JMSException {
+            return distinct == null || seen.add(String.valueOf(message.getObjectProperty(distinct)));
+        }
+    }
+
     private static int run(PrintStream out, String url, String user, String password,
-            String topicName, String selector, int count, double timeout, double linger) {
+            String topicName, String selector, int count, double timeout, double linger,
+            Subscription subscription) {
         ActiveMQConnectionFactory factory = new ActiveMQConnectionFactory(url);
         // No advisory consumer of our own: the probe only needs its one subscription.
         factory.setWatchTopicAdvisories(false);
@@ -115,16 +153,33 @@ public final class JmsProbe {
         try {
             try {
                 connection = factory.createConnection(user, password);
+                if (subscription.clientId != null) {
+                    connection.setClientID(subscription.clientId);
+                }
                 connection.setExceptionListener(failure::set);
                 connection.start();
                 Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
                 Topic topic = session.createTopic(topicName);
-                MessageConsumer consumer = selector == null
-                        ? session.createConsumer(topic)
-                        : session.createConsumer(topic, selector);
+                MessageConsumer consumer;
+                if (subscription.durable != null) {
+                    consumer = session.createDurableSubscriber(topic, subscription.durable,
+                            selector, false);
+                } else {
+                    consumer = selector == null
+                            ? session.createConsumer(topic)
+                            : session.createConsumer(topic, selector);
+                }
                 out.println("READY");
                 out.flush();
-                return consume(out, consumer, failure, count, timeout, linger);
+                try {
+                    return consume(out, consumer, failure, count, timeout, linger, subscription);
+                } finally {
+                    if (subscription.durable != null && failure.get() == null) {
+                        // Leave nothing behind that would keep collecting messages.
+                        consumer.close();
+                        session.unsubscribe(subscription.durable);
+                    }
+                }
             } catch (JMSException e) {
                 System.err.println("JmsProbe: " + describe(e));
                 return EXIT_ERROR;
@@ -141,8 +196,8 @@ public final class JmsProbe {
     }
 
     private static int consume(PrintStream out, MessageConsumer consumer,
-            AtomicReference<JMSException> failure, int count, double timeout, double linger)
-            throws JMSException {
+            AtomicReference<JMSException> failure, int count, double timeout, double linger,
+            Subscription subscription) throws JMSException {
         int received = 0;
         long deadline = System.nanoTime() + (long) (timeout * 1e9);
         while (received < count) {
@@ -160,7 +215,9 @@ public final class JmsProbe {
             if (message != null) {
                 out.println(toJson(message));
                 out.flush();
-                received++;
+                if (subscription.counts(message)) {
+                    received++;
+                }
             }
         }
         int extra = 0;
@@ -178,7 +235,9 @@ public final class JmsProbe {
             if (message != null) {
                 out.println(toJson(message));
                 out.flush();
-                extra++;
+                if (subscription.counts(message)) {
+                    extra++;
+                }
             }
         }
         if (extra > 0) {

@@ -166,6 +166,37 @@ def test_bad_values_are_one_line_and_change_nothing(
     assert _snapshot(home) == before
 
 
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (
+            "stomp://127.0.0.1:61613,tcp://127.0.0.1:61617",
+            "broker URL 'tcp://127.0.0.1:61617' (entry 2 of 2) is not of the form stomp://",
+        ),
+        ("stomp://127.0.0.1:61613,,stomp://127.0.0.1:61614", "has an empty entry (entry 2 of 3)"),
+        ("stomp://127.0.0.1:61613,stomp://127.0.0.1:0", "(entry 2 of 2) has an invalid port"),
+        ("failover:(tcp://127.0.0.1:61616,tcp://127.0.0.1:61617)", "is a JMS failover URL"),
+    ],
+)
+def test_a_malformed_broker_list_is_one_line_and_changes_nothing(
+    capsys, home: Path, url: str, message: str
+):
+    before = _snapshot(home)
+    for args in (
+        ["mark-done", "web.t", "ds=1"],
+        ["relay", "--once"],
+        ["broker", "check"],
+        ["watch", "web.t"],
+    ):
+        code = main(["--home", str(home), "--broker-url", url, *args])
+        out, err = capsys.readouterr()
+        _one_line_error(code, err)
+        assert code == 2
+        assert out == ""
+        assert message in err
+    assert _snapshot(home) == before
+
+
 def test_durations_are_shown_as_written(capsys, home: Path, tmp_path: Path):
     assert (
         _run(
