@@ -45,6 +45,7 @@ __all__ = [
     "PROBLEM_RESPONSES",
     "STATUS",
     "install_handlers",
+    "problem_doc",
     "problem_response",
     "problem_type",
     "status_of",
@@ -174,7 +175,8 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _unexpected)
 
 
-def _problem_response_doc(description: str) -> dict[str, Any]:
+def problem_doc(description: str) -> dict[str, Any]:
+    """An OpenAPI response that is a problem document."""
     return {
         "description": description,
         "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
@@ -182,8 +184,8 @@ def _problem_response_doc(description: str) -> dict[str, Any]:
 
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: _problem_response_doc("Malformed input: a table name, spec, cursor or body."),
-    401: _problem_response_doc("No or wrong credentials."),
-    503: _problem_response_doc("The catalog database cannot be reached."),
+    400: problem_doc("Malformed input: a table name, spec, cursor or body."),
+    401: problem_doc("No or wrong credentials."),
+    503: problem_doc("The catalog database cannot be reached."),
 }
 """Responses every authenticated route may give, for the OpenAPI document."""

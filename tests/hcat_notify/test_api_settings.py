@@ -79,12 +79,12 @@ def test_principals_from_the_environment(monkeypatch: pytest.MonkeyPatch):
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
-        ('[api]\nport = 70000\n', "api_port: must be a TCP port"),
+        ("[api]\nport = 70000\n", "api_port: must be a TCP port"),
         ('[api]\nurl = "ftp://x"\n', "api_url: API URL 'ftp://x' is not of the form"),
         ('[api]\nurl = "http://u:p@x"\n', "may not carry a query or credentials"),
-        ('[api]\nworkers = 0\n', "api_workers: must be between 1 and 64"),
+        ("[api]\nworkers = 0\n", "api_workers: must be between 1 and 64"),
         ('[api]\ncolour = "red"\n', "api.colour: unknown key"),
-        ('api_port = 1\n[api]\nport = 2\n', "api_port is given twice"),
+        ("api_port = 1\n[api]\nport = 2\n", "api_port is given twice"),
         (
             '[api.principals]\nbob = { role = "writer", secret = "hunter2" }\n',
             "principal 'bob': a secret must be stored hashed",
@@ -111,7 +111,9 @@ def test_bad_api_settings_name_the_problem(
 
 def test_hash_iterations_are_bounded():
     with pytest.raises(ValueError, match="iterations"):
-        parse_principals({"a": {"role": "reader", "secret": "pbkdf2_sha256$10$" + "0" * 32 + "$" + "0" * 64}})
+        parse_principals(
+            {"a": {"role": "reader", "secret": "pbkdf2_sha256$10$" + "0" * 32 + "$" + "0" * 64}}
+        )
 
 
 def test_principal_repr_shows_no_hash():

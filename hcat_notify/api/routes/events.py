@@ -11,7 +11,7 @@ from hcat_notify.api.auth import require_reader
 from hcat_notify.api.contract import MAX_PAGE
 from hcat_notify.api.datamodels import Event, EventPage, LastEvent
 from hcat_notify.api.params import wait_query
-from hcat_notify.api.problems import PROBLEM_RESPONSES
+from hcat_notify.api.problems import PROBLEM_RESPONSES, problem_doc
 from hcat_notify.api.state import ApiState, in_thread, state_of
 from hcat_notify.model.cursor import MAX_EVENT_ID, Cursor
 from hcat_notify.model.names import TableName
@@ -62,7 +62,7 @@ def read_events(
 
 
 @router.get(
-    "", dependencies=[Depends(require_reader)], responses={404: {"description": "No such table."}}
+    "", dependencies=[Depends(require_reader)], responses={404: problem_doc("No such table.")}
 )
 async def events(
     state: State,

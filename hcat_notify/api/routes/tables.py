@@ -22,7 +22,7 @@ from hcat_notify.api.datamodels import (
     TableList,
 )
 from hcat_notify.api.params import query_spec, spec_openapi, wait_query
-from hcat_notify.api.problems import PROBLEM_RESPONSES, problem_response
+from hcat_notify.api.problems import PROBLEM_RESPONSES, problem_doc, problem_response
 from hcat_notify.api.state import ApiState, in_thread, state_of
 from hcat_notify.errors import InvalidSpecError
 from hcat_notify.model.specs import PartitionSpec
@@ -34,14 +34,14 @@ State = Annotated[ApiState, Depends(state_of)]
 TablePath = Annotated[str, Path(description="db.table, e.g. web.clicks")]
 
 router = APIRouter(prefix="/v1/tables", tags=["tables"], responses=PROBLEM_RESPONSES)
-_TABLE_ERRORS: dict[int | str, dict[str, Any]] = {404: {"description": "No such table."}}
+_TABLE_ERRORS: dict[int | str, dict[str, Any]] = {404: problem_doc("No such table.")}
 _SPEC_ERRORS: dict[int | str, dict[str, Any]] = {
     **_TABLE_ERRORS,
-    422: {"description": "A key is not a partition key of the table."},
+    422: problem_doc("A key is not a partition key of the table."),
 }
 _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
-    403: {"description": "The principal is a reader."},
-    413: {"description": "The body is over 1 MiB."},
+    403: problem_doc("The principal is a reader."),
+    413: problem_doc("The body is over 1 MiB."),
 }
 
 
@@ -56,7 +56,7 @@ async def list_tables(state: State, db: str | None = None) -> TableList:
     "",
     status_code=201,
     dependencies=[Depends(require_writer)],
-    responses={**_WRITE_ERRORS, 409: {"description": "The table exists."}},
+    responses={**_WRITE_ERRORS, 409: problem_doc("The table exists.")},
 )
 async def create_table(body: CreateTable, state: State, response: Response) -> Table:
     """Register a partitioned table (``hcat-notify table create``)."""
@@ -112,7 +112,7 @@ async def list_partitions(
     "/{table}/partitions",
     status_code=201,
     dependencies=[Depends(require_writer)],
-    responses={**_SPEC_ERRORS, **_WRITE_ERRORS, 409: {"description": "A partition exists."}},
+    responses={**_SPEC_ERRORS, **_WRITE_ERRORS, 409: problem_doc("A partition exists.")},
 )
 async def add_partitions(table: TablePath, body: NewPartitions, state: State) -> PartitionList:
     """Register new partitions and announce each (ADD_PARTITION), all or none."""
@@ -160,7 +160,7 @@ async def mark_done(table: TablePath, body: MarkDone, state: State) -> DoneRecor
     dependencies=[Depends(require_reader)],
     responses={
         **_SPEC_ERRORS,
-        404: {"description": "No such table, or no retained mark-set-done covers the spec."},
+        404: problem_doc("No such table, or no retained mark-set-done covers the spec."),
     },
     openapi_extra=spec_openapi(),
 )
