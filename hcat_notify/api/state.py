@@ -4,14 +4,16 @@ between calls: any instance answers any request the same way."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import anyio
+import anyio.to_thread
 from fastapi import Request
-from starlette.concurrency import run_in_threadpool
 
 from hcat_notify.api.auth import Authenticator
 from hcat_notify.api.feed import ChangeFeed
@@ -22,12 +24,13 @@ from hcat_notify.errors import HcatNotifyError
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.revision import SCHEMA_REVISION
 
-__all__ = ["READINESS_TTL", "ApiState", "in_thread", "state_of"]
+__all__ = ["CATALOG_THREADS", "READINESS_TTL", "ApiState", "in_thread", "state_of"]
 
 READINESS_TTL = 2.0
 """Seconds a readiness answer is reused: load balancers probe often, a probe of the
 broker is a STOMP connection."""
 _BROKER_PROBE_TIMEOUT = 3.0
+CATALOG_THREADS = 8
 T = TypeVar("T")
 
 
@@ -126,6 +129,19 @@ def state_of(request: Request) -> ApiState:
     return state
 
 
+_limiters: dict[int, anyio.CapacityLimiter] = {}
+
+
 async def in_thread(func: Callable[[], T]) -> T:
-    """Run a blocking catalog call in the thread pool."""
-    return await run_in_threadpool(func)
+    """Run a blocking catalog call in a worker thread, at most :data:`CATALOG_THREADS`
+    at once per process.
+
+    The calls are mostly Python (SQLAlchemy) under one GIL: dozens of threads taking
+    turns on two cores answer fewer requests than a few do, and each holds a pooled
+    connection besides. Requests beyond the limit wait their turn in the event loop.
+    """
+    loop = id(asyncio.get_running_loop())
+    limiter = _limiters.get(loop)
+    if limiter is None:
+        limiter = _limiters[loop] = anyio.CapacityLimiter(CATALOG_THREADS)
+    return await anyio.to_thread.run_sync(func, limiter=limiter)

@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from hcat_notify.api.datamodels import Health, Readiness
 from hcat_notify.api.state import ApiState, in_thread, state_of
@@ -33,7 +34,9 @@ async def healthz() -> Health:
 async def readyz(state: State) -> JSONResponse:
     """200 when the catalog answers at this version's migration and the broker accepts a
     connection; 503 with the reasons otherwise."""
-    checks = await in_thread(state.readiness)
+    # Not in_thread: a broker that does not answer holds its thread for seconds, and
+    # must not take a turn from the catalog calls.
+    checks = await run_in_threadpool(state.readiness)
     ready = all(value == "ok" for value in checks.values())
     body = Readiness(status="ready" if ready else "not ready", checks=checks)
     return JSONResponse(body.model_dump(mode="json"), status_code=200 if ready else 503)
