@@ -30,7 +30,7 @@ READINESS_TTL = 2.0
 """Seconds a readiness answer is reused: load balancers probe often, a probe of the
 broker is a STOMP connection."""
 _BROKER_PROBE_TIMEOUT = 3.0
-CATALOG_THREADS = 8
+CATALOG_THREADS = 4
 T = TypeVar("T")
 
 
