@@ -12,6 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hcat_notify.errors import (
+    ApiAuthError,
+    ApiError,
+    ApiUnavailableError,
     BrokerAuthError,
     BrokerCredentialsError,
     BrokerError,
@@ -37,6 +40,7 @@ from hcat_notify.errors import (
 from hcat_notify.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from hcat_notify.api.client import ApiClient
     from hcat_notify.config import Settings, load_settings
     from hcat_notify.consumer import Notification, NotificationConsumer, Source
     from hcat_notify.model.events import EventType
@@ -66,6 +70,10 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_PARTITION_NAME",
     "DEFAULT_RETENTION",
+    "ApiAuthError",
+    "ApiClient",
+    "ApiError",
+    "ApiUnavailableError",
     "BrokerAuthError",
     "BrokerCredentialsError",
     "BrokerError",
@@ -123,6 +131,7 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     globals(),
     {
+        "ApiClient": "hcat_notify.api.client",
         "Settings": "hcat_notify.config",
         "load_settings": "hcat_notify.config",
         "Notification": _CONSUMER,

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hcat_notify.errors import ConfigError, InvalidIdentifierError
+from hcat_notify.model.principals import Principal, Role, parse_principals
 from hcat_notify.model.topics import (
     DEFAULT_TOPIC_PREFIX,
     MAX_BUCKETS,
@@ -33,6 +34,9 @@ from hcat_notify.model.topics import (
 )
 
 __all__ = [
+    "DEFAULT_API_HOST",
+    "DEFAULT_API_PORT",
+    "DEFAULT_API_PRINCIPALS",
     "DEFAULT_BROKER_URL",
     "DEFAULT_CONSUMER_PASSWORD",
     "DEFAULT_CONSUMER_USER",
@@ -44,6 +48,7 @@ __all__ = [
     "Settings",
     "TopicStrategy",
     "load_settings",
+    "parse_api_urls",
     "parse_broker_url",
 ]
 
@@ -60,6 +65,28 @@ DEFAULT_PUBLISHER_PASSWORD = "hcat-publisher-dev"  # noqa: S105 - documented dev
 DEFAULT_CONSUMER_USER = "hcat-reader"
 DEFAULT_CONSUMER_PASSWORD = "hcat-reader-dev"  # noqa: S105 - documented dev default
 DEFAULT_BROKER_TIMEOUT = 10.0
+DEFAULT_API_HOST = "127.0.0.1"
+DEFAULT_API_PORT = 8080
+DEFAULT_API_TIMEOUT = 10.0
+# The broker's dev pairs may use the API too (the writer writes); their secrets are public
+# (deploy/activemq/activemq.xml), so their hashes need no more than the fewest iterations.
+DEFAULT_API_PRINCIPALS = (
+    Principal(
+        DEFAULT_PUBLISHER_USER,
+        Role.WRITER,
+        "pbkdf2_sha256$10000$53d40414ce7e3ade2163c4c22cf7f54b$"
+        "0aa86e5afe009975937a66d3aea1d9565574a9b6c8bfcd331fa0746a88506fa4",
+    ),
+    Principal(
+        DEFAULT_CONSUMER_USER,
+        Role.READER,
+        "pbkdf2_sha256$10000$95a1090e73c1bacf7acea1326a39d0da$"
+        "90a40513087e647bf6e533714a3ae6c55a0598ae7dd906ab784a5bdb1e43ebe5",
+    ),
+)
+# Keys of a TOML table [NAME] stand for the flat key NAME_KEY: [api] port = 8080 is
+# api_port = 8080, and [api.principals] is api_principals.
+_TOML_SECTIONS = ("api",)
 
 
 @dataclass(frozen=True)
@@ -122,6 +149,45 @@ def parse_broker_url(url: str) -> tuple[BrokerAddress, ...]:
     return tuple(addresses)
 
 
+def parse_api_urls(value: str) -> tuple[str, ...]:
+    """The ``http(s)://host[:port][/prefix]`` URLs of a comma-separated list, in order.
+
+    Raises:
+        ValueError: an entry is not an http or https URL with a host.
+    """
+    urls = []
+    for raw in value.split(","):
+        part = raw.strip()
+        parsed = urlsplit(part)
+        try:
+            parsed.port  # noqa: B018 - raises on a malformed port
+        except ValueError:
+            raise ValueError(f"API URL {part!r} has an invalid port") from None
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"API URL {part!r} is not of the form http(s)://host:port")
+        if parsed.query or parsed.fragment or parsed.username:
+            raise ValueError(f"API URL {part!r} may not carry a query or credentials")
+        urls.append(part.rstrip("/"))
+    return tuple(urls)
+
+
+def _checked_api_url(value: str) -> str:
+    parse_api_urls(value)
+    return value
+
+
+def _port(value: int) -> int:
+    if not 0 <= value <= 65_535:
+        raise ValueError(f"must be a TCP port (0 to 65535), not {value}")
+    return value
+
+
+def _workers(value: int) -> int:
+    if not 1 <= value <= 64:
+        raise ValueError(f"must be between 1 and 64, not {value}")
+    return value
+
+
 def _positive(value: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"must be a positive, finite number, not {value!r}")
@@ -169,6 +235,12 @@ class Settings:
     broker_timeout: float = field(default=DEFAULT_BROKER_TIMEOUT, metadata=_check(_positive))
     server_name: str | None = None
     relay_buckets: int | None = field(default=None, metadata=_check(_bucket_count))
+    api_host: str = DEFAULT_API_HOST
+    api_port: int = field(default=DEFAULT_API_PORT, metadata=_check(_port))
+    api_workers: int = field(default=1, metadata=_check(_workers))
+    api_url: str | None = field(default=None, metadata=_check(_checked_api_url))
+    api_timeout: float = field(default=DEFAULT_API_TIMEOUT, metadata=_check(_positive))
+    api_principals: tuple[Principal, ...] = field(default=DEFAULT_API_PRINCIPALS, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).expanduser())
@@ -184,6 +256,11 @@ class Settings:
     def broker_addresses(self) -> tuple[BrokerAddress, ...]:
         """The broker URL's hosts, in failover order."""
         return parse_broker_url(self.broker_url)
+
+    @property
+    def api_urls(self) -> tuple[str, ...]:
+        """The HTTP API's instances a client fails over between (empty: use the database)."""
+        return parse_api_urls(self.api_url) if self.api_url else ()
 
 
 @functools.cache
@@ -223,6 +300,8 @@ def _convert(kind: Any, value: Any) -> Any:
             return int(value)
         except ValueError:
             raise ValueError(f"{value!r} is not a whole number") from None
+    if kind == tuple[Principal, ...]:
+        return parse_principals(value)
     if kind is str:
         if not isinstance(value, str):
             raise ValueError(f"expected a string, not {type(value).__name__}")
@@ -238,6 +317,25 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except (OSError, ValueError) as exc:  # tomllib.TOMLDecodeError is a ValueError
         raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+
+
+def _flatten(from_file: Mapping[str, Any], known: Mapping[str, Any]) -> dict[str, Any]:
+    """The file's keys as flat setting names: ``[api] port`` is ``api_port``."""
+    flat: dict[str, Any] = {}
+    for key, value in from_file.items():
+        if key in _TOML_SECTIONS and isinstance(value, Mapping):
+            for inner, item in value.items():
+                name = f"{key}_{inner}"
+                if name not in known:
+                    name = f"{key}.{inner}"  # reported as unknown under its dotted name
+                if name in flat or name in from_file:
+                    raise ConfigError(f"invalid settings: {name} is given twice")
+                flat[name] = item
+        else:
+            if key in flat:
+                raise ConfigError(f"invalid settings: {key} is given twice")
+            flat[key] = value
+    return flat
 
 
 def _config_path(explicit: Path | None, overrides: Mapping[str, Any]) -> Path | None:
@@ -280,7 +378,7 @@ def load_settings(*, config_file: Path | str | None = None, **overrides: Any) ->
     path = _config_path(Path(config_file) if config_file is not None else None, given)
     layers: list[tuple[str, Mapping[str, Any]]] = []
     if path is not None:
-        from_file = _read_toml(path)
+        from_file = _flatten(_read_toml(path), known)
         extra = sorted(set(from_file) - set(known))
         if extra:
             raise ConfigError(

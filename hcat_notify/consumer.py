@@ -201,7 +201,11 @@ class NotificationConsumer:
             live process under the same name is refused (see ``takeover``).
         takeover: take ``subscriber`` over from a live owner (which then stops).
         catalog: where to read tables and catch up: an open :class:`Catalog` or another
-            :class:`CatalogReader` (default: the catalog of ``settings``).
+            :class:`CatalogReader` (default: the HTTP API if ``api_url`` or the
+            settings' ``api_url`` names it, else the catalog database of ``settings``).
+        api_url: read through the HTTP API at this URL (or these, failing over; a
+            string may list several, comma-separated) instead of the database. A
+            durable subscriber reads the database whatever the settings say.
         connection_factory: builds the unconnected consumer connection.
         on_error: called with (notification, exception) when a handler raises.
 
@@ -222,6 +226,7 @@ class NotificationConsumer:
         subscriber: str | None = None,
         takeover: bool = False,
         catalog: CatalogReader | None = None,
+        api_url: str | Sequence[str] | None = None,
         connection_factory: Callable[[Settings], BrokerConnection] = consumer_connection,
         on_error: Callable[[Notification, BaseException], None] | None = None,
     ) -> None:
@@ -234,7 +239,7 @@ class NotificationConsumer:
             )
         if subscriber is not None:
             validate_subscriber(subscriber)
-            if catalog is not None and not isinstance(catalog, Catalog):
+            if (catalog is not None and not isinstance(catalog, Catalog)) or api_url:
                 raise InvalidInputError(
                     "a durable subscriber keeps its watermarks in the catalog database: "
                     "it needs database access, not only the HTTP API"
@@ -245,7 +250,7 @@ class NotificationConsumer:
         self._subscriber = subscriber
         self._settings = settings or load_settings()
         self._own_catalog = catalog is None
-        self._catalog: CatalogReader = catalog or Catalog.open(self._settings)
+        self._catalog: CatalogReader = catalog or self._open_reader(api_url)
         self._factory = connection_factory
         self._on_error = on_error
         names = [t if isinstance(t, TableName) else TableName.parse(t) for t in tables]
@@ -274,6 +279,16 @@ class NotificationConsumer:
         self._subscriptions = self._plan_subscriptions()
 
     # -- setup --------------------------------------------------------------------------
+
+    def _open_reader(self, api_url: str | Sequence[str] | None) -> CatalogReader:
+        """The HTTP API when its URLs are given or set (not for a durable subscriber:
+        its watermarks live in the database), else the catalog database."""
+        urls = api_url or (self._settings.api_urls if self._subscriber is None else ())
+        if not urls:
+            return Catalog.open(self._settings)
+        from hcat_notify.api.client import ApiClient
+
+        return ApiClient.from_settings(self._settings, urls)
 
     def _plan_subscriptions(self) -> list[_Subscription]:
         by_topic: dict[str, _Subscription] = {}

@@ -19,17 +19,23 @@ pydantic) are mapped to these at one boundary each and chained with ``from``.
     │   └── SubscriberTakenOverError  another process took this subscriber name over
     ├── StoreError                  the catalog database failed
     │   └── StoreUnavailableError   the catalog database cannot be reached
-    └── BrokerError                 the message broker failed
-        ├── BrokerUnavailableError  no broker answered at the configured URL(s)
-        ├── BrokerAuthError         the broker refused the credentials or an action
-        │   └── BrokerCredentialsError  the login itself was refused (not transient)
-        ├── BrokerRejectedError     the broker refused this one message (too large, ...)
-        └── BrokerTimeoutError      the broker did not answer within the deadline
+    ├── BrokerError                 the message broker failed
+    │   ├── BrokerUnavailableError  no broker answered at the configured URL(s)
+    │   ├── BrokerAuthError         the broker refused the credentials or an action
+    │   │   └── BrokerCredentialsError  the login itself was refused (not transient)
+    │   ├── BrokerRejectedError     the broker refused this one message (too large, ...)
+    │   └── BrokerTimeoutError      the broker did not answer within the deadline
+    └── ApiError                    the HTTP API failed (a client of ``hcat-notify serve``)
+        ├── ApiUnavailableError     no API instance answered at the configured URL(s)
+        └── ApiAuthError            the API refused the credentials (401) or the action (403)
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ApiAuthError",
+    "ApiError",
+    "ApiUnavailableError",
     "BrokerAuthError",
     "BrokerCredentialsError",
     "BrokerError",
@@ -146,3 +152,15 @@ class BrokerRejectedError(BrokerError):
 
 class BrokerTimeoutError(BrokerError):
     """The broker did not answer within the deadline."""
+
+
+class ApiError(HcatNotifyError):
+    """The HTTP API answered with an error this package has no type for, or nonsense."""
+
+
+class ApiUnavailableError(ApiError):
+    """No instance of the HTTP API answered (or each answered 5xx) at the configured URLs."""
+
+
+class ApiAuthError(ApiError):
+    """The HTTP API refused the credentials (401) or this principal's action (403)."""

@@ -15,6 +15,12 @@ from hcat_notify import errors
 
 MODULES = [
     "hcat_notify",
+    "hcat_notify.api",
+    "hcat_notify.api.app",
+    "hcat_notify.api.client",
+    "hcat_notify.api.contract",
+    "hcat_notify.api.datamodels",
+    "hcat_notify.api.problems",
     "hcat_notify.broker",
     "hcat_notify.broker.backoff",
     "hcat_notify.broker.connection",
@@ -28,6 +34,7 @@ MODULES = [
     "hcat_notify.model",
     "hcat_notify.model.events",
     "hcat_notify.model.names",
+    "hcat_notify.model.principals",
     "hcat_notify.model.specs",
     "hcat_notify.model.topics",
     "hcat_notify.model.wire",
@@ -101,9 +108,16 @@ def test_spark_output_re_exports_send_mark_set_done():
 @pytest.mark.parametrize(
     ("package", "heavy"),
     [
-        ("hcat_notify", ["stomp", "alembic", "sqlalchemy", "pyspark", "spark_output"]),
+        (
+            "hcat_notify",
+            ["stomp", "alembic", "sqlalchemy", "pyspark", "spark_output", "fastapi", "httpx"],
+        ),
+        ("hcat_notify.api", ["fastapi", "uvicorn", "httpx", "prometheus_client", "sqlalchemy"]),
         ("spark_output", ["pyspark", "pyarrow", "stomp", "alembic", "sqlalchemy"]),
-        ("hcat_notify.cli", ["stomp", "alembic", "sqlalchemy", "spark_output"]),
+        (
+            "hcat_notify.cli",
+            ["stomp", "alembic", "sqlalchemy", "spark_output", "fastapi", "uvicorn", "httpx"],
+        ),
     ],
 )
 def test_importing_a_package_loads_nothing_heavy(package, heavy):

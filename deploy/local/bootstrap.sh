@@ -50,10 +50,11 @@ apt_install() {
 # (Both lists are used by demo.sh and test.sh, which source this file.)
 # shellcheck disable=SC2034
 HCAT_DEMO_PACKAGES=(default-jre-headless activemq libxstream-java libjettison-java)
-# The tests also compile a JMS consumer (tests/interop/JmsProbe.java: javac) and run a
-# private PostgreSQL 15 cluster.
+# The tests also compile a JMS consumer (tests/interop/JmsProbe.java: javac), run a
+# private PostgreSQL 15 cluster, and load the API's status page in a headless Chromium
+# driven through ChromeDriver (tests/integration/api/test_status_page_browser.py).
 # shellcheck disable=SC2034
-HCAT_TEST_PACKAGES=("${HCAT_DEMO_PACKAGES[@]}" default-jdk-headless postgresql-15)
+HCAT_TEST_PACKAGES=("${HCAT_DEMO_PACKAGES[@]}" default-jdk-headless postgresql-15 chromium chromium-driver)
 
 ensure_system_packages() {
     # $@: the Debian packages this command needs

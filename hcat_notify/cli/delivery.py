@@ -26,7 +26,9 @@ from hcat_notify.cli.common import (
 from hcat_notify.relay.config import RelayConfig
 
 if TYPE_CHECKING:
-    from hcat_notify.consumer import Notification
+    from contextlib import AbstractContextManager
+
+    from hcat_notify.consumer import CatalogReader, Notification
     from hcat_notify.relay import Relay, RelayStats
 
 __all__ = [
@@ -293,14 +295,15 @@ def wait(
     """Exit 0 once a mark-set-done covers K=V... (at once if retained), 1 on timeout.
 
     A done already in the catalog answers without the broker; otherwise the command
-    subscribes first and checks the catalog again, so no done slips in between.
+    subscribes first and checks the catalog again, so no done slips in between. With
+    HCAT_NOTIFY_API_URL set, the catalog is read through the HTTP API.
     """
     from hcat_notify.consumer import NotificationConsumer
     from hcat_notify.model.specs import PartitionSpec
 
     wanted = PartitionSpec.from_args(spec)
     started = time.monotonic()
-    with obj.catalog(write=False) as catalog:
+    with _reader(obj, subscriber) as catalog:
         table_info = catalog.get_table(name)
         wanted = table_info.spec(wanted, partial=True)
         done = catalog.find_covering_done(table_info.name, wanted) is not None
@@ -330,6 +333,16 @@ def wait(
     )
     if not done:
         sys.exit(EXIT_TIMEOUT)
+
+
+def _reader(obj: CliContext, subscriber: str | None) -> AbstractContextManager[CatalogReader]:
+    """The HTTP API when HCAT_NOTIFY_API_URL names it (and no durable subscriber needs
+    the database), else the catalog database, which must exist."""
+    if obj.settings.api_urls and subscriber is None:
+        from hcat_notify.api.client import ApiClient
+
+        return ApiClient.from_settings(obj.settings)
+    return obj.catalog(write=False)
 
 
 @click.command()

@@ -53,6 +53,12 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
         "subscribers",
         "Durable subscribers: owners, watermarks, lag.",
     ),
+    "serve": ("hcat_notify.cli.serve", "serve", "Serve the HTTP API (needs the [api] extra)."),
+    "hash-secret": (
+        "hcat_notify.cli.serve",
+        "hash_secret",
+        "Print the stored form of an API principal's secret.",
+    ),
     "db": ("hcat_notify.cli.admin", "db", "Manage the catalog database."),
     "broker": ("hcat_notify.cli.admin", "broker", "Check the message broker."),
 }

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         PartitionInfo,
         RefusedEvent,
         RetainedDone,
+        TableActivity,
         TableInfo,
         WriteMode,
     )
@@ -49,6 +50,7 @@ __all__ = [
     "PartitionInfo",
     "RefusedEvent",
     "RetainedDone",
+    "TableActivity",
     "TableInfo",
     "WriteMode",
     "quick_table",

@@ -17,16 +17,17 @@ from types import TracebackType
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from hcat_notify.config import Settings
-from hcat_notify.errors import InvalidInputError
+from hcat_notify.errors import InvalidInputError, StoreUnavailableError
 from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.wire import DEFAULT_TABLE_TYPE
+from hcat_notify.store import activity, group, outbox, partitions, retention
 from hcat_notify.store import engine as engines
-from hcat_notify.store import group, outbox, partitions, retention
 from hcat_notify.store import tables as table_ops
 from hcat_notify.store.group import RelayGroup
 from hcat_notify.store.journal import CommitJournal
@@ -37,6 +38,7 @@ from hcat_notify.store.records import (
     PartitionInfo,
     RefusedEvent,
     RetainedDone,
+    TableActivity,
     TableInfo,
     as_table_name,
 )
@@ -106,6 +108,18 @@ class Catalog:
     @property
     def settings(self) -> Settings:
         return self._settings
+
+    def schema_revision(self) -> str | None:
+        """The migration the database is at (None: an empty database).
+
+        Raises:
+            StoreUnavailableError: the database cannot be reached.
+        """
+        try:
+            return engines.current_revision(self._engine)
+        except SQLAlchemyError as exc:
+            reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+            raise StoreUnavailableError(f"cannot read database {self.url}: {reason}") from exc
 
     def now(self) -> datetime:
         """The catalog's clock (aware UTC): the time its rows are stamped with."""
@@ -204,6 +218,12 @@ class Catalog:
         with self._transaction() as tx:
             return table_ops.list_tables(tx, db)
 
+    def table_activity(self, *, db: str | None = None, limit: int = 200) -> list[TableActivity]:
+        """The first ``limit`` tables by name (of ``db`` if given), each with its last
+        partition in key order and its newest retained mark-set-done (the status page)."""
+        with self._transaction() as tx:
+            return activity.table_activity(tx, db=db, limit=limit)
+
     def update_table_properties(
         self,
         table: TableName | str,
@@ -257,9 +277,22 @@ class Catalog:
             return partitions.add_partitions(tx, row, new, job_id=job_id, announce=announce)
 
     def list_partitions(
-        self, table: TableName | str, spec: SpecLike | None = None
+        self,
+        table: TableName | str,
+        spec: SpecLike | None = None,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
     ) -> list[PartitionInfo]:
-        """Partitions of a table, optionally only those matching a partial spec.
+        """Partitions of a table in path order, optionally only those matching a
+        partial spec.
+
+        Args:
+            table: the table.
+            spec: only partitions this (partial) spec covers.
+            after: only partitions whose path (``k1=v1/k2=v2``) sorts after this one:
+                the last path of the previous page.
+            limit: at most this many.
 
         Raises:
             TableNotFoundError: no such table.
@@ -267,7 +300,9 @@ class Catalog:
         """
         name = as_table_name(table)
         with self._transaction() as tx:
-            return partitions.list_partitions(tx, tx.table_row(name), spec)
+            return partitions.list_partitions(
+                tx, tx.table_row(name), spec, after=after, limit=limit
+            )
 
     def partitions_at(
         self, table: TableName | str, specs: Iterable[SpecLike]

@@ -161,9 +161,15 @@ def _path_prefix(info: TableInfo, wanted: PartitionSpec) -> str | None:
 
 
 def list_partitions(
-    tx: Tx, row: TableRow, spec: PartitionSpec | Mapping[str, str | None] | None = None
+    tx: Tx,
+    row: TableRow,
+    spec: PartitionSpec | Mapping[str, str | None] | None = None,
+    *,
+    after: str | None = None,
+    limit: int | None = None,
 ) -> list[PartitionInfo]:
-    """Partitions of a table, optionally only those matching a partial spec."""
+    """Partitions of a table in path order, optionally only those matching a partial
+    spec, only those after the path ``after``, at most ``limit`` of them."""
     info = info_of(row)
     wanted = info.spec(spec, partial=True) if spec is not None else None
     query = select(PartitionRow).where(PartitionRow.table_id == row.id)
@@ -172,11 +178,22 @@ def list_partitions(
         # the spec fixes the leading keys: only rows under that path prefix are read and
         # decoded (LIKE may ignore case; covers() below stays exact)
         query = query.where(PartitionRow.path_spec.startswith(prefix, autoescape=True))
-    rows = tx.session.scalars(query.order_by(PartitionRow.path_spec))
-    found = [partition_info(info, prow) for prow in rows]
-    if wanted is None:
-        return found
-    return [partition for partition in found if wanted.covers(partition.spec)]
+    query = query.order_by(PartitionRow.path_spec)
+    found: list[PartitionInfo] = []
+    # Read in chunks: a filter on later keys drops rows after the SQL limit applies.
+    chunk = None if limit is None else max(limit, _LOOKUP_CHUNK)
+    while True:
+        page = query if after is None else query.where(PartitionRow.path_spec > after)
+        rows = list(tx.session.scalars(page if chunk is None else page.limit(chunk)))
+        for prow in rows:
+            partition = partition_info(info, prow)
+            if wanted is None or wanted.covers(partition.spec):
+                found.append(partition)
+                if limit is not None and len(found) >= limit:
+                    return found
+        if chunk is None or len(rows) < chunk:
+            return found
+        after = rows[-1].path_spec
 
 
 def partitions_at(

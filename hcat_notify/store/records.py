@@ -33,6 +33,7 @@ __all__ = [
     "PartitionInfo",
     "RefusedEvent",
     "RetainedDone",
+    "TableActivity",
     "TableInfo",
     "WriteMode",
     "as_datetime",
@@ -169,6 +170,18 @@ class RetainedDone:
     spec: PartitionSpec
     created_at: datetime
     expires_at: datetime
+
+
+@dataclass(frozen=True)
+class TableActivity:
+    """A table with its last partition (in key order) and newest retained done."""
+
+    table: TableInfo
+    last_partition: str | None
+    last_partition_at: datetime | None
+    last_done: str | None
+    last_done_at: datetime | None
+    last_done_event_id: int | None
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,8 @@ def cli_env(settings: Settings) -> dict[str, str]:
         HCAT_NOTIFY_CONSUMER_PASSWORD=settings.consumer_password,
         HCAT_NOTIFY_BROKER_TIMEOUT="5",
     )
+    if settings.api_url:
+        env["HCAT_NOTIFY_API_URL"] = settings.api_url
     return env
 
 

@@ -1,0 +1,123 @@
+"""The ASGI application of ``hcat-notify serve``.
+
+:func:`create_app` builds a FastAPI app from the settings: the routers (one module per
+resource under :mod:`hcat_notify.api.routes`), the problem-document handlers
+(:mod:`hcat_notify.api.problems`), a 1 MiB request body limit and the request metrics.
+The app keeps nothing between requests that another instance would not have, so any
+number run behind any load balancer. The design is in docs/api.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hcat_notify.api.datamodels import Problem
+from hcat_notify.api.metrics import RequestMetrics
+from hcat_notify.api.problems import install_handlers, problem_response
+from hcat_notify.api.routes import events, monitor, status_page, tables
+from hcat_notify.api.state import ApiState
+from hcat_notify.config import Settings, load_settings
+
+__all__ = ["MAX_BODY_BYTES", "BodyLimit", "create_app"]
+
+MAX_BODY_BYTES = 1 << 20
+"""The largest request body taken (1 MiB); a larger one gets 413 and changes nothing."""
+
+API_VERSION = "1"
+
+
+class BodyLimit:
+    """ASGI middleware: refuses request bodies over ``limit`` bytes with 413, whether
+    announced by ``Content-Length`` or sent chunked."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = f"the request body is over {self.limit:,} bytes"
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if not value.isdigit():
+                    await problem_response(400, "malformed Content-Length")(scope, receive, send)
+                    return
+                if int(value) > self.limit:
+                    await problem_response(413, too_large)(scope, receive, send)
+                    return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise HTTPException(413, too_large)
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is None:
+        schema = get_openapi(
+            title=app.title,
+            version=app.version,
+            description=app.description,
+            routes=app.routes,
+            tags=app.openapi_tags,
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components["Problem"] = Problem.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        )
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The API application for ``settings`` (default: :func:`load_settings`).
+
+    Call without arguments as uvicorn's ``--factory``: each worker process loads the
+    settings from the environment and the settings file.
+    """
+    state = ApiState.build(settings if settings is not None else load_settings())
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            state.close()
+
+    app = FastAPI(
+        title="hcat-notify",
+        version=API_VERSION,
+        description=(
+            "Partition notifications for Hive-style partitioned tables: tables, partitions, "
+            "mark-set-done checks and writes, events after a cursor. Errors are RFC 9457 "
+            "problem documents. HTTP Basic with a configured principal: readers read, "
+            "writers also write."
+        ),
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.hcat = state
+    install_handlers(app)
+    app.add_middleware(BodyLimit)
+    app.add_middleware(RequestMetrics, metrics=state.metrics)
+    for module in (monitor, tables, events, status_page):
+        app.include_router(module.router)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app

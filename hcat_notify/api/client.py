@@ -1,0 +1,365 @@
+"""A client of ``hcat-notify serve``, failing over between its instances.
+
+:class:`ApiClient` reads the catalog through the HTTP API with the same methods and
+records as :class:`~hcat_notify.store.Catalog`, so a :class:`~hcat_notify.consumer.
+NotificationConsumer` (a :class:`~hcat_notify.consumer.CatalogReader` user) catches up
+through it instead of the database. Writers without database credentials call
+:meth:`ApiClient.mark_set_done`.
+
+Failover: given several URLs, a call goes to the instance that answered last; a
+connection that fails, or an answer of 502/503/504, moves the call on to the next
+instance. A read is safe to send again; a write is sent again only when it never
+reached an instance (the connection was refused), so a write is never applied twice.
+Errors come back as the server's problem documents name them: the same
+:mod:`hcat_notify.errors` type the catalog would have raised (``TableNotFoundError``,
+``UnknownPartitionKeyError``, ...), :class:`ApiAuthError` for 401/403, and
+:class:`ApiUnavailableError` when no instance answered.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from types import MappingProxyType, TracebackType
+from typing import Any
+
+import httpx
+
+from hcat_notify import errors
+from hcat_notify.api.contract import MAX_PAGE, NOT_DONE
+from hcat_notify.config import DEFAULT_API_TIMEOUT, Settings, parse_api_urls
+from hcat_notify.errors import (
+    ApiAuthError,
+    ApiError,
+    ApiUnavailableError,
+    HcatNotifyError,
+    InvalidInputError,
+)
+from hcat_notify.model.cursor import Cursor
+from hcat_notify.model.events import EventType
+from hcat_notify.model.names import TableName
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.store.records import (
+    OutboxEvent,
+    PartitionInfo,
+    RetainedDone,
+    TableInfo,
+    as_table_name,
+)
+
+__all__ = ["ApiClient", "error_of"]
+
+logger = logging.getLogger(__name__)
+
+_RETRY_STATUS = frozenset({502, 503, 504})
+
+SpecLike = PartitionSpec | Mapping[str, str | None]
+Params = list[tuple[str, str | int | float | bool | None]]
+
+
+def _time(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+def _table(data: Mapping[str, Any]) -> TableInfo:
+    return TableInfo(
+        name=TableName(data["db"], data["table"]),
+        location=data["location"],
+        storage_format=data["format"],
+        partition_keys=tuple(data["partitionKeys"]),
+        table_type=data["tableType"],
+        properties=MappingProxyType(dict(data["properties"])),
+        retention=timedelta(seconds=data["retentionSeconds"]),
+        topic=data["topic"],
+        created_at=_time(data["createdAt"]),
+        updated_at=_time(data["updatedAt"]),
+        version=data["version"],
+    )
+
+
+def _partition(table: TableName, data: Mapping[str, Any]) -> PartitionInfo:
+    return PartitionInfo(
+        table=table,
+        spec=PartitionSpec.parse_trusted(data["spec"]),
+        location=data["location"],
+        job_id=data["jobId"],
+        file_count=data["fileCount"],
+        total_bytes=data["totalBytes"],
+        archived=data["archived"],
+        event_id=data["eventId"],
+        created_at=_time(data["createdAt"]),
+        updated_at=_time(data["createdAt"]),
+        version=0,
+    )
+
+
+def _done(data: Mapping[str, Any]) -> RetainedDone:
+    return RetainedDone(
+        event_id=data["eventId"],
+        table=TableName.parse(data["table"]),
+        spec=PartitionSpec.parse_trusted(data["spec"]),
+        created_at=_time(data["createdAt"]),
+        expires_at=_time(data["expiresAt"]),
+    )
+
+
+def _event(data: Mapping[str, Any]) -> OutboxEvent:
+    return OutboxEvent(
+        event_id=data["eventId"],
+        topic=data["topic"],
+        event_type=EventType(data["event"]),
+        table=data["table"],
+        headers=dict(data["headers"]),
+        body=json.dumps(data["body"], ensure_ascii=True, separators=(",", ":")),
+        created_at=_time(data["createdAt"]),
+    )
+
+
+def _spec_params(spec: SpecLike) -> Params:
+    parsed = spec if isinstance(spec, PartitionSpec) else PartitionSpec.from_mapping(spec)
+    return [("spec", parsed.to_path())]
+
+
+def _problem(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def error_of(response: httpx.Response) -> HcatNotifyError:
+    """The exception a problem document names (a plain :class:`ApiError` for others)."""
+    problem = _problem(response)
+    detail = str(problem.get("detail") or response.text[:200] or response.reason_phrase)
+    name = problem.get("error")
+    found = getattr(errors, name, None) if name in errors.__all__ else None
+    if isinstance(found, type) and issubclass(found, HcatNotifyError):
+        return found(detail)
+    if response.status_code in (401, 403):
+        return ApiAuthError(detail)
+    return ApiError(f"{response.request.url} answered {response.status_code}: {detail}")
+
+
+class ApiClient:
+    """The catalog, read (and written) through ``hcat-notify serve``.
+
+    Args:
+        urls: the API's instances, in failover order: a sequence, or one string of
+            comma-separated URLs (``http://a:8080,http://b:8080``).
+        auth: ``(principal, secret)`` for HTTP Basic.
+        timeout: seconds for each request (a long poll gets its wait on top).
+        transport: an httpx transport (tests pass a double).
+
+    Raises:
+        InvalidInputError: no URL, or a malformed one.
+    """
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        auth: tuple[str, str] | None = None,
+        timeout: float = DEFAULT_API_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        try:
+            given = parse_api_urls(urls if isinstance(urls, str) else ",".join(urls))
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from None
+        self._urls = given
+        self._timeout = timeout
+        self._current = 0
+        self._lock = threading.Lock()
+        self._http = httpx.Client(
+            auth=auth,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
+            transport=transport,
+            headers={"Accept": "application/json"},
+        )
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, urls: str | Sequence[str] | None = None, *, writer: bool = False
+    ) -> ApiClient:
+        """A client of ``urls`` (default: the settings' ``api_url``) with the settings'
+        consumer principal, or its publisher principal when ``writer``."""
+        auth = (
+            (settings.broker_user, settings.broker_password)
+            if writer
+            else (settings.consumer_user, settings.consumer_password)
+        )
+        chosen = urls if urls else settings.api_urls
+        return cls(chosen, auth=auth, timeout=settings.api_timeout)
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return self._urls
+
+    # -- transport ------------------------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None = None,
+        body: Any = None,
+        wait: float = 0.0,
+    ) -> httpx.Response:
+        """Send to the current instance, then to the others in turn; the first answer
+        that is not 502/503/504 (or the last answer if every instance gave one)."""
+        reads = method == "GET"
+        failures: list[str] = []
+        last: httpx.Response | None = None
+        start = self._current
+        timeout = httpx.Timeout(self._timeout + wait, connect=min(self._timeout, 5.0))
+        for step in range(len(self._urls)):
+            index = (start + step) % len(self._urls)
+            base = self._urls[index]
+            try:
+                response = self._http.request(
+                    method, base + path, params=params, json=body, timeout=timeout
+                )
+            except httpx.TransportError as exc:
+                if not reads and not isinstance(exc, httpx.ConnectError):
+                    # It may have been applied: never send a write twice.
+                    raise ApiUnavailableError(
+                        f"{method} {base}{path} failed after sending ({type(exc).__name__}); "
+                        "it may or may not have been applied"
+                    ) from exc
+                failures.append(f"{base}: {type(exc).__name__}: {exc}")
+                logger.info("api %s unreachable (%s); trying the next", base, exc)
+                continue
+            if response.status_code in _RETRY_STATUS and reads:
+                last = response
+                failures.append(f"{base}: {response.status_code}")
+                continue
+            with self._lock:
+                self._current = index
+            return response
+        if last is not None:
+            return last
+        raise ApiUnavailableError("no HTTP API instance answered: " + "; ".join(failures))
+
+    def _get(self, path: str, params: Params | None = None) -> Any:
+        response = self._send("GET", path, params=params)
+        if response.status_code != 200:
+            raise error_of(response)
+        return response.json()
+
+    def _post(self, path: str, body: Any) -> Any:
+        response = self._send("POST", path, body=body)
+        if response.status_code not in (200, 201):
+            raise error_of(response)
+        return response.json()
+
+    # -- the CatalogReader methods ----------------------------------------------------------
+
+    def get_table(self, table: TableName | str) -> TableInfo:
+        """A registered table.
+
+        Raises:
+            TableNotFoundError: no such table.
+        """
+        return _table(self._get(f"/v1/tables/{as_table_name(table)}"))
+
+    def list_tables(self, db: str | None = None) -> list[TableInfo]:
+        """All registered tables (of one database if given), by name."""
+        params: Params | None = [("db", db)] if db is not None else None
+        return [_table(item) for item in self._get("/v1/tables", params)["tables"]]
+
+    def list_partitions(
+        self, table: TableName | str, spec: SpecLike | None = None
+    ) -> list[PartitionInfo]:
+        """A table's partitions in path order (those ``spec`` covers), every page."""
+        name = as_table_name(table)
+        found: list[PartitionInfo] = []
+        after: str | None = None
+        while True:
+            params: Params = [("limit", MAX_PAGE)]
+            if spec is not None:
+                params += _spec_params(spec)
+            if after is not None:
+                params.append(("after", after))
+            page = self._get(f"/v1/tables/{name}/partitions", params)
+            found += [_partition(name, item) for item in page["partitions"]]
+            after = page["next"]
+            if after is None:
+                return found
+
+    def catch_up(
+        self,
+        tables: Sequence[TableName | str],
+        *,
+        cursor: Cursor | str | int | None = None,
+        page_after: int = 0,
+        limit: int | None = None,
+    ) -> list[OutboxEvent]:
+        """What :meth:`Catalog.catch_up <hcat_notify.store.Catalog.catch_up>` returns,
+        read through ``GET /v1/events``."""
+        position = cursor if isinstance(cursor, Cursor) else Cursor.parse(cursor)
+        names = [str(as_table_name(table)) for table in tables]
+        found: list[OutboxEvent] = []
+        after = page_after
+        while limit is None or len(found) < limit:
+            size = MAX_PAGE if limit is None else min(MAX_PAGE, limit - len(found))
+            params: Params = [("table", name) for name in names]
+            params += [("after", after), ("limit", size)]
+            if position:
+                params.append(("cursor", str(position)))
+            page = self._get("/v1/events", params)
+            events = [_event(item) for item in page["events"]]
+            found += events
+            if not page["more"] or not events:
+                break
+            after = events[-1].event_id
+        return found
+
+    def find_covering_done(
+        self, table: TableName | str, spec: SpecLike, *, wait: float = 0.0
+    ) -> RetainedDone | None:
+        """The retained mark-set-done covering ``spec``, or None; with ``wait``, wait up
+        to that many seconds for one (the server's long poll, at most 300)."""
+        params = _spec_params(spec)
+        if wait > 0:
+            params.append(("wait", wait))
+        response = self._send(
+            "GET", f"/v1/tables/{as_table_name(table)}/done", params=params, wait=wait
+        )
+        if response.status_code == 200:
+            return _done(response.json())
+        if response.status_code == 404 and _problem(response).get("type") == NOT_DONE:
+            return None
+        raise error_of(response)
+
+    def last_event_id(self) -> int:
+        """The highest event id handed out so far."""
+        return int(self._get("/v1/events/last")["eventId"])
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def mark_set_done(self, table: TableName | str, spec: SpecLike) -> int:
+        """Record a MARK_SET_DONE (needs a writer principal); its event id."""
+        parsed = spec if isinstance(spec, PartitionSpec) else PartitionSpec.from_mapping(spec)
+        data = self._post(f"/v1/tables/{as_table_name(table)}/done", {"spec": parsed.as_dict()})
+        return int(data["eventId"])
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,32 @@
+"""What the server and its clients agree on, in one place that imports nothing heavy:
+problem type URIs, page sizes, the longest long poll."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "MAX_PAGE",
+    "MAX_WAIT_SECONDS",
+    "NOT_DONE",
+    "PROBLEM_JSON",
+    "problem_type",
+]
+
+PROBLEM_JSON = "application/problem+json"
+PROBLEM_PREFIX = "urn:hcat-notify:problem:"
+NOT_DONE = f"{PROBLEM_PREFIX}not-done"
+"""The type of the 404 that says no retained mark-set-done covers a spec."""
+
+MAX_PAGE = 10_000
+"""The most partitions or events one page holds."""
+
+MAX_WAIT_SECONDS = 300.0
+"""The longest long poll: under common load balancers' idle-timeout maxima, long enough
+that a scheduler asks a few times an hour."""
+
+
+def problem_type(error: str) -> str:
+    """``TableNotFoundError`` -> ``urn:hcat-notify:problem:table-not-found``."""
+    words = re.findall(r"[A-Z][a-z0-9]*", error.removesuffix("Error")) or ["error"]
+    return PROBLEM_PREFIX + "-".join(word.lower() for word in words)

@@ -1,0 +1,150 @@
+"""Long polls: one watcher thread per process wakes every request that waits.
+
+A request that waits (``GET .../done?wait=30``, ``GET /v1/events?wait=30``) checks the
+catalog, then sleeps until the catalog may have changed and checks again. What wakes it
+is the relay's own signal (:mod:`hcat_notify.relay.wakeup`): ``LISTEN`` on PostgreSQL,
+``PRAGMA data_version`` on SQLite. One thread watches for the whole process, and only
+while some request waits; it bumps a generation number and wakes the waiting
+coroutines, each of which then reads the catalog once. A waiter also re-checks every
+:data:`RECHECK_SECONDS` on its own, so a lost signal costs latency, never an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from hcat_notify.relay.wakeup import OutboxWaiter, outbox_waiter
+
+__all__ = ["RECHECK_SECONDS", "ChangeFeed"]
+
+logger = logging.getLogger(__name__)
+
+RECHECK_SECONDS = 2.0
+_WATCH_SLICE = 1.0
+T = TypeVar("T")
+
+
+class ChangeFeed:
+    """Wakes waiting requests when the catalog's outbox may have changed.
+
+    Args:
+        database_url: the catalog (its backend chooses how changes are signalled).
+        waiter_factory: builds the change waiter (tests pass a double).
+    """
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        waiter_factory: Callable[[str], OutboxWaiter] = outbox_waiter,
+    ) -> None:
+        self._url = database_url
+        self._factory = waiter_factory
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._wanted = threading.Event()  # some request waits: watch
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        # per event loop: the event the next change sets
+        self._changed: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
+
+    def _watch(self) -> None:
+        waiter: OutboxWaiter | None = None
+        try:
+            while not self._closed.is_set():
+                if not self._wanted.wait(_WATCH_SLICE):
+                    continue
+                try:
+                    if waiter is None:
+                        waiter = self._factory(self._url)
+                    changed = waiter.wait(_WATCH_SLICE)
+                except Exception as exc:  # noqa: BLE001 - waiters re-check on their own
+                    logger.warning("api change watcher failed: %s; retrying", exc)
+                    if waiter is not None:
+                        waiter.close()
+                    waiter = None
+                    self._closed.wait(_WATCH_SLICE)
+                    continue
+                if changed:
+                    self._wake()
+        finally:
+            if waiter is not None:
+                waiter.close()
+
+    def _wake(self) -> None:
+        with self._lock:
+            loops = list(self._changed)
+        for loop in loops:
+            with contextlib.suppress(RuntimeError):  # that loop has closed
+                loop.call_soon_threadsafe(self._signal, loop)
+
+    def _signal(self, loop: asyncio.AbstractEventLoop) -> None:
+        # In the loop's thread: whoever holds the current event is woken; later waits
+        # take a fresh one.
+        with self._lock:
+            event = self._changed.get(loop)
+            self._changed[loop] = asyncio.Event()
+        if event is not None:
+            event.set()
+
+    def _next_change(self, loop: asyncio.AbstractEventLoop) -> asyncio.Event:
+        with self._lock:
+            event = self._changed.get(loop)
+            if event is None:
+                event = self._changed[loop] = asyncio.Event()
+            return event
+
+    def _enter(self) -> None:
+        with self._lock:
+            self._waiting += 1
+            self._wanted.set()
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._watch, name="hcat-api-changes", daemon=True
+                )
+                self._thread.start()
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._waiting -= 1
+            if self._waiting == 0:
+                self._wanted.clear()
+
+    async def poll(self, check: Callable[[], Awaitable[T | None]], timeout: float) -> T | None:
+        """``await check()`` until it returns something, or ``timeout`` seconds pass.
+
+        ``check`` runs at once, then after each possible change (and at least every
+        :data:`RECHECK_SECONDS`) until the deadline or the server's shutdown.
+        """
+        found = await check()
+        if found is not None or timeout <= 0:
+            return found
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        self._enter()
+        try:
+            while not self._closed.is_set():
+                # Taken before the read: a change during the read ends the next wait.
+                changed = self._next_change(loop)
+                found = await check()
+                remaining = deadline - loop.time()
+                if found is not None or remaining <= 0:
+                    return found
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), min(remaining, RECHECK_SECONDS))
+        finally:
+            self._leave()
+        return found
+
+    def close(self) -> None:
+        """Stop the watcher; waiting requests answer with what the catalog holds now."""
+        self._closed.set()
+        self._wake()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(5)

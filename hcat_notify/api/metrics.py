@@ -1,0 +1,205 @@
+"""``GET /metrics``: the deployment's state and this server's requests, for Prometheus.
+
+Two kinds of figures:
+
+* read from the catalog at each scrape (a custom collector, so any instance reports the
+  same): the outbox backlog and the age of its oldest unpublished event, parked events,
+  the last event id, the relay members with their buckets and publish rates, unassigned
+  buckets, and each durable subscriber's lag;
+* counted by this server: requests by method, route template and status, and their
+  latency.
+
+With ``--workers N`` the request figures of the worker processes are summed through
+prometheus-client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, which
+``hcat-notify serve`` sets up).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hcat_notify.errors import HcatNotifyError
+from hcat_notify.relay.config import RelayConfig
+from hcat_notify.store.catalog import Catalog
+
+__all__ = ["MULTIPROC_ENV", "ApiMetrics", "CatalogCollector", "RequestMetrics"]
+
+logger = logging.getLogger(__name__)
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_SESSION_TIMEOUT = RelayConfig().session_timeout
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0)
+
+
+def _gauge(name: str, documentation: str, value: float | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+class CatalogCollector(Collector):
+    """The deployment's state, read from the catalog when Prometheus scrapes."""
+
+    def __init__(self, catalog: Callable[[], Catalog]) -> None:
+        self._catalog = catalog
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            return list(self._read(self._catalog()))
+        except HcatNotifyError as exc:
+            logger.warning("metrics: cannot read the catalog: %s", exc)
+            return [_gauge("hcat_notify_catalog_up", "1 if the catalog could be read.", 0)]
+
+    def _read(self, catalog: Catalog) -> Iterator[Metric]:
+        backlog, oldest = catalog.outbox_backlog()
+        yield _gauge("hcat_notify_catalog_up", "1 if the catalog could be read.", 1)
+        yield _gauge(
+            "hcat_notify_outbox_backlog_events", "Events in the outbox not yet published.", backlog
+        )
+        age = 0.0 if oldest is None else (datetime.now(UTC) - oldest).total_seconds()
+        yield _gauge(
+            "hcat_notify_outbox_oldest_unpublished_seconds",
+            "Age of the oldest unpublished event (0 when none).",
+            max(age, 0.0),
+        )
+        parked = [event for event in catalog.refused_events() if event.parked_at is not None]
+        yield _gauge(
+            "hcat_notify_outbox_parked_events", "Events parked as undeliverable.", len(parked)
+        )
+        yield _gauge(
+            "hcat_notify_last_event_id", "The highest event id handed out.", catalog.last_event_id()
+        )
+        yield from self._relays(catalog)
+        yield from self._subscribers(catalog)
+
+    def _relays(self, catalog: Catalog) -> Iterator[Metric]:
+        members = [m for m in catalog.group.members() if m.heartbeat_age < _SESSION_TIMEOUT]
+        buckets = catalog.group.buckets()
+        owned: dict[str, int] = {}
+        for bucket in buckets:
+            if bucket.owner is not None:
+                owned[bucket.owner] = owned.get(bucket.owner, 0) + 1
+        yield _gauge("hcat_notify_relay_members", "Relay members alive.", len(members))
+        yield _gauge(
+            "hcat_notify_relay_publish_rate_events_per_second",
+            "Events per second the live relays published, summed.",
+            sum(member.events_per_second for member in members),
+        )
+        rate = GaugeMetricFamily(
+            "hcat_notify_relay_member_events_per_second",
+            "Events per second a relay member published.",
+            labels=["member"],
+        )
+        owned_by = GaugeMetricFamily(
+            "hcat_notify_relay_member_buckets", "Buckets a relay member owns.", labels=["member"]
+        )
+        for member in members:
+            rate.add_metric([member.member_id], member.events_per_second)
+            owned_by.add_metric([member.member_id], owned.get(member.member_id, 0))
+        yield rate
+        yield owned_by
+        state = GaugeMetricFamily(
+            "hcat_notify_relay_buckets", "Buckets by state.", labels=["state"]
+        )
+        unassigned = sum(1 for bucket in buckets if bucket.owner is None)
+        state.add_metric(["assigned"], len(buckets) - unassigned)
+        state.add_metric(["unassigned"], unassigned)
+        yield state
+
+    def _subscribers(self, catalog: Catalog) -> Iterator[Metric]:
+        lag = GaugeMetricFamily(
+            "hcat_notify_subscriber_lag_events",
+            "Events a durable subscriber has not handled yet.",
+            labels=["subscriber"],
+        )
+        for subscriber in catalog.subscriptions.every():
+            behind = catalog.subscriptions.lag(subscriber.cursor.watermarks)
+            lag.add_metric([subscriber.name], sum(behind.values()))
+        yield lag
+
+
+class ApiMetrics:
+    """This server's request counters, and the registry ``/metrics`` renders."""
+
+    def __init__(self, catalog: Callable[[], Catalog]) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created: noise
+        self._catalog_collector = CatalogCollector(catalog)
+        self.multiprocess = bool(os.environ.get(MULTIPROC_ENV))
+        # In multiprocess mode the values live in files and are read back at scrape time;
+        # registering them here as well would count them twice.
+        own = None if self.multiprocess else CollectorRegistry(auto_describe=True)
+        self._own = own
+        self.requests = Counter(
+            "hcat_notify_api_requests",
+            "HTTP requests answered, by method, route template and status.",
+            ["method", "route", "status"],
+            registry=own,
+        )
+        self.latency = Histogram(
+            "hcat_notify_api_request_duration_seconds",
+            "Time to answer an HTTP request, by method and route template.",
+            ["method", "route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=own,
+        )
+
+    def render(self) -> tuple[bytes, str]:
+        """The text exposition of every figure, and its content type."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        registry = CollectorRegistry(auto_describe=False)
+        if self.multiprocess:
+            from prometheus_client import multiprocess
+
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        else:
+            assert self._own is not None
+            registry.register(_Forward(self._own))
+        registry.register(self._catalog_collector)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+class _Forward(Collector):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        return self._registry.collect()
+
+
+class RequestMetrics:
+    """ASGI middleware: counts each HTTP request and times it, by route template."""
+
+    def __init__(self, app: ASGIApp, metrics: ApiMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route: Any = scope.get("route")
+            template = getattr(route, "path", None) or "<unmatched>"
+            method = scope.get("method", "")
+            self.metrics.requests.labels(method, template, str(status)).inc()
+            self.metrics.latency.labels(method, template).observe(time.perf_counter() - started)

@@ -1,0 +1,69 @@
+"""Query parameters the routes share: partition specs given as ``KEY=VALUE`` parameters,
+and bounded waits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Query, Request
+
+from hcat_notify.api.contract import MAX_WAIT_SECONDS
+from hcat_notify.errors import InvalidSpecError
+from hcat_notify.model.specs import PartitionSpec
+
+__all__ = ["MAX_WAIT_SECONDS", "SPEC_QUERY_DOC", "query_spec", "spec_openapi", "wait_query"]
+
+
+SPEC_QUERY_DOC = (
+    "Partition values as KEY=VALUE query parameters (raw values, as the command line takes "
+    "them: region=us/east is the value us/east; an empty value is the default partition), "
+    "or the whole spec in path form as spec=k1=v1/k2=v2 (escaped) when a key is named like "
+    "one of this route's own parameters."
+)
+
+
+def query_spec(request: Request, reserved: frozenset[str]) -> PartitionSpec | None:
+    """The spec of a request's ``KEY=VALUE`` parameters (or its ``spec=`` path), None
+    when it gives none.
+
+    Raises:
+        InvalidSpecError: a key is repeated, or both forms are given.
+        InvalidIdentifierError: a key is not a valid partition key name.
+    """
+    params = request.query_params
+    items = [(key, value) for key, value in params.multi_items() if key not in reserved]
+    paths = params.getlist("spec")
+    if paths:
+        if items or len(paths) > 1:
+            raise InvalidSpecError(
+                "give the spec once, as spec=k1=v1/k2=v2 or as KEY=VALUE parameters, not both"
+            )
+        return PartitionSpec.parse(paths[0])
+    return PartitionSpec(tuple(items)) if items else None
+
+
+def spec_openapi(description: str = SPEC_QUERY_DOC) -> dict[str, Any]:
+    """``openapi_extra`` declaring the free-form ``KEY=VALUE`` parameters."""
+    return {
+        "parameters": [
+            {
+                "name": "partition",
+                "in": "query",
+                "required": False,
+                "style": "form",
+                "explode": True,
+                "description": description,
+                "schema": {"type": "object", "additionalProperties": {"type": "string"}},
+            }
+        ]
+    }
+
+
+def wait_query(what: str) -> Any:
+    """The ``wait`` parameter of a long poll: finite seconds, 0 to the longest poll."""
+    return Query(
+        ge=0,
+        le=MAX_WAIT_SECONDS,
+        allow_inf_nan=False,
+        description=f"Seconds to wait for {what} (a long poll); 0 answers at once.",
+    )

@@ -1,0 +1,147 @@
+"""What one API process holds: settings, a catalog opened on first use, the change
+feed, the authenticator and the metrics. None of it is state a request depends on
+between calls: any instance answers any request the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import anyio
+import anyio.to_thread
+from fastapi import Request
+
+from hcat_notify.api.auth import Authenticator
+from hcat_notify.api.feed import ChangeFeed
+from hcat_notify.api.metrics import ApiMetrics
+from hcat_notify.broker.connection import consumer_connection
+from hcat_notify.config import Settings
+from hcat_notify.errors import HcatNotifyError
+from hcat_notify.store.catalog import Catalog
+from hcat_notify.store.revision import SCHEMA_REVISION
+
+__all__ = ["CATALOG_THREADS", "READINESS_TTL", "ApiState", "in_thread", "state_of"]
+
+READINESS_TTL = 2.0
+"""Seconds a readiness answer is reused: load balancers probe often, a probe of the
+broker is a STOMP connection."""
+_BROKER_PROBE_TIMEOUT = 3.0
+CATALOG_THREADS = 4
+T = TypeVar("T")
+
+
+class CatalogHandle:
+    """The catalog, opened (and migrated) on first use and kept; opened again after a
+    failed open, so a server started before its database answers starts serving when
+    the database does."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._catalog: Catalog | None = None
+
+    def __call__(self) -> Catalog:
+        catalog = self._catalog
+        if catalog is None:
+            with self._lock:
+                if self._catalog is None:
+                    self._catalog = Catalog.open(self._settings)
+                catalog = self._catalog
+        return catalog
+
+    def close(self) -> None:
+        with self._lock:
+            catalog, self._catalog = self._catalog, None
+        if catalog is not None:
+            catalog.close()
+
+
+@dataclass
+class ApiState:
+    """Everything the routes share within one process (``app.state.hcat``)."""
+
+    settings: Settings
+    catalog: CatalogHandle
+    authenticator: Authenticator
+    feed: ChangeFeed
+    metrics: ApiMetrics
+    _ready: tuple[float, dict[str, str]] | None = field(default=None, repr=False)
+
+    @classmethod
+    def build(cls, settings: Settings) -> ApiState:
+        catalog = CatalogHandle(settings)
+        return cls(
+            settings=settings,
+            catalog=catalog,
+            authenticator=Authenticator(settings.api_principals),
+            feed=ChangeFeed(settings.database_url),
+            metrics=ApiMetrics(catalog),
+        )
+
+    def readiness(self) -> dict[str, str]:
+        """Each check ("catalog", "broker") with "ok" or why it failed; blocking."""
+        cached = self._ready
+        if cached is not None and time.monotonic() - cached[0] < READINESS_TTL:
+            return cached[1]
+        checks = {"catalog": self._check_catalog(), "broker": self._check_broker()}
+        self._ready = (time.monotonic(), checks)
+        return checks
+
+    def _check_catalog(self) -> str:
+        try:
+            revision = self.catalog().schema_revision()
+        except HcatNotifyError as exc:
+            return str(exc).splitlines()[0]
+        if revision != SCHEMA_REVISION:
+            return (
+                f"the catalog is at migration {revision}, this server needs {SCHEMA_REVISION} "
+                "(run hcat-notify db upgrade)"
+            )
+        return "ok"
+
+    def _check_broker(self) -> str:
+        import dataclasses
+
+        probe = dataclasses.replace(
+            self.settings, broker_timeout=min(self.settings.broker_timeout, _BROKER_PROBE_TIMEOUT)
+        )
+        connection = consumer_connection(probe)
+        try:
+            connection.connect()
+        except HcatNotifyError as exc:
+            return str(exc).splitlines()[0]
+        finally:
+            connection.close()
+        return "ok"
+
+    def close(self) -> None:
+        self.feed.close()
+        self.catalog.close()
+
+
+def state_of(request: Request) -> ApiState:
+    """The process's :class:`ApiState` (a FastAPI dependency)."""
+    state: ApiState = request.app.state.hcat
+    return state
+
+
+_limiters: dict[int, anyio.CapacityLimiter] = {}
+
+
+async def in_thread(func: Callable[[], T]) -> T:
+    """Run a blocking catalog call in a worker thread, at most :data:`CATALOG_THREADS`
+    at once per process.
+
+    The calls are mostly Python (SQLAlchemy) under one GIL: dozens of threads taking
+    turns on two cores answer fewer requests than a few do, and each holds a pooled
+    connection besides. Requests beyond the limit wait their turn in the event loop.
+    """
+    loop = id(asyncio.get_running_loop())
+    limiter = _limiters.get(loop)
+    if limiter is None:
+        limiter = _limiters[loop] = anyio.CapacityLimiter(CATALOG_THREADS)
+    return await anyio.to_thread.run_sync(func, limiter=limiter)

@@ -1,0 +1,83 @@
+"""The auth matrix: anonymous, wrong secret, reader and writer on every route."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from hcat_notify.store import Catalog
+from tests.integration.api.support import READER, WRITER, ApiServer
+
+pytestmark = pytest.mark.integration
+
+READS = [
+    ("GET", "/v1/tables"),
+    ("GET", "/v1/tables/{table}"),
+    ("GET", "/v1/tables/{table}/partitions"),
+    ("GET", "/v1/tables/{table}/done?datestamp=1"),
+    ("GET", "/v1/events?table={table}"),
+    ("GET", "/v1/events/last"),
+    ("GET", "/"),
+]
+WRITES = [
+    ("POST", "/v1/tables", {"name": "{db}.other", "location": "/x/{db}", "partitionKeys": ["k"]}),
+    ("POST", "/v1/tables/{table}/done", {"spec": {"datestamp": "1"}}),
+    (
+        "POST",
+        "/v1/tables/{table}/partitions",
+        {"partitions": [{"spec": {"datestamp": "1", "region": "us"}, "location": "/x"}]},
+    ),
+]
+OPEN = ["/healthz", "/readyz", "/metrics", "/openapi.json"]
+
+
+def _fill(value, table: str):
+    db = table.split(".")[0]
+    if isinstance(value, str):
+        return value.format(table=table, db=db)
+    if isinstance(value, dict):
+        return {key: _fill(item, table) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_fill(item, table) for item in value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("auth", "reads", "writes"),
+    [
+        (None, 401, 401),
+        (("hcat-reader", "wrong"), 401, 401),
+        (("nobody", "hcat-reader-dev"), 401, 401),
+        (READER, 200, 403),
+        (WRITER, 200, 201),
+    ],
+    ids=["anonymous", "wrong-secret", "unknown-principal", "reader", "writer"],
+)
+def test_auth_matrix(api: ApiServer, new_table, api_catalog: Catalog, auth, reads, writes):
+    table = new_table()
+    api_catalog.mark_set_done(table, {"datestamp": "1"})  # so that the done check answers 200
+    before = api_catalog.last_event_id()
+    with httpx.Client(base_url=api.url, auth=auth, timeout=30) as client:
+        for method, path in READS:
+            response = client.request(method, _fill(path, table))
+            assert response.status_code == reads, (path, response.text)
+            if reads == 401:
+                assert response.headers["www-authenticate"] == 'Basic realm="hcat-notify"'
+                assert response.json()["error"] == "ApiAuthError"
+        for method, path, body in WRITES:
+            response = client.request(method, _fill(path, table), json=_fill(body, table))
+            assert response.status_code == writes, (path, response.text)
+            if writes == 403:
+                assert "is a reader" in response.json()["detail"]
+        for path in OPEN:
+            assert client.get(path).status_code == 200, path
+    wrote = api_catalog.last_event_id() > before
+    assert wrote is (writes == 201)  # refused writes changed nothing
+    tables = {str(t.name) for t in api_catalog.list_tables(table.split(".")[0])}
+    assert tables == ({table, f"{table.split('.')[0]}.other"} if writes == 201 else {table})
+
+
+def test_malformed_authorization_header(api: ApiServer):
+    response = httpx.get(f"{api.url}/v1/tables", headers={"Authorization": "Basic !!!"})
+    assert response.status_code == 401
+    assert response.headers["content-type"] == "application/problem+json"

@@ -1,0 +1,184 @@
+"""Each bad input gets a problem document that names it, and writes nothing."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from hcat_notify.store import Catalog
+from tests.integration.api.support import ApiServer
+
+pytestmark = pytest.mark.integration
+
+PROBLEM = "application/problem+json"
+
+
+def _check(response: httpx.Response, status: int, *words: str) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM
+    problem = response.json()
+    assert problem["status"] == status
+    assert problem["title"]
+    for word in words:
+        assert word in problem["detail"], problem
+    return problem
+
+
+@pytest.fixture
+def table(new_table) -> str:
+    return new_table()
+
+
+@pytest.fixture
+def unchanged(api_catalog: Catalog, table: str):
+    """Asserts, after the test, that no event, table or partition was written."""
+
+    def state():
+        return (
+            api_catalog.last_event_id(),
+            len(api_catalog.list_tables()),
+            len(api_catalog.list_partitions(table)),
+        )
+
+    before = state()
+    yield
+    assert state() == before
+
+
+@pytest.mark.usefixtures("unchanged")
+class TestRejectedWritesChangeNothing:
+    def test_malformed_table_name(self, writer: httpx.Client):
+        problem = _check(
+            writer.post("/v1/tables/web-clicks/done", json={"spec": {"d": "1"}}),
+            400,
+            "malformed table name 'web-clicks'",
+        )
+        assert problem["error"] == "InvalidIdentifierError"
+        assert problem["type"] == "urn:hcat-notify:problem:invalid-identifier"
+
+    def test_unknown_table(self, writer: httpx.Client):
+        problem = _check(
+            writer.post("/v1/tables/nosuch.table/done", json={"spec": {"d": "1"}}),
+            404,
+            "table nosuch.table is not registered",
+        )
+        assert problem["error"] == "TableNotFoundError"
+
+    def test_key_not_a_partition_key(self, writer: httpx.Client, table: str):
+        name = table
+        problem = _check(
+            writer.post(f"/v1/tables/{name}/done", json={"spec": {"hour": "1"}}),
+            422,
+            "no partition key 'hour'",
+            "datestamp, region",
+        )
+        assert problem["error"] == "UnknownPartitionKeyError"
+
+    def test_malformed_spec(self, writer: httpx.Client, table: str):
+        name = table
+        _check(
+            writer.post(f"/v1/tables/{name}/done", json={"spec": {}}), 400, "empty partition spec"
+        )
+        _check(
+            writer.post(f"/v1/tables/{name}/done", json={"spec": {"bad key": "1"}}),
+            400,
+            "invalid partition key 'bad key'",
+        )
+        _check(
+            writer.post(f"/v1/tables/{name}/done", json={"spec": {"datestamp": "a\x00b"}}),
+            400,
+            "NUL",
+        )
+        _check(
+            writer.post(f"/v1/tables/{name}/done", json={"spec": {"datestamp": "x" * 800}}),
+            400,
+            "at most",
+        )
+
+    def test_malformed_bodies(self, writer: httpx.Client, table: str):
+        name = table
+        url = f"/v1/tables/{name}/done"
+        headers = {"content-type": "application/json"}
+        _check(writer.post(url, content=b"{not json", headers=headers), 400, "malformed request")
+        _check(writer.post(url, json={"specs": {"datestamp": "1"}}), 400, "spec")
+        _check(writer.post(url, json={"spec": {"datestamp": 1}}), 400, "datestamp")
+        _check(writer.post(url, json=["spec"]), 400, "malformed request")
+        partitions = f"/v1/tables/{name}/partitions"
+        _check(writer.post(partitions, json={"partitions": []}), 400, "partitions")
+        _check(
+            writer.post(
+                partitions,
+                json={"partitions": [{"spec": {"datestamp": "1"}, "location": "/x"}]},
+            ),
+            400,
+            "missing partition key(s) region",
+        )
+        _check(
+            writer.post(
+                partitions,
+                json={
+                    "partitions": [
+                        {"spec": {"datestamp": "1", "region": "a"}, "location": "/x"},
+                        {"spec": {"datestamp": "1", "region": "a"}, "location": "/y"},
+                    ]
+                },
+            ),
+            400,
+            "given twice",
+        )
+
+    def test_bad_table_definitions(self, writer: httpx.Client):
+        base = {"name": "fresh.t", "location": "/data/fresh", "partitionKeys": ["k"]}
+        _check(writer.post("/v1/tables", json={**base, "name": "no_dot"}), 400, "DB.TABLE")
+        _check(writer.post("/v1/tables", json={**base, "partitionKeys": []}), 400, "partitionKeys")
+        _check(writer.post("/v1/tables", json={**base, "partitionKeys": ["a b"]}), 400, "a b")
+        _check(writer.post("/v1/tables", json={**base, "format": "xls"}), 400, "format")
+        _check(writer.post("/v1/tables", json={**base, "retentionSeconds": 0}), 400, "retention")
+        _check(writer.post("/v1/tables", json={**base, "topic": "queue://x"}), 400, "topic")
+
+    def test_body_over_one_mebibyte(self, writer: httpx.Client, table: str):
+        name = table
+        big = {"spec": {"datestamp": "1"}, "padding": "x" * (1 << 20)}
+        _check(writer.post(f"/v1/tables/{name}/done", json=big), 413, "over 1,048,576 bytes")
+
+    def test_chunked_body_over_one_mebibyte(self, writer: httpx.Client, table: str):
+        name = table
+
+        def chunks():
+            yield b'{"spec": {"datestamp": "1"}, "padding": "'
+            for _ in range(40):
+                yield b"x" * 32_768
+            yield b'"}'
+
+        response = writer.post(
+            f"/v1/tables/{name}/done",
+            content=chunks(),
+            headers={"content-type": "application/json"},
+        )
+        _check(response, 413, "over 1,048,576 bytes")
+
+
+def test_bad_reads(reader: httpx.Client, new_table):
+    name = new_table()
+    _check(reader.get(f"/v1/tables/{name}/done"), 400, "give the spec")
+    _check(reader.get(f"/v1/tables/{name}/done?hour=1"), 422, "no partition key 'hour'")
+    _check(reader.get(f"/v1/tables/{name}/done?datestamp=1&datestamp=2"), 400, "more than once")
+    _check(reader.get(f"/v1/tables/{name}/done?spec=datestamp=1&region=x"), 400, "not both")
+    _check(reader.get(f"/v1/tables/{name}/done?spec=datestamp"), 400, "KEY=VALUE")
+    for wait in ("-1", "nan", "inf", "301", "soon"):
+        _check(reader.get(f"/v1/tables/{name}/done?datestamp=1&wait={wait}"), 400, "wait")
+    _check(reader.get("/v1/tables/a.b.c"), 400, "malformed table name")
+    _check(reader.get(f"/v1/tables/{name}/partitions?limit=0"), 400, "limit")
+    _check(reader.get(f"/v1/tables/{name}/partitions?hour=1"), 422, "hour")
+    _check(reader.get("/v1/events"), 400, "table")
+    _check(reader.get(f"/v1/events?table={name}&cursor=nonsense"), 400, "malformed cursor")
+    _check(reader.get(f"/v1/events?table={name}&cursor=t:99999999999999999999"), 400, "too large")
+    _check(reader.get(f"/v1/events?table={name}&limit=10001"), 400, "limit")
+    _check(reader.get("/v1/events?table=nosuch.t"), 404, "nosuch.t")
+
+
+def test_unknown_route_and_method(api: ApiServer):
+    _check(httpx.get(f"{api.url}/v2/tables"), 404, "Not Found")
+    response = httpx.delete(f"{api.url}/v1/events/last")
+    assert response.status_code == 405
+    assert response.headers["content-type"] == PROBLEM

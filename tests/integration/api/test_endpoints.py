@@ -1,0 +1,232 @@
+"""Every endpoint of ``hcat-notify serve`` against a real server process, on SQLite and
+PostgreSQL: what it answers, and that what it wrote is in the catalog."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from hcat_notify.model.events import EventType
+from hcat_notify.store import Catalog, NewPartition
+from tests.wire import validate_message
+
+pytestmark = pytest.mark.integration
+
+
+def test_healthz_and_readyz(anonymous: httpx.Client):
+    assert anonymous.get("/healthz").json() == {"status": "ok"}
+    ready = anonymous.get("/readyz")
+    assert ready.status_code == 200, ready.text
+    assert ready.json() == {"status": "ready", "checks": {"catalog": "ok", "broker": "ok"}}
+
+
+def test_list_and_get_tables(reader: httpx.Client, new_table):
+    name = new_table()
+    db = name.split(".")[0]
+    listed = reader.get("/v1/tables", params={"db": db}).json()["tables"]
+    assert [item["name"] for item in listed] == [name]
+    table = reader.get(f"/v1/tables/{name}").json()
+    assert table["partitionKeys"] == ["datestamp", "region"]
+    assert table["topic"] == f"hcat.{name}"
+    assert table["destination"] == f"/topic/hcat.{name}"
+    assert table["retentionSeconds"] == 7 * 86400
+    everything = {item["name"] for item in reader.get("/v1/tables").json()["tables"]}
+    assert name in everything
+
+
+def test_create_table(writer: httpx.Client, api_catalog: Catalog):
+    body = {
+        "name": "created_here.views",
+        "location": "/data/views",
+        "partitionKeys": ["datestamp"],
+        "format": "orc",
+        "retentionSeconds": 3600,
+        "topic": "hcat.custom.views",
+    }
+    response = writer.post("/v1/tables", json=body)
+    assert response.status_code == 201, response.text
+    assert response.headers["location"] == "/v1/tables/created_here.views"
+    assert response.json()["topic"] == "hcat.custom.views"
+    stored = api_catalog.get_table("created_here.views")
+    assert (stored.storage_format, stored.retention.total_seconds()) == ("orc", 3600)
+    again = writer.post("/v1/tables", json=body)
+    assert again.status_code == 409
+    assert again.json()["error"] == "TableExistsError"
+
+
+def test_partitions_paged_and_filtered(reader: httpx.Client, new_table, api_catalog: Catalog):
+    name = new_table()
+    api_catalog.add_partitions(
+        name,
+        [
+            NewPartition({"datestamp": day, "region": region}, f"/data/{day}/{region}")
+            for day in ("20110227", "20110228")
+            for region in ("eu", "us/east", "us")
+        ],
+    )
+    first = reader.get(f"/v1/tables/{name}/partitions", params={"limit": 4}).json()
+    assert len(first["partitions"]) == 4
+    rest = reader.get(
+        f"/v1/tables/{name}/partitions", params={"limit": 4, "after": first["next"]}
+    ).json()
+    assert rest["next"] is None
+    specs = [p["spec"] for p in first["partitions"] + rest["partitions"]]
+    assert specs == sorted(specs)
+    assert len(specs) == 6
+    assert "datestamp=20110228/region=us%2Feast" in specs
+    us_east = reader.get(f"/v1/tables/{name}/partitions", params={"region": "us/east"}).json()
+    assert [p["values"] for p in us_east["partitions"]] == [
+        {"datestamp": "20110227", "region": "us/east"},
+        {"datestamp": "20110228", "region": "us/east"},
+    ]
+    by_path = reader.get(
+        f"/v1/tables/{name}/partitions", params={"spec": "datestamp=20110228"}
+    ).json()
+    assert len(by_path["partitions"]) == 3
+
+
+def test_add_partitions(writer: httpx.Client, new_table, api_catalog: Catalog):
+    name = new_table()
+    body = {
+        "partitions": [
+            {"spec": {"datestamp": "20110228", "region": "us"}, "location": "/d/1", "fileCount": 3},
+            {"spec": {"region": "eu", "datestamp": "20110228"}, "location": "/d/2"},
+        ],
+        "jobId": "job-7",
+    }
+    response = writer.post(f"/v1/tables/{name}/partitions", json=body)
+    assert response.status_code == 201, response.text
+    added = response.json()["partitions"]
+    assert [p["spec"] for p in added] == [
+        "datestamp=20110228/region=us",
+        "datestamp=20110228/region=eu",
+    ]
+    assert all(p["eventId"] for p in added)
+    events = api_catalog.catch_up([name], cursor="*:0")
+    assert [e.event_type for e in events] == [EventType.ADD_PARTITION] * 2
+    assert writer.post(f"/v1/tables/{name}/partitions", json=body).status_code == 409
+
+
+def test_mark_done_then_covering_done(writer: httpx.Client, reader: httpx.Client, new_table):
+    name = new_table()
+    recorded = writer.post(f"/v1/tables/{name}/done", json={"spec": {"datestamp": "20110228"}})
+    assert recorded.status_code == 201, recorded.text
+    body = recorded.json()
+    assert body["spec"] == "datestamp=20110228"
+    assert body["partitionSpec"] == {"datestamp": "20110228"}
+    covered = reader.get(
+        f"/v1/tables/{name}/done", params={"datestamp": "20110228", "region": "us"}
+    )
+    assert covered.status_code == 200
+    assert covered.json()["eventId"] == body["eventId"]
+    assert covered.json()["expiresAt"] > covered.json()["createdAt"]
+    missing = reader.get(f"/v1/tables/{name}/done", params={"datestamp": "20110301"})
+    assert missing.status_code == 404
+    assert missing.headers["content-type"] == "application/problem+json"
+    assert missing.json()["type"] == "urn:hcat-notify:problem:not-done"
+
+
+def test_mark_done_keys_sorted_and_escaped(writer: httpx.Client, reader: httpx.Client, new_table):
+    name = new_table()
+    spec = {"region": "us/east", "datestamp": "20110228"}
+    body = writer.post(f"/v1/tables/{name}/done", json={"spec": spec}).json()
+    assert body["spec"] == "datestamp=20110228/region=us%2Feast"
+    assert reader.get(f"/v1/tables/{name}/done", params=spec).status_code == 200
+
+
+def test_events_after_a_cursor(writer: httpx.Client, reader: httpx.Client, new_table, api_catalog):
+    name = new_table()
+    other = new_table()
+    first = writer.post(f"/v1/tables/{name}/done", json={"spec": {"datestamp": "1"}}).json()
+    writer.post(f"/v1/tables/{other}/done", json={"spec": {"datestamp": "1"}})
+    # Without a cursor: the retained dones, and a cursor after everything read so far.
+    page = reader.get("/v1/events", params={"table": name}).json()
+    assert [e["eventId"] for e in page["events"]] == [first["eventId"]]
+    assert page["more"] is False
+    event = page["events"][0]
+    assert event["event"] == "MARK_SET_DONE"
+    assert event["table"] == name
+    assert event["headers"]["HCAT_EVENT_ID"] == str(first["eventId"])
+    validate_message(event["headers"], json.dumps(event["body"]))
+    api_catalog.add_partitions(name, [NewPartition({"datestamp": "2", "region": "us"}, "/d/2")])
+    second = writer.post(f"/v1/tables/{name}/done", json={"spec": {"datestamp": "2"}}).json()
+    later = reader.get("/v1/events", params={"table": name, "cursor": page["cursor"]}).json()
+    kinds = [(e["event"], e["eventId"]) for e in later["events"]]
+    assert kinds[-1] == ("MARK_SET_DONE", second["eventId"])
+    assert [k for k, _ in kinds] == ["ADD_PARTITION", "MARK_SET_DONE"]
+    # The same events, in the same order, as the catalog's catch-up.
+    expected = api_catalog.catch_up([name], cursor=page["cursor"])
+    assert [e["eventId"] for e in later["events"]] == [e.event_id for e in expected]
+    assert later["cursor"] == f"*:{page['cursor'][2:]},hcat.{name}:{second['eventId']}"
+    nothing = reader.get("/v1/events", params={"table": name, "cursor": later["cursor"]}).json()
+    assert nothing["events"] == []
+    assert nothing["cursor"] == later["cursor"]
+
+
+def test_events_paged(reader: httpx.Client, new_table, api_catalog: Catalog):
+    name = new_table()
+    ids = [api_catalog.mark_set_done(name, {"datestamp": str(day)}) for day in range(5)]
+    seen: list[int] = []
+    cursor = "*:0"
+    while True:
+        page = reader.get("/v1/events", params={"table": name, "cursor": cursor, "limit": 2}).json()
+        seen += [e["eventId"] for e in page["events"]]
+        cursor = page["cursor"]
+        if not page["more"]:
+            break
+    assert seen == ids
+    first = reader.get("/v1/events", params={"table": name, "limit": 3}).json()
+    assert first["more"]
+    assert first["cursor"] == f"*:{ids[2]}"
+
+
+def test_last_event(reader: httpx.Client, new_table, api_catalog: Catalog):
+    name = new_table()
+    event_id = api_catalog.mark_set_done(name, {"datestamp": "1"})
+    assert reader.get("/v1/events/last").json()["eventId"] >= event_id
+
+
+def test_metrics(anonymous: httpx.Client, reader: httpx.Client, new_table, api_catalog: Catalog):
+    name = new_table()
+    api_catalog.mark_set_done(name, {"datestamp": "1"})
+    reader.get(f"/v1/tables/{name}")
+    text = anonymous.get("/metrics").text
+    assert "hcat_notify_catalog_up 1.0" in text
+    for metric in (
+        "hcat_notify_outbox_backlog_events",
+        "hcat_notify_outbox_oldest_unpublished_seconds",
+        "hcat_notify_relay_publish_rate_events_per_second",
+        "hcat_notify_relay_members",
+        'hcat_notify_relay_buckets{state="unassigned"}',
+    ):
+        assert metric in text
+    backlog = next(
+        line for line in text.splitlines() if line.startswith("hcat_notify_outbox_backlog")
+    )
+    assert float(backlog.split()[-1]) >= 1
+    assert (
+        'hcat_notify_api_requests_total{method="GET",route="/v1/tables/{table}",status="200"}'
+        in text
+    )
+    assert "hcat_notify_api_request_duration_seconds_bucket" in text
+
+
+def test_status_page_html(reader: httpx.Client, new_table, api_catalog: Catalog):
+    name = new_table()
+    api_catalog.add_partitions(
+        name, [NewPartition({"datestamp": "20110228", "region": "us"}, "/d")]
+    )
+    api_catalog.mark_set_done(name, {"datestamp": "20110228"})
+    page = reader.get("/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert name in page.text
+    assert "datestamp=20110228/region=us" in page.text
+    assert "not yet published" in page.text
+
+
+def test_openapi_document_is_served(anonymous: httpx.Client):
+    schema = anonymous.get("/openapi.json").json()
+    assert "/v1/tables/{table}/done" in schema["paths"]
