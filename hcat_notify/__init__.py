@@ -25,6 +25,7 @@ from hcat_notify.errors import (
     InvalidIdentifierError,
     InvalidInputError,
     InvalidSpecError,
+    LocationNotFoundError,
     PartitionExistsError,
     StoreError,
     StoreUnavailableError,
@@ -37,6 +38,15 @@ from hcat_notify.lazy import lazy_exports
 if TYPE_CHECKING:
     from hcat_notify.config import Settings, load_settings
     from hcat_notify.consumer import Notification, NotificationConsumer, Source
+    from hcat_notify.files import (
+        FileStat,
+        TableLocation,
+        is_hidden,
+        list_data_files,
+        path_exists,
+        split_location,
+    )
+    from hcat_notify.model.changes import ANNOUNCE_PROPERTY, AnnounceMode
     from hcat_notify.model.events import EventType
     from hcat_notify.model.names import TableName
     from hcat_notify.model.specs import (
@@ -51,10 +61,12 @@ if TYPE_CHECKING:
         DEFAULT_RETENTION,
         Catalog,
         CommitRecord,
+        DroppedTable,
         JournalEntry,
         JournalState,
         NewPartition,
         PartitionInfo,
+        Registration,
         RetainedDone,
         TableInfo,
         WriteMode,
@@ -62,8 +74,10 @@ if TYPE_CHECKING:
     from hcat_notify.writer import send_mark_set_done
 
 __all__ = [
+    "ANNOUNCE_PROPERTY",
     "DEFAULT_PARTITION_NAME",
     "DEFAULT_RETENTION",
+    "AnnounceMode",
     "BrokerAuthError",
     "BrokerCredentialsError",
     "BrokerError",
@@ -75,19 +89,23 @@ __all__ = [
     "ConcurrentWriteError",
     "ConfigError",
     "ConflictError",
+    "DroppedTable",
     "EventType",
+    "FileStat",
     "HcatNotifyError",
     "InvalidIdentifierError",
     "InvalidInputError",
     "InvalidSpecError",
     "JournalEntry",
     "JournalState",
+    "LocationNotFoundError",
     "NewPartition",
     "Notification",
     "NotificationConsumer",
     "PartitionExistsError",
     "PartitionInfo",
     "PartitionSpec",
+    "Registration",
     "Relay",
     "RelayConfig",
     "RetainedDone",
@@ -97,6 +115,7 @@ __all__ = [
     "StoreUnavailableError",
     "TableExistsError",
     "TableInfo",
+    "TableLocation",
     "TableName",
     "TableNotFoundError",
     "TopicStrategy",
@@ -104,9 +123,13 @@ __all__ = [
     "WriteMode",
     "destination_for",
     "escape_path_name",
+    "is_hidden",
+    "list_data_files",
     "load_settings",
+    "path_exists",
     "resolve_topic",
     "send_mark_set_done",
+    "split_location",
     "unescape_path_name",
 ]
 
@@ -125,6 +148,19 @@ __getattr__, __dir__ = lazy_exports(
         "NotificationConsumer": _CONSUMER,
         "Source": _CONSUMER,
         "EventType": "hcat_notify.model.events",
+        "ANNOUNCE_PROPERTY": "hcat_notify.model.changes",
+        "AnnounceMode": "hcat_notify.model.changes",
+        **dict.fromkeys(
+            [
+                "FileStat",
+                "TableLocation",
+                "is_hidden",
+                "list_data_files",
+                "path_exists",
+                "split_location",
+            ],
+            "hcat_notify.files",
+        ),
         "TableName": "hcat_notify.model.names",
         "DEFAULT_PARTITION_NAME": _SPECS,
         "PartitionSpec": _SPECS,
@@ -140,10 +176,12 @@ __getattr__, __dir__ = lazy_exports(
                 "DEFAULT_RETENTION",
                 "Catalog",
                 "CommitRecord",
+                "DroppedTable",
                 "JournalEntry",
                 "JournalState",
                 "NewPartition",
                 "PartitionInfo",
+                "Registration",
                 "RetainedDone",
                 "TableInfo",
                 "WriteMode",

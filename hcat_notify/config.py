@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_CONSUMER_PASSWORD",
     "DEFAULT_CONSUMER_USER",
     "DEFAULT_HOME",
+    "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_PUBLISHER_PASSWORD",
     "DEFAULT_PUBLISHER_USER",
     "DEFAULT_TOPIC_PREFIX",
@@ -60,6 +61,9 @@ DEFAULT_PUBLISHER_PASSWORD = "hcat-publisher-dev"  # noqa: S105 - documented dev
 DEFAULT_CONSUMER_USER = "hcat-reader"
 DEFAULT_CONSUMER_PASSWORD = "hcat-reader-dev"  # noqa: S105 - documented dev default
 DEFAULT_BROKER_TIMEOUT = 10.0
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024
+"""The largest message body a batched announcement may make (``max_message_bytes``)."""
+MIN_MAX_MESSAGE_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,12 @@ def _bucket_count(value: int) -> int:
     return value
 
 
+def _message_cap(value: int) -> int:
+    if value < MIN_MAX_MESSAGE_BYTES:
+        raise ValueError(f"must be at least {MIN_MAX_MESSAGE_BYTES} bytes, not {value}")
+    return value
+
+
 def _check(func: Callable[[Any], Any]) -> dict[str, Any]:
     return {"check": func}
 
@@ -142,6 +152,7 @@ class Settings:
     broker_timeout: float = field(default=DEFAULT_BROKER_TIMEOUT, metadata=_check(_positive))
     server_name: str | None = None
     relay_buckets: int | None = field(default=None, metadata=_check(_bucket_count))
+    max_message_bytes: int = field(default=DEFAULT_MAX_MESSAGE_BYTES, metadata=_check(_message_cap))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).expanduser())

@@ -14,6 +14,7 @@ from hcat_notify.lazy import lazy_exports
 if TYPE_CHECKING:
     from hcat_notify.store.catalog import Catalog
     from hcat_notify.store.journal import CommitJournal
+    from hcat_notify.store.lifecycle import DroppedTable, Registration, TableLifecycle
     from hcat_notify.store.quick import quick_table
     from hcat_notify.store.records import (
         DEFAULT_RETENTION,
@@ -41,6 +42,7 @@ __all__ = [
     "Catalog",
     "CommitJournal",
     "CommitRecord",
+    "DroppedTable",
     "JournalEntry",
     "JournalState",
     "Lease",
@@ -48,8 +50,10 @@ __all__ = [
     "OutboxEvent",
     "PartitionInfo",
     "RefusedEvent",
+    "Registration",
     "RetainedDone",
     "TableInfo",
+    "TableLifecycle",
     "WriteMode",
     "quick_table",
 ]
@@ -62,6 +66,9 @@ __getattr__, __dir__ = lazy_exports(
         **dict.fromkeys(__all__, _RECORDS),
         "Catalog": "hcat_notify.store.catalog",
         "CommitJournal": "hcat_notify.store.journal",
+        "DroppedTable": "hcat_notify.store.lifecycle",
+        "Registration": "hcat_notify.store.lifecycle",
+        "TableLifecycle": "hcat_notify.store.lifecycle",
         "quick_table": "hcat_notify.store.quick",
         "STORAGE_FORMATS": "hcat_notify.store.tables",
         "OUTBOX_CHANNEL": "hcat_notify.store.tx",
