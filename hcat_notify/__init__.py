@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         list_data_files,
         path_exists,
         split_location,
+        storage_location,
     )
     from hcat_notify.model.changes import ANNOUNCE_PROPERTY, AnnounceMode
     from hcat_notify.model.events import EventType
@@ -130,6 +131,7 @@ __all__ = [
     "resolve_topic",
     "send_mark_set_done",
     "split_location",
+    "storage_location",
     "unescape_path_name",
 ]
 
@@ -158,6 +160,7 @@ __getattr__, __dir__ = lazy_exports(
                 "list_data_files",
                 "path_exists",
                 "split_location",
+                "storage_location",
             ],
             "hcat_notify.files",
         ),

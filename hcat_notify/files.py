@@ -27,6 +27,7 @@ __all__ = [
     "measure_partition",
     "path_exists",
     "split_location",
+    "storage_location",
 ]
 
 
@@ -100,6 +101,20 @@ class TableLocation:
         """The location string of a path under this location (for Spark and the registry)."""
         relative = posixpath.relpath(path, self.path)
         return self.uri if relative == "." else f"{self.uri}/{relative}"
+
+
+def storage_location(location: str) -> str:
+    """Where a location's files are stored: for ``har://<scheme>-<authority>/…/x.har[/inner]``
+    (a Hadoop Archive, as ``HarFileSystem`` names it) the archive directory on the
+    underlying filesystem, else ``location`` itself."""
+    scheme, authority, path = split_location(location)
+    if scheme != "har":
+        return location
+    under, _, host = authority.partition("-")
+    segments = path.split("/")
+    archive = next((i for i, s in enumerate(segments) if s.endswith(".har")), len(segments) - 1)
+    path = "/".join(segments[: archive + 1])
+    return f"file://{path}" if under == "file" else f"{under}://{host}{path}"
 
 
 def is_hidden(name: str) -> bool:

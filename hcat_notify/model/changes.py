@@ -117,13 +117,10 @@ class PartitionChange:
     details: PartitionDetails | None = None
 
     def detail_json(self) -> dict[str, Any]:
-        details = self.details or PartitionDetails()
-        found = {
-            "location": details.location,
-            "fileCount": details.file_count,
-            "bytes": details.total_bytes,
-        }
-        return {key: value for key, value in found.items() if value is not None}
+        """The partition's entry in ``partitionDetails`` (the job id is the message's)."""
+        fields = (self.details or PartitionDetails()).as_fields()
+        fields.pop("jobId", None)
+        return fields
 
 
 def common_prefix(specs: Sequence[PartitionSpec]) -> PartitionSpec | None:
@@ -143,25 +140,34 @@ def _size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=True, separators=(",", ":")))
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """Which message of a batch this is: ``part`` of ``parts``, ``total`` partitions."""
+
+    event_id: int
+    part: int
+    parts: int
+    total: int
+
+
+_PLACEHOLDER_BATCH = _Batch(_ID_PLACEHOLDER, _ID_PLACEHOLDER, _ID_PLACEHOLDER, _ID_PLACEHOLDER)
+
+
 def _batch_body(
     event_type: EventType,
     context: EventContext,
     changes: Sequence[PartitionChange],
-    *,
-    event_id: int,
-    part: int,
-    parts: int,
-    total: int,
+    batch: _Batch,
     job_id: str | None,
 ) -> dict[str, Any]:
     body = context.base(event_type)
     body["partitions"] = [change.spec.as_strings() for change in changes]
-    body["eventId"] = event_id
+    body["eventId"] = batch.event_id
     prefix = common_prefix([change.spec for change in changes])
     if prefix is not None:
         body["spec"] = prefix.to_path()
     body["partitionDetails"] = [change.detail_json() for change in changes]
-    body["batch"] = {"part": part, "parts": parts, "partitionCount": total}
+    body["batch"] = {"part": batch.part, "parts": batch.parts, "partitionCount": batch.total}
     if job_id is not None:
         body["jobId"] = job_id
     return body
@@ -182,17 +188,7 @@ def plan_batches(
     is never larger. A single partition larger than the cap still gets a message.
     """
     budget = max_message_bytes - HEADER_ALLOWANCE
-    empty = _batch_body(
-        event_type,
-        context,
-        [],
-        event_id=_ID_PLACEHOLDER,
-        part=_ID_PLACEHOLDER,
-        parts=_ID_PLACEHOLDER,
-        total=_ID_PLACEHOLDER,
-        job_id=job_id,
-    )
-    base = _size(empty)
+    base = _size(_batch_body(event_type, context, [], _PLACEHOLDER_BATCH, job_id))
     groups: list[list[PartitionChange]] = []
     group: list[PartitionChange] = []
     size = 0
@@ -237,16 +233,7 @@ def build_partition_batch(
         raise InvalidInputError(f"{event_type} messages do not list partitions")
     if not changes:
         raise InvalidInputError("a partition message needs at least one partition")
-    body = _batch_body(
-        event_type,
-        context,
-        changes,
-        event_id=event_id,
-        part=part,
-        parts=parts,
-        total=total,
-        job_id=job_id,
-    )
+    body = _batch_body(event_type, context, changes, _Batch(event_id, part, parts, total), job_id)
     headers = message_headers(event_type, event_id, context.table, body.get("spec", ""))
     return Message(event_id, event_type, context.topic, headers, dump_body(body))
 
@@ -282,13 +269,7 @@ def build_insert(
             "bytesAdded": bytes_added,
         }
     )
-    optional = {
-        "location": details.location,
-        "fileCount": details.file_count,
-        "bytes": details.total_bytes,
-        "jobId": details.job_id,
-    }
-    body.update({key: value for key, value in optional.items() if value is not None})
+    body.update(details.as_fields())
     budget = max_message_bytes - HEADER_ALLOWANCE
     text = dump_body(body)
     if len(text) > budget:

@@ -68,6 +68,19 @@ class PartitionDetails:
     job_id: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    def as_fields(self) -> dict[str, Any]:
+        """The body fields these details add (``location``, ``fileCount``, ``bytes``,
+        ``jobId``, then the extras), leaving out what is unknown."""
+        known = {
+            "location": self.location,
+            "fileCount": self.file_count,
+            "bytes": self.total_bytes,
+            "jobId": self.job_id,
+        }
+        fields = {key: value for key, value in known.items() if value is not None}
+        fields.update(self.extra)
+        return fields
+
 
 def message_headers(
     event_type: EventType, event_id: int, table: TableName, spec: str
@@ -128,14 +141,7 @@ def build_add_partition(
         "spec": partition.to_path(),
     }
     if details is not None:
-        optional = {
-            "location": details.location,
-            "fileCount": details.file_count,
-            "bytes": details.total_bytes,
-            "jobId": details.job_id,
-        }
-        body.update({key: value for key, value in optional.items() if value is not None})
-        body.update(details.extra)
+        body.update(details.as_fields())
     headers = message_headers(EventType.ADD_PARTITION, event_id, table, partition.to_path())
     return Message(event_id, EventType.ADD_PARTITION, topic, headers, dump_body(body))
 

@@ -512,7 +512,8 @@ class Catalog:
 
         Unexpired MARK_SET_DONE messages of the tables (after ``after_event_id`` if
         given) and, when a cursor is given, the ADD_PARTITION messages of partitions
-        registered after it, in event-id order. Page through a large catch-up with
+        registered after it (a batch once) and the INSERT and DROP_PARTITION messages
+        after it, in event-id order. Page through a large catch-up with
         ``page_after`` (the last event id of the previous page) and ``limit``.
 
         Raises:
@@ -520,9 +521,15 @@ class Catalog:
         """
         names = [as_table_name(table) for table in tables]
         with self._transaction() as tx:
-            table_ids = [tx.table_row(name).id for name in names]
+            rows = [tx.table_row(name) for name in names]
             return outbox.catch_up(
-                tx, table_ids, after_event_id=after_event_id, page_after=page_after, limit=limit
+                tx,
+                [row.id for row in rows],
+                after_event_id=after_event_id,
+                page_after=page_after,
+                limit=limit,
+                topics=sorted({row.topic for row in rows}),
+                names=[str(name) for name in names],
             )
 
     def record_refusal(self, event_id: int, reason: str, *, limit: int, actor: str) -> bool:

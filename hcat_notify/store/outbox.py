@@ -55,6 +55,7 @@ _OUTBOX_COLUMNS = (
 )
 
 _EVENT_TYPES = {event_type.value: event_type for event_type in EventType}
+_CHANGE_EVENTS = [EventType.INSERT.value, EventType.DROP_PARTITION.value]
 """``EventType(value)`` as a dict lookup (the Enum call costs microseconds per row)."""
 
 
@@ -190,11 +191,13 @@ def catch_up(
     after_event_id: int | None,
     page_after: int,
     limit: int | None,
+    topics: Sequence[str] = (),
+    names: Sequence[str] = (),
 ) -> list[OutboxEvent]:
     """What a subscriber that starts now may have missed (see :meth:`Catalog.catch_up`)."""
     cursor = max(after_event_id or 0, page_after)
-    # Two ordered index scans (retained dones; registered partitions) merged by event
-    # id: each page costs the same however much precedes it.
+    # Ordered index scans (retained dones; registered partitions; changes to existing
+    # partitions) merged by event id: each page costs the same however much precedes it.
     dones = (
         select(*_OUTBOX_COLUMNS)
         .join(RetentionRow, RetentionRow.event_id == OutboxRow.event_id)
@@ -207,12 +210,32 @@ def catch_up(
     )
     queries = [dones]
     if after_event_id is not None:
-        queries.append(
-            select(*_OUTBOX_COLUMNS)
-            .join(PartitionRow, PartitionRow.event_id == OutboxRow.event_id)
+        # One message may announce many partitions (a batch): each event once.
+        announced = (
+            select(PartitionRow.event_id)
             .where(PartitionRow.table_id.in_(table_ids), PartitionRow.event_id > cursor)
+            .distinct()
             .order_by(PartitionRow.event_id)
         )
+        if limit is not None:
+            announced = announced.limit(limit)
+        queries.append(
+            select(*_OUTBOX_COLUMNS)
+            .where(OutboxRow.event_id.in_(announced))
+            .order_by(OutboxRow.event_id)
+        )
+        if topics:
+            # Appends, overwrites and drops of partitions, which the registry cannot show.
+            queries.append(
+                select(*_OUTBOX_COLUMNS)
+                .where(
+                    OutboxRow.topic.in_(list(topics)),
+                    OutboxRow.event_id > cursor,
+                    OutboxRow.table_name.in_(list(names)),
+                    OutboxRow.event_type.in_(_CHANGE_EVENTS),
+                )
+                .order_by(OutboxRow.event_id)
+            )
     if limit is not None:
         queries = [query.limit(limit) for query in queries]
     streams = [[_outbox_event(row) for row in tx.session.execute(q)] for q in queries]
