@@ -47,6 +47,13 @@ if TYPE_CHECKING:
         split_location,
         storage_location,
     )
+    from hcat_notify.lifecycle import (
+        Discovery,
+        Purge,
+        discover_partitions,
+        drop_partitions,
+        drop_table,
+    )
     from hcat_notify.model.changes import ANNOUNCE_PROPERTY, AnnounceMode
     from hcat_notify.model.events import EventType
     from hcat_notify.model.names import TableName
@@ -90,6 +97,7 @@ __all__ = [
     "ConcurrentWriteError",
     "ConfigError",
     "ConflictError",
+    "Discovery",
     "DroppedTable",
     "EventType",
     "FileStat",
@@ -106,6 +114,7 @@ __all__ = [
     "PartitionExistsError",
     "PartitionInfo",
     "PartitionSpec",
+    "Purge",
     "Registration",
     "Relay",
     "RelayConfig",
@@ -123,6 +132,9 @@ __all__ = [
     "UnknownPartitionKeyError",
     "WriteMode",
     "destination_for",
+    "discover_partitions",
+    "drop_partitions",
+    "drop_table",
     "escape_path_name",
     "is_hidden",
     "list_data_files",
@@ -151,6 +163,10 @@ __getattr__, __dir__ = lazy_exports(
         "Source": _CONSUMER,
         "EventType": "hcat_notify.model.events",
         "ANNOUNCE_PROPERTY": "hcat_notify.model.changes",
+        **dict.fromkeys(
+            ["Discovery", "Purge", "discover_partitions", "drop_partitions", "drop_table"],
+            "hcat_notify.lifecycle",
+        ),
         "AnnounceMode": "hcat_notify.model.changes",
         **dict.fromkeys(
             [

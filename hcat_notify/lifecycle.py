@@ -22,7 +22,7 @@ from hcat_notify.files import TableLocation, is_hidden, list_data_files, storage
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.store.catalog import Catalog
-from hcat_notify.store.lifecycle import DroppedTable, Registration
+from hcat_notify.store.lifecycle import DroppedPartitions, DroppedTable, Registration
 from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
 
 __all__ = [
@@ -214,7 +214,7 @@ def drop_partitions(
     *,
     purge: bool = False,
     progress: Progress = _no_progress,
-) -> tuple[list[PartitionInfo], Purge]:
+) -> tuple[DroppedPartitions, Purge]:
     """Unregister and announce every partition matching ``spec``; with ``purge`` then
     delete their directories.
 
@@ -226,7 +226,7 @@ def drop_partitions(
     if purge:
         _check_purge(catalog.get_table(table))
     dropped = catalog.lifecycle.drop_partitions(table, spec)
-    return dropped, purge_partitions(dropped, progress) if purge else Purge()
+    return dropped, purge_partitions(dropped.partitions, progress) if purge else Purge()
 
 
 def drop_table(

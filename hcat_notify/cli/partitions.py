@@ -125,8 +125,9 @@ def drop_partitions(obj: CliContext, name: str, spec: tuple[str, ...], purge: bo
         with progress_bar(show_bar, "purging") as progress:
             dropped, purged = drop(catalog, name, wanted, purge=purge, progress=progress)
     data: dict[str, Any] = {
-        "table": str(dropped[0].table),
-        "dropped": [partition_dict(item) for item in dropped],
+        "table": str(dropped.partitions[0].table),
+        "dropped": [partition_dict(item) for item in dropped.partitions],
+        "event_ids": list(dropped.event_ids),
         "purged": purge,
         "deleted": purged.deleted,
         "errors": purged.errors,
@@ -134,7 +135,7 @@ def drop_partitions(obj: CliContext, name: str, spec: tuple[str, ...], purge: bo
 
     def text() -> str:
         verb = "dropped and purged" if purge else "dropped"
-        lines = [f"{verb} {item.spec}\t{item.location}" for item in dropped]
+        lines = [f"{verb} {item.spec}\t{item.location}" for item in dropped.partitions]
         return "\n".join(lines + [f"error: {error}" for error in purged.errors])
 
     emit(obj, data, text)

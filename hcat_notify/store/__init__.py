@@ -14,7 +14,12 @@ from hcat_notify.lazy import lazy_exports
 if TYPE_CHECKING:
     from hcat_notify.store.catalog import Catalog
     from hcat_notify.store.journal import CommitJournal
-    from hcat_notify.store.lifecycle import DroppedTable, Registration, TableLifecycle
+    from hcat_notify.store.lifecycle import (
+        DroppedPartitions,
+        DroppedTable,
+        Registration,
+        TableLifecycle,
+    )
     from hcat_notify.store.quick import quick_table
     from hcat_notify.store.records import (
         DEFAULT_RETENTION,
@@ -42,6 +47,7 @@ __all__ = [
     "Catalog",
     "CommitJournal",
     "CommitRecord",
+    "DroppedPartitions",
     "DroppedTable",
     "JournalEntry",
     "JournalState",
@@ -66,6 +72,7 @@ __getattr__, __dir__ = lazy_exports(
         **dict.fromkeys(__all__, _RECORDS),
         "Catalog": "hcat_notify.store.catalog",
         "CommitJournal": "hcat_notify.store.journal",
+        "DroppedPartitions": "hcat_notify.store.lifecycle",
         "DroppedTable": "hcat_notify.store.lifecycle",
         "Registration": "hcat_notify.store.lifecycle",
         "TableLifecycle": "hcat_notify.store.lifecycle",

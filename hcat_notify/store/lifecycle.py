@@ -35,7 +35,13 @@ from hcat_notify.store.retention import add_mark_set_done
 from hcat_notify.store.tables import info_of
 from hcat_notify.store.tx import Tx
 
-__all__ = ["DroppedTable", "Registration", "TableLifecycle", "drop_table_rows"]
+__all__ = [
+    "DroppedPartitions",
+    "DroppedTable",
+    "Registration",
+    "TableLifecycle",
+    "drop_table_rows",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +60,14 @@ class Registration:
         """The ADD_PARTITION events, each once (a batch announces many partitions)."""
         seen = dict.fromkeys(p.event_id for p in self.partitions if p.event_id is not None)
         return tuple(seen)
+
+
+@dataclass(frozen=True)
+class DroppedPartitions:
+    """Dropped partitions (with their locations, for a purge) and the DROP_PARTITION events."""
+
+    partitions: tuple[PartitionInfo, ...]
+    event_ids: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -134,13 +148,13 @@ class TableLifecycle:
         spec: SpecLike,
         *,
         announce: AnnounceMode | str | None = None,
-    ) -> list[PartitionInfo]:
+    ) -> DroppedPartitions:
         """Unregister every partition matching ``spec`` (a partial spec drops many) and
         announce each drop (DROP_PARTITION, per partition or per drop as the table's
         announce mode says), in one transaction. Files are not touched.
 
         Returns:
-            The dropped partitions (with their locations, for a purge).
+            The dropped partitions and the events that announce the drop.
 
         Raises:
             TableNotFoundError: no such table.
@@ -175,7 +189,7 @@ class TableLifecycle:
                 )
                 for partition in matching
             ]
-            announce_partitions(
+            event_ids = announce_partitions(
                 tx,
                 info,
                 EventType.DROP_PARTITION,
@@ -190,7 +204,7 @@ class TableLifecycle:
                     )
                 )
         logger.info("dropped %d partition(s) of %s matching %s", len(matching), name, wanted)
-        return matching
+        return DroppedPartitions(tuple(matching), tuple(dict.fromkeys(event_ids)))
 
     def drop_table(self, table: TableName | str, *, purged: bool = False) -> DroppedTable:
         """Unregister a table with its partitions, retained dones and journal entries,
