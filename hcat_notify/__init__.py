@@ -63,7 +63,12 @@ if TYPE_CHECKING:
         escape_path_name,
         unescape_path_name,
     )
-    from hcat_notify.model.topics import TopicStrategy, destination_for, resolve_topic
+    from hcat_notify.model.topics import (
+        TOPIC_NAME_PROPERTY,
+        TopicStrategy,
+        destination_for,
+        resolve_topic,
+    )
     from hcat_notify.relay import Relay, RelayConfig
     from hcat_notify.store import (
         DEFAULT_RETENTION,
@@ -78,6 +83,7 @@ if TYPE_CHECKING:
         RetainedDone,
         TableInfo,
         WriteMode,
+        table_definition,
     )
     from hcat_notify.writer import send_mark_set_done
 
@@ -85,6 +91,7 @@ __all__ = [
     "ANNOUNCE_PROPERTY",
     "DEFAULT_PARTITION_NAME",
     "DEFAULT_RETENTION",
+    "TOPIC_NAME_PROPERTY",
     "AnnounceMode",
     "BrokerAuthError",
     "BrokerCredentialsError",
@@ -144,6 +151,7 @@ __all__ = [
     "send_mark_set_done",
     "split_location",
     "storage_location",
+    "table_definition",
     "unescape_path_name",
 ]
 
@@ -186,6 +194,7 @@ __getattr__, __dir__ = lazy_exports(
         "escape_path_name": _SPECS,
         "unescape_path_name": _SPECS,
         "TopicStrategy": _TOPICS,
+        "TOPIC_NAME_PROPERTY": _TOPICS,
         "destination_for": _TOPICS,
         "resolve_topic": _TOPICS,
         "Relay": "hcat_notify.relay",
@@ -204,6 +213,7 @@ __getattr__, __dir__ = lazy_exports(
                 "RetainedDone",
                 "TableInfo",
                 "WriteMode",
+                "table_definition",
             ],
             _STORE,
         ),

@@ -13,7 +13,7 @@ from hcat_notify.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from hcat_notify.store.catalog import Catalog
-    from hcat_notify.store.journal import CommitJournal
+    from hcat_notify.store.journal import CommitJournal, table_definition
     from hcat_notify.store.lifecycle import (
         DroppedPartitions,
         DroppedTable,
@@ -62,6 +62,7 @@ __all__ = [
     "TableLifecycle",
     "WriteMode",
     "quick_table",
+    "table_definition",
 ]
 
 _RECORDS = "hcat_notify.store.records"
@@ -72,6 +73,7 @@ __getattr__, __dir__ = lazy_exports(
         **dict.fromkeys(__all__, _RECORDS),
         "Catalog": "hcat_notify.store.catalog",
         "CommitJournal": "hcat_notify.store.journal",
+        "table_definition": "hcat_notify.store.journal",
         "DroppedPartitions": "hcat_notify.store.lifecycle",
         "DroppedTable": "hcat_notify.store.lifecycle",
         "Registration": "hcat_notify.store.lifecycle",

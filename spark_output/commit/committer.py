@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from pyarrow import fs as pafs
 
@@ -97,6 +98,9 @@ class PartitionCommitter:
         job_id: unique per write; re-running a committed job id is a no-op.
         mode: ``append`` or ``overwrite``.
         hooks: test seams.
+        create_table: the definition (``hcat_notify``'s journal ``table_definition``) of a
+            table that is not registered yet: the commit registers it, with its
+            CREATE_TABLE, in the transaction that registers the partitions (an import).
     """
 
     def __init__(
@@ -107,8 +111,10 @@ class PartitionCommitter:
         job_id: str,
         mode: WriteMode | str,
         hooks: CommitHooks | None = None,
+        create_table: Mapping[str, Any] | None = None,
     ) -> None:
         self.catalog = catalog
+        self.create_table = create_table
         self.table = table
         self.job_id = job_id
         self.mode = WriteMode(mode)
@@ -178,12 +184,16 @@ class PartitionCommitter:
             CommitError: an append to a partition that lives in a Hadoop Archive (its
                 files would not be visible through the archive).
         """
-        registered = {
-            path: info.location
-            for path, info in self.catalog.partitions_at(
-                self.table.name, [item.spec for item in staged]
-            ).items()
-        }
+        registered = (
+            {}
+            if self.create_table is not None
+            else {
+                path: info.location
+                for path, info in self.catalog.partitions_at(
+                    self.table.name, [item.spec for item in staged]
+                ).items()
+            }
+        )
         return CommitPlan(
             owner=Owner.current(),
             staging=self.staging,
@@ -291,6 +301,7 @@ class PartitionCommitter:
                 partitions=plan.specs,
                 plan=plan.to_json(),
                 started_at=started_at,
+                create_table=self.create_table,
             )
             phases["journal"] = time.monotonic() - clock
             try:
