@@ -84,7 +84,8 @@ def test_hive_reads_every_new_event_type(
         hive = message["hive"]
         assert hive["class"] == HIVE[props["HCAT_EVENT"]]
         assert (hive["db"], hive["table"]) == (clicks.name.db, clicks.name.table)
-        assert hive["server"] and hive["servicePrincipal"] == delivery_settings.broker_user
+        assert hive["server"]
+        assert hive["servicePrincipal"] == delivery_settings.broker_user
         assert isinstance(hive["timestamp"], int)
         assert hive["timestamp"] < 10**11  # seconds
         validate_message(props, message["text"])
