@@ -154,7 +154,7 @@ def test_drop_of_an_unknown_spec_changes_nothing(catalog: Catalog, tmp_path: Pat
     _table(catalog, tmp_path / "t")
     catalog.add_partitions("web.clicks", [NewPartition({"datestamp": "1", "region": "a"}, "/w")])
     before = _counts(catalog)
-    with pytest.raises(InvalidInputError, match="no partition of web.clicks matches datestamp=9"):
+    with pytest.raises(InvalidInputError, match=r"no partition of web\.clicks matches datestamp=9"):
         drop_partitions(catalog, "web.clicks", {"datestamp": "9"})
     with pytest.raises(UnknownPartitionKeyError):
         drop_partitions(catalog, "web.clicks", {"country": "x"})
