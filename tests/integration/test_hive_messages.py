@@ -104,3 +104,39 @@ def test_hive_reads_every_new_event_type(
     assert dropped["hive"]["partitions"] == [us]
     assert by_event["DROP_TABLE"][0]["hive"]["eventType"] == "DROP_TABLE"
     assert json.loads(on_prefix[0]["text"])["tableTopic"] == clicks.topic
+
+
+def test_a_batch_of_2000_partitions_arrives_under_the_cap_each_listed_once(
+    jms_probe, broker, delivery_settings, delivery_catalog: Catalog, clicks: TableInfo
+):
+    new = [
+        NewPartition(
+            {"datestamp": f"201103{day:02d}", "region": f"region-{n:03d}"},
+            f"hdfs://nn:8020/warehouse/clicks/datestamp=201103{day:02d}/region=region-{n:03d}",
+            4,
+            4 * 128 * 1024 * 1024,
+        )
+        for day in range(1, 5)
+        for n in range(500)
+    ]
+    registration = delivery_catalog.lifecycle.register_partitions(
+        clicks.name, new, announce="write"
+    )
+    parts = len(registration.event_ids)
+    assert parts > 1
+    listener = jms_probe.listen(broker, clicks.topic, count=parts, timeout=60, linger=1, hive=True)
+    with Relay(delivery_settings) as relay:
+        assert relay.drain() == parts + 1  # and the table's CREATE_TABLE on hcat
+    received = listener.result()
+    cap = delivery_settings.max_message_bytes
+    listed = []
+    for part, message in enumerate(received, start=1):
+        headers = _props(message)
+        size = len(message["text"].encode()) + sum(len(k) + len(v) for k, v in headers.items())
+        assert size <= cap
+        body = validate_message(headers, message["text"])
+        assert body["batch"] == {"part": part, "parts": parts, "partitionCount": 2000}
+        assert message["hive"]["partitions"] == body["partitions"]  # Hive reads it whole
+        listed += [(p["datestamp"], p["region"]) for p in body["partitions"]]
+    assert len(listed) == len(set(listed)) == 2000
+    assert set(listed) == {(p.spec["datestamp"], p.spec["region"]) for p in new}
