@@ -18,6 +18,7 @@ from hcat_notify.broker import BrokerConnection, ReceivedMessage, consumer_conne
 from hcat_notify.config import Settings
 from hcat_notify.model.topics import destination_for
 from hcat_notify.relay import Relay, RelayConfig
+from hcat_notify.store import Catalog, OutboxEvent
 
 
 @contextmanager
@@ -165,3 +166,8 @@ class CliProcess:
                 collected.append(self.lines.get(timeout=quiet))
             except queue.Empty:
                 return collected
+
+
+def changes(catalog: Catalog) -> list[OutboxEvent]:
+    """The outbox less table events (CREATE_TABLE, DROP_TABLE): what a test's writes said."""
+    return [e for e in catalog.events(limit=100_000) if not e.event_type.about_table]
