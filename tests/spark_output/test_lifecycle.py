@@ -49,6 +49,15 @@ def _events(catalog: Catalog, kind: EventType):
     return [e for e in catalog.events(limit=10_000) if e.event_type is kind]
 
 
+def _check_insert(event, *, replace: bool) -> None:
+    body = validate_message(event.headers, event.body)
+    assert body["replace"] is replace
+    assert body["partKeyVals"] == {"datestamp": "20110228", "region": "region-000"}
+    assert body["files"]
+    for location in body["files"]:  # the files the write added, where they now are
+        assert Path(location.removeprefix("file://")).is_file()
+
+
 def test_a_write_announced_per_write_and_its_inserts(spark, settings, catalog, tmp_path):
     table = catalog.create_table(
         "web.clicks", location=str(tmp_path / "clicks"), partition_keys=["datestamp", "region"]
@@ -74,19 +83,15 @@ def test_a_write_announced_per_write_and_its_inserts(spark, settings, catalog, t
     appended = write_partitions(
         spark.createDataFrame(more, SCHEMA), "web.clicks", settings=settings
     )
+    (append,) = _events(catalog, EventType.INSERT)
+    _check_insert(append, replace=False)  # its files exist now; the overwrite replaces them
     replaced = write_partitions(
         spark.createDataFrame(more, SCHEMA), "web.clicks", mode="overwrite", settings=settings
     )
-    append, overwrite = _events(catalog, EventType.INSERT)
+    overwrite = _events(catalog, EventType.INSERT)[1]
+    _check_insert(overwrite, replace=True)
     assert appended.insert_event_ids == (append.event_id,)
     assert replaced.insert_event_ids == (overwrite.event_id,)
-    for event, replace in ((append, False), (overwrite, True)):
-        body = validate_message(event.headers, event.body)
-        assert body["replace"] is replace
-        assert body["partKeyVals"] == {"datestamp": "20110228", "region": "region-000"}
-        assert body["files"]
-        for location in body["files"]:  # the files the write added, where they now are
-            assert Path(location.removeprefix("file://")).is_file()
     assert json.loads(overwrite.body)["fileCount"] == len(json.loads(overwrite.body)["files"])
     assert table.topic == append.topic
 
@@ -153,8 +158,9 @@ def test_other_writers_and_drops_keep_sparks_catalog_in_step(spark, settings, ca
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_spark_reads_identical_rows_from_a_table_imported_into_another_catalog(
-    spark, settings, catalog, tmp_path, fresh_postgres_url
+    spark, spark_conf, settings, catalog, tmp_path, fresh_postgres_url
 ):
+    spark_conf("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
     catalog.create_table(
         "web.clicks",
         location=str(tmp_path / "sqlite-side" / "clicks"),
