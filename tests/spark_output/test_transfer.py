@@ -6,17 +6,16 @@ import json
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, func, select
 
 from hcat_notify.cli import main
 from hcat_notify.config import Settings, load_settings
 from hcat_notify.errors import InvalidInputError, PartitionExistsError, TableNotFoundError
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog
-from hcat_notify.store.models import CommitJournalRow, OutboxRow, PartitionRow, TableRow
 from spark_output import CommitHooks
 from spark_output.commit import committer as committer_module
 from spark_output.transfer import ChecksumMismatchError, ManifestError, export_table, import_table
+from tests.counts import row_counts
 from tests.wire import validator
 
 pytestmark = pytest.mark.integration
@@ -55,18 +54,7 @@ def export(catalog: Catalog, tmp_path: Path) -> Path:
     return tmp_path / "export"
 
 
-def _counts(catalog: Catalog) -> dict[str, int]:
-    engine = create_engine(catalog.settings.database_url)
-    try:
-        with engine.connect() as connection:
-            return {
-                model.__tablename__: connection.execute(
-                    select(func.count()).select_from(model)
-                ).scalar_one()
-                for model in (TableRow, PartitionRow, OutboxRow, CommitJournalRow)
-            }
-    finally:
-        engine.dispose()
+_counts = row_counts
 
 
 def test_the_manifest_is_written_last_and_matches_its_schema(catalog: Catalog, export: Path):

@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, func, select
 
 from hcat_notify.errors import (
     ConcurrentWriteError,
@@ -22,30 +21,13 @@ from hcat_notify.errors import (
 from hcat_notify.lifecycle import discover_partitions, drop_partitions, drop_table
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog, NewPartition, table_definition
-from hcat_notify.store.models import (
-    CommitJournalRow,
-    OutboxRow,
-    PartitionRow,
-    RetentionRow,
-    TableRow,
-)
+from tests.counts import row_counts
 from tests.wire import validate_message
 
 pytestmark = pytest.mark.integration
 
 
-def _counts(catalog: Catalog) -> dict[str, int]:
-    engine = create_engine(catalog.settings.database_url)
-    try:
-        with engine.connect() as connection:
-            return {
-                model.__tablename__: connection.execute(
-                    select(func.count()).select_from(model)
-                ).scalar_one()
-                for model in (TableRow, PartitionRow, RetentionRow, OutboxRow, CommitJournalRow)
-            }
-    finally:
-        engine.dispose()
+_counts = row_counts
 
 
 def _events(catalog: Catalog, kind: EventType | None = None):
