@@ -166,6 +166,25 @@ def _check_existing(
         )
 
 
+def _check_free(catalog: Catalog, info: TableInfo, manifest: Manifest, new_table: bool) -> None:
+    """Refuse to put a partition where unregistered files are: they would be mixed in."""
+    registered = (
+        {} if new_table else catalog.partitions_at(info.name, [p.spec for p in manifest.partitions])
+    )
+    root = TableLocation.parse(info.location)
+    for partition in manifest.partitions:
+        path = partition.spec.to_path()
+        if path not in registered and root.fs.get_file_info(root.join(path)).type != (
+            pafs.FileType.NotFound
+        ):
+            raise InvalidInputError(
+                f"{root.uri_of(root.join(path))} exists but is not a registered partition of "
+                f"{info.name}: its files would be mixed with the import's (choose another "
+                "--location, or register it with 'hcat-notify partitions discover'); nothing "
+                "imported"
+            )
+
+
 def _job_id(catalog: Catalog, manifest: Manifest, name: TableName) -> tuple[str, bool]:
     """The import's job id, and whether that import committed already."""
     base = "import-" + hashlib.sha256(f"{manifest.export_id}|{name}".encode()).hexdigest()[:24]
@@ -250,6 +269,8 @@ def import_table(
     size = sum(f.size for p in manifest.partitions for f in p.files)
     if definition is None and not already:
         _check_existing(catalog, info, manifest, location, replace)
+    if not already:
+        _check_free(catalog, info, manifest, definition is not None)
     if already:
         return ImportSummary(
             table=str(name),

@@ -100,6 +100,8 @@ def test_bad_exports_change_nothing(catalog: Catalog, export: Path, tmp_path: Pa
     (export / "data" / "ds=1" / "region=us" / "part-0.csv").write_text("a,2\n")  # same size
     with pytest.raises(ChecksumMismatchError, match=r"data/ds=1/region=us/part-0\.csv"):
         import_table(catalog, str(export), target="web.x", location=str(tmp_path / "x"))
+    with pytest.raises(InvalidInputError, match="exists but is not a registered partition"):
+        import_table(catalog, str(export), target="web.y", location=str(tmp_path / "src"))
     manifest = export / "_hcat_export.json"
     data = json.loads(manifest.read_text())
     del data["partitions"][0]["files"]
