@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_CONSUMER_PASSWORD",
     "DEFAULT_CONSUMER_USER",
     "DEFAULT_HOME",
+    "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_PUBLISHER_PASSWORD",
     "DEFAULT_PUBLISHER_USER",
     "DEFAULT_TOPIC_PREFIX",
@@ -87,6 +88,9 @@ DEFAULT_API_PRINCIPALS = (
 # Keys of a TOML table [NAME] stand for the flat key NAME_KEY: [api] port = 8080 is
 # api_port = 8080, and [api.principals] is api_principals.
 _TOML_SECTIONS = ("api",)
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024
+"""The largest message body a batched announcement may make (``max_message_bytes``)."""
+MIN_MAX_MESSAGE_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,12 @@ def _bucket_count(value: int) -> int:
     return value
 
 
+def _message_cap(value: int) -> int:
+    if value < MIN_MAX_MESSAGE_BYTES:
+        raise ValueError(f"must be at least {MIN_MAX_MESSAGE_BYTES} bytes, not {value}")
+    return value
+
+
 def _check(func: Callable[[Any], Any]) -> dict[str, Any]:
     return {"check": func}
 
@@ -241,6 +251,7 @@ class Settings:
     api_url: str | None = field(default=None, metadata=_check(_checked_api_url))
     api_timeout: float = field(default=DEFAULT_API_TIMEOUT, metadata=_check(_positive))
     api_principals: tuple[Principal, ...] = field(default=DEFAULT_API_PRINCIPALS, repr=False)
+    max_message_bytes: int = field(default=DEFAULT_MAX_MESSAGE_BYTES, metadata=_check(_message_cap))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).expanduser())

@@ -9,7 +9,8 @@ pydantic) are mapped to these at one boundary each and chained with ``from``.
     ├── InvalidInputError           bad user input; nothing was changed
     │   ├── InvalidIdentifierError  malformed database, table or partition-key name
     │   ├── InvalidSpecError        malformed partition spec or value
-    │   └── UnknownPartitionKeyError  spec names a key the table does not have
+    │   ├── UnknownPartitionKeyError  spec names a key the table does not have
+    │   └── LocationNotFoundError   a location does not exist or holds no data files
     ├── TableNotFoundError          no such table in the catalog
     ├── TableExistsError            the table is already registered
     ├── PartitionExistsError        the partition is already registered
@@ -49,6 +50,7 @@ __all__ = [
     "InvalidIdentifierError",
     "InvalidInputError",
     "InvalidSpecError",
+    "LocationNotFoundError",
     "PartitionExistsError",
     "StoreError",
     "StoreUnavailableError",
@@ -82,6 +84,10 @@ class InvalidSpecError(InvalidInputError):
 
 class UnknownPartitionKeyError(InvalidInputError):
     """A spec names a key that is not a partition key of the table."""
+
+
+class LocationNotFoundError(InvalidInputError, FileNotFoundError):
+    """A partition's location does not exist, is not a directory, or holds no data files."""
 
 
 class TableNotFoundError(HcatNotifyError, LookupError):

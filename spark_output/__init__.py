@@ -9,6 +9,9 @@ and ``purge_superseded`` maintain registered partitions. Where things live:
 * :mod:`spark_output.commit` — the job-level committer, its journalled plan, recovery;
 * :mod:`spark_output.compaction` — compacting one partition directory (merge, HAR);
 * :mod:`spark_output.maintenance` — compacting and purging registered partitions;
+* :mod:`spark_output.lifecycle` — ``register_partitions`` (files another tool wrote),
+  ``drop_partitions``, ``drop_table``, with Spark's catalog in step;
+* :mod:`spark_output.transfer` — ``export_table`` and ``import_table``;
 * :mod:`spark_output.spark_catalog` — keeping Spark's catalog in step;
 * :mod:`spark_output.fs` — locations and file listing; :mod:`spark_output.session` — a
   Spark session for one command; :mod:`spark_output.cli` — ``hcat-notify compact`` and
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
     from spark_output.commit.committer import CommitHooks
     from spark_output.commit.recovery import Recovery, RecoveryAction, recover
     from spark_output.compaction.policy import CompactionPolicy
+    from spark_output.lifecycle import DropResult, drop_partitions, drop_table, register_partitions
     from spark_output.maintenance.compact import CompactionSummary, compact_table
     from spark_output.maintenance.purge import PurgeSummary, purge_superseded
     from spark_output.writer import CommitResult, create_table, write_partitions
@@ -52,6 +56,7 @@ __all__ = [
     "CompactionError",
     "CompactionPolicy",
     "CompactionSummary",
+    "DropResult",
     "HarError",
     "InvalidArgumentError",
     "PartitionColumnsError",
@@ -65,8 +70,11 @@ __all__ = [
     "WriteFailedError",
     "compact_table",
     "create_table",
+    "drop_partitions",
+    "drop_table",
     "purge_superseded",
     "recover",
+    "register_partitions",
     "send_mark_set_done",
     "write_partitions",
 ]
@@ -85,6 +93,10 @@ __getattr__, __dir__ = lazy_exports(
         "compact_table": "spark_output.maintenance.compact",
         "PurgeSummary": "spark_output.maintenance.purge",
         "purge_superseded": "spark_output.maintenance.purge",
+        "DropResult": "spark_output.lifecycle",
+        "drop_partitions": "spark_output.lifecycle",
+        "drop_table": "spark_output.lifecycle",
+        "register_partitions": "spark_output.lifecycle",
         "CommitResult": "spark_output.writer",
         "create_table": "spark_output.writer",
         "write_partitions": "spark_output.writer",

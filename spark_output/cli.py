@@ -44,8 +44,8 @@ def recover(obj: CliContext, name: str | None, force: bool) -> None:
     from spark_output.commit.recovery import recover as recover_writes
 
     with obj.catalog() as catalog:
-        if name is not None:
-            catalog.get_table(name)
+        if name is not None and not catalog.commits.pending(name):
+            catalog.get_table(name)  # an unknown table is an error; an import's is pending
         outcomes = recover_writes(catalog, name, force=force)
     emit(
         obj,

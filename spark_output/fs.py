@@ -1,11 +1,8 @@
 """Filesystem access through pyarrow.fs (local, HDFS, S3): locations, listing, moves, deletes.
 
-Every listing, stat and delete helper of spark_output lives here, so that "what is a data
-file" (:func:`is_hidden`) and "what is a location" (:class:`TableLocation`) have one
-answer. Locations are Hadoop path strings, as Hive stores them, never URIs to decode:
-a partition directory ``region=us%2Feast`` (the value ``us/east``, escaped as Hive and
-Spark escape directory names) is that very name on disk, and ``region=a b`` may hold a
-space.
+Every listing, stat and delete helper of spark_output lives here. Locations and "what is
+a data file" are hcat_notify's (:mod:`hcat_notify.files`: :class:`TableLocation`,
+:func:`is_hidden`), re-exported so that both packages give one answer.
 """
 
 from __future__ import annotations
@@ -14,11 +11,18 @@ import contextlib
 import os
 import posixpath
 from collections.abc import Iterable
-from dataclasses import dataclass
-from pathlib import Path
 
 from pyarrow import fs as pafs
 
+from hcat_notify import (
+    FileStat,
+    LocationNotFoundError,
+    TableLocation,
+    is_hidden,
+    split_location,
+)
+from hcat_notify import list_data_files as _list_data_files
+from hcat_notify import path_exists as exists
 from spark_output.errors import PartitionDirectoryNotFoundError
 
 __all__ = [
@@ -36,102 +40,16 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class FileStat:
-    """A data file: its ``name`` in its directory, full ``path`` on the filesystem, ``size``."""
-
-    name: str
-    path: str
-    size: int
-
-
-def split_location(location: str) -> tuple[str, str, str]:
-    """``(scheme, authority, path)`` of a Hadoop path string, as ``org.apache.hadoop.fs.Path``
-    splits it: the scheme ends at the first ``:`` before any ``/``, an authority follows
-    ``//``; nothing is decoded. A plain path has scheme and authority ``""``."""
-    colon = location.find(":")
-    slash = location.find("/")
-    if colon <= 1 or (slash != -1 and slash < colon):  # no scheme (or a drive letter)
-        return "", "", location
-    scheme, rest = location[:colon], location[colon + 1 :]
-    if rest.startswith("//"):
-        end = rest.find("/", 2)
-        authority, path = (rest[2:], "/") if end == -1 else (rest[2:end], rest[end:])
-        return scheme, authority, path
-    return scheme, "", rest
-
-
-@dataclass(frozen=True)
-class TableLocation:
-    """A table's or partition's root: the filesystem, the path within it, and its location
-    string (the Hadoop path string Spark and the registry use)."""
-
-    fs: pafs.FileSystem
-    path: str
-    uri: str
-
-    @classmethod
-    def parse(cls, location: str) -> TableLocation:
-        """Resolve a location: a local path, or a Hadoop path string with a scheme
-        (``file:///data/t``, ``file:/data/t``, ``hdfs://nn:8020/t``, ``s3://bucket/t``).
-
-        The path part is taken literally (Hive's locations are not URI-encoded): ``%2F``
-        stays ``%2F``, spaces and any unicode stay as they are.
-
-        Raises:
-            ValueError: the location names no path, or pyarrow knows no filesystem for its
-                scheme (``pyarrow.ArrowInvalid`` is a ``ValueError``).
-        """
-        scheme, authority, path = split_location(location)
-        if not scheme:
-            absolute = str(Path(location).expanduser().resolve())
-            return cls(pafs.LocalFileSystem(), absolute, f"file://{absolute}")
-        if not path.startswith("/"):
-            raise ValueError(f"location {location!r} has no absolute path")
-        path = posixpath.normpath(path)
-        uri = location.rstrip("/") or location
-        if scheme == "file":
-            if authority not in ("", "localhost"):
-                raise ValueError(f"location {location!r} names a remote host for file:")
-            return cls(pafs.LocalFileSystem(), path, uri)
-        # Only the filesystem comes from pyarrow's URI parser: scheme and authority hold
-        # no escapes, the path might.
-        filesystem, root = pafs.FileSystem.from_uri(f"{scheme}://{authority}/")
-        return cls(filesystem, posixpath.join(root, path.lstrip("/")) if root else path, uri)
-
-    def join(self, *parts: str) -> str:
-        return posixpath.join(self.path, *parts)
-
-    def uri_of(self, path: str) -> str:
-        """The location string of a path under this location (for Spark and the registry)."""
-        relative = posixpath.relpath(path, self.path)
-        return self.uri if relative == "." else f"{self.uri}/{relative}"
-
-
-def is_hidden(name: str) -> bool:
-    """Spark and Hive skip names starting with ``_`` or ``.`` (_SUCCESS, .crc, staging)."""
-    return name.startswith(("_", "."))
-
-
-def exists(filesystem: pafs.FileSystem, path: str) -> bool:
-    return bool(filesystem.get_file_info(path).type != pafs.FileType.NotFound)
-
-
 def list_data_files(filesystem: pafs.FileSystem, directory: str) -> list[FileStat]:
-    """A partition's data files: regular files directly in ``directory`` that are not
-    hidden (:func:`is_hidden`), sorted by name. Subdirectories are not looked into.
+    """A partition's data files (:func:`hcat_notify.list_data_files`).
 
     Raises:
         PartitionDirectoryNotFoundError: ``directory`` is not a directory.
     """
-    if filesystem.get_file_info(directory).type != pafs.FileType.Directory:
-        raise PartitionDirectoryNotFoundError(f"partition directory not found: {directory}")
-    found = [
-        FileStat(name=info.base_name, path=info.path, size=int(info.size or 0))
-        for info in filesystem.get_file_info(pafs.FileSelector(directory))
-        if info.type == pafs.FileType.File and not is_hidden(info.base_name)
-    ]
-    return sorted(found, key=lambda stat: stat.name)
+    try:
+        return _list_data_files(filesystem, directory)
+    except LocationNotFoundError as exc:
+        raise PartitionDirectoryNotFoundError(str(exc)) from exc
 
 
 def move(filesystem: pafs.FileSystem, source: str, target: str) -> None:

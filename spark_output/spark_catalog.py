@@ -24,6 +24,8 @@ __all__ = [
     "PartitionLocation",
     "add_partitions",
     "create_table_statements",
+    "drop_partitions",
+    "drop_table",
     "error_line",
     "has_table",
     "refresh_table",
@@ -107,6 +109,29 @@ def add_partitions(
                 f"ALTER TABLE {_qualified(name)} PARTITION ({clause}) SET LOCATION {location}",
                 errors,
             )
+    return errors
+
+
+def drop_partitions(
+    spark: SparkSession, name: TableName, specs: Sequence[PartitionSpec]
+) -> list[str]:
+    """``ALTER TABLE … DROP IF EXISTS PARTITION (…)`` for each spec (files stay: the
+    tables this package creates have a LOCATION, so Spark treats them as external);
+    returns the statements Spark refused."""
+    errors: list[str] = []
+    for spec in specs:
+        _run(
+            spark,
+            f"ALTER TABLE {_qualified(name)} DROP IF EXISTS PARTITION ({_partition_clause(spec)})",
+            errors,
+        )
+    return errors
+
+
+def drop_table(spark: SparkSession, name: TableName) -> list[str]:
+    """``DROP TABLE IF EXISTS``; returns the statement if Spark refused it."""
+    errors: list[str] = []
+    _run(spark, f"DROP TABLE IF EXISTS {_qualified(name)}", errors)
     return errors
 
 

@@ -67,7 +67,9 @@ class CommitResult:
         files: data files published.
         bytes: bytes published.
         rows: rows written, when known (None otherwise).
-        event_ids: the ADD_PARTITION events, one per new partition.
+        event_ids: the ADD_PARTITION events: one per new partition, or (``announce``
+            ``write``) the few that list them all.
+        insert_event_ids: the INSERT events of the replaced and appended partitions.
         done_event_id: the MARK_SET_DONE event, if one was asked for.
         phase_seconds: elapsed time per phase (stage, discover, compact, journal, move,
             register, spark_catalog, cleanup).
@@ -88,6 +90,7 @@ class CommitResult:
     event_ids: tuple[int, ...]
     done_event_id: int | None
     phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    insert_event_ids: tuple[int, ...] = ()
     already_committed: bool = False
     spark_catalog_errors: tuple[str, ...] = ()
 
@@ -119,6 +122,7 @@ def _result(
         event_ids=record.event_ids,
         done_event_id=record.done_event_id,
         phase_seconds=dict(phases),
+        insert_event_ids=record.insert_event_ids,
         already_committed=already,
     )
 
@@ -182,12 +186,14 @@ def write_partitions(
     settings: Settings | None = None,
     job_id: str | None = None,
     hooks: CommitHooks | None = None,
+    announce: Literal["partition", "write"] | None = None,
 ) -> CommitResult:
     """Write ``df`` into the dynamic partitions of ``table``; announce what was committed.
 
     All or nothing: either every partition of this write is visible, registered and
-    announced (one ADD_PARTITION per new partition, then the MARK_SET_DONE if asked), or
-    none is, and the table location is unchanged.
+    announced (ADD_PARTITION for new partitions, an INSERT for each existing one it
+    appended to or replaced, then the MARK_SET_DONE if asked), or none is, and the table
+    location is unchanged.
 
     Args:
         df: the data, with a column per partition key.
@@ -203,12 +209,16 @@ def write_partitions(
         job_id: a unique id for this write (default: generated); re-running a committed
             job id returns its result without writing again.
         hooks: test seams of the commit protocol.
+        announce: ``partition`` (one ADD_PARTITION per new partition) or ``write`` (one
+            per write listing them all, split so that no message exceeds the settings'
+            ``max_message_bytes``); default: the table's ``hcat.notify.announce``.
 
     Returns:
         A :class:`CommitResult`.
 
     Raises:
-        InvalidArgumentError: an unknown ``mode`` or a ``max_partitions`` below 1.
+        InvalidArgumentError: an unknown ``mode`` or ``announce``, or a ``max_partitions``
+            below 1.
         PartitionColumnsError: partition columns do not match the table (before any
             Spark job runs).
         TooManyPartitionsError: more than ``max_partitions`` partitions.
@@ -223,6 +233,8 @@ def write_partitions(
         raise InvalidArgumentError(f"max_partitions must be an int, got {max_partitions!r}")
     if max_partitions < 1:
         raise InvalidArgumentError(f"max_partitions must be at least 1, got {max_partitions}")
+    if announce not in (None, "partition", "write"):
+        raise InvalidArgumentError(f"unknown announce {announce!r}; use 'partition' or 'write'")
     settings = settings or load_settings()
     phases: dict[str, float] = {}
     with Catalog.open(settings) as catalog:
@@ -276,6 +288,7 @@ def write_partitions(
                 compact=_compaction_hook(compaction, info),
                 phases=phases,
                 archives=isinstance(compaction, CompactionPolicy) and compaction.mode == "har",
+                announce=announce,
             )
         except Exception:
             committer.cleanup()

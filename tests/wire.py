@@ -15,6 +15,10 @@ SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 BODY_SCHEMAS = {
     "ADD_PARTITION": "add_partition.schema.json",
     "MARK_SET_DONE": "mark_set_done.schema.json",
+    "DROP_PARTITION": "drop_partition.schema.json",
+    "INSERT": "insert.schema.json",
+    "CREATE_TABLE": "create_table.schema.json",
+    "DROP_TABLE": "drop_table.schema.json",
 }
 
 

@@ -29,9 +29,9 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "table": ("hcat_notify.cli.tables", "table", "Register, inspect and drop tables."),
     "topic": ("hcat_notify.cli.tables", "topic", "Print the topic a table's messages go to."),
     "partitions": (
-        "hcat_notify.cli.tables",
+        "hcat_notify.cli.partitions",
         "partitions",
-        "List a table's registered partitions.",
+        "List, add, drop and discover a table's partitions.",
     ),
     "mark-done": (
         "hcat_notify.cli.delivery",

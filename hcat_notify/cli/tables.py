@@ -1,4 +1,4 @@
-"""``hcat-notify table ...``, ``topic`` and ``partitions``: the catalog's tables."""
+"""``hcat-notify table ...`` and ``topic``: the catalog's tables."""
 
 from __future__ import annotations
 
@@ -7,20 +7,21 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from hcat_notify.cli.common import (
+    EXIT_ERROR,
     CliContext,
     emit,
     format_duration,
     handle_errors,
     output_option,
     parse_duration,
-    spec_args,
+    progress_bar,
 )
 from hcat_notify.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from hcat_notify.store import PartitionInfo, TableInfo
 
-__all__ = ["partition_dict", "partitions", "table", "table_dict", "topic"]
+__all__ = ["partition_dict", "table", "table_dict", "topic"]
 
 
 def table_dict(table: TableInfo) -> dict[str, Any]:
@@ -110,6 +111,12 @@ def table() -> None:
 )
 @click.option("--topic", help="Topic name for this table (hcat.msgbus.topic.name).")
 @click.option("--external", is_flag=True, help="Register as EXTERNAL_TABLE.")
+@click.option(
+    "--announce",
+    type=click.Choice(["partition", "write"]),
+    help="One ADD_PARTITION per partition (default) or one per write, split under the "
+    "byte cap (table property hcat.notify.announce).",
+)
 @output_option
 @click.pass_obj
 @handle_errors
@@ -122,8 +129,9 @@ def table_create(
     retention: str,
     topic: str | None,
     external: bool,
+    announce: str | None,
 ) -> None:
-    """Register a partitioned table."""
+    """Register a partitioned table and announce it (CREATE_TABLE on the prefix topic)."""
     keys = [key.strip() for key in partition_keys.split(",")]
     if any(not key for key in keys):
         raise InvalidInputError(f"empty partition key in {partition_keys!r}")
@@ -137,6 +145,7 @@ def table_create(
             table_type="EXTERNAL_TABLE" if external else "MANAGED_TABLE",
             retention=period,
             topic=topic,
+            properties={"hcat.notify.announce": announce} if announce else None,
         )
     emit(obj, table_dict(info), lambda: f"created {info.name} (topic {info.topic})")
 
@@ -188,24 +197,44 @@ def topic(obj: CliContext, name: str) -> None:
     )
 
 
-@click.command()
+@table.command("drop")
 @click.argument("name", metavar="DB.TABLE")
-@click.argument("spec", nargs=-1, metavar="[K=V]...")
+@click.option("--purge", is_flag=True, help="Also delete the table's files (not external tables).")
 @output_option
 @click.pass_obj
 @handle_errors
-def partitions(obj: CliContext, name: str, spec: tuple[str, ...]) -> None:
-    """List a table's registered partitions, optionally matching K=V filters."""
-    with obj.catalog(write=False) as catalog:
-        found = catalog.list_partitions(name, spec_args(spec))
+def table_drop(obj: CliContext, name: str, purge: bool) -> None:
+    """Drop a table with its partitions and retained dones; announce DROP_TABLE.
+
+    Files stay unless --purge. The DROP_TABLE goes to the prefix topic and to the
+    table's own topic, so its subscribers learn that it is gone.
+    """
+    import sys
+
+    from hcat_notify.lifecycle import drop_table
+
+    with obj.catalog() as catalog:
+        show_bar = purge and obj.output == "text" and sys.stderr.isatty()
+        with progress_bar(show_bar, "purging") as progress:
+            dropped, purged = drop_table(catalog, name, purge=purge, progress=progress)
+    data = {
+        "table": str(dropped.table.name),
+        "partitions": len(dropped.partitions),
+        "event_ids": list(dropped.event_ids),
+        "purged": purge,
+        "deleted": purged.deleted,
+        "errors": purged.errors,
+    }
     emit(
         obj,
-        [partition_dict(item) for item in found],
-        lambda: (
-            "\n".join(
-                f"{item.spec}\t{item.location}\t{item.file_count} files\t{item.total_bytes} bytes"
-                for item in found
-            )
-            or "no partitions"
+        data,
+        lambda: "\n".join(
+            [
+                f"dropped {dropped.table.name} with {len(dropped.partitions)} partition(s)"
+                + (f", deleted {', '.join(purged.deleted)}" if purged.deleted else "")
+            ]
+            + [f"error: {error}" for error in purged.errors]
         ),
     )
+    if purged.errors:
+        sys.exit(EXIT_ERROR)

@@ -34,3 +34,13 @@ class EventType(StrEnum):
 
     ADD_PARTITION = "ADD_PARTITION"
     MARK_SET_DONE = "MARK_SET_DONE"
+    DROP_PARTITION = "DROP_PARTITION"
+    INSERT = "INSERT"  # an append to, or an overwrite of, an existing partition
+    CREATE_TABLE = "CREATE_TABLE"
+    DROP_TABLE = "DROP_TABLE"
+
+    @property
+    def about_table(self) -> bool:
+        """Whether the event concerns a whole table (no partition spec: ``HCAT_SPEC`` is
+        empty)."""
+        return self in (EventType.CREATE_TABLE, EventType.DROP_TABLE)

@@ -1,8 +1,10 @@
 """The messages on the wire: headers and JSON bodies (see DESIGN.md, "Wire contract").
 
 ``ADD_PARTITION`` bodies are compatible with Hive's ``JSONAddPartitionMessage`` (Hive's
-reader ignores the extra fields we add); ``MARK_SET_DONE`` is ours. The JSON Schemas in
-``schemas/`` describe both; tests validate built messages against them.
+reader ignores the extra fields we add); ``MARK_SET_DONE`` is ours. The other events
+(drops, inserts, table events, batched announcements) are built in
+:mod:`hcat_notify.model.changes`. The JSON Schemas in ``schemas/`` describe every body;
+tests validate built messages against them.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ __all__ = [
     "PartitionDetails",
     "build_add_partition",
     "build_mark_set_done",
+    "dump_body",
+    "message_headers",
     "with_event_id",
 ]
 
@@ -64,8 +68,24 @@ class PartitionDetails:
     job_id: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    def as_fields(self) -> dict[str, Any]:
+        """The body fields these details add (``location``, ``fileCount``, ``bytes``,
+        ``jobId``, then the extras), leaving out what is unknown."""
+        known = {
+            "location": self.location,
+            "fileCount": self.file_count,
+            "bytes": self.total_bytes,
+            "jobId": self.job_id,
+        }
+        fields = {key: value for key, value in known.items() if value is not None}
+        fields.update(self.extra)
+        return fields
 
-def _headers(event_type: EventType, event_id: int, table: TableName, spec: str) -> dict[str, str]:
+
+def message_headers(
+    event_type: EventType, event_id: int, table: TableName, spec: str
+) -> dict[str, str]:
+    """The ``HCAT_*`` JMS properties of a message (``spec`` empty for table events)."""
     return {
         HEADER_EVENT: event_type.value,
         HEADER_VERSION: MESSAGE_VERSION,
@@ -76,7 +96,8 @@ def _headers(event_type: EventType, event_id: int, table: TableName, spec: str) 
     }
 
 
-def _dump(body: Mapping[str, Any]) -> str:
+def dump_body(body: Mapping[str, Any]) -> str:
+    """A message body as it goes on the wire: compact ASCII JSON."""
     # ASCII with \u escapes: ActiveMQ 5.17 hands 4-byte UTF-8 (emoji) to OpenWire JMS
     # consumers in a form getText() rejects (AMQ-8398); escaped, every reader gets it.
     return json.dumps(body, ensure_ascii=True, separators=(",", ":"))
@@ -120,16 +141,9 @@ def build_add_partition(
         "spec": partition.to_path(),
     }
     if details is not None:
-        optional = {
-            "location": details.location,
-            "fileCount": details.file_count,
-            "bytes": details.total_bytes,
-            "jobId": details.job_id,
-        }
-        body.update({key: value for key, value in optional.items() if value is not None})
-        body.update(details.extra)
-    headers = _headers(EventType.ADD_PARTITION, event_id, table, partition.to_path())
-    return Message(event_id, EventType.ADD_PARTITION, topic, headers, _dump(body))
+        body.update(details.as_fields())
+    headers = message_headers(EventType.ADD_PARTITION, event_id, table, partition.to_path())
+    return Message(event_id, EventType.ADD_PARTITION, topic, headers, dump_body(body))
 
 
 def build_mark_set_done(
@@ -161,8 +175,8 @@ def build_mark_set_done(
         "spec": canonical.to_path(),
         "partitionSpec": canonical.as_strings(),
     }
-    headers = _headers(EventType.MARK_SET_DONE, event_id, table, canonical.to_path())
-    return Message(event_id, EventType.MARK_SET_DONE, topic, headers, _dump(body))
+    headers = message_headers(EventType.MARK_SET_DONE, event_id, table, canonical.to_path())
+    return Message(event_id, EventType.MARK_SET_DONE, topic, headers, dump_body(body))
 
 
 def with_event_id(
@@ -178,4 +192,4 @@ def with_event_id(
     parsed = json.loads(body)
     if "eventId" in parsed:
         parsed["eventId"] = event_id
-    return renumbered, _dump(parsed)
+    return renumbered, dump_body(parsed)

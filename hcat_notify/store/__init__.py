@@ -13,7 +13,13 @@ from hcat_notify.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from hcat_notify.store.catalog import Catalog
-    from hcat_notify.store.journal import CommitJournal
+    from hcat_notify.store.journal import CommitJournal, table_definition
+    from hcat_notify.store.lifecycle import (
+        DroppedPartitions,
+        DroppedTable,
+        Registration,
+        TableLifecycle,
+    )
     from hcat_notify.store.quick import quick_table
     from hcat_notify.store.records import (
         DEFAULT_RETENTION,
@@ -42,6 +48,8 @@ __all__ = [
     "Catalog",
     "CommitJournal",
     "CommitRecord",
+    "DroppedPartitions",
+    "DroppedTable",
     "JournalEntry",
     "JournalState",
     "Lease",
@@ -49,11 +57,14 @@ __all__ = [
     "OutboxEvent",
     "PartitionInfo",
     "RefusedEvent",
+    "Registration",
     "RetainedDone",
     "TableActivity",
     "TableInfo",
+    "TableLifecycle",
     "WriteMode",
     "quick_table",
+    "table_definition",
 ]
 
 _RECORDS = "hcat_notify.store.records"
@@ -64,6 +75,11 @@ __getattr__, __dir__ = lazy_exports(
         **dict.fromkeys(__all__, _RECORDS),
         "Catalog": "hcat_notify.store.catalog",
         "CommitJournal": "hcat_notify.store.journal",
+        "table_definition": "hcat_notify.store.journal",
+        "DroppedPartitions": "hcat_notify.store.lifecycle",
+        "DroppedTable": "hcat_notify.store.lifecycle",
+        "Registration": "hcat_notify.store.lifecycle",
+        "TableLifecycle": "hcat_notify.store.lifecycle",
         "quick_table": "hcat_notify.store.quick",
         "STORAGE_FORMATS": "hcat_notify.store.tables",
         "OUTBOX_CHANNEL": "hcat_notify.store.tx",

@@ -31,6 +31,7 @@ from hcat_notify.store import engine as engines
 from hcat_notify.store import tables as table_ops
 from hcat_notify.store.group import RelayGroup
 from hcat_notify.store.journal import CommitJournal
+from hcat_notify.store.lifecycle import Registration, TableLifecycle
 from hcat_notify.store.records import (
     DEFAULT_RETENTION,
     NewPartition,
@@ -154,6 +155,62 @@ class Catalog:
     def commits(self) -> CommitJournal:
         """The commit journal (all-or-nothing writes of many partitions)."""
         return CommitJournal(self._transaction)
+
+    @property
+    def lifecycle(self) -> TableLifecycle:
+        """Registering existing files, dropping partitions and tables (docs/lifecycle.md)."""
+        return TableLifecycle(self._transaction)
+
+    def register_partitions(
+        self,
+        table: TableName | str,
+        locations: Mapping[str, str] | Sequence[tuple[SpecLike, str]],
+        *,
+        mark_set_done: SpecLike | None = None,
+        announce: str | None = None,
+        job_id: str | None = None,
+    ) -> Registration:
+        """Register partitions whose files a writer other than Spark already put in place.
+
+        Each location's data files are counted and measured (through ``pyarrow.fs``, so
+        HDFS and S3 locations work); then, in one transaction, the partitions are
+        registered and announced (ADD_PARTITION, per partition or per write), with the
+        MARK_SET_DONE if asked.
+
+        Args:
+            table: ``db.table``.
+            locations: full spec (``k=v/...`` path form, or a spec/mapping) -> location.
+            mark_set_done: a (partial) spec to announce as complete in the same transaction.
+            announce: ``partition`` or ``write``; default the table's property.
+            job_id: recorded on each partition and message.
+
+        Raises:
+            TableNotFoundError: no such table.
+            LocationNotFoundError: a location does not exist or holds no data files.
+            InvalidInputError: a spec is not a full spec of the table (unknown key, ...).
+            PartitionExistsError: a partition is registered already.
+            (Nothing is registered when any of these is raised.)
+        """
+        from hcat_notify.files import measure_partition
+
+        pairs = list(locations.items()) if isinstance(locations, Mapping) else list(locations)
+        info = self.get_table(table)
+        new = []
+        for raw_spec, location in pairs:
+            spec = PartitionSpec.parse(raw_spec) if isinstance(raw_spec, str) else raw_spec
+            full = info.spec(spec, partial=False)
+            where, files = measure_partition(location)
+            new.append(
+                NewPartition(
+                    full,
+                    where.uri,
+                    file_count=len(files),
+                    total_bytes=sum(stat.size for stat in files),
+                )
+            )
+        return self.lifecycle.register_partitions(
+            info.name, new, mark_set_done=mark_set_done, announce=announce, job_id=job_id
+        )
 
     # -- tables -----------------------------------------------------------------------
 

@@ -18,38 +18,155 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from hcat_notify.errors import ConcurrentWriteError, ConflictError, InvalidInputError
-from hcat_notify.model.names import TableName
+from hcat_notify.errors import (
+    ConcurrentWriteError,
+    ConflictError,
+    InvalidInputError,
+    TableNotFoundError,
+)
+from hcat_notify.model.changes import AnnounceMode
+from hcat_notify.model.events import EventType
+from hcat_notify.model.names import TableName, validate_identifier
 from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.wire import PartitionDetails
+from hcat_notify.store import tables as table_ops
+from hcat_notify.store.announce import announce_insert, announce_table
 from hcat_notify.store.models import CommitJournalRow, PartitionRow, TableRow
 from hcat_notify.store.partitions import insert_partitions
 from hcat_notify.store.records import (
+    DEFAULT_RETENTION,
     CommitRecord,
     JournalEntry,
     JournalState,
     NewPartition,
+    TableInfo,
     WriteMode,
     as_table_name,
+    table_not_found,
 )
 from hcat_notify.store.retention import add_mark_set_done
 from hcat_notify.store.tables import info_of
 from hcat_notify.store.tx import Tx
 
-__all__ = ["CommitJournal"]
+__all__ = ["CommitJournal", "table_definition"]
 
 logger = logging.getLogger(__name__)
 
 
-def _entry(row: CommitJournalRow, name: TableName) -> JournalEntry:
+def table_definition(
+    *,
+    location: str,
+    partition_keys: Sequence[str],
+    storage_format: str = "parquet",
+    table_type: str = "MANAGED_TABLE",
+    properties: Mapping[str, str] | None = None,
+    retention: timedelta = DEFAULT_RETENTION,
+) -> dict[str, Any]:
+    """The JSON form of a table a journal entry registers on completion (``create_table``
+    of :meth:`CommitJournal.begin`)."""
+    return {
+        "location": location,
+        "partition_keys": list(partition_keys),
+        "storage_format": storage_format,
+        "table_type": table_type,
+        "properties": dict(properties or {}),
+        "retention_seconds": int(retention.total_seconds()),
+    }
+
+
+def _definition_arguments(definition: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "location": definition["location"],
+        "partition_keys": list(definition["partition_keys"]),
+        "storage_format": definition.get("storage_format", "parquet"),
+        "table_type": definition.get("table_type", "MANAGED_TABLE"),
+        "properties": dict(definition.get("properties") or {}),
+        "retention": timedelta(
+            seconds=int(definition.get("retention_seconds", DEFAULT_RETENTION.total_seconds()))
+        ),
+    }
+
+
+def _table_row_or_none(tx: Tx, name: TableName) -> TableRow | None:
+    try:
+        return tx.table_row(name, lock=True)
+    except TableNotFoundError:
+        return None
+
+
+def _check_new_table(tx: Tx, name: TableName, definition: Mapping[str, Any]) -> None:
+    """Refuse, before anything moves, a definition that could not be registered later."""
+    arguments = _definition_arguments(definition)
+    where = table_ops.normalise_location(arguments["location"])
+    other = tx.session.execute(
+        select(TableRow.db_name, TableRow.table_name).where(TableRow.location == where)
+    ).first()
+    if other is not None:
+        raise InvalidInputError(
+            f"location {where} is already the location of table {other[0]}.{other[1]}"
+        )
+    for key in arguments["partition_keys"]:
+        validate_identifier(key, what="partition key")
+    if not arguments["partition_keys"]:
+        raise InvalidInputError(f"table {name} needs at least one partition key")
+
+
+def _update_existing(
+    tx: Tx,
+    info: TableInfo,
+    prow: PartitionRow,
+    spec: PartitionSpec,
+    item: NewPartition,
+    job_id: str,
+    overwrite: bool,
+) -> tuple[str, int]:
+    """Apply a write to an existing partition and announce it (INSERT); (path, event id)."""
+    if overwrite:
+        values: dict[str, Any] = {
+            "location": item.location,
+            "file_count": item.file_count,
+            "total_bytes": item.total_bytes,
+            "archived": item.archived,
+        }
+    else:
+        values = {
+            "file_count": prow.file_count + item.file_count,
+            "total_bytes": prow.total_bytes + item.total_bytes,
+        }
+    tx.session.execute(
+        update(PartitionRow)
+        .where(PartitionRow.id == prow.id)
+        .values(**values, job_id=job_id, version=prow.version + 1, updated_at=tx.now)
+        .execution_options(synchronize_session=False)
+    )
+    event_id = announce_insert(
+        tx,
+        info,
+        spec,
+        replace=overwrite,
+        files=item.files,
+        details=PartitionDetails(
+            location=values.get("location", prow.location),
+            file_count=values["file_count"],
+            total_bytes=values["total_bytes"],
+            job_id=job_id,
+        ),
+        files_added=item.file_count,
+        bytes_added=item.total_bytes,
+    )
+    return spec.to_path(), event_id
+
+
+def _entry(row: CommitJournalRow) -> JournalEntry:
     return JournalEntry(
         job_id=row.job_id,
-        table=name,
+        table=TableName.parse(row.table_name),
         mode=WriteMode(row.mode),
         state=JournalState(row.state),
         partitions=tuple(row.partitions),
@@ -57,17 +174,18 @@ def _entry(row: CommitJournalRow, name: TableName) -> JournalEntry:
         started_at=row.started_at,
         result=dict(row.result) if row.result is not None else None,
         version=row.version,
+        creates_table=row.create_table is not None and row.table_id is None,
     )
 
 
-def _name(tx: Tx, table_id: int) -> TableName:
-    row = tx.session.get(TableRow, table_id)
-    if row is None:  # pragma: no cover - the foreign key cascades
-        raise ConflictError(f"table {table_id} of a journal entry was dropped")
-    return TableName(row.db_name, row.table_name)
-
-
-def _close(tx: Tx, journal: CommitJournalRow, state: JournalState, result: dict[str, Any]) -> None:
+def _close(
+    tx: Tx,
+    journal: CommitJournalRow,
+    state: JournalState,
+    result: dict[str, Any],
+    *,
+    table_id: int | None = None,
+) -> None:
     # Compare-and-set: a completion and an abort (recovery) cannot both win.
     outcome = tx.session.execute(
         update(CommitJournalRow)
@@ -75,7 +193,13 @@ def _close(tx: Tx, journal: CommitJournalRow, state: JournalState, result: dict[
             CommitJournalRow.job_id == journal.job_id,
             CommitJournalRow.version == journal.version,
         )
-        .values(state=state.value, result=result, updated_at=tx.now, version=journal.version + 1)
+        .values(
+            state=state.value,
+            result=result,
+            updated_at=tx.now,
+            version=journal.version + 1,
+            table_id=journal.table_id if table_id is None else table_id,
+        )
         .execution_options(synchronize_session=False)
     )
     if outcome.rowcount < 1:  # type: ignore[attr-defined]
@@ -96,7 +220,7 @@ class CommitJournal:
         """The journal entry of ``job_id``, or None."""
         with self._transaction() as tx:
             row = tx.session.get(CommitJournalRow, job_id)
-            return None if row is None else _entry(row, _name(tx, row.table_id))
+            return None if row is None else _entry(row)
 
     def pending(self, table: TableName | str | None = None) -> list[JournalEntry]:
         """Writes that began and neither completed nor aborted (oldest first)."""
@@ -105,10 +229,10 @@ class CommitJournal:
                 CommitJournalRow.state == JournalState.PENDING.value
             )
             if table is not None:
-                table_id = tx.table_row(as_table_name(table)).id
-                query = query.where(CommitJournalRow.table_id == table_id)
+                # by name: an import's entry names a table it has not registered yet
+                query = query.where(CommitJournalRow.table_name == str(as_table_name(table)))
             rows = tx.session.scalars(query.order_by(CommitJournalRow.created_at)).all()
-            return [_entry(row, _name(tx, row.table_id)) for row in rows]
+            return [_entry(row) for row in rows]
 
     def begin(
         self,
@@ -119,11 +243,20 @@ class CommitJournal:
         partitions: Sequence[str],
         plan: Mapping[str, Any],
         started_at: datetime,
+        create_table: Mapping[str, Any] | None = None,
     ) -> JournalEntry:
         """Claim ``partitions`` (path specs) for a write and record its plan.
 
+        Args:
+            create_table: when the table is not registered, its definition
+                (:func:`table_definition`): the table is registered, and announced, by the
+                transaction that completes the entry (an import into a new table). Ignored
+                when the table exists.
+
         Raises:
-            InvalidInputError: unknown mode, or the job id was used before.
+            TableNotFoundError: the table is not registered and no definition is given.
+            InvalidInputError: unknown mode, the job id was used before, or the new
+                table's location is another table's.
             ConcurrentWriteError: another write overwrites one of the partitions, or
                 this one overwrites a partition another write claims or committed since
                 ``started_at``.
@@ -137,13 +270,17 @@ class CommitJournal:
         name = as_table_name(table)
         wanted = set(partitions)
         with self._transaction(write=True) as tx:
-            row = tx.table_row(name, lock=True)
+            row = _table_row_or_none(tx, name)
+            if row is None and create_table is None:
+                raise table_not_found(name)
+            if row is None and create_table is not None:
+                _check_new_table(tx, name, create_table)
             previous = tx.session.get(CommitJournalRow, job_id)
             if previous is not None:
                 raise InvalidInputError(f"job id {job_id} was already used ({previous.state})")
             for other in tx.session.scalars(
                 select(CommitJournalRow).where(
-                    CommitJournalRow.table_id == row.id,
+                    CommitJournalRow.table_name == str(name),
                     CommitJournalRow.state == JournalState.PENDING.value,
                 )
             ):
@@ -155,7 +292,7 @@ class CommitJournal:
                         f"{other.job_id} ({other.mode}); this {mode} of job {job_id} is "
                         "abandoned, nothing was changed"
                     )
-            if mode is WriteMode.OVERWRITE and wanted:
+            if row is not None and mode is WriteMode.OVERWRITE and wanted:
                 changed = tx.session.scalars(
                     select(PartitionRow.path_spec).where(
                         PartitionRow.table_id == row.id,
@@ -171,7 +308,8 @@ class CommitJournal:
                     )
             journal = CommitJournalRow(
                 job_id=job_id,
-                table_id=row.id,
+                table_id=None if row is None else row.id,
+                table_name=str(name),
                 mode=mode.value,
                 state=JournalState.PENDING.value,
                 partitions=sorted(wanted),
@@ -179,13 +317,14 @@ class CommitJournal:
                 started_at=started_at,
                 created_at=tx.now,
                 updated_at=tx.now,
+                create_table=dict(create_table) if row is None and create_table else None,
             )
             tx.session.add(journal)
             try:
                 tx.session.flush()
             except IntegrityError as exc:
                 raise InvalidInputError(f"job id {job_id} was already used") from exc
-            return _entry(journal, name)
+            return _entry(journal)
 
     def complete(
         self,
@@ -193,16 +332,22 @@ class CommitJournal:
         partitions: Sequence[NewPartition],
         *,
         mark_set_done: PartitionSpec | Mapping[str, str | None] | None = None,
+        announce: AnnounceMode | str | None = None,
     ) -> CommitRecord:
         """Register the write's partitions and announce them, in one transaction.
 
-        New partitions get a row and an ADD_PARTITION event each; existing ones are
-        updated (append adds files, overwrite replaces them) without an event. The
-        MARK_SET_DONE event and retention row follow, if asked. The journal entry is
-        closed in the same transaction.
+        New partitions get a row and ADD_PARTITION events (one per partition, or one per
+        write split under the byte cap: ``announce`` overrides the table's property);
+        existing ones are updated (append adds files, overwrite replaces them) and each
+        gets an INSERT event (``replace`` true for an overwrite). The MARK_SET_DONE event
+        and retention row follow, if asked. An entry that creates its table registers it
+        first (with its CREATE_TABLE). The journal entry is closed in the same
+        transaction.
 
         Raises:
             ConflictError: the entry is not pending (completed, aborted or unknown).
+            TableExistsError: the entry creates its table, and another process registered
+                a table of that name meanwhile.
         """
         with self._transaction(write=True) as tx:
             journal = tx.session.get(CommitJournalRow, job_id)
@@ -211,7 +356,13 @@ class CommitJournal:
                 raise ConflictError(
                     f"job {job_id} cannot be completed: its journal entry is {state}"
                 )
-            name = _name(tx, journal.table_id)
+            name = TableName.parse(journal.table_name)
+            table_events: list[int] = []
+            if journal.table_id is None:
+                created = table_ops.create_table(
+                    tx, name, **_definition_arguments(journal.create_table or {}), announce=False
+                )
+                table_events = announce_table(tx, created, EventType.CREATE_TABLE)
             row = tx.table_row(name, lock=True)
             info = info_of(row)
             specs = [info.spec(item.spec, partial=False) for item in partitions]
@@ -229,55 +380,45 @@ class CommitJournal:
                 for item, spec in zip(partitions, specs, strict=True)
                 if spec.to_path() not in existing
             ]
-            inserted = insert_partitions(tx, row, info, fresh, job_id=job_id)
-            event_ids = [prow.event_id for prow in inserted if prow.event_id is not None]
-            created = [prow.path_spec for prow in inserted]
-            replaced: list[str] = []
-            appended: list[str] = []
-            for item, spec in zip(partitions, specs, strict=True):
-                prow = existing.get(spec.to_path())
-                if prow is None:
-                    continue
-                if journal.mode == WriteMode.OVERWRITE.value:
-                    values: dict[str, Any] = {
-                        "location": item.location,
-                        "file_count": item.file_count,
-                        "total_bytes": item.total_bytes,
-                        "archived": item.archived,
-                    }
-                    replaced.append(spec.to_path())
-                else:
-                    values = {
-                        "file_count": prow.file_count + item.file_count,
-                        "total_bytes": prow.total_bytes + item.total_bytes,
-                    }
-                    appended.append(spec.to_path())
-                tx.session.execute(
-                    update(PartitionRow)
-                    .where(PartitionRow.id == prow.id)
-                    .values(**values, job_id=job_id, version=prow.version + 1, updated_at=tx.now)
-                    .execution_options(synchronize_session=False)
-                )
+            inserted = insert_partitions(tx, row, info, fresh, job_id=job_id, mode=announce)
+            event_ids = list(
+                dict.fromkeys(prow.event_id for prow in inserted if prow.event_id is not None)
+            )
+            created_specs = [prow.path_spec for prow in inserted]
+            overwrite = journal.mode == WriteMode.OVERWRITE.value
+            changed = {
+                "replaced" if overwrite else "appended": [
+                    _update_existing(
+                        tx, info, existing[spec.to_path()], spec, item, job_id, overwrite
+                    )
+                    for item, spec in zip(partitions, specs, strict=True)
+                    if spec.to_path() in existing
+                ]
+            }
             done_event_id: int | None = None
             if mark_set_done is not None:
                 canonical = info.spec(mark_set_done, partial=True).sorted()
                 done_event_id = add_mark_set_done(tx, row, info, canonical)
             record = CommitRecord(
                 job_id=job_id,
-                created=tuple(created),
-                replaced=tuple(replaced),
-                appended=tuple(appended),
+                created=tuple(created_specs),
+                replaced=tuple(path for path, _ in changed.get("replaced", [])),
+                appended=tuple(path for path, _ in changed.get("appended", [])),
                 event_ids=tuple(event_ids),
                 done_event_id=done_event_id,
+                insert_event_ids=tuple(
+                    event_id for values in changed.values() for _, event_id in values
+                ),
+                table_event_ids=tuple(table_events),
             )
-            _close(tx, journal, JournalState.COMMITTED, record.as_dict())
+            _close(tx, journal, JournalState.COMMITTED, record.as_dict(), table_id=row.id)
         logger.info(
             "commit job=%s table=%s created=%d replaced=%d appended=%d done=%s",
             job_id,
             name,
-            len(created),
-            len(replaced),
-            len(appended),
+            len(record.created),
+            len(record.replaced),
+            len(record.appended),
             done_event_id,
         )
         return record

@@ -107,6 +107,8 @@ class TableRow(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     version: Mapped[int] = mapped_column(Integer, default=1)
+    # Where CREATE_TABLE and DROP_TABLE go (the prefix topic), fixed at creation too.
+    prefix_topic: Mapped[str | None] = mapped_column(String(255), default=None)
 
 
 class PartitionRow(Base):
@@ -325,10 +327,15 @@ class CommitJournalRow(Base):
     """
 
     __tablename__ = "hcat_commit_journal"
-    __table_args__ = (Index("ix_hcat_commit_journal_table_state", "table_id", "state"),)
+    __table_args__ = (
+        Index("ix_hcat_commit_journal_table_state", "table_id", "state"),
+        Index("ix_hcat_commit_journal_name_state", "table_name", "state"),
+    )
 
     job_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    table_id: Mapped[int] = mapped_column(ForeignKey("hcat_tables.id", ondelete="CASCADE"))
+    # None while an import that registers its table is pending (``table_name`` says which).
+    table_id: Mapped[int | None] = mapped_column(ForeignKey("hcat_tables.id", ondelete="CASCADE"))
+    table_name: Mapped[str] = mapped_column(String(257))  # db.table
     mode: Mapped[str] = mapped_column(String(16))
     state: Mapped[str] = mapped_column(String(16))  # pending, committed, aborted
     partitions: Mapped[list[Any]]  # path specs this write claims
@@ -338,3 +345,5 @@ class CommitJournalRow(Base):
     updated_at: Mapped[datetime]
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON(), default=None)
     version: Mapped[int] = mapped_column(Integer, default=1)
+    # An import into a new table: the table's definition, registered on completion.
+    create_table: Mapped[dict[str, Any] | None] = mapped_column(JSON(), default=None)

@@ -9,10 +9,12 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from hcat_notify.errors import InvalidInputError, PartitionExistsError
+from hcat_notify.model.changes import AnnounceMode, PartitionChange, announce_mode
+from hcat_notify.model.events import EventType
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.model.wire import PartitionDetails, build_add_partition
+from hcat_notify.model.wire import PartitionDetails
+from hcat_notify.store.announce import announce_partitions
 from hcat_notify.store.models import PartitionRow, TableRow
-from hcat_notify.store.outbox import outbox_row
 from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
 from hcat_notify.store.tables import info_of
 from hcat_notify.store.tx import Tx
@@ -67,11 +69,37 @@ def insert_partitions(
     *,
     job_id: str | None,
     announce: bool = True,
+    mode: AnnounceMode | str | None = None,
 ) -> list[PartitionRow]:
-    """Partition rows and, if ``announce``, their ADD_PARTITION events, in one go."""
-    event_ids: list[int | None] = (
-        list(tx.allocate_event_ids(len(items))) if announce else [None] * len(items)
-    )
+    """Partition rows and, if ``announce``, their ADD_PARTITION events, in one go.
+
+    ``mode`` overrides the table's announce mode (one message per partition, or per
+    write).
+    """
+    event_ids: list[int | None] = [None] * len(items)
+    if announce and items:
+        changes = [
+            PartitionChange(
+                spec,
+                PartitionDetails(
+                    location=item.location,
+                    file_count=item.file_count,
+                    total_bytes=item.total_bytes,
+                    job_id=job_id,
+                ),
+            )
+            for spec, item in items
+        ]
+        event_ids = list(
+            announce_partitions(
+                tx,
+                info,
+                EventType.ADD_PARTITION,
+                changes,
+                mode=announce_mode(info.properties, mode),
+                job_id=job_id,
+            )
+        )
     rows = []
     for (spec, item), event_id in zip(items, event_ids, strict=True):
         prow = PartitionRow(
@@ -89,25 +117,6 @@ def insert_partitions(
         )
         rows.append(prow)
         tx.session.add(prow)
-        if event_id is None:
-            continue
-        message = build_add_partition(
-            event_id=event_id,
-            table=info.name,
-            topic=info.topic,
-            partition=spec,
-            timestamp=int(tx.now.timestamp()),
-            server=tx.server(),
-            service_principal=tx.settings.broker_user,
-            table_type=info.table_type,
-            details=PartitionDetails(
-                location=item.location,
-                file_count=item.file_count,
-                total_bytes=item.total_bytes,
-                job_id=job_id,
-            ),
-        )
-        tx.session.add(outbox_row(tx, message, info.name))
     return rows
 
 
@@ -118,6 +127,7 @@ def add_partitions(
     *,
     job_id: str | None = None,
     announce: bool = True,
+    mode: AnnounceMode | str | None = None,
 ) -> list[PartitionInfo]:
     """Register new partitions and their ADD_PARTITION events (see the Catalog method)."""
     info = info_of(row)
@@ -134,7 +144,13 @@ def add_partitions(
     if existing is not None:
         raise PartitionExistsError(f"partition {existing} of {info.name} is already registered")
     rows = insert_partitions(
-        tx, row, info, list(zip(specs, partitions, strict=True)), job_id=job_id, announce=announce
+        tx,
+        row,
+        info,
+        list(zip(specs, partitions, strict=True)),
+        job_id=job_id,
+        announce=announce,
+        mode=mode,
     )
     try:
         tx.session.flush()

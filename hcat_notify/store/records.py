@@ -89,6 +89,8 @@ class TableInfo:
     created_at: datetime
     updated_at: datetime
     version: int
+    prefix_topic: str | None = None
+    """Where the table's CREATE_TABLE and DROP_TABLE go (None: the settings' prefix)."""
 
     def spec(
         self, values: Mapping[str, str | None] | PartitionSpec, *, partial: bool
@@ -112,6 +114,7 @@ TABLE_COLUMNS = (
     "created_at",
     "updated_at",
     "version",
+    "prefix_topic",
 )
 """The columns :func:`table_info` reads, in this order."""
 
@@ -130,6 +133,7 @@ def table_info(row: Mapping[str, Any]) -> TableInfo:
         created_at=as_datetime(row["created_at"]),
         updated_at=as_datetime(row["updated_at"]),
         version=row["version"],
+        prefix_topic=row.get("prefix_topic"),
     )
 
 
@@ -159,6 +163,8 @@ class NewPartition:
     file_count: int = 0
     total_bytes: int = 0
     archived: bool = False
+    files: tuple[str, ...] = ()
+    """Locations of the files the write added (the ``files`` of an INSERT message)."""
 
 
 @dataclass(frozen=True)
@@ -254,6 +260,8 @@ class JournalEntry:
     started_at: datetime
     result: Mapping[str, Any] | None
     version: int
+    creates_table: bool = False
+    """The write registers its table when it completes (an import into a new table)."""
 
 
 @dataclass(frozen=True)
@@ -266,6 +274,10 @@ class CommitRecord:
     appended: tuple[str, ...]
     event_ids: tuple[int, ...]
     done_event_id: int | None = None
+    insert_event_ids: tuple[int, ...] = ()
+    """The INSERT events of the replaced and appended partitions."""
+    table_event_ids: tuple[int, ...] = ()
+    """The CREATE_TABLE event, when the write registered its table (an import)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form kept in the journal."""
@@ -276,6 +288,8 @@ class CommitRecord:
             "appended": list(self.appended),
             "event_ids": list(self.event_ids),
             "done_event_id": self.done_event_id,
+            "insert_event_ids": list(self.insert_event_ids),
+            "table_event_ids": list(self.table_event_ids),
         }
 
     @classmethod
@@ -288,4 +302,6 @@ class CommitRecord:
             appended=tuple(data.get("appended", ())),
             event_ids=tuple(int(item) for item in data.get("event_ids", ())),
             done_event_id=data.get("done_event_id"),
+            insert_event_ids=tuple(int(item) for item in data.get("insert_event_ids", ())),
+            table_event_ids=tuple(int(item) for item in data.get("table_event_ids", ())),
         )

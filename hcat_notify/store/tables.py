@@ -13,9 +13,12 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from hcat_notify.errors import InvalidInputError, TableExistsError
+from hcat_notify.model.changes import ANNOUNCE_PROPERTY, announce_mode
+from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName, validate_identifier
 from hcat_notify.model.topics import TOPIC_NAME_PROPERTY, resolve_topic, validate_topic_name
 from hcat_notify.model.wire import DEFAULT_TABLE_TYPE
+from hcat_notify.store.announce import announce_table
 from hcat_notify.store.models import TableRow
 from hcat_notify.store.records import (
     DEFAULT_RETENTION,
@@ -85,8 +88,10 @@ def create_table(
     properties: Mapping[str, str] | None = None,
     retention: timedelta = DEFAULT_RETENTION,
     topic: str | None = None,
+    announce: bool = True,
 ) -> TableInfo:
-    """Register a partitioned table (see :meth:`Catalog.create_table`)."""
+    """Register a partitioned table and announce it with a CREATE_TABLE on the prefix
+    topic (see :meth:`Catalog.create_table`)."""
     if isinstance(partition_keys, str):
         raise InvalidInputError(
             f"partition keys must be a sequence of names, not one string {partition_keys!r}"
@@ -119,6 +124,8 @@ def create_table(
         props[TOPIC_NAME_PROPERTY] = topic
     if TOPIC_NAME_PROPERTY in props:
         props[TOPIC_NAME_PROPERTY] = validate_topic_name(props[TOPIC_NAME_PROPERTY])
+    if ANNOUNCE_PROPERTY in props:  # an unknown mode is refused before anything is written
+        props[ANNOUNCE_PROPERTY] = announce_mode(props).value
     resolved_topic = resolve_topic(
         name,
         prefix=tx.settings.topic_prefix,
@@ -149,14 +156,18 @@ def create_table(
         topic=resolved_topic,
         created_at=tx.now,
         updated_at=tx.now,
+        prefix_topic=tx.settings.topic_prefix,
     )
     session.add(row)
     try:
         session.flush()
     except IntegrityError as exc:  # lost a race with another creator
         raise TableExistsError(f"table {name} is already registered") from exc
+    info = info_of(row)
+    if announce:
+        announce_table(tx, info, EventType.CREATE_TABLE)
     logger.info("registered table %s at %s, keys %s, topic %s", name, where, keys, resolved_topic)
-    return info_of(row)
+    return info
 
 
 def list_tables(tx: Tx, db: str | None = None) -> list[TableInfo]:
@@ -180,7 +191,10 @@ def update_table_properties(
     for key, value in properties.items():
         if value is None:
             merged.pop(key, None)
-        elif key == TOPIC_NAME_PROPERTY:
+            continue
+        if key == ANNOUNCE_PROPERTY:
+            value = announce_mode({}, value).value
+        if key == TOPIC_NAME_PROPERTY:
             merged[key] = validate_topic_name(value)
         else:
             merged[key] = str(value)

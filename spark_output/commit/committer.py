@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from pyarrow import fs as pafs
 
@@ -97,6 +98,9 @@ class PartitionCommitter:
         job_id: unique per write; re-running a committed job id is a no-op.
         mode: ``append`` or ``overwrite``.
         hooks: test seams.
+        create_table: the definition (``hcat_notify``'s journal ``table_definition``) of a
+            table that is not registered yet: the commit registers it, with its
+            CREATE_TABLE, in the transaction that registers the partitions (an import).
     """
 
     def __init__(
@@ -107,8 +111,10 @@ class PartitionCommitter:
         job_id: str,
         mode: WriteMode | str,
         hooks: CommitHooks | None = None,
+        create_table: Mapping[str, Any] | None = None,
     ) -> None:
         self.catalog = catalog
+        self.create_table = create_table
         self.table = table
         self.job_id = job_id
         self.mode = WriteMode(mode)
@@ -166,7 +172,11 @@ class PartitionCommitter:
     # -- 4: plan -----------------------------------------------------------------------------
 
     def plan(
-        self, staged: Sequence[StagedPartition], *, mark_set_done: Mapping[str, str | None] | None
+        self,
+        staged: Sequence[StagedPartition],
+        *,
+        mark_set_done: Mapping[str, str | None] | None,
+        announce: str | None = None,
     ) -> CommitPlan:
         """The moves that publish ``staged``: what the journal records.
 
@@ -174,12 +184,16 @@ class PartitionCommitter:
             CommitError: an append to a partition that lives in a Hadoop Archive (its
                 files would not be visible through the archive).
         """
-        registered = {
-            path: info.location
-            for path, info in self.catalog.partitions_at(
-                self.table.name, [item.spec for item in staged]
-            ).items()
-        }
+        registered = (
+            {}
+            if self.create_table is not None
+            else {
+                path: info.location
+                for path, info in self.catalog.partitions_at(
+                    self.table.name, [item.spec for item in staged]
+                ).items()
+            }
+        )
         return CommitPlan(
             owner=Owner.current(),
             staging=self.staging,
@@ -190,6 +204,7 @@ class PartitionCommitter:
                 self._plan_partition(item, registered.get(item.spec.to_path())) for item in staged
             ),
             mark_set_done=dict(mark_set_done) if mark_set_done is not None else None,
+            announce=announce,
         )
 
     def _plan_partition(self, item: StagedPartition, current: str | None) -> PartitionMove:
@@ -208,12 +223,19 @@ class PartitionCommitter:
             # Readers reach an archived partition through Hadoop's HarFileSystem.
             location=har_location(self.location.uri_of(final)) if item.archived else None,
         )
+        if current is not None:  # an existing partition: its INSERT lists the new files
+            names = [ARCHIVE_NAME] if item.archived else [stat.name for stat in item.files]
+            move = dataclasses.replace(move, added=tuple(names))
         if self.mode is WriteMode.OVERWRITE or item.archived:
             # Swap the whole directory: readers see the old or the new partition.
             return dataclasses.replace(move, trash=self.location.join(TRASH_DIR, self.job_id, spec))
         # File by file, so that a concurrent append to the same partition (allowed) never
         # collides with this one.
         files = [FileMove(stat.path, self._free_name(final, stat.path)) for stat in item.files]
+        if move.added:
+            move = dataclasses.replace(
+                move, added=tuple(posixpath.basename(file.target) for file in files)
+            )
         manifest = posixpath.join(item.directory, MANIFEST_NAME)
         if exists(self.fs, manifest):
             # The compaction audit record travels with the files, named per job.
@@ -259,6 +281,7 @@ class PartitionCommitter:
         compact: CompactHook | None,
         phases: dict[str, float],
         archives: bool = False,
+        announce: str | None = None,
     ) -> tuple[CommitRecord, CommitPlan]:
         """Steps 1-7 on output already staged by Spark; returns the record and the plan."""
         with writing(self.job_id):
@@ -270,7 +293,7 @@ class PartitionCommitter:
                 staged = [self._compact(compact, item, archives) for item in staged]
                 phases["compact"] = time.monotonic() - clock
             clock = time.monotonic()
-            plan = self.plan(staged, mark_set_done=mark_set_done)
+            plan = self.plan(staged, mark_set_done=mark_set_done, announce=announce)
             self.catalog.commits.begin(
                 self.job_id,
                 self.table.name,
@@ -278,6 +301,7 @@ class PartitionCommitter:
                 partitions=plan.specs,
                 plan=plan.to_json(),
                 started_at=started_at,
+                create_table=self.create_table,
             )
             phases["journal"] = time.monotonic() - clock
             try:
@@ -293,6 +317,7 @@ class PartitionCommitter:
                     self.job_id,
                     new_partitions(plan, self.location),
                     mark_set_done=mark_set_done,
+                    announce=announce,
                 )
                 phases["register"] = time.monotonic() - clock
             except Exception as exc:

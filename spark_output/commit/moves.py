@@ -91,6 +91,7 @@ def new_partitions(plan: CommitPlan, location: TableLocation) -> list[NewPartiti
             file_count=entry.file_count,
             total_bytes=entry.bytes,
             archived=entry.archived,
+            files=tuple(location.uri_of(posixpath.join(entry.final, name)) for name in entry.added),
         )
         for entry in plan.partitions
     ]

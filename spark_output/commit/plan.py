@@ -50,6 +50,8 @@ class PartitionMove:
         trash: with :attr:`MoveKind.DIR`, where the replaced directory is moved.
         new_dir: with :attr:`MoveKind.FILES`, ``final`` did not exist before.
         files: with :attr:`MoveKind.FILES`, the files to move.
+        added: for a partition that exists already, the names of the files the write puts
+            in it (its INSERT message lists them).
     """
 
     spec: str
@@ -63,6 +65,7 @@ class PartitionMove:
     trash: str | None = None
     new_dir: bool = False
     files: tuple[FileMove, ...] = ()
+    added: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -76,6 +79,8 @@ class PartitionMove:
         }
         if self.location is not None:
             data["location"] = self.location
+        if self.added:
+            data["added"] = list(self.added)
         if self.kind is MoveKind.DIR:
             data["trash"] = self.trash
         else:
@@ -102,6 +107,7 @@ class PartitionMove:
             trash=data.get("trash"),
             new_dir=bool(data.get("new_dir", False)),
             files=tuple(FileMove(str(s), str(t)) for s, t in data.get("files", [])),
+            added=tuple(str(name) for name in data.get("added", ())),
         )
 
 
@@ -129,6 +135,7 @@ class CommitPlan:
         table_uri: the table's location string.
         partitions: one move per partition, in spec order.
         mark_set_done: the partial spec announced with the commit, if any.
+        announce: ``partition`` or ``write`` when the writer chose one (None: the table's).
     """
 
     owner: Owner
@@ -138,6 +145,7 @@ class CommitPlan:
     table_uri: str
     partitions: tuple[PartitionMove, ...]
     mark_set_done: Mapping[str, str | None] | None = None
+    announce: str | None = None
 
     @property
     def specs(self) -> list[str]:
@@ -153,6 +161,7 @@ class CommitPlan:
             "table_uri": self.table_uri,
             "partitions": [move.to_json() for move in self.partitions],
             "mark_set_done": dict(self.mark_set_done) if self.mark_set_done is not None else None,
+            "announce": self.announce,
         }
 
     @classmethod
@@ -171,4 +180,5 @@ class CommitPlan:
             table_uri=str(data.get("table_uri") or data["table_path"]),
             partitions=tuple(PartitionMove.from_json(item) for item in data["partitions"]),
             mark_set_done=data.get("mark_set_done"),
+            announce=data.get("announce"),
         )

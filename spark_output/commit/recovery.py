@@ -133,7 +133,10 @@ def recover(
         record: CommitRecord | None = None
         if all(moves_done(filesystem, item) for item in plan.partitions):
             record = catalog.commits.complete(
-                entry.job_id, new_partitions(plan, location), mark_set_done=plan.mark_set_done
+                entry.job_id,
+                new_partitions(plan, location),
+                mark_set_done=plan.mark_set_done,
+                announce=plan.announce,
             )
             action = RecoveryAction.ROLLED_FORWARD
         else:

@@ -28,6 +28,7 @@ from urllib.parse import unquote_plus
 
 import pyarrow.fs as pafs
 
+from hcat_notify import storage_location
 from spark_output.compaction.manifest import write_manifest
 from spark_output.compaction.read import parquet_or_orc_rows
 from spark_output.compaction.result import PartitionCompaction
@@ -228,18 +229,8 @@ def har_location(partition_uri: str) -> str:
     return har_uri(partition_uri.rstrip("/") + "/" + ARCHIVE_NAME)
 
 
-def archive_storage_location(location: str) -> str:
-    """Where a location's files are stored: for ``har://<scheme>-<authority>/…/x.har[/inner]``
-    the archive directory on the underlying filesystem (the inverse of :func:`har_uri`),
-    else ``location`` itself."""
-    scheme, authority, path = split_location(location)
-    if scheme != "har":
-        return location
-    under, _, host = authority.partition("-")
-    segments = path.split("/")
-    archive = next((i for i, s in enumerate(segments) if s.endswith(".har")), len(segments) - 1)
-    path = "/".join(segments[: archive + 1])
-    return f"file://{path}" if under == "file" else f"{under}://{host}{path}"
+archive_storage_location = storage_location
+"""Where a location's files are stored (:func:`hcat_notify.storage_location`)."""
 
 
 # --------------------------------------------------------------------------- writing

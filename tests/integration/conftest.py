@@ -25,10 +25,19 @@ def delivery_catalog(delivery_settings: Settings) -> Iterator[Catalog]:
 
 
 @pytest.fixture
-def clicks(delivery_catalog: Catalog) -> TableInfo:
-    """A table with a database name of its own, so no two tests share a topic."""
-    return delivery_catalog.create_table(
+def clicks(delivery_settings: Settings, delivery_catalog: Catalog) -> TableInfo:
+    """A table with a database name of its own, so no two tests share a topic.
+
+    Its CREATE_TABLE (event 1, on the prefix topic) is published before the test starts:
+    the tests that use it are about what comes after.
+    """
+    from hcat_notify.relay import Relay
+
+    info = delivery_catalog.create_table(
         f"d{uuid.uuid4().hex[:10]}.clicks",
         location="/data/clicks",
         partition_keys=["datestamp", "region"],
     )
+    with Relay(delivery_settings, catalog=delivery_catalog) as relay:
+        assert relay.drain() == 1
+    return info

@@ -23,6 +23,7 @@ from hcat_notify.broker import (
 from hcat_notify.config import Settings, load_settings
 from hcat_notify.model.topics import destination_for
 from hcat_notify.relay import Relay, RelayConfig
+from hcat_notify.store import Catalog, OutboxEvent
 
 
 def broker_settings(broker: Any, home: Path, db_url: str, timeout: float = 5) -> Settings:
@@ -193,3 +194,8 @@ class CliProcess:
                 collected.append(self.lines.get(timeout=quiet))
             except queue.Empty:
                 return collected
+
+
+def changes(catalog: Catalog) -> list[OutboxEvent]:
+    """The outbox less table events (CREATE_TABLE, DROP_TABLE): what a test's writes said."""
+    return [e for e in catalog.events(limit=100_000) if not e.event_type.about_table]

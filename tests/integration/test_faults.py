@@ -15,7 +15,7 @@ from hcat_notify.config import Settings
 from hcat_notify.consumer import NotificationConsumer, Source
 from hcat_notify.store import Catalog, NewPartition, TableInfo
 from hcat_notify.writer import send_mark_set_done
-from tests.integration.delivery import CLI, Recorder, cli_env, running_relay
+from tests.integration.delivery import CLI, Recorder, changes, cli_env, running_relay
 from tests.integration.failover import silent_listener
 
 pytestmark = pytest.mark.integration
@@ -40,7 +40,7 @@ def _finish(process: subprocess.Popen[str], timeout: float = 60) -> str:
 
 
 def _published(catalog: Catalog) -> int:
-    return len(catalog.events(limit=1_000_000)) - catalog.outbox_backlog()[0]
+    return len(changes(catalog)) - catalog.outbox_backlog()[0]
 
 
 def _collect(consumer: NotificationConsumer, count: int, timeout: float = 60.0) -> list[int]:
@@ -115,7 +115,7 @@ def test_relay_killed_mid_batch_loses_nothing(
                     for n in range(start, start + 500)
                 ],
             )
-        ids = [e.event_id for e in delivery_catalog.events(limit=total)]
+        ids = [e.event_id for e in changes(delivery_catalog)]
         relay = _relay_process(delivery_settings, "--batch-size", "10", "--session-timeout", "2")
         try:
             deadline = time.monotonic() + 60
@@ -164,7 +164,7 @@ def test_sigterm_stops_the_relay_cleanly(
             relay.kill()
         recorder.close()
     progress = delivery_catalog.group.progress()[clicks.topic]
-    published = {e.event_id for e in delivery_catalog.events(limit=1000) if e.event_id <= progress}
+    published = {e.event_id for e in changes(delivery_catalog) if e.event_id <= progress}
     assert published  # it did publish before stopping
     assert published <= wire  # no progress recorded past what the broker took
 

@@ -23,7 +23,7 @@ from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
 from hcat_notify.model.wire import build_mark_set_done, with_event_id
 from hcat_notify.store import Catalog, TableInfo
 from hcat_notify.store.models import EventCounterRow, OutboxActionRow, OutboxRow
-from tests.integration.delivery import CliProcess, Recorder, run_cli, running_relay
+from tests.integration.delivery import CliProcess, Recorder, changes, run_cli, running_relay
 
 pytestmark = pytest.mark.integration
 
@@ -213,7 +213,7 @@ def test_the_door_refuses_a_spec_too_long_for_hive_and_the_broker(
     assert result.stderr.startswith("hcat-notify: error: partition spec 'datestamp=%2F")
     assert "at most 767" in result.stderr
     assert result.stderr.count("\n") == 1
-    assert delivery_catalog.events() == []
+    assert changes(delivery_catalog) == []
 
 
 def test_a_wrong_broker_password_stops_the_relay_with_one_clear_line(

@@ -41,11 +41,22 @@ import org.apache.activemq.ActiveMQConnectionFactory;
  *                                           --client-id), removed when the probe ends
  *   --distinct PROP    JMS_PROBE_DISTINCT   count messages with distinct values of this
  *                                           property (repeats are printed, not counted)
+ *   --hive true        JMS_PROBE_HIVE       also parse each TextMessage with Hive 2.3's
+ *                                           JSONMessageDeserializer (needs the Hive jars
+ *                                           PySpark ships on the class path)
  * </pre>
  *
  * <p>The URL may be a failover URL ({@code failover:(tcp://a:61616,tcp://b:61617)}): the
  * client then moves to whichever broker serves, and a durable subscription keeps what
  * was published while it moved.
+ *
+ * <p>With {@code --hive true} each message's JSON gains {@code hive}: what Hive's reader
+ * made of the body, chosen by the {@code HCAT_EVENT} property as Hive's
+ * {@code MessageDeserializer} does, after {@code checkValid()} ({@code eventType},
+ * {@code db}, {@code table}, {@code server}, {@code servicePrincipal}, {@code timestamp},
+ * and {@code partitions}, {@code partitionKeyValues}, {@code files} where the message
+ * type has them), or {@code hiveError}: why it could not. Hive is reached by reflection,
+ * so the probe compiles and runs without its jars when this is off.
  *
  * <p>Output (stdout, UTF-8, pure ASCII since every non-ASCII char is \\u-escaped): one
  * line {@code READY} once the consumer is registered at the broker (creating a consumer
@@ -62,6 +73,8 @@ public final class JmsProbe {
     static final int EXIT_TIMEOUT = 2;
     static final int EXIT_TOO_MANY = 3;
     static final int EXIT_USAGE = 64;
+
+    private static boolean hive;
 
     private JmsProbe() {
     }
@@ -83,6 +96,7 @@ public final class JmsProbe {
         String password = opt(opts, "password", "JMS_PROBE_PASSWORD", null);
         String topicName = opt(opts, "topic", "JMS_PROBE_TOPIC", null);
         String selector = opt(opts, "selector", "JMS_PROBE_SELECTOR", null);
+        hive = Boolean.parseBoolean(opt(opts, "hive", "JMS_PROBE_HIVE", "false"));
         if (selector != null && selector.isEmpty()) {
             selector = null;
         }
@@ -278,6 +292,9 @@ public final class JmsProbe {
         }
         field(sb, "text").append(quote(text)).append(',');
         field(sb, "textError").append(quote(textError)).append(',');
+        if (hive && text != null) {
+            hiveJson(sb, message.getStringProperty("HCAT_EVENT"), text);
+        }
         if (message instanceof BytesMessage) {
             BytesMessage bytes = (BytesMessage) message;
             byte[] data = new byte[(int) bytes.getBodyLength()];
@@ -325,6 +342,100 @@ public final class JmsProbe {
         field(sb, "jmsMessageId").append(id == null ? "null" : quote(id));
         sb.append('}');
         return sb.toString();
+    }
+
+    /** Hive's deserializer method for each HCAT_EVENT, as its MessageDeserializer maps them. */
+    private static String hiveMethod(String event) {
+        switch (event == null ? "" : event) {
+            case "ADD_PARTITION":
+                return "getAddPartitionMessage";
+            case "DROP_PARTITION":
+                return "getDropPartitionMessage";
+            case "INSERT":
+                return "getInsertMessage";
+            case "CREATE_TABLE":
+                return "getCreateTableMessage";
+            case "DROP_TABLE":
+                return "getDropTableMessage";
+            default:
+                return null;
+        }
+    }
+
+    private static void hiveJson(StringBuilder sb, String event, String text) {
+        String method = hiveMethod(event);
+        if (method == null) {
+            field(sb, "hiveError").append(quote("Hive has no message type " + event)).append(',');
+            return;
+        }
+        try {
+            Class<?> type = Class.forName(
+                    "org.apache.hadoop.hive.metastore.messaging.json.JSONMessageDeserializer");
+            Object deserializer = type.getDeclaredConstructor().newInstance();
+            Object parsed = type.getMethod(method, String.class).invoke(deserializer, text);
+            parsed.getClass().getMethod("checkValid").invoke(parsed);
+            StringBuilder out = new StringBuilder();
+            out.append('{');
+            field(out, "class").append(quote(parsed.getClass().getSimpleName()));
+            String[][] getters = {
+                {"eventType", "getEventType"}, {"db", "getDB"}, {"table", "getTable"},
+                {"server", "getServer"}, {"servicePrincipal", "getServicePrincipal"},
+                {"timestamp", "getTimestamp"}, {"partitions", "getPartitions"},
+                {"partitionKeyValues", "getPartitionKeyValues"}, {"files", "getFiles"},
+            };
+            for (String[] getter : getters) {
+                java.lang.reflect.Method m;
+                try {
+                    m = parsed.getClass().getMethod(getter[1]);
+                } catch (NoSuchMethodException e) {
+                    continue;
+                }
+                Object value = m.invoke(parsed);
+                out.append(',');
+                field(out, getter[0]).append(jsonValue(value));
+            }
+            out.append('}');
+            field(sb, "hive").append(out).append(',');
+        } catch (java.lang.reflect.InvocationTargetException e) {
+            field(sb, "hiveError").append(quote(describe(e.getCause()))).append(',');
+        } catch (ReflectiveOperationException | LinkageError e) {
+            field(sb, "hiveError").append(quote(describe(e))).append(',');
+        }
+    }
+
+    /** A getter's value as JSON: maps, lists and iterables as such, numbers as numbers. */
+    static String jsonValue(Object value) {
+        if (value == null) {
+            return "null";
+        }
+        if (value instanceof Number || value instanceof Boolean) {
+            return String.valueOf(value);
+        }
+        if (value instanceof Map) {
+            StringBuilder sb = new StringBuilder("{");
+            boolean first = true;
+            for (Map.Entry<?, ?> e : ((Map<?, ?>) value).entrySet()) {
+                if (!first) {
+                    sb.append(',');
+                }
+                first = false;
+                sb.append(quote(String.valueOf(e.getKey()))).append(':').append(jsonValue(e.getValue()));
+            }
+            return sb.append('}').toString();
+        }
+        if (value instanceof Iterable) {
+            StringBuilder sb = new StringBuilder("[");
+            boolean first = true;
+            for (Object item : (Iterable<?>) value) {
+                if (!first) {
+                    sb.append(',');
+                }
+                first = false;
+                sb.append(jsonValue(item));
+            }
+            return sb.append(']').toString();
+        }
+        return quote(String.valueOf(value));
     }
 
     private static StringBuilder field(StringBuilder sb, String name) {

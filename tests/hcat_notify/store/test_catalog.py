@@ -33,6 +33,11 @@ from hcat_notify.store.models import Base, OutboxRow, PartitionRow, RetentionRow
 pytestmark = pytest.mark.integration
 
 
+def _changes(catalog: Catalog):
+    """Pending events other than the CREATE_TABLE of the tables a test made."""
+    return [e for e in catalog.pending_events() if e.event_type is not EventType.CREATE_TABLE]
+
+
 def _make_clicks(catalog: Catalog, **kwargs):
     return catalog.create_table(
         "web.clicks",
@@ -277,14 +282,14 @@ def test_add_partitions_registers_rows_and_announces_each(catalog: Catalog):
         "datestamp=20110228/region=us",
         "datestamp=20110228/region=eu",
     ]
-    assert [p.event_id for p in added] == [1, 2]
+    assert [p.event_id for p in added] == [2, 3]  # 1 is the table's CREATE_TABLE
     listed = catalog.list_partitions("web.clicks")
     assert {p.spec.to_path() for p in listed} == {
         "datestamp=20110228/region=us",
         "datestamp=20110228/region=eu",
     }
     assert {p.job_id for p in listed} == {"job-1"}
-    events = catalog.pending_events()
+    events = _changes(catalog)
     assert [e.event_type for e in events] == [EventType.ADD_PARTITION] * 2
     body = json.loads(events[0].body)
     assert body["partitions"] == [{"datestamp": "20110228", "region": "us"}]
@@ -292,7 +297,7 @@ def test_add_partitions_registers_rows_and_announces_each(catalog: Catalog):
     assert body["location"] == "/data/web/clicks/datestamp=20110228/region=us"
     assert body["fileCount"] == 3
     assert body["bytes"] == 300
-    assert events[0].headers["HCAT_EVENT_ID"] == "1"
+    assert events[0].headers["HCAT_EVENT_ID"] == "2"
     assert events[0].topic == "hcat.web.clicks"
 
 
@@ -381,7 +386,7 @@ def test_bad_partition_specs_write_nothing(catalog: Catalog, spec, error, match)
     with pytest.raises(error, match=match):
         catalog.add_partitions("web.clicks", [NewPartition(spec, "/x")])
     assert _counts(catalog)["hcat_partitions"] == 0
-    assert _counts(catalog)["hcat_outbox"] == 0
+    assert _counts(catalog)["hcat_outbox"] == 1  # the table's CREATE_TABLE
 
 
 @pytest.mark.parametrize(
@@ -405,7 +410,7 @@ def test_awkward_values_round_trip_through_the_store(catalog: Catalog, value):
     (listed,) = catalog.list_partitions("web.clicks", {"datestamp": value})
     assert listed.spec.as_dict() == {"datestamp": value, "region": None}
     assert PartitionSpec.parse(listed.spec.to_path()) == listed.spec
-    body = json.loads(catalog.pending_events()[0].body)
+    body = json.loads(_changes(catalog)[0].body)
     assert body["partitions"] == [{"datestamp": value, "region": "__HIVE_DEFAULT_PARTITION__"}]
     assert added.spec == listed.spec
 
@@ -448,7 +453,7 @@ def test_mark_set_done_writes_retention_row_and_event_together(catalog: Catalog)
     assert retained.event_id == event_id
     assert retained.spec.to_path() == "datestamp=20110228/region=us"
     assert retained.expires_at - retained.created_at == timedelta(hours=5)
-    (event,) = catalog.pending_events()
+    (event,) = _changes(catalog)
     assert event.event_id == event_id
     assert event.event_type is EventType.MARK_SET_DONE
     assert event.headers["HCAT_SPEC"] == "datestamp=20110228/region=us"
@@ -458,7 +463,7 @@ def test_mark_set_done_writes_retention_row_and_event_together(catalog: Catalog)
 def test_mark_set_done_keys_are_sorted_lexically(catalog: Catalog):
     catalog.create_table("web.logs", location="/l", partition_keys=["zone", "datestamp"])
     catalog.mark_set_done("web.logs", {"zone": "z1", "datestamp": "d"})
-    (event,) = catalog.pending_events()
+    (event,) = _changes(catalog)
     assert event.headers["HCAT_SPEC"] == "datestamp=d/zone=z1"
     assert list(json.loads(event.body)["partitionSpec"]) == ["datestamp", "zone"]
 
@@ -476,7 +481,7 @@ def test_bad_mark_set_done_writes_nothing(catalog: Catalog, spec, error):
     with pytest.raises(error):
         catalog.mark_set_done("web.clicks", spec)
     assert _counts(catalog)["hcat_mark_set_done"] == 0
-    assert _counts(catalog)["hcat_outbox"] == 0
+    assert _counts(catalog)["hcat_outbox"] == 1  # the table's CREATE_TABLE
 
 
 def test_covering_done_lookup(catalog: Catalog):
@@ -522,7 +527,7 @@ def test_expired_dones_are_hidden_and_swept_in_batches(settings: Settings):
         assert _counts(catalog)["hcat_mark_set_done"] == 1
         assert catalog.sweep_expired() == 0
         # The outbox keeps its events: retention only governs the retention table.
-        assert len(catalog.events()) == len(old) + 1
+        assert len(catalog.events()) == len(old) + 2  # and the CREATE_TABLE
 
 
 def test_retained_dones_cursor_and_tables(catalog: Catalog):
@@ -567,7 +572,7 @@ def test_event_ids_are_monotonic_across_kinds_and_writers(catalog: Catalog):
         thread.join(120)
     assert errors == []
     ids = [event.event_id for event in catalog.events(limit=1000)]
-    assert ids == list(range(1, 31))  # gapless, unique, in order
+    assert ids == list(range(1, 32))  # the CREATE_TABLE, then 30: gapless, unique, in order
 
 
 # -- unreachable databases -------------------------------------------------------------------

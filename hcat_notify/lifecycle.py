@@ -1,0 +1,260 @@
+"""Lifecycle work that touches files: discovering partitions, dropping with ``--purge``.
+
+:func:`discover_partitions` is Hive's ``MSCK REPAIR TABLE``: it walks a table's location
+for ``k=v/...`` directories (decoded exactly as Spark names them) that hold data files
+and are not registered, and registers and announces them in one transaction.
+:func:`drop_partitions` and :func:`drop_table` unregister and announce first, then (with
+``purge``) delete the files: a failed delete leaves files nobody reads, never a registry
+that points at nothing. The registry work itself is :mod:`hcat_notify.store.lifecycle`.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pyarrow import fs as pafs
+
+from hcat_notify.errors import InvalidInputError, InvalidSpecError
+from hcat_notify.files import TableLocation, is_hidden, list_data_files, storage_location
+from hcat_notify.model.names import TableName
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.store.catalog import Catalog
+from hcat_notify.store.lifecycle import DroppedPartitions, DroppedTable, Registration
+from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
+
+__all__ = [
+    "Discovery",
+    "Purge",
+    "discover_partitions",
+    "drop_partitions",
+    "drop_table",
+    "purge_partitions",
+]
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[int, int, str], None]
+
+
+def _no_progress(done: int, total: int, item: str) -> None:
+    """The default progress callback: nothing to show."""
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What :func:`discover_partitions` found.
+
+    Attributes:
+        table: ``db.table``.
+        found: partitions on disk that are not registered (registered now unless a dry run).
+        foreign: directories (or files) that are not partitions of the table, with why.
+        empty: partition directories without data files (not registered).
+        registration: what was registered and announced (None for a dry run, or nothing).
+    """
+
+    table: str
+    found: tuple[NewPartition, ...]
+    foreign: tuple[tuple[str, str], ...]
+    empty: tuple[str, ...]
+    dry_run: bool
+    registration: Registration | None = None
+
+
+@dataclass
+class Purge:
+    """What a purge deleted, and what it could not."""
+
+    deleted: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def _walk(
+    table: TableInfo, root: TableLocation, progress: Progress
+) -> tuple[list[NewPartition], list[tuple[str, str]], list[str]]:
+    keys = table.partition_keys
+    found: list[NewPartition] = []
+    foreign: list[tuple[str, str]] = []
+    empty: list[str] = []
+    frontier = [(root.path, 0)]
+    listed = 0
+    while frontier:
+        directory, depth = frontier.pop()
+        entries = root.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+        listed += 1
+        progress(listed, listed + len(frontier), posixpath.relpath(directory, root.path))
+        for entry in sorted(entries, key=lambda info: info.base_name):
+            if is_hidden(entry.base_name):
+                continue  # _SUCCESS, .crc, _hcat_staging, _hcat_compacted, ...
+            relative = posixpath.relpath(entry.path, root.path)
+            if entry.type != pafs.FileType.Directory:
+                if depth < len(keys):
+                    foreign.append((relative, "a file outside any partition directory"))
+                continue
+            if depth >= len(keys):
+                continue  # a subdirectory inside a partition: readers do not look there
+            try:
+                spec = PartitionSpec.parse(relative)  # decodes %XX exactly as Spark does
+            except InvalidInputError as exc:
+                foreign.append((relative, str(exc)))
+                continue
+            if spec.keys[-1] != keys[depth]:
+                foreign.append(
+                    (relative, f"expected {keys[depth]}=VALUE here, found key {spec.keys[-1]!r}")
+                )
+                continue
+            if depth + 1 < len(keys):
+                frontier.append((entry.path, depth + 1))
+                continue
+            try:
+                spec = spec.for_table(keys, partial=False)  # the limits of a partition name
+            except InvalidInputError as exc:
+                foreign.append((relative, str(exc)))
+                continue
+            files = list_data_files(root.fs, entry.path)
+            if not files:
+                empty.append(relative)
+                continue
+            found.append(
+                NewPartition(
+                    spec,
+                    root.uri_of(entry.path),
+                    file_count=len(files),
+                    total_bytes=sum(stat.size for stat in files),
+                )
+            )
+    return found, foreign, empty
+
+
+def discover_partitions(
+    catalog: Catalog,
+    table: TableName | str,
+    *,
+    dry_run: bool = False,
+    skip_foreign: bool = False,
+    announce: str | None = None,
+    progress: Progress = _no_progress,
+) -> Discovery:
+    """Register (and announce) the partitions on disk that the catalog does not know.
+
+    Like Hive's ``MSCK REPAIR TABLE`` with ``hive.msck.path.validation=throw`` (its
+    default): a directory that is not ``key=value`` of the table's next key refuses the
+    whole run, unless ``skip_foreign``, which registers the rest and reports them.
+
+    Raises:
+        TableNotFoundError: no such table.
+        InvalidInputError: the table's location cannot be listed, or (without
+            ``skip_foreign``) foreign directories were found; nothing is registered.
+    """
+    info = catalog.get_table(table)
+    try:
+        root = TableLocation.parse(info.location)
+        found, foreign, empty = _walk(info, root, progress)
+    except (OSError, ValueError) as exc:
+        raise InvalidInputError(f"cannot list the location of {info.name}: {exc}") from exc
+    if foreign and not skip_foreign:
+        where, why = foreign[0]
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise InvalidSpecError(
+            f"{info.location} holds {where}{more}, which is not a partition directory of "
+            f"{info.name}: {why}; nothing was registered (move it away, or pass "
+            "--skip-foreign to register the rest)"
+        )
+    registered = catalog.partitions_at(info.name, [item.spec for item in found])
+    new = tuple(
+        item
+        for item in found
+        if isinstance(item.spec, PartitionSpec) and item.spec.to_path() not in registered
+    )
+    registration = None
+    if new and not dry_run:
+        registration = catalog.lifecycle.register_partitions(info.name, new, announce=announce)
+    return Discovery(str(info.name), new, tuple(foreign), tuple(empty), dry_run, registration)
+
+
+def _partition_directory(location: str) -> TableLocation:
+    stored = storage_location(location)
+    where = TableLocation.parse(stored)
+    if stored != location:  # an archive: the partition is the directory that holds it
+        return TableLocation(where.fs, posixpath.dirname(where.path), posixpath.dirname(stored))
+    return where
+
+
+def purge_partitions(
+    partitions: Sequence[PartitionInfo], progress: Progress = _no_progress
+) -> Purge:
+    """Delete the directories of dropped partitions; report what could not be deleted."""
+    outcome = Purge()
+    for done, partition in enumerate(partitions, start=1):
+        try:
+            where = _partition_directory(partition.location)
+            if where.fs.get_file_info(where.path).type != pafs.FileType.NotFound:
+                where.fs.delete_dir(where.path)
+            outcome.deleted.append(partition.location)
+        except (OSError, ValueError) as exc:
+            outcome.errors.append(f"{partition.location}: {exc}")
+        progress(done, len(partitions), partition.spec.to_path())
+    return outcome
+
+
+def _check_purge(info: TableInfo) -> None:
+    if info.table_type == "EXTERNAL_TABLE":
+        raise InvalidInputError(
+            f"{info.name} is an EXTERNAL_TABLE: its files belong to another system, so "
+            "--purge is refused (as Hive keeps an external table's data); nothing was dropped"
+        )
+
+
+def drop_partitions(
+    catalog: Catalog,
+    table: TableName | str,
+    spec: PartitionSpec | Mapping[str, str | None],
+    *,
+    purge: bool = False,
+    progress: Progress = _no_progress,
+) -> tuple[DroppedPartitions, Purge]:
+    """Unregister and announce every partition matching ``spec``; with ``purge`` then
+    delete their directories.
+
+    Raises:
+        TableNotFoundError, InvalidInputError, ConcurrentWriteError: see
+            :meth:`~hcat_notify.store.lifecycle.TableLifecycle.drop_partitions`;
+            ``purge`` on an external table.
+    """
+    if purge:
+        _check_purge(catalog.get_table(table))
+    dropped = catalog.lifecycle.drop_partitions(table, spec)
+    return dropped, purge_partitions(dropped.partitions, progress) if purge else Purge()
+
+
+def drop_table(
+    catalog: Catalog,
+    table: TableName | str,
+    *,
+    purge: bool = False,
+    progress: Progress = _no_progress,
+) -> tuple[DroppedTable, Purge]:
+    """Unregister and announce a table (with its partitions and retained dones); with
+    ``purge`` then delete its location and any partition directory outside it."""
+    info = catalog.get_table(table)
+    if purge:
+        _check_purge(info)
+    dropped = catalog.lifecycle.drop_table(info.name, purged=purge)
+    if not purge:
+        return dropped, Purge()
+    root = TableLocation.parse(info.location)
+    outside = [
+        partition
+        for partition in dropped.partitions
+        if not _partition_directory(partition.location).path.startswith(root.path + "/")
+    ]
+    outcome = purge_partitions(outside, progress)
+    try:
+        if root.fs.get_file_info(root.path).type != pafs.FileType.NotFound:
+            root.fs.delete_dir(root.path)
+        outcome.deleted.append(info.location)
+    except OSError as exc:
+        outcome.errors.append(f"{info.location}: {exc}")
+    return dropped, outcome

@@ -1,0 +1,235 @@
+"""A table's lifecycle beyond writes: registering existing files, drops, table drops.
+
+Each operation is one transaction that changes the registry and adds the events that
+announce the change (ADD_PARTITION, DROP_PARTITION, DROP_TABLE, and the MARK_SET_DONE
+if asked), so the two never disagree. ``catalog.lifecycle`` is the facade; files are
+not touched here (measuring and purging them is :mod:`hcat_notify.lifecycle`'s).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+from sqlalchemy import delete, select
+
+from hcat_notify.errors import ConcurrentWriteError, InvalidInputError
+from hcat_notify.model.changes import AnnounceMode, PartitionChange, announce_mode
+from hcat_notify.model.events import EventType
+from hcat_notify.model.names import TableName
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.wire import PartitionDetails
+from hcat_notify.store import partitions as partition_ops
+from hcat_notify.store.announce import announce_partitions, announce_table
+from hcat_notify.store.models import CommitJournalRow, PartitionRow, RetentionRow, TableRow
+from hcat_notify.store.records import (
+    JournalState,
+    NewPartition,
+    PartitionInfo,
+    TableInfo,
+    as_table_name,
+)
+from hcat_notify.store.retention import add_mark_set_done
+from hcat_notify.store.tables import info_of
+from hcat_notify.store.tx import Tx
+
+__all__ = [
+    "DroppedPartitions",
+    "DroppedTable",
+    "Registration",
+    "TableLifecycle",
+    "drop_table_rows",
+]
+
+logger = logging.getLogger(__name__)
+
+SpecLike = PartitionSpec | Mapping[str, str | None]
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What :meth:`TableLifecycle.register_partitions` registered and announced."""
+
+    partitions: tuple[PartitionInfo, ...]
+    done_event_id: int | None = None
+
+    @property
+    def event_ids(self) -> tuple[int, ...]:
+        """The ADD_PARTITION events, each once (a batch announces many partitions)."""
+        seen = dict.fromkeys(p.event_id for p in self.partitions if p.event_id is not None)
+        return tuple(seen)
+
+
+@dataclass(frozen=True)
+class DroppedPartitions:
+    """Dropped partitions (with their locations, for a purge) and the DROP_PARTITION events."""
+
+    partitions: tuple[PartitionInfo, ...]
+    event_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DroppedTable:
+    """A dropped table: its definition, the partitions that went with it, its events."""
+
+    table: TableInfo
+    partitions: tuple[PartitionInfo, ...]
+    event_ids: tuple[int, ...]
+
+
+def _pending_claims(tx: Tx, table_id: int) -> list[CommitJournalRow]:
+    return list(
+        tx.session.scalars(
+            select(CommitJournalRow).where(
+                CommitJournalRow.table_id == table_id,
+                CommitJournalRow.state == JournalState.PENDING.value,
+            )
+        )
+    )
+
+
+def drop_table_rows(tx: Tx, row: TableRow) -> None:
+    """Delete a table's row and everything that hangs off it (partitions, retained
+    dones, journal entries): explicitly, whatever the backend does with foreign keys."""
+    for model in (PartitionRow, RetentionRow, CommitJournalRow):
+        tx.session.execute(delete(model).where(model.table_id == row.id))
+    tx.session.delete(row)
+
+
+class TableLifecycle:
+    """Lifecycle operations of one catalog (``catalog.lifecycle``).
+
+    Args:
+        transaction: opens a :class:`Tx` of the catalog (``write=True`` for writers).
+    """
+
+    def __init__(self, transaction: Callable[..., AbstractContextManager[Tx]]) -> None:
+        self._transaction = transaction
+
+    def register_partitions(
+        self,
+        table: TableName | str,
+        new: Sequence[NewPartition],
+        *,
+        mark_set_done: SpecLike | None = None,
+        announce: AnnounceMode | str | None = None,
+        job_id: str | None = None,
+    ) -> Registration:
+        """Register partitions whose files exist already, announce them (and the done).
+
+        One transaction: the rows, their ADD_PARTITION events (per partition or per
+        write: ``announce`` overrides the table's property) and the MARK_SET_DONE.
+
+        Raises:
+            TableNotFoundError: no such table.
+            InvalidInputError: no partitions, a spec that is not a full spec of the table,
+                a bad done spec or announce mode.
+            PartitionExistsError: a partition is registered already (nothing is written).
+        """
+        name = as_table_name(table)
+        if not new:
+            raise InvalidInputError(f"no partitions to register in {name}")
+        with self._transaction(write=True) as tx:
+            row = tx.table_row(name, lock=True)
+            info = info_of(row)
+            done = info.spec(mark_set_done, partial=True).sorted() if mark_set_done else None
+            registered = partition_ops.add_partitions(
+                tx, row, new, job_id=job_id, mode=announce_mode(info.properties, announce)
+            )
+            done_id = add_mark_set_done(tx, row, info, done) if done is not None else None
+        logger.info("registered %d partition(s) of %s", len(registered), name)
+        return Registration(tuple(registered), done_id)
+
+    def drop_partitions(
+        self,
+        table: TableName | str,
+        spec: SpecLike,
+        *,
+        announce: AnnounceMode | str | None = None,
+    ) -> DroppedPartitions:
+        """Unregister every partition matching ``spec`` (a partial spec drops many) and
+        announce each drop (DROP_PARTITION, per partition or per drop as the table's
+        announce mode says), in one transaction. Files are not touched.
+
+        Returns:
+            The dropped partitions and the events that announce the drop.
+
+        Raises:
+            TableNotFoundError: no such table.
+            InvalidInputError: a key the table does not have, or no partition matches.
+            ConcurrentWriteError: a pending write claims one of the partitions.
+        """
+        name = as_table_name(table)
+        with self._transaction(write=True) as tx:
+            row = tx.table_row(name, lock=True)
+            info = info_of(row)
+            wanted = info.spec(spec, partial=True)
+            matching = partition_ops.list_partitions(tx, row, wanted)
+            if not matching:
+                raise InvalidInputError(f"no partition of {name} matches {wanted}")
+            paths = {partition.spec.to_path() for partition in matching}
+            for entry in _pending_claims(tx, row.id):
+                claimed = sorted(paths & set(entry.partitions))
+                if claimed:
+                    raise ConcurrentWriteError(
+                        f"partition {claimed[0]} of {name} is being written by job "
+                        f"{entry.job_id}; nothing was dropped (run 'hcat-notify recover' "
+                        "if that job is gone)"
+                    )
+            changes = [
+                PartitionChange(
+                    partition.spec,
+                    PartitionDetails(
+                        location=partition.location,
+                        file_count=partition.file_count,
+                        total_bytes=partition.total_bytes,
+                    ),
+                )
+                for partition in matching
+            ]
+            event_ids = announce_partitions(
+                tx,
+                info,
+                EventType.DROP_PARTITION,
+                changes,
+                mode=announce_mode(info.properties, announce),
+            )
+            for start in range(0, len(matching), 500):
+                chunk = sorted(paths)[start : start + 500]
+                tx.session.execute(
+                    delete(PartitionRow).where(
+                        PartitionRow.table_id == row.id, PartitionRow.path_spec.in_(chunk)
+                    )
+                )
+        logger.info("dropped %d partition(s) of %s matching %s", len(matching), name, wanted)
+        return DroppedPartitions(tuple(matching), tuple(dict.fromkeys(event_ids)))
+
+    def drop_table(self, table: TableName | str, *, purged: bool = False) -> DroppedTable:
+        """Unregister a table with its partitions, retained dones and journal entries,
+        and announce DROP_TABLE (on the prefix topic and the table's own), in one
+        transaction. Files are not touched; ``purged`` only tells the message whether
+        the caller deletes them.
+
+        Raises:
+            TableNotFoundError: no such table.
+            ConcurrentWriteError: a write of the table is pending.
+        """
+        name = as_table_name(table)
+        with self._transaction(write=True) as tx:
+            row = tx.table_row(name, lock=True)
+            info = info_of(row)
+            pending = _pending_claims(tx, row.id)
+            if pending:
+                raise ConcurrentWriteError(
+                    f"job {pending[0].job_id} is writing {name}; nothing was dropped (run "
+                    "'hcat-notify recover' if that job is gone)"
+                )
+            dropped = partition_ops.list_partitions(tx, row)
+            event_ids = announce_table(
+                tx, info, EventType.DROP_TABLE, partitions=len(dropped), purged=purged
+            )
+            drop_table_rows(tx, row)
+        logger.info("dropped table %s with %d partition(s)", name, len(dropped))
+        return DroppedTable(info, tuple(dropped), tuple(event_ids))

@@ -1,0 +1,33 @@
+"""Row counts of catalog tables, to show that a refused operation changed nothing."""
+
+from __future__ import annotations
+
+from sqlalchemy import create_engine, func, select
+
+from hcat_notify.store import Catalog
+from hcat_notify.store.models import (
+    CommitJournalRow,
+    OutboxRow,
+    PartitionRow,
+    RetentionRow,
+    TableRow,
+)
+
+__all__ = ["row_counts"]
+
+MODELS = (TableRow, PartitionRow, RetentionRow, OutboxRow, CommitJournalRow)
+
+
+def row_counts(catalog: Catalog) -> dict[str, int]:
+    """Rows of each catalog table that an operation may write, by table name."""
+    engine = create_engine(catalog.settings.database_url)
+    try:
+        with engine.connect() as connection:
+            return {
+                model.__tablename__: connection.execute(
+                    select(func.count()).select_from(model)
+                ).scalar_one()
+                for model in MODELS
+            }
+    finally:
+        engine.dispose()

@@ -1,0 +1,176 @@
+"""Export and import without Spark: the manifest, bad input, --replace, crash recovery."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hcat_notify.cli import main
+from hcat_notify.config import Settings, load_settings
+from hcat_notify.errors import InvalidInputError, PartitionExistsError, TableNotFoundError
+from hcat_notify.model.events import EventType
+from hcat_notify.store import Catalog
+from spark_output import CommitHooks
+from spark_output.commit import committer as committer_module
+from spark_output.transfer import ChecksumMismatchError, ManifestError, export_table, import_table
+from tests.counts import row_counts
+from tests.wire import validator
+
+pytestmark = pytest.mark.integration
+
+
+class SimulatedCrash(BaseException):
+    """Not an Exception: the committer does not clean up, as when the process dies."""
+
+
+@pytest.fixture
+def settings(db_url: str, tmp_path: Path) -> Settings:
+    return load_settings(home=tmp_path / "home", db_url=db_url)
+
+
+@pytest.fixture
+def catalog(settings: Settings):
+    with Catalog.open(settings) as opened:
+        yield opened
+
+
+@pytest.fixture
+def export(catalog: Catalog, tmp_path: Path) -> Path:
+    """An export of web.src (2 partitions of CSV files) at tmp_path/export."""
+    root = tmp_path / "src"
+    catalog.create_table(
+        "web.src", location=str(root), partition_keys=["ds", "region"], storage_format="csv"
+    )
+    for ds, region, text in (("1", "us", "a,1\n"), ("1", "a/b", "b,2\nc,3\n")):
+        where = root / f"ds={ds}" / f"region={region.replace('/', '%2F')}"
+        where.mkdir(parents=True)
+        (where / "part-0.csv").write_text(text)
+        catalog.register_partitions(
+            "web.src", {f"ds={ds}/region={region.replace('/', '%2F')}": str(where)}
+        )
+    export_table(catalog, "web.src", to=str(tmp_path / "export"))
+    return tmp_path / "export"
+
+
+_counts = row_counts
+
+
+def test_the_manifest_is_written_last_and_matches_its_schema(catalog: Catalog, export: Path):
+    manifest = json.loads((export / "_hcat_export.json").read_text())
+    validator("export_manifest.schema.json").validate(manifest)
+    assert manifest["partitionKeys"] == ["ds", "region"]
+    assert [p["spec"] for p in manifest["partitions"]] == ["ds=1/region=a%2Fb", "ds=1/region=us"]
+    first = manifest["partitions"][0]["files"][0]
+    assert (first["path"], first["size"]) == ("part-0.csv", 8)
+    assert (export / "data" / "ds=1" / "region=a%2Fb" / "part-0.csv").read_text() == "b,2\nc,3\n"
+    with pytest.raises(InvalidInputError, match="already holds an export"):
+        export_table(catalog, "web.src", to=str(export))
+
+
+def test_import_as_a_new_table_then_again_then_replace(catalog: Catalog, export: Path, tmp_path):
+    target = tmp_path / "dst"
+    first = import_table(catalog, str(export), target="web.dst", location=str(target))
+    assert first.table_created
+    assert sorted(first.partitions_created) == ["ds=1/region=a%2Fb", "ds=1/region=us"]
+    assert (target / "ds=1" / "region=a%2Fb" / "part-0.csv").read_text() == "b,2\nc,3\n"
+    assert not (target / "_hcat_staging").exists()
+    before = _counts(catalog)
+    again = import_table(catalog, str(export), target="web.dst")
+    assert again.already_imported
+    assert _counts(catalog) == before
+    # the source table itself: its partitions exist, refused unless --replace
+    with pytest.raises(PartitionExistsError, match="--replace"):
+        import_table(catalog, str(export))
+    assert _counts(catalog) == before
+    replaced = import_table(catalog, str(export), replace=True)
+    assert len(replaced.partitions_replaced) == 2
+    inserts = [e for e in catalog.events(limit=100) if e.event_type is EventType.INSERT]
+    assert [json.loads(e.body)["replace"] for e in inserts] == [True, True]
+
+
+def test_bad_exports_change_nothing(catalog: Catalog, export: Path, tmp_path: Path):
+    catalog.create_table("web.other", location=str(tmp_path / "o"), partition_keys=["day"])
+    before = _counts(catalog)
+    with pytest.raises(ManifestError, match=r"_hcat_export\.json is missing"):
+        import_table(catalog, str(tmp_path / "nowhere"), target="web.x")
+    with pytest.raises(InvalidInputError, match="partition keys"):
+        import_table(catalog, str(export), target="web.other")
+    (export / "data" / "ds=1" / "region=us" / "part-0.csv").write_text("a,2\n")  # same size
+    with pytest.raises(ChecksumMismatchError, match=r"data/ds=1/region=us/part-0\.csv"):
+        import_table(catalog, str(export), target="web.x", location=str(tmp_path / "x"))
+    with pytest.raises(InvalidInputError, match="exists but is not a registered partition"):
+        import_table(catalog, str(export), target="web.y", location=str(tmp_path / "src"))
+    manifest = export / "_hcat_export.json"
+    data = json.loads(manifest.read_text())
+    del data["partitions"][0]["files"]
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(ManifestError, match="corrupt export manifest"):
+        import_table(catalog, str(export), target="web.x", location=str(tmp_path / "x"))
+    manifest.write_text("{not json")
+    with pytest.raises(ManifestError, match="corrupt"):
+        import_table(catalog, str(export), target="web.x", location=str(tmp_path / "x"))
+    assert _counts(catalog) == before
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(TableNotFoundError):
+        catalog.get_table("web.x")
+
+
+def test_an_import_interrupted_after_its_moves_is_finished_by_recover(
+    catalog: Catalog, export: Path, tmp_path: Path, monkeypatch, db_url: str, capsys
+):
+    def crash(job_id: str) -> None:
+        raise SimulatedCrash(job_id)
+
+    real = committer_module.PartitionCommitter.__init__
+
+    def with_crash(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        self.hooks = CommitHooks(after_moves=crash)
+
+    monkeypatch.setattr(committer_module.PartitionCommitter, "__init__", with_crash)
+    with pytest.raises(SimulatedCrash):
+        import_table(catalog, str(export), target="web.dst", location=str(tmp_path / "dst"))
+    monkeypatch.undo()
+    with pytest.raises(TableNotFoundError):
+        catalog.get_table("web.dst")  # not registered until the transaction that completes it
+    assert (tmp_path / "dst" / "ds=1" / "region=us" / "part-0.csv").exists()  # moved
+    code = main(["--db-url", db_url, "-o", "json", "recover", "web.dst", "--force"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert json.loads(out)[0]["action"] == "rolled forward"
+    assert len(catalog.list_partitions("web.dst")) == 2
+    kinds = [e.event_type for e in catalog.events(limit=100) if e.table == "web.dst"]
+    assert kinds == [EventType.CREATE_TABLE, EventType.ADD_PARTITION, EventType.ADD_PARTITION]
+
+
+def test_export_and_import_commands(db_url: str, export: Path, tmp_path: Path, capsys):
+    code = main(
+        [
+            "--db-url",
+            db_url,
+            "-o",
+            "json",
+            "import",
+            str(export),
+            "--as",
+            "web.cli",
+            "--location",
+            str(tmp_path / "cli"),
+            "--mark-done",
+            "ds=1",
+        ]
+    )
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert summary["table_created"]
+    assert summary["done_event_id"] is not None
+    code = main(["--db-url", db_url, "export", "web.cli", "ds=1", "--to", str(export)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("hcat-notify: error: ")
+    assert "already holds an export" in err
+    code = main(["--db-url", db_url, "import", str(tmp_path / "none")])
+    assert code == 2
+    assert "is missing" in capsys.readouterr().err
