@@ -553,7 +553,9 @@ class NotificationConsumer:
     def notifications(self, *, timeout: float | None = None) -> Iterator[Notification]:
         """Yield notifications (catch-up first, then live) until stopped or idle.
 
-        Each live message is acknowledged when the consumer asks for the next one.
+        Each notification counts as handled (a live message is acknowledged, a durable
+        subscriber's watermark moves) as soon as the caller asks for the next one, before
+        waiting for it.
 
         Args:
             timeout: stop after this many seconds without a new notification
@@ -568,6 +570,9 @@ class NotificationConsumer:
                 continue
             self._handled = notification
             yield notification
+            # The caller is back: record it now, not when the next message comes (a
+            # process killed while idle would otherwise handle it again on restart).
+            self._ack_current()
         self._ack_current()
         if self._taken_over is not None:
             raise self._taken_over

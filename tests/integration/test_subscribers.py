@@ -32,6 +32,7 @@ CONSUMER = textwrap.dedent(
     from hcat_notify import NotificationConsumer, load_settings
 
     table, name, log, stop_after = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
+    idle = float(sys.argv[5])
     def handle(n):
         if stop_after and len(log.read_text().split()) >= stop_after:
             Path(str(log) + ".blocked").write_text(str(n.event_id))
@@ -39,18 +40,30 @@ CONSUMER = textwrap.dedent(
         with log.open("a") as out:
             out.write(f"{n.event_id}\\n")
     with NotificationConsumer([table], settings=load_settings(), subscriber=name) as c:
-        c.run(handle, timeout=3)
+        Path(str(log) + ".ready").write_text("subscribed and caught up")
+        c.run(handle, timeout=idle)
     """
 )
 
 
 def _consumer(
-    settings: Settings, table: str, log: Path, stop_after: int
+    settings: Settings, table: str, log: Path, stop_after: int, idle: float = 3
 ) -> subprocess.Popen[bytes]:
+    """A durable subscriber "nightly" in its own process; it stops after ``idle`` s
+    without a notification, or blocks in the handler after ``stop_after`` handled."""
+    Path(str(log) + ".ready").unlink(missing_ok=True)
     return subprocess.Popen(
-        [sys.executable, "-c", CONSUMER, table, "nightly", str(log), str(stop_after)],
+        [sys.executable, "-c", CONSUMER, table, "nightly", str(log), str(stop_after), str(idle)],
         env=cli_env(settings),
     )
+
+
+def _wait_for(path: Path, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, f"consumer exited with {process.returncode}"
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
 
 
 def _handled(log: Path) -> list[int]:
@@ -70,20 +83,57 @@ def test_a_killed_durable_subscriber_resumes_exactly_where_it_was(
         first = _consumer(delivery_settings, table, log, 0)
         assert first.wait(60) == 0
     with running_relay(delivery_settings):
-        ids = [
-            delivery_catalog.mark_set_done(clicks.name, {"datestamp": str(n)}) for n in range(10)
-        ]
-        process = _consumer(delivery_settings, table, log, 5)
-        blocked = Path(str(log) + ".blocked")
-        deadline = time.monotonic() + 60
-        while not blocked.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+
+        def write() -> list[int]:
+            return [
+                delivery_catalog.mark_set_done(clicks.name, {"datestamp": str(n)})
+                for n in range(10)
+            ]
+
+        if live:  # subscribed before the events exist: they can only arrive live
+            process = _consumer(delivery_settings, table, log, 5, idle=600)
+            _wait_for(Path(str(log) + ".ready"), process)
+            ids = write()
+        else:
+            ids = write()
+            process = _consumer(delivery_settings, table, log, 5, idle=600)
+        _wait_for(Path(str(log) + ".blocked"), process)
         process.send_signal(signal.SIGKILL)
         process.wait(30)
         assert _handled(log) == ids[:5]
         restarted = _consumer(delivery_settings, table, log, 0)
         assert restarted.wait(60) == 0
     assert _handled(log) == ids  # the other 5, each once, in order
+
+
+def test_a_subscriber_killed_while_idle_does_not_handle_its_last_event_again(
+    delivery_settings: Settings, delivery_catalog: Catalog, clicks: TableInfo, tmp_path: Path
+):
+    """Five live events handled, then nothing arrives; kill -9 while it waits: the
+    watermark already holds the fifth, so a restart handles none of them again."""
+    log = tmp_path / "handled.log"
+    log.write_text("")
+    table = str(clicks.name)
+    with running_relay(delivery_settings):
+        process = _consumer(delivery_settings, table, log, 0, idle=600)
+        _wait_for(Path(str(log) + ".ready"), process)
+        ids = [delivery_catalog.mark_set_done(clicks.name, {"datestamp": str(n)}) for n in range(5)]
+
+        def watermark() -> int | None:
+            (info,) = [s for s in delivery_catalog.subscriptions.every() if s.name == "nightly"]
+            return info.watermarks.get(clicks.topic)
+
+        deadline = time.monotonic() + 60
+        while watermark() != ids[-1]:
+            assert time.monotonic() < deadline, f"watermark stuck at {watermark()}"
+            time.sleep(0.05)
+        assert _handled(log) == ids
+        process.send_signal(signal.SIGKILL)
+        process.wait(30)
+        later = delivery_catalog.mark_set_done(clicks.name, {"datestamp": "later"})
+        restarted = _consumer(delivery_settings, table, log, 0)
+        assert restarted.wait(60) == 0
+    assert _handled(log) == [*ids, later]  # nothing twice, the new one once
 
 
 def test_a_second_process_under_a_live_name_is_refused_unless_it_takes_over(
