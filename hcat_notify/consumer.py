@@ -638,10 +638,10 @@ class NotificationConsumer:
             if remaining <= 0:
                 return False
             notification = self._next(remaining)
-            self._ack_current()
             if notification is None:
                 return False
             self._handled = notification
+            self._ack_current()  # looked at: handled, whatever it says
             if (
                 notification.event_type is EventType.MARK_SET_DONE
                 and notification.table == name

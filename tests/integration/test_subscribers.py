@@ -267,3 +267,64 @@ def test_the_owner_that_was_taken_over_stops(
         delivery_catalog.subscriptions.claim("shared", "someone:else", takeover=True)
         with pytest.raises(SubscriberTakenOverError, match="taken over by someone:else"):
             list(consumer.notifications(timeout=15))
+
+
+def test_watch_prints_a_cursor_that_resumes_right_after_its_line(
+    delivery_settings: Settings, delivery_catalog: Catalog, clicks: TableInfo
+):
+    table = str(clicks.name)
+    with running_relay(delivery_settings):
+        ids = [delivery_catalog.mark_set_done(clicks.name, {"datestamp": str(n)}) for n in range(3)]
+        first = run_cli(delivery_settings, "watch", table, "--json", "--timeout", "3")
+        assert first.returncode == 0, first.stderr
+        lines = [json.loads(line) for line in first.stdout.splitlines()]
+        assert [line["event_id"] for line in lines] == ids
+        assert all(line["cursor"] for line in lines)
+        later = delivery_catalog.mark_set_done(clicks.name, {"datestamp": "later"})
+        resumed = run_cli(
+            delivery_settings,
+            "watch",
+            table,
+            "--json",
+            "--timeout",
+            "3",
+            "--cursor",
+            lines[1]["cursor"],
+        )
+    assert resumed.returncode == 0, resumed.stderr
+    assert [json.loads(line)["event_id"] for line in resumed.stdout.splitlines()] == [ids[2], later]
+
+
+def test_wait_under_a_durable_name_moves_its_watermark_and_gives_the_name_up(
+    delivery_settings: Settings, delivery_catalog: Catalog, clicks: TableInfo
+):
+    table = str(clicks.name)
+    with running_relay(delivery_settings):
+        waiter = CliProcess(
+            delivery_settings,
+            "-v",
+            "wait",
+            table,
+            "datestamp=1",
+            "--subscriber",
+            "w1",
+            "--timeout",
+            "60",
+        )
+        other = delivery_catalog.mark_set_done(clicks.name, {"datestamp": "0"})
+
+        def watermark() -> int | None:
+            found = [s for s in delivery_catalog.subscriptions.every() if s.name == "w1"]
+            return found[0].watermarks.get(clicks.topic) if found else None
+
+        deadline = time.monotonic() + 60
+        while watermark() != other:  # handled (caught up or live): it is waiting now
+            assert waiter.proc.poll() is None, waiter.stderr
+            assert time.monotonic() < deadline, waiter.stderr
+            time.sleep(0.05)
+        done = delivery_catalog.mark_set_done(clicks.name, {"datestamp": "1"})
+        code, err = waiter.finish(timeout=60)
+    assert code == 0, err
+    (listed,) = json.loads(run_cli(delivery_settings, "-o", "json", "subscribers").stdout)
+    assert (listed["subscriber"], listed["owner"]) == ("w1", None)
+    assert listed["watermarks"][clicks.topic] == done
