@@ -13,7 +13,7 @@ from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
 from hcat_notify.relay import Relay, RelayConfig
 from hcat_notify.store import Catalog, NewPartition, TableInfo
 from hcat_notify.writer import send_mark_set_done
-from tests.integration.delivery import Recorder, running_relay
+from tests.integration.delivery import Recorder, run_cli, running_relay
 from tests.wire import validate_message
 
 pytestmark = pytest.mark.integration
@@ -143,6 +143,21 @@ def test_refused_topic_is_parked_and_other_topics_keep_flowing(
     (parked,) = delivery_catalog.refused_events()
     assert (parked.event_id, parked.attempts, parked.topic) == (refused, 3, topic)
     assert parked.parked_at is not None
+
+
+def test_a_second_relay_under_a_member_id_in_use_is_refused(
+    delivery_settings, delivery_catalog: Catalog, clicks
+):
+    with running_relay(delivery_settings, member_id="twin"):
+        deadline = time.monotonic() + 20
+        while not (before := [(m.member_id, m.pid) for m in delivery_catalog.group.members()]):
+            assert time.monotonic() < deadline, "the first relay never joined"
+            time.sleep(0.05)
+        refused = run_cli(delivery_settings, "relay", "--member-id", "twin")
+        assert refused.returncode == 2
+        assert refused.stderr.startswith("hcat-notify: error: relay member id 'twin' is in use by ")
+        assert refused.stderr.count("\n") == 1
+        assert [(m.member_id, m.pid) for m in delivery_catalog.group.members()] == before
 
 
 def test_relay_once_refuses_to_run_beside_a_running_relay(
