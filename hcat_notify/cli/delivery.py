@@ -256,13 +256,17 @@ def watch(
     """Print tables' notifications: retained and registered first, then live."""
     from hcat_notify.consumer import NotificationConsumer
 
-    with NotificationConsumer(
-        list(names),
-        settings=obj.settings,
-        cursor=cursor,
-        subscriber=subscriber,
-        takeover=takeover,
-    ) as consumer:
+    with (
+        _reader(obj, subscriber) as catalog,  # never creates a catalog
+        NotificationConsumer(
+            list(names),
+            settings=obj.settings,
+            catalog=catalog,
+            cursor=cursor,
+            subscriber=subscriber,
+            takeover=takeover,
+        ) as consumer,
+    ):
         out = _Stdout(
             as_json or obj.output == "json", on_closed=consumer.stop, cursor=lambda: consumer.cursor
         )
