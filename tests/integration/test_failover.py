@@ -136,7 +136,8 @@ def test_kill_master_mid_stream_relay_and_consumers_move_to_the_slave(
     # The relay: every event receipted; after the kill only by the slave; the batch
     # caught in flight sent again to the slave; progress never ahead of a receipt.
     assert relay_connects >= 2
-    assert set(done) == {i for ids in stream.ids().values() for i in ids}
+    # (the relay also publishes the tables' CREATE_TABLE events: not the stream's)
+    assert {i for ids in stream.ids().values() for i in ids} <= set(done)
     assert all(r.broker == slave.url for rs in done.values() for r in rs if r.at > killed_at)
     assert receipts.held, "no batch was in flight at the kill"
     for event_id in receipts.held:
@@ -150,7 +151,7 @@ def test_kill_master_mid_stream_relay_and_consumers_move_to_the_slave(
     # The durable JMS subscriber got every event (the relay may resend); the plain one
     # followed the master to the slave and kept per-topic order.
     wire_ids = [int(m["properties"]["HCAT_EVENT_ID"]["value"]) for m in wire]
-    assert set(wire_ids) == set(done)
+    assert set(wire_ids) == {i for ids in stream.ids().values() for i in ids}
     plain_ids = [int(m["properties"]["HCAT_EVENT_ID"]["value"]) for m in moved]
     assert any(i in late_live for i in plain_ids), "the JMS reader did not move to the slave"
     for topic, ids in stream.ids().items():
@@ -256,7 +257,8 @@ def test_writers_keep_succeeding_while_both_brokers_are_down(
     check = json.loads("".join(checker.remaining()))
 
     assert written_while_down >= 200
-    assert max(stream.call_seconds) < 2.0  # no call waited for a broker
+    # no call waited for a broker: one that tried would take the broker timeout at least
+    assert max(stream.call_seconds) < pair_settings.broker_timeout
     done = run.receipts.snapshot()
     assert not [i for i, rs in done.items() for r in rs if down_at + 0.5 < r.at < up_at]
     assert progress_while_down
