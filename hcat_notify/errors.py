@@ -10,7 +10,8 @@ pydantic) are mapped to these at one boundary each and chained with ``from``.
     │   ├── InvalidIdentifierError  malformed database, table or partition-key name
     │   ├── InvalidSpecError        malformed partition spec or value
     │   ├── UnknownPartitionKeyError  spec names a key the table does not have
-    │   └── LocationNotFoundError   a location does not exist or holds no data files
+    │   ├── LocationNotFoundError   a location does not exist or holds no data files
+    │   └── PartitionNotFoundError  no registered partition matches the spec (a drop)
     ├── TableNotFoundError          no such table in the catalog
     ├── TableExistsError            the table is already registered
     ├── PartitionExistsError        the partition is already registered
@@ -52,6 +53,7 @@ __all__ = [
     "InvalidSpecError",
     "LocationNotFoundError",
     "PartitionExistsError",
+    "PartitionNotFoundError",
     "StoreError",
     "StoreUnavailableError",
     "SubscriberInUseError",
@@ -88,6 +90,10 @@ class UnknownPartitionKeyError(InvalidInputError):
 
 class LocationNotFoundError(InvalidInputError, FileNotFoundError):
     """A partition's location does not exist, is not a directory, or holds no data files."""
+
+
+class PartitionNotFoundError(InvalidInputError, LookupError):
+    """No registered partition of the table matches the spec (of a drop)."""
 
 
 class TableNotFoundError(HcatNotifyError, LookupError):
