@@ -13,6 +13,7 @@ pydantic) are mapped to these at one boundary each and chained with ``from``.
     │   ├── LocationNotFoundError   a location does not exist or holds no data files
     │   └── PartitionNotFoundError  no registered partition matches the spec (a drop)
     ├── TableNotFoundError          no such table in the catalog
+    │   └── TableDroppedError       the table was dropped (its DROP_TABLE names the event)
     ├── TableExistsError            the table is already registered
     ├── PartitionExistsError        the partition is already registered
     ├── ConflictError               a compare-and-set update lost a race
@@ -58,6 +59,7 @@ __all__ = [
     "StoreUnavailableError",
     "SubscriberInUseError",
     "SubscriberTakenOverError",
+    "TableDroppedError",
     "TableExistsError",
     "TableNotFoundError",
     "UnknownPartitionKeyError",
@@ -98,6 +100,24 @@ class PartitionNotFoundError(InvalidInputError, LookupError):
 
 class TableNotFoundError(HcatNotifyError, LookupError):
     """The table is not registered in the catalog."""
+
+
+class TableDroppedError(TableNotFoundError):
+    """The table was dropped: it is not registered, and its DROP_TABLE event says when.
+
+    Raised for a dropped table where a registered one is needed, and by
+    :meth:`NotificationConsumer.wait_for_set_done
+    <hcat_notify.consumer.NotificationConsumer.wait_for_set_done>` when the table it
+    waits on is dropped meanwhile. ``event_id`` and ``topic`` (the table's own topic)
+    are those of the DROP_TABLE when known (not through the HTTP API).
+    """
+
+    def __init__(
+        self, message: str, *, event_id: int | None = None, topic: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.event_id = event_id
+        self.topic = topic
 
 
 class TableExistsError(HcatNotifyError):

@@ -17,9 +17,10 @@ import pytest
 
 from hcat_notify.config import Settings
 from hcat_notify.consumer import NotificationConsumer
-from hcat_notify.errors import SubscriberTakenOverError
+from hcat_notify.errors import SubscriberTakenOverError, TableDroppedError
+from hcat_notify.model.events import EventType
 from hcat_notify.model.topics import topic_bucket
-from hcat_notify.store import Catalog, TableInfo
+from hcat_notify.store import Catalog, NewPartition, TableInfo
 from hcat_notify.store.group import MemberReport
 from tests.integration.delivery import CliProcess, cli_env, run_cli, running_relay
 
@@ -328,3 +329,37 @@ def test_wait_under_a_durable_name_moves_its_watermark_and_gives_the_name_up(
     (listed,) = json.loads(run_cli(delivery_settings, "-o", "json", "subscribers").stdout)
     assert (listed["subscriber"], listed["owner"]) == ("w1", None)
     assert listed["watermarks"][clicks.topic] == done
+
+
+def test_a_subscriber_away_while_its_table_was_dropped_learns_of_the_drop(
+    delivery_settings: Settings, delivery_catalog: Catalog, clicks: TableInfo
+):
+    done = delivery_catalog.mark_set_done(clicks.name, {"datestamp": "1"})
+    with NotificationConsumer([clicks.name], settings=delivery_settings, subscriber="s") as c:
+        assert next(c.notifications(timeout=5)).event_id == done
+    # while it is away: a partition, then the drop
+    (added,) = delivery_catalog.add_partitions(
+        clicks.name, [NewPartition({"datestamp": "2", "region": "a"}, "/w")]
+    )
+    drop = delivery_catalog.lifecycle.drop_table(clicks.name).event_ids[-1]
+    gone = f"^table {clicks.name} was dropped \\(event {drop}\\)$"
+    with NotificationConsumer([clicks.name], settings=delivery_settings, subscriber="s") as c:
+        notifications = c.notifications(timeout=5)
+        got = [next(notifications), next(notifications)]
+        with pytest.raises(TableDroppedError, match=gone):
+            next(notifications)
+    assert [(n.event_type, n.event_id) for n in got] == [
+        (EventType.ADD_PARTITION, added.event_id),
+        (EventType.DROP_TABLE, drop),
+    ]
+    # The drop was handled: the next start says it at once, with nothing to deliver.
+    with NotificationConsumer([clicks.name], settings=delivery_settings, subscriber="s") as c:
+        with pytest.raises(TableDroppedError, match=gone):
+            next(c.notifications(timeout=5))
+    # Re-created under the same name: the old table's drop is not replayed.
+    delivery_catalog.create_table(
+        clicks.name, location="/data/clicks", partition_keys=["datestamp", "region"]
+    )
+    again = delivery_catalog.mark_set_done(clicks.name, {"datestamp": "3"})
+    with NotificationConsumer([clicks.name], settings=delivery_settings, subscriber="s") as c:
+        assert [n.event_id for n in c.notifications(timeout=2)] == [again]
