@@ -407,7 +407,7 @@ select_store() {
         return 0
     fi
     [[ $JDBC_URL == jdbc:postgresql://* ]] ||
-        die "the JDBC URL must be jdbc:postgresql://HOST:PORT/DATABASE?user=U&password=P, got $(jdbc_target)"
+        die "the JDBC URL must be jdbc:postgresql://HOST:PORT/DATABASE?user=U&password=P, got ${JDBC_URL%%//*}//..."
     STORE=jdbc
     [[ ${1:-} == start && $JDBC_URL != "$recorded" ]] || return 0
     if any_running; then
