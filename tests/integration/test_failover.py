@@ -24,14 +24,14 @@ import stomp
 
 from hcat_notify.broker import HEARTBEAT_TIMEOUT
 from hcat_notify.config import Settings
-from hcat_notify.consumer import Source
+from hcat_notify.consumer import Notification, Source
 from hcat_notify.store import Catalog, TableInfo
 from hcat_notify.writer import send_mark_set_done
 from tests.fixtures.broker import RecordingListener, stomp_close
 from tests.fixtures.broker_pair import BrokerPair, PairMember, gone
 from tests.fixtures.jms import JmsProbe
 from tests.integration.delivery import CliProcess, broker_settings
-from tests.integration.failover import Stream, delivering
+from tests.integration.failover import Delivery, ReceiptLog, Stream, delivering
 
 pytestmark = pytest.mark.integration
 
@@ -76,6 +76,58 @@ def _wait(condition: object, timeout: float, what: str) -> float:
     return time.monotonic()
 
 
+def _kill_with_a_batch_in_flight(
+    pair: BrokerPair, master: PairMember, receipts: ReceiptLog
+) -> float:
+    """Hold the relay's next COMMIT (its SENDs sit at the master, uncommitted), kill -9
+    the master, let the COMMIT go once the relay has lost the connection; when it died."""
+    receipts.hold_commit()
+    assert receipts.holding.wait(60), "no batch went out after half the stream"
+    killed_at = time.monotonic()
+    pair.kill(master)
+    (connection,) = receipts.connections
+    _wait(lambda: not connection.is_connected, 10, "the relay to see the kill")
+    receipts.release()
+    return killed_at
+
+
+def _assert_moved_to_the_slave(
+    run: Delivery,
+    got: list[Notification],
+    stream: Stream,
+    tables: list[TableInfo],
+    killed_at: float,
+    master: PairMember,
+    slave: PairMember,
+) -> list[int]:
+    """What a kill of the master mid-stream must leave: the consumer got every event
+    once, in per-topic order, the later ones live from the slave; the relay has a
+    receipt for every event (and for the tables' CREATE_TABLE, events 1.. of the fresh
+    catalog), after the kill from the slave only; the batch caught in flight was sent
+    again to the slave; progress never ran ahead of a receipt. The ids the consumer got
+    live after the failover."""
+    _assert_each_once_in_topic_order([n.event_id for n in got], [n.topic for n in got], stream)
+    receipts = run.receipts
+    done = receipts.snapshot()
+    late_live = [
+        n.event_id
+        for n, at in zip(got, run.collector.arrived, strict=True)
+        if n.source is Source.LIVE and at > killed_at + 1
+    ]
+    assert late_live, "the consumer received nothing live after the failover"
+    assert all(r.broker == slave.url for i in late_live for r in done[i])
+
+    written = {i for ids in stream.ids().values() for i in ids}
+    assert set(done) == written | set(range(1, len(tables) + 1))
+    assert all(r.broker == slave.url for rs in done.values() for r in rs if r.at > killed_at)
+    assert receipts.held, "no batch was in flight at the kill"
+    for event_id in receipts.held:
+        assert master.url in receipts.sent[event_id]
+        assert [r.broker for r in done[event_id]] == [slave.url]
+    assert run.watch.violations == []
+    return late_live
+
+
 def test_kill_master_mid_stream_relay_and_consumers_move_to_the_slave(
     failover_pair: BrokerPair,
     pair_settings: Settings,
@@ -109,15 +161,7 @@ def test_kill_master_mid_stream_relay_and_consumers_move_to_the_slave(
         receipts = run.receipts
         stream.start()
         _wait(lambda: len(run.collector.got) >= TOTAL // 2, 120, "half the stream")
-        # The next batch stops before its COMMIT: its SENDs sit at the master,
-        # uncommitted, when the master dies.
-        receipts.hold_commit()
-        assert receipts.holding.wait(60), "no batch went out after half the stream"
-        killed_at = time.monotonic()
-        pair.kill(master)
-        (connection,) = receipts.connections
-        _wait(lambda: not connection.is_connected, 10, "the relay to see the kill")
-        receipts.release()
+        killed_at = _kill_with_a_batch_in_flight(pair, master, receipts)
         stream.join()
         run.collector.wait_for(TOTAL, timeout=180)
         got = run.collector.stop()
@@ -126,36 +170,17 @@ def test_kill_master_mid_stream_relay_and_consumers_move_to_the_slave(
     moved = plain.received()
     plain.kill()
 
-    # The consumer: all of them, each once, in per-topic order, the later ones live from
-    # the slave (the master was dead by then).
-    _assert_each_once_in_topic_order([n.event_id for n in got], [n.topic for n in got], stream)
-    done = receipts.snapshot()
-    late_live = [
-        n.event_id
-        for n, at in zip(got, run.collector.arrived, strict=True)
-        if n.source is Source.LIVE and at > killed_at + 1
-    ]
-    assert late_live, "the consumer received nothing live after the failover"
-    assert all(r.broker == slave.url for i in late_live for r in done[i])
-
-    # The relay: every event receipted; after the kill only by the slave; the batch
-    # caught in flight sent again to the slave; progress never ahead of a receipt.
+    # The consumer and the relay moved to the slave: nothing lost, nothing repeated.
+    late_live = _assert_moved_to_the_slave(run, got, stream, tables, killed_at, master, slave)
     assert relay_connects >= 2
-    assert set(done) == {i for ids in stream.ids().values() for i in ids}
-    assert all(r.broker == slave.url for rs in done.values() for r in rs if r.at > killed_at)
-    assert receipts.held, "no batch was in flight at the kill"
-    for event_id in receipts.held:
-        assert master.url in receipts.sent[event_id]
-        assert [r.broker for r in done[event_id]] == [slave.url]
     assert len(run.watch.samples) > 50
-    assert run.watch.violations == []
     final = pair_catalog.group.progress()
     assert {t: final[t] for t in stream.ids()} == {t: ids[-1] for t, ids in stream.ids().items()}
 
     # The durable JMS subscriber got every event (the relay may resend); the plain one
     # followed the master to the slave and kept per-topic order.
     wire_ids = [int(m["properties"]["HCAT_EVENT_ID"]["value"]) for m in wire]
-    assert set(wire_ids) == set(done)
+    assert set(wire_ids) == {i for ids in stream.ids().values() for i in ids}
     plain_ids = [int(m["properties"]["HCAT_EVENT_ID"]["value"]) for m in moved]
     assert any(i in late_live for i in plain_ids), "the JMS reader did not move to the slave"
     for topic, ids in stream.ids().items():
@@ -302,42 +327,16 @@ def test_jdbc_pair_kill_master_mid_stream_the_slave_takes_over(
         tables = _tables(catalog, 2)
         stream = Stream(settings, catalog, tables, total=total, per_second=40)
         with delivering(settings, catalog, stream, batch_size=50) as run:
-            receipts = run.receipts
             stream.start()
             _wait(lambda: len(run.collector.got) >= total // 2, 120, "half the stream")
-            receipts.hold_commit()  # the next batch's SENDs sit at the master, uncommitted
-            assert receipts.holding.wait(60), "no batch went out after half the stream"
-            killed_at = time.monotonic()
-            pair.kill(master)
-            (connection,) = receipts.connections
-            _wait(lambda: not connection.is_connected, 10, "the relay to see the kill")
-            receipts.release()
+            killed_at = _kill_with_a_batch_in_flight(pair, master, run.receipts)
             stream.join()
             run.collector.wait_for(total, timeout=180)
             got = run.collector.stop()
         final = catalog.group.progress()
 
-    # The consumer: every event once, in per-topic order, the later ones live from the
-    # slave.
-    _assert_each_once_in_topic_order([n.event_id for n in got], [n.topic for n in got], stream)
-    done = receipts.snapshot()
-    late_live = [
-        n.event_id
-        for n, at in zip(got, run.collector.arrived, strict=True)
-        if n.source is Source.LIVE and at > killed_at + 1
-    ]
-    assert late_live, "the consumer received nothing live after the failover"
-    assert all(r.broker == slave.url for i in late_live for r in done[i])
-    # The relay: every event receipted (and the two tables' CREATE_TABLE, events 1 and 2
-    # of the fresh catalog); after the kill, receipts only from the slave; the batch
-    # caught in flight sent again there; progress never ahead of a receipt.
-    assert set(done) == {1, 2} | {i for ids in stream.ids().values() for i in ids}
-    assert all(r.broker == slave.url for rs in done.values() for r in rs if r.at > killed_at)
-    assert receipts.held, "no batch was in flight at the kill"
-    for event_id in receipts.held:
-        assert master.url in receipts.sent[event_id]
-        assert [r.broker for r in done[event_id]] == [slave.url]
-    assert run.watch.violations == []
+    # The consumer and the relay moved to the slave: nothing lost, nothing repeated.
+    _assert_moved_to_the_slave(run, got, stream, tables, killed_at, master, slave)
     assert {t: final[t] for t in stream.ids()} == {t: ids[-1] for t, ids in stream.ids().items()}
 
     # activemq.sh: the survivor is master; started again, the killed one waits for the
