@@ -482,11 +482,13 @@ start_broker() {
     done
 
     mkdir -p -- "$BASE/conf" "$BASE/data" "$BASE/tmp" "$BASE/lib" "$STORE_DIR"
-    # The jars ensure_installed checked (see EXTRA_JARS, JDBC_JARS); only those.
+    # The jars ensure_installed checked (see EXTRA_JARS, JDBC_JARS) that the installation
+    # does not put on the classpath itself; only those.
     local entry jar
     find "$BASE/lib" -maxdepth 1 -type l -delete
     while IFS= read -r entry; do
         jar=${entry%%:*}
+        [[ -e $AMQ_HOME/lib/${jar##*/} ]] && continue
         ln -sfn -- "$jar" "$BASE/lib/${jar##*/}"
     done < <(store_jars)
     rm -f -- "$PID_FILE" "$ADDR_FILE"
