@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from hcat_notify.cli.common import CliContext, emit, handle_errors, output_option
+from hcat_notify.cli.common import SECONDS, CliContext, emit, handle_errors, output_option
 from hcat_notify.errors import InvalidInputError
 from hcat_notify.relay.config import RelayConfig
 
@@ -51,7 +51,7 @@ def _age(seconds: float | None) -> str:
 @click.option("--member", "member_id", help="Only this relay member.")
 @click.option(
     "--session-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SECONDS,
     default=SESSION_TIMEOUT,
     show_default=True,
     help="Seconds of heartbeat silence after which a member counts as silent: the "

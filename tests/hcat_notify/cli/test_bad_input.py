@@ -343,6 +343,25 @@ _COMMANDS = st.one_of(
     st.builds(lambda b: ["sweep", "--batch-size", b], _bad_numbers),
     st.builds(lambda b: ["relay", "--batch-size", b], _bad_numbers),
     st.just(["broker", "check"]),  # the broker is unreachable
+    st.builds(lambda t: ["broker", "check", "--wait", t], _bad_numbers),
+    st.builds(lambda n: ["table", "drop", n], _bad_names),
+    st.builds(lambda n: ["partitions", "drop", n, "ds=1"], _bad_names),
+    st.builds(lambda s: ["partitions", "drop", "web.t", s], _bad_specs),
+    st.builds(lambda n: ["partitions", "add", n, "ds=1", "--location", "/nowhere"], _bad_names),
+    st.builds(lambda s: ["partitions", "add", "web.t", s, "--location", "/nowhere"], _bad_specs),
+    st.builds(lambda n: ["partitions", "discover", n, "--dry-run"], _bad_names),
+    st.builds(lambda m: ["status", "--member", m], st.text(_SAFE, min_size=1, max_size=8)),
+    st.builds(lambda t: ["status", "--session-timeout", t], _bad_numbers),
+    st.builds(
+        lambda c: ["watch", "web.t", "--cursor", c, "--timeout", "1"],
+        st.sampled_from(["x", "hcat.web.t:", ":1", "hcat.web.t:-1", "a:1,a:2", "*:x", "1e999"]),
+    ),
+    st.builds(
+        lambda n: ["watch", "web.t", "--subscriber", n, "--timeout", "1"],
+        st.sampled_from(["", " ", "a b", "x" * 300, "tab\there"]),
+    ),
+    st.builds(lambda n: ["export", n, "--to", "/tmp/nowhere-export"], _bad_names),
+    st.builds(lambda u: ["import", u], st.sampled_from(["/nonexistent/export", "", "::"])),
 )
 
 
