@@ -147,6 +147,7 @@ def _found(
         "event": event.value,
         "event_id": event_id,
         "spec": spec.to_path(),
+        "partition_spec": spec.as_dict(),
         "wanted": target.spec.to_path(),
         **extra,
     }
@@ -302,7 +303,7 @@ class Waiter:
             # A slice ends after RECEIVE_SLICE seconds without a notification.
             for notification in consumer.notifications(timeout=min(remaining, RECEIVE_SLICE)):
                 if target.matches(notification):
-                    return notification_payload(notification)
+                    return {**notification_payload(notification), "wanted": target.spec.to_path()}
                 if time.time() >= self._deadline:
                     return None
         return None
