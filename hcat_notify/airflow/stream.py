@@ -84,6 +84,7 @@ class EventStream:
         self._consumer: NotificationConsumer | None = None
         self._reader: Reader | None = None
         self._iterator: Iterator[Notification] | None = None
+        self._locations: dict[str, str] = {}
 
     def next(self) -> dict[str, Any] | None:
         """The next matching notification's payload; None once stopped.
@@ -114,13 +115,16 @@ class EventStream:
                     return None
                 backoff.reset()
                 if notification.event_type in self._types:
-                    return notification_payload(notification)
+                    payload = notification_payload(notification)
+                    payload["table_location"] = self._locations.get(payload["table"])
+                    return payload
             return None
 
     def _open(self) -> Iterator[Notification]:
         if self._iterator is not None:
             return self._iterator
         self._reader = open_reader(self._settings, durable=True)
+        self._locations = {name: self._reader.get_table(name).location for name in self._tables}
         consumer = self._consumer = self._factory(
             self._tables,
             settings=self._settings,
