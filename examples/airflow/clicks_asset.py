@@ -2,7 +2,8 @@
 
 The asset ``hcat://web/clicks`` is watched by ``HcatEventTrigger``, which runs in the
 triggerer as the durable subscriber ``airflow-clicks-asset``: each MARK_SET_DONE of the
-table becomes an asset event (its ``extra`` holds the table, spec, event id and topic)
+table becomes an asset event (``extra["payload"]`` holds the table, spec, event id,
+topic and the table's location)
 and starts a run of ``hcat_clicks_by_done``. The catalog keeps the subscriber's
 watermarks, so a triggerer restart neither loses nor repeats a done.
 """
@@ -42,8 +43,9 @@ with DAG(
     def load(**context: Any) -> list[str]:
         specs = []
         for event in context["triggering_asset_events"][clicks]:
-            print(f"done: {event.extra['table']} {event.extra['spec']} #{event.extra['event_id']}")
-            specs.append(event.extra["spec"])
+            done = event.extra["payload"]  # what HcatEventTrigger fired
+            print(f"done: {done['table']} {done['spec']} (event {done['event_id']})")
+            specs.append(done["spec"])
         return specs
 
     load()

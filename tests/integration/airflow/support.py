@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import configparser
 import os
 import queue
 import sqlite3
@@ -68,8 +69,20 @@ class AirflowHome:
         return [event for (event,) in rows]
 
     def triggers(self) -> list[tuple[str, str]]:
-        """Every trigger row: (classpath, serialized kwargs)."""
-        return [(c, k) for c, k in self.query("SELECT classpath, kwargs FROM trigger ORDER BY id")]
+        """Every trigger row: (classpath, serialized kwargs, decrypted if Airflow
+        encrypted them with its Fernet key)."""
+        rows = self.query("SELECT classpath, kwargs FROM trigger ORDER BY id")
+        return [(classpath, self._decrypt(kwargs)) for classpath, kwargs in rows]
+
+    def _decrypt(self, stored: str) -> str:
+        if stored.startswith("{"):
+            return stored
+        from cryptography.fernet import Fernet
+
+        config = configparser.ConfigParser(interpolation=None)
+        config.read(self.home / "airflow.cfg")
+        key = config.get("core", "fernet_key")
+        return Fernet(key.encode()).decrypt(stored.encode()).decode()
 
 
 class AirflowProcess:
