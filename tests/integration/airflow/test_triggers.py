@@ -242,3 +242,47 @@ def test_deferred_wait_rides_out_a_broker_outage(
     assert payload["status"] == "done"
     assert payload["event_id"] == event_id
     assert payload["wanted"] == "datestamp=20110228/region=us"
+
+
+def test_waits_read_through_the_http_api_when_it_is_configured(
+    hcat_settings: Settings, clicks_table: TableInfo, relay, broker, monkeypatch, logged, tmp_path
+):
+    from hcat_notify.airflow import HcatMarkSetDoneSensor, HcatMarkSetDoneTrigger
+    from tests.integration.api.support import ApiServer
+
+    with ApiServer(hcat_settings, log=tmp_path / "serve.log") as api:
+        # The connection names the API and a catalog that does not exist: every read must
+        # go through the API.
+        conn = {
+            "conn_type": "hcat_notify",
+            "host": broker.host,
+            "port": broker.stomp_port,
+            "login": hcat_settings.consumer_user,
+            "password": hcat_settings.consumer_password,
+            "extra": {"api_url": api.url, "db_url": f"sqlite:///{tmp_path / 'none' / 'c.db'}"},
+        }
+        monkeypatch.setenv("AIRFLOW_CONN_HCAT_API", json.dumps(conn))
+        before = mark_done(hcat_settings, clicks_table, "20110228")
+        sensor = HcatMarkSetDoneSensor(
+            task_id="clicks_done",
+            table=str(clicks_table.name),
+            spec={"datestamp": "20110228", "region": "us"},
+            conn_id="hcat_api",
+        )
+        assert sensor.execute({})["event_id"] == before  # checked once: no deferral
+
+        trigger = HcatMarkSetDoneTrigger(
+            table=str(clicks_table.name),
+            spec={"datestamp": "20110301"},
+            deadline=time.time() + 120,
+            conn_id="hcat_api",
+        )
+        subscribed = logged("hcat wait subscribed")
+        runner = Runner(rebuilt(trigger))
+        assert subscribed.wait(60)
+        later = mark_done(hcat_settings, clicks_table, "20110301")
+        [payload] = runner.wait_for(1)
+        runner.stop()
+    assert payload["status"] == "done"
+    assert payload["event_id"] == later
+    assert not (tmp_path / "none").exists()
