@@ -1,19 +1,23 @@
 """Airflow triggers: a deferred sensor's wait, and an asset watcher's event stream.
 
 Each trigger runs its blocking wait (:mod:`hcat_notify.airflow.waiting`,
-:mod:`hcat_notify.airflow.stream`) in a thread, so the triggerer's event loop is never
-blocked; when the triggerer cancels a trigger (task timeout, shutdown, reassignment) the
-wait is stopped and its subscription closed. A trigger's serialized form holds names,
-the spec, the connection id and the deadline — never a credential: the triggerer
-resolves the connection (or the hcat-notify settings) when the trigger runs.
+:mod:`hcat_notify.airflow.stream`) in a thread of its own, so the triggerer's event loop
+is never blocked. Not in the loop's default executor: its few threads (CPUs + 4) would
+be taken by a handful of long waits, starving every other trigger. When the triggerer
+cancels a trigger (task timeout, shutdown, reassignment) the wait is stopped and its
+subscription closed. A trigger's serialized form holds names, the spec, the connection
+id and the deadline — never a credential: the triggerer resolves the connection (or the
+hcat-notify settings) when the trigger runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
@@ -31,6 +35,7 @@ __all__ = [
     "HcatEventTrigger",
     "HcatMarkSetDoneTrigger",
     "HcatPartitionTrigger",
+    "in_thread",
 ]
 
 logger = logging.getLogger(__name__)
@@ -38,6 +43,38 @@ logger = logging.getLogger(__name__)
 STATUS_DONE = "done"
 STATUS_TIMEOUT = "timeout"
 STATUS_ERROR = "error"
+
+T = TypeVar("T")
+
+
+async def in_thread(call: Callable[[], T], name: str) -> T:
+    """The result of a blocking ``call`` run in a new daemon thread.
+
+    Cancelling the await does not stop the call: the caller stops it (``cancel()``).
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():  # cancelled meanwhile
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def target() -> None:
+        try:
+            result = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            outcome: tuple[T | None, BaseException | None] = (None, exc)
+        else:
+            outcome = (result, None)
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return await future
 
 
 class _WaitTrigger(BaseTrigger):
@@ -88,7 +125,7 @@ class _WaitTrigger(BaseTrigger):
             yield self._event(STATUS_ERROR, message=str(exc))
             return
         try:
-            payload = await asyncio.to_thread(waiter.wait)
+            payload = await in_thread(waiter.wait, f"hcat-wait-{self.table}")
         except asyncio.CancelledError:
             waiter.cancel()
             raise
@@ -174,7 +211,7 @@ class HcatEventTrigger(BaseEventTrigger):
         stream = EventStream(settings, self.tables, self.event_types, self.subscriber)
         try:
             while True:
-                payload = await asyncio.to_thread(stream.next)
+                payload = await in_thread(stream.next, f"hcat-events-{self.subscriber}")
                 if payload is None:
                     return
                 yield TriggerEvent(payload)
@@ -182,4 +219,4 @@ class HcatEventTrigger(BaseEventTrigger):
             stream.stop()
             # Wait for the worker thread, then record what was handled and release the
             # subscriber name, off the event loop.
-            await asyncio.shield(asyncio.to_thread(stream.close))
+            await asyncio.shield(in_thread(stream.close, f"hcat-close-{self.subscriber}"))

@@ -178,3 +178,46 @@ def test_a_partition_under_the_spec_satisfies_a_partition_wait():
     assert wanted.matches(notification(EventType.ADD_PARTITION, "datestamp=20110228/region=us"))
     assert not wanted.matches(notification(EventType.ADD_PARTITION, "datestamp=20110301/region=us"))
     assert not wanted.matches(notification(EventType.MARK_SET_DONE, "datestamp=20110228"))
+
+
+def test_many_long_waits_run_at_once_none_queued_behind_the_others():
+    # A triggerer holds many deferred sensors; the loop's default executor has only
+    # CPUs + 4 threads, so waits must not queue there.
+    import asyncio
+    import threading
+
+    from hcat_notify.airflow.triggers import in_thread
+
+    waits = 40
+    started = threading.Semaphore(0)
+    release = threading.Event()
+
+    def wait(index: int) -> int:
+        started.release()
+        release.wait(60)
+        return index
+
+    async def scenario() -> list[int]:
+        tasks = [
+            asyncio.ensure_future(in_thread(lambda i=i: wait(i), f"w{i}")) for i in range(waits)
+        ]
+        running = 0
+        while running < waits:
+            assert await asyncio.to_thread(started.acquire, True, 30), f"only {running} started"
+            running += 1
+        release.set()
+        return await asyncio.gather(*tasks)
+
+    assert asyncio.run(scenario()) == list(range(waits))
+
+
+def test_an_error_in_the_thread_reaches_the_awaiting_trigger():
+    import asyncio
+
+    from hcat_notify.airflow.triggers import in_thread
+
+    def fail() -> None:
+        raise InvalidInputError("bad spec")
+
+    with pytest.raises(InvalidInputError, match="bad spec"):
+        asyncio.run(in_thread(fail, "failing"))
