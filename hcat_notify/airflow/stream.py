@@ -24,17 +24,13 @@ from hcat_notify.airflow.waiting import (
 from hcat_notify.broker.backoff import Backoff
 from hcat_notify.config import Settings
 from hcat_notify.consumer import Notification, NotificationConsumer
-from hcat_notify.errors import BrokerAuthError, InvalidInputError, SubscriberInUseError
+from hcat_notify.errors import BrokerAuthError, InvalidInputError
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 
 __all__ = ["EventStream", "parse_event_types"]
 
 logger = logging.getLogger(__name__)
-
-# Retried while the stream runs: outages, and the name still held by a process that died
-# (its claim lapses after the subscriber timeout).
-_RETRIED: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, SubscriberInUseError)
 
 
 def parse_event_types(names: Sequence[str]) -> frozenset[EventType]:
@@ -100,7 +96,7 @@ class EventStream:
                     notification = next(self._open(), None)
                 except BrokerAuthError:
                     raise
-                except _RETRIED as exc:
+                except TRANSIENT_ERRORS as exc:
                     self._discard()
                     delay = backoff.next_delay()
                     logger.warning(

@@ -31,6 +31,7 @@ from hcat_notify.errors import (
     BrokerAuthError,
     BrokerError,
     StoreUnavailableError,
+    SubscriberInUseError,
 )
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
@@ -53,10 +54,13 @@ logger = logging.getLogger(__name__)
 
 # Errors an outage causes; a wait retries them until its deadline. BrokerAuthError is a
 # BrokerError but is raised: retrying does not fix a refused principal.
+# A durable subscriber's name still held by a process that died is retried too: its
+# claim lapses after the subscriber timeout.
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
     BrokerError,
     StoreUnavailableError,
     ApiUnavailableError,
+    SubscriberInUseError,
 )
 # How long one receive slice lasts: bounds how late a cancel or the deadline is noticed.
 RECEIVE_SLICE = 1.0
