@@ -1,7 +1,9 @@
 """Broker failover: kill -9 of the master -> first receipt from the slave, and -> first
 notification at a consumer.
 
-A master/slave pair from ``deploy/local/activemq.sh start --pair`` (one KahaDB store) in
+A master/slave pair from ``deploy/local/activemq.sh start --pair`` (one KahaDB store, or
+with ``--store jdbc`` the JDBC store with its lease locker in a PostgreSQL database:
+``--jdbc-url``, or a private PostgreSQL 15 cluster from ``deploy/local/postgres.sh``) in
 a temporary home; a ``Relay.run()`` thread and a started ``NotificationConsumer`` thread
 on ``stomp://master,stomp://slave``; a producer calling ``send_mark_set_done`` at a steady
 rate. Each round: let events flow, kill -9 whichever broker is master, and measure
@@ -17,8 +19,9 @@ rate. Each round: let events flow, kill -9 whichever broker is master, and measu
 Then the killed broker is started again (it waits as the slave) for the next round.
 
 Reference (physical floor), same rounds: kill -> the slave's STOMP port accepting TCP
-connections, probed every 10 ms: the broker's own takeover (lock, keep-alive check,
-start-up), which no client can beat.
+connections, probed every 10 ms: the broker's own takeover (KahaDB: lock, keep-alive
+check, start-up; JDBC: the lease running out, the slave's next attempt, start-up), which
+no client can beat.
 
 Targets: p99 <= 5 s to the first receipt, <= 8 s to the consumer; 0 lost in every round.
 """
@@ -39,6 +42,7 @@ from pathlib import Path
 from _support import (
     BROKER_SCRIPT,
     HOST,
+    REPO_DIR,
     Row,
     create_table,
     drop_workdir,
@@ -65,6 +69,7 @@ TARGET_RECEIPT_P99 = 5.0
 TARGET_CONSUMER_P99 = 8.0
 RATE = 50.0  # events/s from the producer
 WAIT = 60.0  # longest wait for anything in a round
+POSTGRES_SCRIPT = REPO_DIR / "deploy" / "local" / "postgres.sh"
 
 
 @dataclass
@@ -74,6 +79,7 @@ class Pair:
     home: Path
     stomp_port: int
     openwire_port: int
+    jdbc_url: str | None = None  # the JDBC store's database; None: KahaDB
 
     @property
     def ports(self) -> dict[int, int]:
@@ -91,6 +97,8 @@ class Pair:
             HCAT_NOTIFY_OPENWIRE_PORT=str(self.openwire_port),
             HCAT_NOTIFY_BROKER_START_TIMEOUT="120",
         )
+        if self.jdbc_url is not None:
+            env["HCAT_NOTIFY_BROKER_JDBC_URL"] = self.jdbc_url
         result = subprocess.run(
             ["bash", str(BROKER_SCRIPT), *args],
             env=env,
@@ -121,6 +129,23 @@ class Pair:
                     return number
             time.sleep(0.05)
         raise RuntimeError(f"no broker of the pair serves:\n{self.script('status')}")
+
+
+def postgres(home: Path, port: int, command: str) -> str:
+    """``deploy/local/postgres.sh COMMAND`` for a private cluster under ``home``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
+    env.update(HCAT_NOTIFY_HOME=str(home), HCAT_NOTIFY_PG_PORT=str(port))
+    result = subprocess.run(
+        ["bash", str(POSTGRES_SCRIPT), command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"postgres.sh {command}: {result.stdout}{result.stderr}")
+    return result.stdout
 
 
 def listening(port: int) -> bool:
@@ -252,26 +277,55 @@ def one_round(pair: Pair, relay: Relay, flow: Flow) -> Round:
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=None, help="kills (10; 3 with --quick)")
+    p.add_argument(
+        "--store",
+        choices=("kahadb", "jdbc"),
+        default="kahadb",
+        help="the pair's store: one KahaDB directory, or a PostgreSQL database (lease locker)",
+    )
+    p.add_argument(
+        "--jdbc-url",
+        default=None,
+        help="with --store jdbc: jdbc:postgresql://HOST:PORT/DB?user=U&password=P of an "
+        "EMPTY, disposable database; default: a private PostgreSQL 15 cluster "
+        "(deploy/local/postgres.sh) in the temporary directory",
+    )
     args = p.parse_args()
     rounds = args.rounds or (3 if args.quick else 10)
     stop_on_sigterm()
     workdir = Path(tempfile.mkdtemp(prefix="hcat-bench-failover-"))
-    pair = Pair(workdir, *pair_ports())
+    own_postgres = args.store == "jdbc" and args.jdbc_url is None
+    pg_port = free_port()
     started = False
     try:
-        print(f"# broker failover, {rounds} kills{' (--quick)' if args.quick else ''}")
+        print(
+            f"# broker failover, {args.store} store, {rounds} kills"
+            f"{' (--quick)' if args.quick else ''}"
+        )
         print(f"# {machine_line()}")
+        jdbc_url = args.jdbc_url
+        if own_postgres:
+            postgres(workdir, pg_port, "start")
+            # The private cluster trusts local connections; its postgres database is ours.
+            jdbc_url = f"jdbc:postgresql://{HOST}:{pg_port}/postgres?user=postgres"
+        pair = Pair(workdir, *pair_ports(), jdbc_url=jdbc_url)
         pair.script("start", "--pair")
         started = True
         log(pair.script("status").strip().replace("\n", "; "))
         settings = make_settings(workdir, pair.url, args.db_url)
-        print(f"# brokers {pair.url} (pair, {workdir}); catalog {settings.database_url}")
+        store = "KahaDB" if jdbc_url is None else jdbc_url.split("?", 1)[0]
+        print(
+            f"# brokers {pair.url} (pair, {workdir}, store {store}); "
+            f"catalog {settings.database_url}"
+        )
         results = run_rounds(pair, settings, rounds)
     finally:
         if started:
             pair.script("stop")
+        if own_postgres:
+            postgres(workdir, pg_port, "destroy")
         drop_workdir(workdir, keep=args.keep)
-    report(results)
+    report(results, args.store)
     footer()
 
 
@@ -314,7 +368,7 @@ def run_rounds(pair: Pair, settings: Settings, rounds: int) -> list[Round]:
     return results
 
 
-def report(results: list[Round]) -> None:
+def report(results: list[Round], store: str) -> None:
     receipt = percentiles([r.receipt for r in results])
     consumer = percentiles([r.consumer for r in results])
     live = percentiles([r.consumer_live for r in results])
@@ -350,11 +404,11 @@ def report(results: list[Round]) -> None:
         )
     )
     print_table(
-        f"broker failover over {len(results)} kills of the master (kill -9)",
+        f"broker failover ({store} store) over {len(results)} kills of the master (kill -9)",
         rows,
         notes=[
-            "reference: kill -> the slave's STOMP port accepting TCP connections (lock wait,"
-            " keep-alive check, start-up), probed every 10 ms: the floor for any client",
+            "reference: kill -> the slave's STOMP port accepting TCP connections (the store's"
+            " lock or lease, start-up), probed every 10 ms: the floor for any client",
             f"producer: send_mark_set_done at {RATE:g}/s throughout; 'lost' = written but"
             " never delivered once the producer paused (must be 0 every round)",
         ],

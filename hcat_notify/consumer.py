@@ -17,16 +17,13 @@ watermarks.
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from hcat_notify.broker.backoff import Backoff
 from hcat_notify.broker.connection import BrokerConnection, ReceivedMessage, consumer_connection
@@ -37,18 +34,14 @@ from hcat_notify.errors import (
     HcatNotifyError,
     InvalidInputError,
     SubscriberTakenOverError,
+    TableDroppedError,
 )
 from hcat_notify.model.cursor import Cursor
-from hcat_notify.model.events import (
-    HEADER_EVENT,
-    HEADER_EVENT_ID,
-    HEADER_SPEC,
-    HEADER_TABLE,
-    EventType,
-)
+from hcat_notify.model.events import HEADER_TABLE, EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import destination_for
+from hcat_notify.notification import Notification, Source, from_message, from_outbox
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.records import OutboxEvent, RetainedDone, TableInfo
 from hcat_notify.store.subscriptions import (
@@ -67,83 +60,6 @@ logger = logging.getLogger(__name__)
 # delivery: both are recent, so a bounded window is enough.
 DEDUPE_WINDOW = 200_000
 CATCH_UP_PAGE = 5_000
-
-
-class Source(StrEnum):
-    """Where a notification came from."""
-
-    RETAINED = "retained"  # the mark-set-done retention table, at start-up
-    REGISTRY = "registry"  # the catalog's events after the cursor, at start-up
-    LIVE = "live"  # the broker
-
-
-@dataclass(frozen=True)
-class Notification:
-    """One ADD_PARTITION or MARK_SET_DONE notification, however it reached us."""
-
-    event_id: int
-    event_type: EventType
-    table: TableName
-    spec: PartitionSpec
-    body: Mapping[str, Any]
-    headers: Mapping[str, str]
-    topic: str
-    source: Source
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready view (``hcat-notify watch --json``)."""
-        return {
-            "event_id": self.event_id,
-            "event": self.event_type.value,
-            "table": str(self.table),
-            "spec": self.spec.to_path(),
-            "topic": self.topic,
-            "source": self.source.value,
-            "headers": dict(self.headers),
-            "body": dict(self.body),
-        }
-
-
-@functools.lru_cache(maxsize=65_536)
-def _parse_spec(path: str) -> PartitionSpec:
-    return PartitionSpec.parse(path)
-
-
-@functools.lru_cache(maxsize=4096)
-def _parse_table(name: str) -> TableName:
-    return TableName.parse(name)
-
-
-def _from_outbox(event: OutboxEvent, source: Source) -> Notification:
-    # The catalog wrote this spec from a validated one: no need to check it again.
-    return Notification(
-        event_id=event.event_id,
-        event_type=event.event_type,
-        table=_parse_table(event.table),
-        spec=PartitionSpec.parse_trusted(event.headers[HEADER_SPEC]),
-        body=json.loads(event.body),
-        headers=dict(event.headers),
-        topic=event.topic,
-        source=source,
-    )
-
-
-def _from_message(message: ReceivedMessage) -> Notification | None:
-    headers = message.headers
-    try:
-        return Notification(
-            event_id=int(headers[HEADER_EVENT_ID]),
-            event_type=EventType(headers[HEADER_EVENT]),
-            table=_parse_table(headers[HEADER_TABLE]),
-            spec=_parse_spec(headers[HEADER_SPEC]),
-            body=json.loads(message.body),
-            headers={key: value for key, value in headers.items() if key.startswith("HCAT_")},
-            topic=message.destination.removeprefix("/topic/"),
-            source=Source.LIVE,
-        )
-    except (KeyError, ValueError, HcatNotifyError) as exc:
-        logger.warning("consumer ignored a malformed message on %s: %s", message.destination, exc)
-        return None
 
 
 class CatalogReader(Protocol):
@@ -254,10 +170,20 @@ class NotificationConsumer:
         self._factory = connection_factory
         self._on_error = on_error
         names = [t if isinstance(t, TableName) else TableName.parse(t) for t in tables]
+        self._names = list(dict.fromkeys(names))  # every followed table, in order
+        self._tables: dict[TableName, TableInfo] = {}  # the registered ones
+        # Dropped before this start: caught up through their DROP_TABLE (a consumer with
+        # a past may not have seen it), then the drop is raised if nothing else is left.
+        self._dropped: dict[TableName, TableDroppedError] = {}
         try:
-            self._tables: dict[TableName, TableInfo] = {
-                name: self._catalog.get_table(name) for name in dict.fromkeys(names)
-            }
+            for name in self._names:
+                try:
+                    self._tables[name] = self._catalog.get_table(name)
+                except TableDroppedError as exc:
+                    if exc.topic is None or not (start or subscriber is not None):
+                        raise  # no past to catch up: the drop is all there is to say
+                    logger.info("consumer follows %s, which was dropped: %s", name, exc)
+                    self._dropped[name] = exc
         except BaseException:
             self.close()
             raise
@@ -292,16 +218,16 @@ class NotificationConsumer:
 
     def _plan_subscriptions(self) -> list[_Subscription]:
         by_topic: dict[str, _Subscription] = {}
-        for name, info in self._tables.items():
-            by_topic.setdefault(info.topic, _Subscription(info.topic)).tables.append(name)
+        topics = {name: info.topic for name, info in self._tables.items()}
+        topics.update({name: str(exc.topic) for name, exc in self._dropped.items()})
+        for name, topic in topics.items():
+            by_topic.setdefault(topic, _Subscription(topic)).tables.append(name)
         # A per-database or single topic carries other tables too, and so may a topic
         # named by an override: filter on the broker there. _accept() filters again, so
         # correctness does not depend on the selector.
         all_tables = self._catalog.list_tables()
         for subscription in by_topic.values():
-            others = any(
-                t.topic == subscription.topic and t.name not in self._tables for t in all_tables
-            )
+            others = any(t.topic == subscription.topic and t.name not in topics for t in all_tables)
             own = all(
                 subscription.topic.endswith(f".{name.db}.{name.table}")
                 for name in subscription.tables
@@ -311,7 +237,7 @@ class NotificationConsumer:
 
     @property
     def tables(self) -> list[TableName]:
-        return list(self._tables)
+        return list(self._names)
 
     @property
     def cursor(self) -> Cursor:
@@ -413,14 +339,14 @@ class NotificationConsumer:
         if self._catchup_page_after is None:
             return
         events = self._catalog.catch_up(
-            list(self._tables),
+            list(self._names),
             cursor=self._catchup_cursor,
             page_after=self._catchup_page_after,
             limit=CATCH_UP_PAGE,
         )
         for event in events:
             done = event.event_type is EventType.MARK_SET_DONE
-            self._backlog.append(_from_outbox(event, Source.RETAINED if done else Source.REGISTRY))
+            self._backlog.append(from_outbox(event, Source.RETAINED if done else Source.REGISTRY))
         if len(events) < CATCH_UP_PAGE:
             self._catchup_page_after = None
         else:
@@ -441,7 +367,7 @@ class NotificationConsumer:
         return True
 
     def _accept(self, notification: Notification) -> bool:
-        if notification.table not in self._tables:
+        if notification.table not in self._names:
             return False  # a shared topic's other tables, if no selector filtered them
         topic = notification.topic
         mark = self._marks.get(topic, self._default)
@@ -516,6 +442,11 @@ class NotificationConsumer:
                 self._floor_pending = False
                 self._record_handled()
                 self._record_floor()
+            if self._dropped and not self._tables:
+                # Every followed table was dropped before this start, and the catch-up
+                # (the DROP_TABLE, if this consumer had not seen it) is handled.
+                first = next(iter(self._dropped.values()))
+                raise TableDroppedError(str(first), event_id=first.event_id, topic=first.topic)
             connection = self._connection
             if connection is None:
                 raise HcatNotifyError(
@@ -532,7 +463,7 @@ class NotificationConsumer:
             message = connection.receive(timeout=min(remaining, 0.5))
             if message is None:
                 continue
-            live = _from_message(message)
+            live = from_message(message)
             if live is None or not self._accept(live):
                 connection.ack(message)
                 continue
@@ -553,7 +484,9 @@ class NotificationConsumer:
     def notifications(self, *, timeout: float | None = None) -> Iterator[Notification]:
         """Yield notifications (catch-up first, then live) until stopped or idle.
 
-        Each live message is acknowledged when the consumer asks for the next one.
+        Each notification counts as handled (a live message is acknowledged, a durable
+        subscriber's watermark moves) as soon as the caller asks for the next one, before
+        waiting for it.
 
         Args:
             timeout: stop after this many seconds without a new notification
@@ -568,6 +501,9 @@ class NotificationConsumer:
                 continue
             self._handled = notification
             yield notification
+            # The caller is back: record it now, not when the next message comes (a
+            # process killed while idle would otherwise handle it again on restart).
+            self._ack_current()
         self._ack_current()
         if self._taken_over is not None:
             raise self._taken_over
@@ -620,8 +556,14 @@ class NotificationConsumer:
 
         Returns:
             True once covered, False at the timeout.
+
+        Raises:
+            TableDroppedError: the table was dropped (before or while waiting): no done
+                will come.
         """
         name = table if isinstance(table, TableName) else TableName.parse(table)
+        if name in self._dropped:
+            raise self._dropped[name]
         if name not in self._tables:
             raise InvalidInputError(f"the consumer does not follow {name}")
         wanted = self._tables[name].spec(spec, partial=True)
@@ -633,13 +575,21 @@ class NotificationConsumer:
             if remaining <= 0:
                 return False
             notification = self._next(remaining)
-            self._ack_current()
             if notification is None:
                 return False
             self._handled = notification
+            self._ack_current()  # looked at: handled, whatever it says
+            if notification.table == name and notification.event_type is EventType.DROP_TABLE:
+                raise TableDroppedError(
+                    f"table {name} was dropped (event {notification.event_id}) while waiting "
+                    f"for {wanted.canonical()}",
+                    event_id=notification.event_id,
+                    topic=notification.topic,
+                )
             if (
                 notification.event_type is EventType.MARK_SET_DONE
                 and notification.table == name
+                and notification.spec is not None
                 and notification.spec.covers(wanted)
             ):
                 return True

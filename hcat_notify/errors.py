@@ -10,8 +10,10 @@ pydantic) are mapped to these at one boundary each and chained with ``from``.
     │   ├── InvalidIdentifierError  malformed database, table or partition-key name
     │   ├── InvalidSpecError        malformed partition spec or value
     │   ├── UnknownPartitionKeyError  spec names a key the table does not have
-    │   └── LocationNotFoundError   a location does not exist or holds no data files
+    │   ├── LocationNotFoundError   a location does not exist or holds no data files
+    │   └── PartitionNotFoundError  no registered partition matches the spec (a drop)
     ├── TableNotFoundError          no such table in the catalog
+    │   └── TableDroppedError       the table was dropped (its DROP_TABLE names the event)
     ├── TableExistsError            the table is already registered
     ├── PartitionExistsError        the partition is already registered
     ├── ConflictError               a compare-and-set update lost a race
@@ -52,10 +54,12 @@ __all__ = [
     "InvalidSpecError",
     "LocationNotFoundError",
     "PartitionExistsError",
+    "PartitionNotFoundError",
     "StoreError",
     "StoreUnavailableError",
     "SubscriberInUseError",
     "SubscriberTakenOverError",
+    "TableDroppedError",
     "TableExistsError",
     "TableNotFoundError",
     "UnknownPartitionKeyError",
@@ -90,8 +94,30 @@ class LocationNotFoundError(InvalidInputError, FileNotFoundError):
     """A partition's location does not exist, is not a directory, or holds no data files."""
 
 
+class PartitionNotFoundError(InvalidInputError, LookupError):
+    """No registered partition of the table matches the spec (of a drop)."""
+
+
 class TableNotFoundError(HcatNotifyError, LookupError):
     """The table is not registered in the catalog."""
+
+
+class TableDroppedError(TableNotFoundError):
+    """The table was dropped: it is not registered, and its DROP_TABLE event says when.
+
+    Raised for a dropped table where a registered one is needed, and by
+    :meth:`NotificationConsumer.wait_for_set_done
+    <hcat_notify.consumer.NotificationConsumer.wait_for_set_done>` when the table it
+    waits on is dropped meanwhile. ``event_id`` and ``topic`` (the table's own topic)
+    are those of the DROP_TABLE when known (not through the HTTP API).
+    """
+
+    def __init__(
+        self, message: str, *, event_id: int | None = None, topic: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.event_id = event_id
+        self.topic = topic
 
 
 class TableExistsError(HcatNotifyError):

@@ -36,6 +36,7 @@ MODULES = [
     "hcat_notify.cli.common",
     "hcat_notify.config",
     "hcat_notify.consumer",
+    "hcat_notify.notification",
     "hcat_notify.errors",
     "hcat_notify.files",
     "hcat_notify.lazy",

@@ -2,25 +2,36 @@
 # Start, stop or inspect a private ActiveMQ broker for hcat-notify, or a master/slave pair
 # of them (no systemd, no root needed once Debian's `activemq` package is installed).
 #
-#   deploy/local/activemq.sh start [--pair] | stop | restart [--pair] | status
+#   deploy/local/activemq.sh start [--pair] [--jdbc-url URL] | stop
+#                            | restart [--pair] [--jdbc-url URL] | status
 #
 #   start          broker 1 on HCAT_NOTIFY_BROKER_PORT / HCAT_NOTIFY_OPENWIRE_PORT.
-#   start --pair   also broker 2, on both ports + 1, sharing broker 1's KahaDB store:
+#   start --pair   also broker 2, on both ports + 1, sharing broker 1's store:
 #                  whichever holds the store's lock is master and listens, the other
 #                  waits for the lock (slave) and takes over when the master dies.
 #                  Starts only the brokers that are not running, so after a failover it
 #                  brings the dead one back, as the new slave.
+#   --jdbc-url URL the store is a PostgreSQL database (jdbc:postgresql://HOST:PORT/DB
+#                  ?user=U&password=P; or HCAT_NOTIFY_BROKER_JDBC_URL) instead of
+#                  broker 1's KahaDB directory: JDBC master/slave, the lease locker
+#                  (deploy/activemq/store-jdbc.xml). The home remembers the URL
+#                  (R/jdbc-store.url, mode 600): later starts, and status, use it
+#                  without the option; delete that file, with the brokers stopped, to go
+#                  back to KahaDB.
 #   stop           stops every broker of this home (slaves first).
 #   status         one broker: "running (pid N, stomp H:P)" or "stopped"; a pair: one
 #                  line per broker, saying which is master and which waits.
 #
 # Layout (R = ${HCAT_NOTIFY_HOME:-$HOME/.hcat-notify}; broker 1's base dir B = R/activemq,
 # broker 2's R/activemq-2, each laid out alike):
-#   B/conf/           activemq.xml + log4j.properties, copied from deploy/activemq each start
+#   B/conf/           activemq.xml, store-*.xml, log4j.properties, copied from
+#                     deploy/activemq each start
 #   B/data/           the broker log (B/data/activemq.log); broker 1's also holds the
 #                     KahaDB store (R/activemq/data/kahadb) both brokers use
 #   B/tmp/            java.io.tmpdir
-#   B/lib/            extra broker jars: links to Debian's xstream.jar and jettison.jar
+#   B/lib/            extra broker jars: links to Debian's xstream.jar and jettison.jar,
+#                     and with the JDBC store postgresql.jar, commons-dbcp2.jar and
+#                     commons-pool2.jar
 #   B/activemq.out    the JVM's stdout/stderr
 #   B/activemq.pid    pid of the running broker; B/activemq.stomp "host:port" it listens on
 #
@@ -37,9 +48,12 @@
 #   HCAT_NOTIFY_BROKER_STOP_TIMEOUT    seconds to wait after SIGTERM       (30)
 #   HCAT_NOTIFY_BROKER_JAVA_OPTS       extra JVM options            (-Xms64m -Xmx512m)
 #   HCAT_NOTIFY_ACTIVEMQ_HOME          ActiveMQ installation        (/usr/share/activemq)
+#   HCAT_NOTIFY_JAVA_DIR               where the extra jars are     (/usr/share/java)
+#   HCAT_NOTIFY_BROKER_JDBC_URL        the JDBC store's database, as --jdbc-url
 #
 # Both brokers of a pair get the same credentials and authorization (one activemq.xml).
-# Passwords are handed to the JVM in a mode-600 java @argfile, not on the command line.
+# Passwords (and the JDBC URL, which carries one) are handed to the JVM in a mode-600
+# java @argfile, not on the command line.
 # Exit status: 0 ok; 1 error; 2 usage; status prints "stopped" and exits 3 when no
 # broker runs.
 set -euo pipefail
@@ -53,8 +67,13 @@ AMQ_JAR="$AMQ_HOME/bin/activemq.jar"
 # Absolute (symlinks kept): a running broker is recognised by -Dactivemq.base=$BASE, so a
 # relative HCAT_NOTIFY_HOME (e.g. .data/demo) must name the same broker as the absolute one.
 ROOT=$(realpath -ms -- "${HCAT_NOTIFY_HOME:-${HOME:?set HOME or HCAT_NOTIFY_HOME}/.hcat-notify}")
-# One store for every broker of this home: a pair shares broker 1's.
+# One store for every broker of this home: a pair shares broker 1's KahaDB directory, or
+# the database of the JDBC URL the home records (see select_store).
 STORE_DIR="$ROOT/activemq/data/kahadb"
+JDBC_RECORD="$ROOT/jdbc-store.url"
+JDBC_URL=${HCAT_NOTIFY_BROKER_JDBC_URL:-} # --jdbc-url overrides
+STORE=kahadb                              # or jdbc: select_store decides
+JAVA_DIR=${HCAT_NOTIFY_JAVA_DIR:-/usr/share/java}
 
 HOST=127.0.0.1
 STOMP_PORT_1=${HCAT_NOTIFY_BROKER_PORT:-61613}
@@ -97,7 +116,7 @@ log() { printf 'activemq.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 usage() {
-    echo "usage: $0 start [--pair] | stop | restart [--pair] | status" >&2
+    echo "usage: $0 start [--pair] [--jdbc-url URL] | stop | restart [--pair] [--jdbc-url URL] | status" >&2
     exit 2
 }
 
@@ -161,7 +180,38 @@ apt_install() {
 # subscriber (and any SUBSCRIBE with a `transformation` header) fails with
 # NoClassDefFoundError: com/thoughtworks/xstream/... and breaks that connection.
 # We link them into ${activemq.base}/lib, whose jars activemq.jar adds to its classpath.
-EXTRA_JARS=(/usr/share/java/xstream.jar:libxstream-java /usr/share/java/jettison.jar:libjettison-java)
+EXTRA_JARS=("$JAVA_DIR/xstream.jar:libxstream-java" "$JAVA_DIR/jettison.jar:libjettison-java")
+# The JDBC store (store-jdbc.xml): ActiveMQ's own JDBC store (on the classpath already, in
+# lib/), PostgreSQL's driver, and DBCP 2 with its pool for the broker's connections.
+JDBC_JARS=(
+    "$JAVA_DIR/activemq-jdbc-store.jar:libactivemq-java"
+    "$JAVA_DIR/postgresql.jar:libpostgresql-jdbc-java"
+    "$JAVA_DIR/commons-dbcp2.jar:libcommons-dbcp2-java"
+    "$JAVA_DIR/commons-pool2.jar:libcommons-pool2-java"
+)
+
+# store_jars: the entries of EXTRA_JARS and, with the JDBC store, JDBC_JARS.
+store_jars() {
+    printf '%s\n' "${EXTRA_JARS[@]}"
+    if [[ $STORE == jdbc ]]; then
+        printf '%s\n' "${JDBC_JARS[@]}"
+    fi
+}
+
+# check_jars WHAT ENTRY...: die naming the Debian packages of the jars that are missing.
+check_jars() {
+    local what=$1 entry missing_jars=() missing_pkgs=()
+    shift
+    for entry in "$@"; do
+        if [[ ! -f ${entry%%:*} ]]; then
+            missing_jars+=("${entry%%:*}")
+            missing_pkgs+=("${entry##*:}")
+        fi
+    done
+    if ((${#missing_jars[@]})); then
+        die "missing ${missing_jars[*]} (needed by $what): apt-get install ${missing_pkgs[*]}"
+    fi
+}
 
 ensure_installed() {
     if [[ ! -f $AMQ_JAR ]]; then
@@ -173,15 +223,9 @@ ensure_installed() {
         apt_install default-jre-headless
         command -v java >/dev/null 2>&1 || die "java still missing after installing default-jre-headless"
     fi
-    local entry missing_jars=() missing_pkgs=()
-    for entry in "${EXTRA_JARS[@]}"; do
-        if [[ ! -f ${entry%%:*} ]]; then
-            missing_jars+=("${entry%%:*}")
-            missing_pkgs+=("${entry##*:}")
-        fi
-    done
-    if ((${#missing_jars[@]})); then
-        die "missing ${missing_jars[*]} (advisories over STOMP need it): apt-get install ${missing_pkgs[*]}"
+    check_jars "advisories over STOMP" "${EXTRA_JARS[@]}"
+    if [[ $STORE == jdbc ]]; then
+        check_jars "the JDBC store" "${JDBC_JARS[@]}"
     fi
 }
 
@@ -222,7 +266,7 @@ port_in_use() {
 
 show_logs() {
     local f hint
-    hint=$(grep -hoE 'Failed to bind to server socket: [^ ]+|Address already in use|SAXParseException[^|]*|Could not resolve placeholder[^|]*' \
+    hint=$(grep -hoE 'Failed to bind to server socket: [^ ]+|Address already in use|SAXParseException[^|]*|Could not resolve placeholder[^|]*|PSQLException: (FATAL|Connection to)[^|]*|ClassNotFoundException: [^ |]*' \
         -- "$BROKER_LOG" "$OUT_LOG" 2>/dev/null | tail -n 1 || true)
     if [[ -n $hint ]]; then
         log "likely cause: $hint"
@@ -267,10 +311,32 @@ lock_holder() {
         } END { exit !found }' /proc/locks 2>/dev/null
 }
 
-# role PID: "master" (holds the store lock), "slave" (waits for it) or "unknown".
+# lease_role: what the current broker's log last said of the JDBC store's lease:
+# "slave" (it tries to acquire it), "master" (it acquired it) or "unknown". A broker logs
+# the first at every (re)start, the second once it holds the lease.
+lease_role() {
+    local last
+    last=$(grep -ohE 'attempting to acquire exclusive lease|becoming master' -- "$BROKER_LOG" 2>/dev/null |
+        tail -n 1) || true
+    case $last in
+    becoming*) echo master ;;
+    attempting*) echo slave ;;
+    *) echo unknown ;;
+    esac
+}
+
+# role PID: "master" (holds the store lock or lease), "slave" (waits for it) or "unknown".
 role() {
     local holder
-    if holder=$(lock_holder); then
+    if [[ $STORE == jdbc ]]; then
+        # A JDBC slave keeps its ports closed: whoever answers is master. One that does
+        # not answer yet is master if it already holds the lease (it is starting up).
+        if stomp_probe >/dev/null; then
+            echo master
+        else
+            lease_role
+        fi
+    elif holder=$(lock_holder); then
         [[ $holder == "$1" ]] && echo master || echo slave
     elif stomp_probe >/dev/null; then
         echo master
@@ -285,10 +351,77 @@ is_pair() {
 }
 
 # waiting_since OFFSET: the broker log, from byte OFFSET on, says this broker waits for
-# the store lock (ActiveMQ logs it once, when it first finds the lock taken).
+# the store's lock (KahaDB: logged once, when it first finds the lock taken) or tries to
+# acquire its lease (JDBC: logged before the first attempt; start_broker asks only while
+# the broker does not serve and the other one does).
 waiting_since() {
+    local pattern='waiting a lock to be acquired'
+    [[ $STORE == jdbc ]] && pattern='attempting to acquire exclusive lease'
     [[ -f $BROKER_LOG ]] &&
-        tail -c "+$(($1 + 1))" -- "$BROKER_LOG" 2>/dev/null | grep -q 'waiting a lock to be acquired'
+        tail -c "+$(($1 + 1))" -- "$BROKER_LOG" 2>/dev/null | grep -q "$pattern"
+}
+
+# --- the store ----------------------------------------------------------------------
+
+# jdbc_target: the JDBC URL without its parameters (which carry the password).
+jdbc_target() {
+    printf '%s\n' "${JDBC_URL%%\?*}"
+}
+
+# store_lock: what a slave waits for, for messages.
+store_lock() {
+    if [[ $STORE == jdbc ]]; then
+        echo "the lease in $(jdbc_target)"
+    else
+        echo "the lock on $STORE_DIR"
+    fi
+}
+
+# any_running: some broker of this home runs.
+any_running() {
+    local n found=1
+    for n in 1 2; do
+        use_broker "$n"
+        if running_pid >/dev/null; then
+            found=0
+        fi
+    done
+    use_broker 1
+    return "$found"
+}
+
+# select_store [start]: the store of this home. A JDBC URL (--jdbc-url or
+# HCAT_NOTIFY_BROKER_JDBC_URL) selects the JDBC store, and `start` records it for later
+# commands; without one, the recorded URL if any, else KahaDB. A running pair keeps its
+# store: `start` refuses another one.
+select_store() {
+    local recorded=
+    if [[ -f $JDBC_RECORD ]]; then
+        recorded=$(<"$JDBC_RECORD")
+    fi
+    if [[ -z $JDBC_URL ]]; then
+        if [[ -n $recorded ]]; then
+            STORE=jdbc
+            JDBC_URL=$recorded
+        fi
+        return 0
+    fi
+    [[ $JDBC_URL == jdbc:postgresql://* ]] ||
+        die "the JDBC URL must be jdbc:postgresql://HOST:PORT/DATABASE?user=U&password=P, got ${JDBC_URL%%//*}//..."
+    STORE=jdbc
+    [[ ${1:-} == start && $JDBC_URL != "$recorded" ]] || return 0
+    if any_running; then
+        if [[ -n $recorded ]]; then
+            die "the brokers of $ROOT run on another JDBC URL (${recorded%%\?*}); stop them first"
+        fi
+        die "the brokers of $ROOT run on KahaDB ($STORE_DIR); stop them first"
+    fi
+    mkdir -p -- "$ROOT"
+    (
+        umask 077
+        printf '%s\n' "$JDBC_URL" >"$JDBC_RECORD.tmp"
+        mv -f -- "$JDBC_RECORD.tmp" "$JDBC_RECORD"
+    )
 }
 
 # --- commands -----------------------------------------------------------------------
@@ -335,6 +468,7 @@ start_broker() {
         peer_port=$((10#$STOMP_PORT_1 + 1))
     fi
     [[ -f $CONF_SRC/activemq.xml ]] || die "broker config not found: $CONF_SRC/activemq.xml"
+    [[ -f $CONF_SRC/store-$STORE.xml ]] || die "store config not found: $CONF_SRC/store-$STORE.xml"
     # The base dir holds credentials (argfile; the JVM echoes its arguments into
     # activemq.out): keep everything we create private.
     umask 077
@@ -348,14 +482,17 @@ start_broker() {
     done
 
     mkdir -p -- "$BASE/conf" "$BASE/data" "$BASE/tmp" "$BASE/lib" "$STORE_DIR"
-    # The jars ensure_installed checked (see EXTRA_JARS).
+    # The jars ensure_installed checked (see EXTRA_JARS, JDBC_JARS) that the installation
+    # does not put on the classpath itself; only those.
     local entry jar
-    for entry in "${EXTRA_JARS[@]}"; do
+    find "$BASE/lib" -maxdepth 1 -type l -delete
+    while IFS= read -r entry; do
         jar=${entry%%:*}
+        [[ -e $AMQ_HOME/lib/${jar##*/} ]] && continue
         ln -sfn -- "$jar" "$BASE/lib/${jar##*/}"
-    done
+    done < <(store_jars)
     rm -f -- "$PID_FILE" "$ADDR_FILE"
-    cp -f -- "$CONF_SRC/activemq.xml" "$BASE/conf/activemq.xml"
+    cp -f -- "$CONF_SRC/activemq.xml" "$CONF_SRC"/store-*.xml "$BASE/conf/"
     if [[ -f $CONF_SRC/log4j.properties ]]; then
         cp -f -- "$CONF_SRC/log4j.properties" "$BASE/conf/log4j.properties"
     fi
@@ -368,6 +505,9 @@ start_broker() {
             argfile_quote "-Dhcat.publisher.password=$PUB_PASS"
             argfile_quote "-Dhcat.reader.user=$READER_USER"
             argfile_quote "-Dhcat.reader.password=$READER_PASS"
+            if [[ $STORE == jdbc ]]; then
+                argfile_quote "-Dhcat.jdbc.url=$JDBC_URL"
+            fi
         } >"$ARG_FILE.tmp"
         mv -f -- "$ARG_FILE.tmp" "$ARG_FILE"
     )
@@ -387,6 +527,7 @@ start_broker() {
         "-Dhcat.stomp.port=$STOMP_PORT"
         "-Dhcat.openwire.port=$OPENWIRE_PORT"
         "-Dhcat.topic.prefix=$TOPIC_PREFIX"
+        "-Dhcat.store=$STORE"
         "-Dhcat.store.dir=$STORE_DIR"
         "@$ARG_FILE"
         -jar "$AMQ_JAR" start "xbean:file:$BASE/conf/activemq.xml"
@@ -426,14 +567,19 @@ start_broker() {
         fi
         if [[ -n $peer_port ]] && waiting_since "$log_offset" && stomp_probe "$peer_port" >/dev/null; then
             echo "broker $N started as slave (pid $pid, stomp $HOST:$STOMP_PORT when it takes over," \
-                "openwire $HOST:$OPENWIRE_PORT, base $BASE): waits for the lock on $STORE_DIR," \
+                "openwire $HOST:$OPENWIRE_PORT, base $BASE): waits for $(store_lock)," \
                 "the broker on $HOST:$peer_port serves"
             return 0
         fi
         if ((SECONDS >= deadline)); then
             if waiting_since "$log_offset"; then
-                log "error: broker $N waits for the lock on $STORE_DIR, but no other broker of" \
-                    "this home serves (holder: pid $(lock_holder || echo unknown)); stopping pid $pid"
+                if [[ $STORE == jdbc ]]; then
+                    log "error: broker $N waits for $(store_lock), but no other broker of this" \
+                        "home serves (the lease is another broker's?); stopping pid $pid"
+                else
+                    log "error: broker $N waits for $(store_lock), but no other broker of" \
+                        "this home serves (holder: pid $(lock_holder || echo unknown)); stopping pid $pid"
+                fi
             else
                 log "error: no STOMP CONNECTED from $HOST:$STOMP_PORT within ${START_TIMEOUT}s; stopping pid $pid"
             fi
@@ -444,10 +590,12 @@ start_broker() {
         fi
         sleep 0.3
     done
+    local store=
+    [[ $STORE == jdbc ]] && store=", store $(jdbc_target)"
     if [[ $PAIR_MODE == 1 ]]; then
-        echo "broker $N started as master (pid $pid, stomp $HOST:$STOMP_PORT, openwire $HOST:$OPENWIRE_PORT, base $BASE)"
+        echo "broker $N started as master (pid $pid, stomp $HOST:$STOMP_PORT, openwire $HOST:$OPENWIRE_PORT, base $BASE$store)"
     else
-        echo "activemq started (pid $pid, stomp $HOST:$STOMP_PORT, openwire $HOST:$OPENWIRE_PORT, base $BASE)"
+        echo "activemq started (pid $pid, stomp $HOST:$STOMP_PORT, openwire $HOST:$OPENWIRE_PORT, base $BASE$store)"
     fi
 }
 
@@ -457,6 +605,7 @@ cmd_start() {
         PAIR_MODE=1
     fi
     check_ports "$pair"
+    select_store start
     ensure_installed
     use_broker 1
     start_broker
@@ -487,6 +636,7 @@ stop_broker() {
 
 cmd_stop() {
     local stopped=0 n pid order=(1)
+    select_store
     if is_pair; then
         # Slaves first: a master stopped first would hand the store to a slave that is
         # about to be stopped anyway.
@@ -513,6 +663,7 @@ cmd_stop() {
 
 cmd_status() {
     local pid n running=0
+    select_store
     if ! is_pair; then
         use_broker 1
         if pid=$(running_pid); then
@@ -536,7 +687,11 @@ cmd_status() {
                 fi
                 ;;
             slave)
-                lines+=("broker $n: slave, waiting for the store lock (pid $pid, stomp $HOST:$STOMP_PORT when it takes over)")
+                if [[ $STORE == jdbc ]]; then
+                    lines+=("broker $n: slave, waiting for the database lease (pid $pid, stomp $HOST:$STOMP_PORT when it takes over)")
+                else
+                    lines+=("broker $n: slave, waiting for the store lock (pid $pid, stomp $HOST:$STOMP_PORT when it takes over)")
+                fi
                 ;;
             *)
                 lines+=("broker $n: running, role unknown (pid $pid, stomp $HOST:$STOMP_PORT)")
@@ -553,17 +708,36 @@ cmd_status() {
     printf '%s\n' "${lines[@]}"
 }
 
-case "$*" in
-start) cmd_start ;;
-"start --pair") cmd_start pair ;;
+# parse_args ARGS: COMMAND, PAIR_ARG ("pair" or empty) and JDBC_URL (--jdbc-url).
+parse_args() {
+    COMMAND=${1:-}
+    PAIR_ARG=
+    [[ $# -gt 0 ]] && shift
+    local arg want_url=0
+    for arg in "$@"; do
+        if ((want_url)); then
+            [[ -n $arg ]] || usage
+            JDBC_URL=$arg
+            want_url=0
+            continue
+        fi
+        case $COMMAND:$arg in
+        start:--pair | restart:--pair) PAIR_ARG=pair ;;
+        start:--jdbc-url | restart:--jdbc-url) want_url=1 ;;
+        start:--jdbc-url=?* | restart:--jdbc-url=?*) JDBC_URL=${arg#--jdbc-url=} ;;
+        *) usage ;;
+        esac
+    done
+    ((want_url == 0)) || usage
+}
+
+parse_args "$@"
+case $COMMAND in
+start) cmd_start "$PAIR_ARG" ;;
 stop) cmd_stop ;;
 restart)
     cmd_stop
-    cmd_start
-    ;;
-"restart --pair")
-    cmd_stop
-    cmd_start pair
+    cmd_start "$PAIR_ARG"
     ;;
 status) cmd_status ;;
 *) usage ;;

@@ -51,10 +51,13 @@ apt_install() {
 # shellcheck disable=SC2034
 HCAT_DEMO_PACKAGES=(default-jre-headless activemq libxstream-java libjettison-java)
 # The tests also compile a JMS consumer (tests/interop/JmsProbe.java: javac), run a
-# private PostgreSQL 15 cluster, and load the API's status page in a headless Chromium
-# driven through ChromeDriver (tests/integration/api/test_status_page_browser.py).
+# private PostgreSQL 15 cluster, run a broker pair on the JDBC store in it (PostgreSQL's
+# JDBC driver and DBCP 2 with its pool on the broker's classpath: deploy/activemq/
+# store-jdbc.xml), and load the API's status page in a headless Chromium driven through
+# ChromeDriver (tests/integration/api/test_status_page_browser.py).
 # shellcheck disable=SC2034
-HCAT_TEST_PACKAGES=("${HCAT_DEMO_PACKAGES[@]}" default-jdk-headless postgresql-15 chromium chromium-driver)
+HCAT_TEST_PACKAGES=("${HCAT_DEMO_PACKAGES[@]}" default-jdk-headless postgresql-15
+    libpostgresql-jdbc-java libcommons-dbcp2-java libcommons-pool2-java chromium chromium-driver)
 
 ensure_system_packages() {
     # $@: the Debian packages this command needs
@@ -79,7 +82,7 @@ ensure_venv() {
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         log "pip install -e .[dev] (first run downloads PySpark, about 400 MB)"
         "$HCAT_VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-        "$HCAT_VENV/bin/python" -m pip install -q -e "$HCAT_ROOT[dev]"
+        "$HCAT_VENV/bin/python" -m pip install -q -e "${HCAT_ROOT}[dev]"
         echo "$want" >"$stamp"
     fi
 }

@@ -5,7 +5,8 @@ triggerer as the durable subscriber ``airflow-clicks-asset``: each MARK_SET_DONE
 table becomes an asset event (``extra["payload"]`` holds the table, spec, event id,
 topic and the table's location)
 and starts a run of ``hcat_clicks_by_done``. The catalog keeps the subscriber's
-watermarks, so a triggerer restart neither loses nor repeats a done.
+watermarks, so a triggerer restart neither loses nor repeats a done (docs/airflow.md:
+what a ``kill -9`` of the triggerer can cost).
 """
 
 from __future__ import annotations

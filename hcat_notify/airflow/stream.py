@@ -1,11 +1,13 @@
 """A durable subscriber's notifications, one at a time, for an asset watcher's trigger.
 
 Plain blocking Python (no Airflow import): :class:`~hcat_notify.airflow.triggers.
-HcatEventTrigger` calls :meth:`EventStream.next` in a thread of the triggerer's event
-loop. The consumer is a durable subscriber: its watermarks live in the catalog and move
-once the triggerer asked for the notification after the one it was handed, or when the
-stream is closed, so a triggerer restarted gracefully neither repeats nor loses an event;
-one killed outright hands the last event again (at least once, never lost).
+HcatEventTrigger` calls :meth:`EventStream.next` in a thread of its own. The consumer is a
+durable subscriber: its watermarks live in the catalog and move once the triggerer takes
+a notification (asks for the next one) and when the stream is closed. A triggerer
+stopped and started again neither repeats nor loses a notification. One killed outright
+(``kill -9``) within about a second of taking a notification may lose it: Airflow stores
+the asset event after the trigger handed it over (Airflow 3.3's acknowledged shared
+streams would close that window; not used yet).
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from hcat_notify.errors import (
     BrokerError,
     StoreUnavailableError,
     SubscriberInUseError,
+    TableDroppedError,
 )
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
@@ -113,17 +114,34 @@ class Target:
     table: TableName
     spec: PartitionSpec
 
-    def matches(self, notification: Notification) -> bool:
-        """Whether this live or retained notification satisfies the condition."""
+    def match(self, notification: Notification) -> PartitionSpec | None:
+        """The spec by which this live or retained notification satisfies the condition
+        (the covering done, or the first partition under the spec; a batched
+        announcement lists several), else None.
+
+        Raises:
+            TableDroppedError: the notification is the table's DROP_TABLE: nothing will
+                satisfy the condition any more.
+        """
         if notification.table != self.table:
-            return False
-        if self.condition is Condition.DONE:
-            return notification.event_type is EventType.MARK_SET_DONE and (
-                notification.spec.covers(self.spec)
+            return None
+        if notification.event_type is EventType.DROP_TABLE:
+            raise TableDroppedError(
+                f"table {self.table} was dropped (event {notification.event_id}) while "
+                f"waiting for {self.spec.canonical()}",
+                event_id=notification.event_id,
+                topic=notification.topic,
             )
-        return notification.event_type is EventType.ADD_PARTITION and self.spec.covers(
-            notification.spec
+        if self.condition is Condition.DONE:
+            done = notification.event_type is EventType.MARK_SET_DONE
+            spec = notification.spec
+            return spec if done and spec is not None and spec.covers(self.spec) else None
+        if notification.event_type is not EventType.ADD_PARTITION:
+            return None
+        partitions = notification.partitions or (
+            (notification.spec,) if notification.spec is not None else ()
         )
+        return next((p for p in partitions if self.spec.covers(p)), None)
 
 
 def resolve_target(
@@ -157,18 +175,29 @@ def _found(
     }
 
 
-def notification_payload(notification: Notification) -> dict[str, Any]:
-    """The JSON-ready facts of a notification a sensor or an asset event carries."""
+def notification_payload(
+    notification: Notification, spec: PartitionSpec | None = None
+) -> dict[str, Any]:
+    """The JSON-ready facts of a notification a sensor or an asset event carries.
+
+    Args:
+        notification: the notification.
+        spec: the spec to report (default: the notification's own ``HCAT_SPEC``, None
+            for table events and batches without a common spec).
+    """
     body = notification.body
+    spec = spec if spec is not None else notification.spec
     payload: dict[str, Any] = {
         "table": str(notification.table),
         "event": notification.event_type.value,
         "event_id": notification.event_id,
-        "spec": notification.spec.to_path(),
-        "partition_spec": notification.spec.as_dict(),
+        "spec": spec.to_path() if spec is not None else None,
+        "partition_spec": spec.as_dict() if spec is not None else None,
         "topic": notification.topic,
         "source": notification.source.value,
     }
+    if len(notification.partitions) > 1:
+        payload["partitions"] = [partition.to_path() for partition in notification.partitions]
     location = body.get("location")
     if isinstance(location, str):
         payload["location"] = location
@@ -245,6 +274,7 @@ class Waiter:
 
         Raises:
             InvalidInputError, TableNotFoundError: bad input (at once).
+            TableDroppedError: the table was dropped while waiting.
             BrokerAuthError: the broker refused the consumer principal.
         """
         backoff = Backoff(maximum=5.0)
@@ -306,8 +336,10 @@ class Waiter:
                 return None
             # A slice ends after RECEIVE_SLICE seconds without a notification.
             for notification in consumer.notifications(timeout=min(remaining, RECEIVE_SLICE)):
-                if target.matches(notification):
-                    return {**notification_payload(notification), "wanted": target.spec.to_path()}
+                matched = target.match(notification)
+                if matched is not None:
+                    payload = notification_payload(notification, matched)
+                    return {**payload, "wanted": target.spec.to_path()}
                 if time.time() >= self._deadline:
                     return None
         return None

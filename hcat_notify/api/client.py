@@ -4,7 +4,10 @@
 records as :class:`~hcat_notify.store.Catalog`, so a :class:`~hcat_notify.consumer.
 NotificationConsumer` (a :class:`~hcat_notify.consumer.CatalogReader` user) catches up
 through it instead of the database. Writers without database credentials call
-:meth:`ApiClient.mark_set_done`.
+:meth:`ApiClient.mark_set_done`, :meth:`~ApiClient.create_table`,
+:meth:`~ApiClient.register_partitions`, :meth:`~ApiClient.discover_partitions`,
+:meth:`~ApiClient.drop_partitions` and :meth:`~ApiClient.drop_table`, which return the
+records the library's own functions return.
 
 Failover: given several URLs, a call goes to the instance that answered last; a
 connection that fails, or an answer of 502/503/504, moves the call on to the next
@@ -24,7 +27,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from types import MappingProxyType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -42,13 +45,21 @@ from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.wire import DEFAULT_TABLE_TYPE
 from hcat_notify.store.records import (
+    DEFAULT_RETENTION,
+    NewPartition,
     OutboxEvent,
     PartitionInfo,
     RetainedDone,
     TableInfo,
     as_table_name,
 )
+
+if TYPE_CHECKING:
+    # The lifecycle results (sqlalchemy, pyarrow) are imported when a method returns one.
+    from hcat_notify.lifecycle import Discovery, Purge
+    from hcat_notify.store.lifecycle import DroppedPartitions, DroppedTable, Registration
 
 __all__ = ["ApiClient", "error_of"]
 
@@ -118,9 +129,31 @@ def _event(data: Mapping[str, Any]) -> OutboxEvent:
     )
 
 
+def _spec_of(spec: SpecLike | str) -> PartitionSpec:
+    if isinstance(spec, PartitionSpec):
+        return spec
+    return PartitionSpec.parse(spec) if isinstance(spec, str) else PartitionSpec.from_mapping(spec)
+
+
 def _spec_params(spec: SpecLike) -> Params:
-    parsed = spec if isinstance(spec, PartitionSpec) else PartitionSpec.from_mapping(spec)
-    return [("spec", parsed.to_path())]
+    return [("spec", _spec_of(spec).to_path())]
+
+
+def _partitions(data: Mapping[str, Any]) -> tuple[PartitionInfo, ...]:
+    name = TableName.parse(data["table"])
+    return tuple(_partition(name, item) for item in data["partitions"])
+
+
+def _purge(data: Mapping[str, Any]) -> Purge:
+    from hcat_notify.lifecycle import Purge
+
+    return Purge(deleted=list(data["deleted"]), errors=list(data["errors"]))
+
+
+def _registration(data: Mapping[str, Any]) -> Registration:
+    from hcat_notify.store.lifecycle import Registration
+
+    return Registration(_partitions(data), data.get("doneEventId"))
 
 
 def _problem(response: httpx.Response) -> dict[str, Any]:
@@ -257,6 +290,12 @@ class ApiClient:
             raise error_of(response)
         return response.json()
 
+    def _delete(self, path: str, params: Params) -> Any:
+        response = self._send("DELETE", path, params=params)
+        if response.status_code != 200:
+            raise error_of(response)
+        return response.json()
+
     # -- the CatalogReader methods ----------------------------------------------------------
 
     def get_table(self, table: TableName | str) -> TableInfo:
@@ -344,9 +383,126 @@ class ApiClient:
 
     def mark_set_done(self, table: TableName | str, spec: SpecLike) -> int:
         """Record a MARK_SET_DONE (needs a writer principal); its event id."""
-        parsed = spec if isinstance(spec, PartitionSpec) else PartitionSpec.from_mapping(spec)
+        parsed = _spec_of(spec)
         data = self._post(f"/v1/tables/{as_table_name(table)}/done", {"spec": parsed.as_dict()})
         return int(data["eventId"])
+
+    def create_table(
+        self,
+        table: TableName | str,
+        *,
+        location: str,
+        partition_keys: Sequence[str],
+        storage_format: str = "parquet",
+        table_type: str = DEFAULT_TABLE_TYPE,
+        properties: Mapping[str, str] | None = None,
+        retention: timedelta = DEFAULT_RETENTION,
+        topic: str | None = None,
+        announce: str | None = None,
+    ) -> TableInfo:
+        """Register a table and announce it (CREATE_TABLE), as
+        :meth:`Catalog.create_table <hcat_notify.store.Catalog.create_table>` does;
+        ``announce`` (``partition`` or ``write``) sets its announce mode."""
+        body: dict[str, Any] = {
+            "name": str(as_table_name(table)),
+            "location": location,
+            "partitionKeys": list(partition_keys),
+            "format": storage_format,
+            "tableType": table_type,
+            "properties": dict(properties or {}),
+            "retentionSeconds": retention.total_seconds(),
+            "topic": topic,
+            "announce": announce,
+        }
+        return _table(self._post("/v1/tables", body))
+
+    def register_partitions(
+        self,
+        table: TableName | str,
+        locations: Mapping[str, str] | Sequence[tuple[SpecLike | str, str]],
+        *,
+        mark_set_done: SpecLike | None = None,
+        announce: str | None = None,
+        job_id: str | None = None,
+    ) -> Registration:
+        """Register partitions whose files are in place (the server measures them) and
+        announce them, with the done if given, in one transaction: what
+        :meth:`Catalog.register_partitions <hcat_notify.store.Catalog.register_partitions>`
+        does. ``locations``: full spec (path form, spec or mapping) -> location."""
+        pairs = list(locations.items()) if isinstance(locations, Mapping) else list(locations)
+        body = {
+            "partitions": [
+                {"spec": _spec_of(spec).as_dict(), "location": location} for spec, location in pairs
+            ],
+            "markSetDone": None if mark_set_done is None else _spec_of(mark_set_done).as_dict(),
+            "announce": announce,
+            "jobId": job_id,
+        }
+        return _registration(
+            self._post(f"/v1/tables/{as_table_name(table)}/partitions:register", body)
+        )
+
+    def discover_partitions(
+        self,
+        table: TableName | str,
+        *,
+        dry_run: bool = False,
+        skip_foreign: bool = False,
+        announce: str | None = None,
+    ) -> Discovery:
+        """Hive's MSCK REPAIR TABLE on the server: what
+        :func:`hcat_notify.discover_partitions` returns."""
+        from hcat_notify.lifecycle import Discovery
+
+        body = {"dryRun": dry_run, "skipForeign": skip_foreign, "announce": announce}
+        data = self._post(f"/v1/tables/{as_table_name(table)}/partitions:discover", body)
+        found = tuple(
+            NewPartition(
+                PartitionSpec.parse_trusted(item["spec"]),
+                item["location"],
+                file_count=item["fileCount"],
+                total_bytes=item["totalBytes"],
+            )
+            for item in data["found"]
+        )
+        return Discovery(
+            table=data["table"],
+            found=found,
+            foreign=tuple((item["path"], item["reason"]) for item in data["foreign"]),
+            empty=tuple(data["empty"]),
+            dry_run=data["dryRun"],
+            registration=_registration(data) if data["partitions"] else None,
+        )
+
+    def drop_partitions(
+        self, table: TableName | str, spec: SpecLike, *, purge: bool = False
+    ) -> tuple[DroppedPartitions, Purge]:
+        """Drop every partition ``spec`` matches and announce each (DROP_PARTITION); with
+        ``purge`` the server then deletes their files. What
+        :func:`hcat_notify.drop_partitions` returns.
+
+        Raises:
+            PartitionNotFoundError: no partition matches.
+        """
+        from hcat_notify.store.lifecycle import DroppedPartitions
+
+        params = [*_spec_params(spec), ("purge", purge)]
+        data = self._delete(f"/v1/tables/{as_table_name(table)}/partitions", params)
+        return DroppedPartitions(_partitions(data), tuple(data["eventIds"])), _purge(data)
+
+    def drop_table(
+        self, table: TableName | str, *, purge: bool = False
+    ) -> tuple[DroppedTable, Purge]:
+        """Drop a table with its partitions and retained dones and announce DROP_TABLE;
+        with ``purge`` the server then deletes its files. What
+        :func:`hcat_notify.drop_table` returns."""
+        from hcat_notify.store.lifecycle import DroppedTable
+
+        data = self._delete(f"/v1/tables/{as_table_name(table)}", [("purge", purge)])
+        dropped = DroppedTable(
+            _table(data["definition"]), _partitions(data), tuple(data["eventIds"])
+        )
+        return dropped, _purge(data)
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -9,13 +9,16 @@ the catalog's record, so the routes never build JSON by hand.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from hcat_notify.model.events import HEADER_SPEC
+from hcat_notify.model.changes import ANNOUNCE_PROPERTY
+from hcat_notify.model.events import HEADER_SPEC, EventType
+from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import destination_for
 from hcat_notify.store.records import (
     DEFAULT_RETENTION,
@@ -26,13 +29,23 @@ from hcat_notify.store.records import (
     TableInfo,
 )
 
+if TYPE_CHECKING:
+    from hcat_notify.lifecycle import Discovery as Discovered
+    from hcat_notify.lifecycle import Purge
+    from hcat_notify.store.lifecycle import Registration
+
 __all__ = [
     "MAX_NEW_PARTITIONS",
+    "Announce",
     "CoveringDone",
     "CreateTable",
+    "Discover",
+    "DiscoveredPartition",
+    "Discovery",
     "DoneRecorded",
     "Event",
     "EventPage",
+    "ForeignPath",
     "Health",
     "LastEvent",
     "MarkDone",
@@ -41,9 +54,14 @@ __all__ = [
     "Partition",
     "PartitionList",
     "PartitionPage",
+    "PartitionsDropped",
     "Problem",
     "Readiness",
+    "RegisterPartitionItem",
+    "RegisterPartitions",
+    "Registered",
     "Table",
+    "TableDropped",
     "TableList",
 ]
 
@@ -51,6 +69,9 @@ MAX_NEW_PARTITIONS = 1000
 """Partitions one request may register (Hive's default ``max_partitions`` of a write)."""
 
 SpecValues = dict[str, str | None]
+Announce = Literal["partition", "write"]
+"""How new (or dropped) partitions are announced: one ADD_PARTITION each, or one per
+write listing them all (split under the byte cap)."""
 
 
 class _Model(BaseModel):
@@ -145,10 +166,32 @@ class CreateTable(_Request):
         description="How long mark-set-done messages are retained.",
     )
     topic: str | None = Field(None, description="Topic override (hcat.msgbus.topic.name).")
+    announce: Announce | None = Field(
+        None,
+        description=f"The table's announce mode (table property {ANNOUNCE_PROPERTY}); "
+        "default partition.",
+    )
+
+    @model_validator(mode="after")
+    def _one_announce_mode(self) -> CreateTable:
+        given = self.properties.get(ANNOUNCE_PROPERTY)
+        if self.announce is not None and given is not None and given != self.announce:
+            raise ValueError(
+                f"announce is {self.announce!r} but properties set {ANNOUNCE_PROPERTY} to "
+                f"{given!r}; give one"
+            )
+        return self
 
     @property
     def retention(self) -> timedelta:
         return timedelta(seconds=self.retention_seconds)
+
+    @property
+    def table_properties(self) -> dict[str, str]:
+        """``properties``, with ``announce`` as the table property it is."""
+        if self.announce is None:
+            return dict(self.properties)
+        return {**self.properties, ANNOUNCE_PROPERTY: self.announce}
 
 
 class Partition(_Model):
@@ -196,10 +239,159 @@ class NewPartitionItem(_Request):
 
 
 class NewPartitions(_Request):
-    """Partitions to register and announce (one ADD_PARTITION each), all or none."""
+    """Partitions to register and announce (ADD_PARTITION: one each, or batched for a
+    table with announce mode write), all or none. The sizes are taken as given."""
 
     partitions: list[NewPartitionItem] = Field(min_length=1, max_length=MAX_NEW_PARTITIONS)
     job_id: str | None = Field(None, max_length=128)
+
+
+class RegisterPartitionItem(_Request):
+    spec: SpecValues = Field(description="Every partition key with its raw value.")
+    location: str = Field(
+        min_length=1,
+        description="Directory (path or URI) that holds the files, as the server sees it.",
+    )
+
+
+class RegisterPartitions(_Request):
+    """Partitions whose files are already in place (``hcat-notify partitions add``): the
+    server counts and measures each location's data files, then registers and announces
+    them, with the mark-set-done if given, in one transaction; all or none."""
+
+    partitions: list[RegisterPartitionItem] = Field(min_length=1, max_length=MAX_NEW_PARTITIONS)
+    mark_set_done: SpecValues | None = Field(
+        None,
+        min_length=1,
+        description="A (partial) spec to announce as complete in the same transaction.",
+    )
+    announce: Announce | None = Field(None, description="Default: the table's announce mode.")
+    job_id: str | None = Field(None, max_length=128)
+
+
+class Registered(_Model):
+    """What a registration wrote: the partitions, their ADD_PARTITION events, the done."""
+
+    table: str
+    partitions: list[Partition]
+    event_ids: list[int] = Field(description="The ADD_PARTITION events, each once.")
+    done_event_id: int | None = Field(description="The MARK_SET_DONE, if one was asked for.")
+
+    @classmethod
+    def of_registration(cls, table: str, registration: Registration) -> Registered:
+        return cls(
+            table=table,
+            partitions=[Partition.of_partition(p) for p in registration.partitions],
+            event_ids=list(registration.event_ids),
+            done_event_id=registration.done_event_id,
+        )
+
+
+class _Purged(_Model):
+    purged: bool = Field(description="Files were to be deleted (purge=true).")
+    deleted: list[str] = Field(description="Locations whose files the purge deleted.")
+    errors: list[str] = Field(
+        description="What the purge could not delete. The drop itself stands: the files "
+        "are left for nobody to read."
+    )
+
+
+class PartitionsDropped(_Purged):
+    """Dropped partitions and their DROP_PARTITION events."""
+
+    table: str
+    partitions: list[Partition]
+    event_ids: list[int]
+
+    @classmethod
+    def of_drop(
+        cls,
+        table: str,
+        partitions: Sequence[PartitionInfo],
+        event_ids: Sequence[int],
+        purge: Purge | None,
+        **extra: Any,
+    ) -> Self:
+        """``purge`` None: files were kept; ``extra``: the fields of a subclass."""
+        return cls(
+            **extra,
+            table=table,
+            partitions=[Partition.of_partition(p) for p in partitions],
+            event_ids=list(event_ids),
+            purged=purge is not None,
+            deleted=[] if purge is None else list(purge.deleted),
+            errors=[] if purge is None else list(purge.errors),
+        )
+
+
+class TableDropped(PartitionsDropped):
+    """A dropped table (its definition as it was), the partitions that went with it, and
+    its DROP_TABLE events (prefix topic and the table's own)."""
+
+    definition: Table
+
+
+class Discover(_Request):
+    """Hive's MSCK REPAIR TABLE: register the ``k=v/...`` directories of the table's
+    location that hold data files and are not registered."""
+
+    dry_run: bool = Field(False, description="Report what would be registered; change nothing.")
+    skip_foreign: bool = Field(
+        False,
+        description="Register what was found even when directories that are not partitions "
+        "of the table are there (reported); without it they refuse the whole run.",
+    )
+    announce: Announce | None = Field(None, description="Default: the table's announce mode.")
+
+
+class DiscoveredPartition(_Model):
+    spec: str = Field(description="Path form k1=v1/k2=v2 (escaped as Hive escapes).")
+    values: SpecValues
+    location: str
+    file_count: int
+    total_bytes: int
+
+
+class ForeignPath(_Model):
+    path: str = Field(description="Relative to the table's location.")
+    reason: str
+
+
+class Discovery(_Model):
+    """What a discovery found, and (unless a dry run) registered and announced."""
+
+    table: str
+    dry_run: bool
+    found: list[DiscoveredPartition] = Field(description="On disk and not registered.")
+    partitions: list[Partition] = Field(description="Registered now (none for a dry run).")
+    event_ids: list[int]
+    foreign: list[ForeignPath] = Field(description="Not partition directories of the table.")
+    empty: list[str] = Field(description="Partition directories without data files.")
+
+    @classmethod
+    def of_discovery(cls, found: Discovered) -> Discovery:
+        registration = found.registration
+        return cls(
+            table=found.table,
+            dry_run=found.dry_run,
+            found=[
+                DiscoveredPartition(
+                    spec=item.spec.to_path(),
+                    values=item.spec.as_dict(),
+                    location=item.location,
+                    file_count=item.file_count,
+                    total_bytes=item.total_bytes,
+                )
+                for item in found.found
+                if isinstance(item.spec, PartitionSpec)
+            ],
+            partitions=[]
+            if registration is None
+            else [Partition.of_partition(p) for p in registration.partitions],
+            event_ids=[] if registration is None else list(registration.event_ids),
+            foreign=[ForeignPath(path=path, reason=reason) for path, reason in found.foreign],
+            empty=list(found.empty),
+        )
 
 
 class MarkDone(_Request):
@@ -245,7 +437,7 @@ class Event(_Model):
     """One event, as the relay publishes it (headers and body of the message)."""
 
     event_id: int
-    event: str = Field(description="HCAT_EVENT: ADD_PARTITION, MARK_SET_DONE, ...")
+    event: EventType = Field(description="HCAT_EVENT: the kind of change.")
     table: str
     topic: str
     spec: str
@@ -257,7 +449,7 @@ class Event(_Model):
     def of_event(cls, event: OutboxEvent) -> Event:
         return cls(
             event_id=event.event_id,
-            event=event.event_type.value,
+            event=event.event_type,
             table=event.table,
             topic=event.topic,
             spec=event.headers.get(HEADER_SPEC, ""),

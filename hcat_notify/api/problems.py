@@ -31,7 +31,9 @@ from hcat_notify.errors import (
     InvalidIdentifierError,
     InvalidInputError,
     InvalidSpecError,
+    LocationNotFoundError,
     PartitionExistsError,
+    PartitionNotFoundError,
     StoreError,
     StoreUnavailableError,
     TableExistsError,
@@ -55,6 +57,8 @@ logger = logging.getLogger(__name__)
 
 STATUS: dict[type[HcatNotifyError], int] = {
     UnknownPartitionKeyError: 422,
+    LocationNotFoundError: 422,
+    PartitionNotFoundError: 404,
     InvalidIdentifierError: 400,
     InvalidSpecError: 400,
     InvalidInputError: 400,

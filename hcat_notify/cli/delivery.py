@@ -220,7 +220,7 @@ class _Stdout:
         else:
             line = (
                 f"{notification.event_id}\t{notification.event_type.value}\t"
-                f"{notification.table}\t{notification.spec}\t({notification.source.value})"
+                f"{notification.table}\t{notification.describe()}\t({notification.source.value})"
             )
         try:
             click.echo(line)
@@ -253,16 +253,25 @@ def watch(
     subscriber: str | None,
     takeover: bool,
 ) -> None:
-    """Print tables' notifications: retained and registered first, then live."""
+    """Print tables' notifications: retained and registered first, then live.
+
+    Every kind: partitions (a batch as one line), dones, inserts, table events. A table
+    dropped while watching is printed and watched on; one dropped before the start is
+    caught up (given a cursor or --subscriber, its DROP_TABLE) and ends it with exit 2.
+    """
     from hcat_notify.consumer import NotificationConsumer
 
-    with NotificationConsumer(
-        list(names),
-        settings=obj.settings,
-        cursor=cursor,
-        subscriber=subscriber,
-        takeover=takeover,
-    ) as consumer:
+    with (
+        _reader(obj, subscriber) as catalog,  # never creates a catalog
+        NotificationConsumer(
+            list(names),
+            settings=obj.settings,
+            catalog=catalog,
+            cursor=cursor,
+            subscriber=subscriber,
+            takeover=takeover,
+        ) as consumer,
+    ):
         out = _Stdout(
             as_json or obj.output == "json", on_closed=consumer.stop, cursor=lambda: consumer.cursor
         )
@@ -292,7 +301,8 @@ def wait(
     subscriber: str | None,
     takeover: bool,
 ) -> None:
-    """Exit 0 once a mark-set-done covers K=V... (at once if retained), 1 on timeout.
+    """Exit 0 once a mark-set-done covers K=V... (at once if retained), 1 on timeout,
+    2 if the table is dropped (or was).
 
     A done already in the catalog answers without the broker; otherwise the command
     subscribes first and checks the catalog again, so no done slips in between. With

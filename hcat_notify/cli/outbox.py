@@ -49,10 +49,18 @@ def _age(seconds: float | None) -> str:
 
 @click.command()
 @click.option("--member", "member_id", help="Only this relay member.")
+@click.option(
+    "--session-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=SESSION_TIMEOUT,
+    show_default=True,
+    help="Seconds of heartbeat silence after which a member counts as silent: the "
+    "relays' --session-timeout.",
+)
 @output_option
 @click.pass_obj
 @handle_errors
-def status(obj: CliContext, member_id: str | None) -> None:
+def status(obj: CliContext, member_id: str | None, session_timeout: float) -> None:
     """The relay group (controller, members, buckets), backlog and parked events."""
     with obj.catalog(write=False) as catalog:
         group = catalog.group.info()
@@ -86,7 +94,7 @@ def status(obj: CliContext, member_id: str | None) -> None:
                 "host": m.host,
                 "pid": m.pid,
                 "heartbeat_age_seconds": round(m.heartbeat_age, 3),
-                "alive": m.heartbeat_age < SESSION_TIMEOUT,
+                "alive": m.heartbeat_age < session_timeout,
                 "buckets": len(owned.get(m.member_id, [])),
                 "events_per_second": round(m.events_per_second, 3),
                 "backlog": m.backlog,

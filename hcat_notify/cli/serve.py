@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import click
 
-from hcat_notify.cli.common import CliContext, handle_errors
+from hcat_notify.cli.common import CliContext, emit, handle_errors, output_option
 
 __all__ = ["hash_secret", "serve"]
 
@@ -114,8 +114,10 @@ def serve(
 @click.option(
     "--secret-stdin", is_flag=True, help="Read the secret from standard input (one line)."
 )
+@output_option
+@click.pass_obj
 @handle_errors
-def hash_secret(secret_stdin: bool) -> None:
+def hash_secret(obj: CliContext, secret_stdin: bool) -> None:
     """Print the stored form of an API principal's secret, for [api.principals].
 
     Asks for the secret twice (or reads one line from stdin with --secret-stdin).
@@ -128,4 +130,5 @@ def hash_secret(secret_stdin: bool) -> None:
         secret = click.prompt("secret", hide_input=True, confirmation_prompt=True)
     if not secret:
         raise click.ClickException("the secret must not be empty")
-    click.echo(make_hash(secret))
+    stored = make_hash(secret)
+    emit(obj, {"hash": stored}, lambda: stored)

@@ -128,7 +128,7 @@ class Membership:
 
     def join(self) -> None:
         """Register the member (first heartbeat) and start the thread."""
-        self._catalog.group.heartbeat(self._report())
+        self._catalog.group.join(self._report(), session_timeout=self._config.session_timeout)
         self._thread = threading.Thread(
             target=self._run, name=f"hcat-relay-member-{self.member_id}", daemon=True
         )

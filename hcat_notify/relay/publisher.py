@@ -188,10 +188,10 @@ class Relay:
 
     def _join(self) -> None:
         if not self._joined:
+            self._member.join()  # refused when another live process has this member id
             self._progress = ProgressWriter(
                 self._catalog, self.member_id, self._lost, max_events=self._config.batch_size
             )
-            self._member.join()
             self._joined = True
             logger.info(
                 "relay joined member=%s database=%s brokers=%s buckets=%d",

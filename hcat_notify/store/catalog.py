@@ -558,21 +558,21 @@ class Catalog:
         every kind. Page through a large catch-up with ``page_after`` (the last event id
         of the previous page) and ``limit``.
 
+        Only a table's present life counts: a table re-created under the name of a
+        dropped one is caught up from after that one's DROP_TABLE, whatever the cursor.
+        A dropped table (with a cursor) is caught up through its DROP_TABLE, so that a
+        consumer that was away learns of the drop; without a cursor it has nothing.
+
         Raises:
-            TableNotFoundError: a table is not registered.
+            TableNotFoundError: a table was never registered.
             InvalidInputError: the cursor does not parse.
         """
         names = [as_table_name(table) for table in tables]
         parsed = cursor if isinstance(cursor, Cursor) else Cursor.parse(cursor)
         with self._transaction() as tx:
-            rows = [tx.table_row(name) for name in names]
-            topics: dict[str, list[TableName]] = {}
-            for name, row in zip(names, rows, strict=True):
-                topics.setdefault(row.topic, []).append(name)
             return outbox.catch_up(
                 tx,
-                topics,
-                [row.id for row in rows],
+                [outbox.catch_up_scope(tx, name) for name in names],
                 cursor=parsed if parsed else None,
                 page_after=page_after,
                 limit=limit,

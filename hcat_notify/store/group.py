@@ -26,6 +26,7 @@ from hcat_notify.store.models import (
     RelayMemberRow,
     TopicProgressRow,
 )
+from hcat_notify.store.owners import process_gone
 from hcat_notify.store.tx import RELAY_CHANNEL, Tx
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "group_info",
     "heartbeat",
     "is_published",
+    "join",
     "last_publish_by_topic",
     "leave",
     "members",
@@ -182,6 +184,27 @@ def heartbeat(tx: Tx, report: MemberReport) -> float:
         )
         _changed(tx)  # a new member: the controller rebalances now
     return now
+
+
+def join(tx: Tx, report: MemberReport, *, session_timeout: float) -> float:
+    """Register ``report``'s member (its first heartbeat); the clock.
+
+    Raises:
+        InvalidInputError: another live process already runs under this member id.
+    """
+    row = tx.session.execute(
+        select(RelayMemberRow.host, RelayMemberRow.pid, RelayMemberRow.heartbeat_at).where(
+            RelayMemberRow.member_id == report.member_id
+        )
+    ).first()
+    if row is not None and (row.host, row.pid) != (report.host, report.pid):
+        age = tx.clock() - row.heartbeat_at
+        if age < session_timeout and not process_gone(row.host, row.pid):
+            raise InvalidInputError(
+                f"relay member id {report.member_id!r} is in use by {row.host}:{row.pid} "
+                f"(heartbeat {age:.1f} s ago): give each relay its own --member-id"
+            )
+    return heartbeat(tx, report)
 
 
 def _changed(tx: Tx) -> None:
@@ -510,6 +533,11 @@ class RelayGroup:
         """The bucket count and the controller lease, with the database's clock."""
         with self._transaction() as tx:
             return group_info(tx)
+
+    def join(self, report: MemberReport, *, session_timeout: float) -> float:
+        """Register a relay, refusing a member id another live process runs under."""
+        with self._transaction(write=True) as tx:
+            return join(tx, report, session_timeout=session_timeout)
 
     def heartbeat(self, report: MemberReport) -> float:
         """Record that a relay is alive, with its load; the database's clock."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import delete, select
 
-from hcat_notify.errors import ConcurrentWriteError, InvalidInputError
+from hcat_notify.errors import ConcurrentWriteError, InvalidInputError, PartitionNotFoundError
 from hcat_notify.model.changes import AnnounceMode, PartitionChange, announce_mode
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
@@ -158,7 +158,8 @@ class TableLifecycle:
 
         Raises:
             TableNotFoundError: no such table.
-            InvalidInputError: a key the table does not have, or no partition matches.
+            InvalidInputError: a key the table does not have.
+            PartitionNotFoundError: no partition matches (an InvalidInputError too).
             ConcurrentWriteError: a pending write claims one of the partitions.
         """
         name = as_table_name(table)
@@ -168,7 +169,7 @@ class TableLifecycle:
             wanted = info.spec(spec, partial=True)
             matching = partition_ops.list_partitions(tx, row, wanted)
             if not matching:
-                raise InvalidInputError(f"no partition of {name} matches {wanted}")
+                raise PartitionNotFoundError(f"no partition of {name} matches {wanted}")
             paths = {partition.spec.to_path() for partition in matching}
             for entry in _pending_claims(tx, row.id):
                 claimed = sorted(paths & set(entry.partitions))

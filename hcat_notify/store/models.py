@@ -168,6 +168,8 @@ class OutboxRow(Base):
         # A relay's page query: its buckets' events after a position, in id order.
         Index("ix_hcat_outbox_bucket_event", "bucket", "event_id"),
         Index("ix_hcat_outbox_topic_event", "topic", "event_id"),
+        # A table's newest DROP_TABLE by name (a dropped table, a re-created one's start).
+        Index("ix_hcat_outbox_table_type_event", "table_name", "event_type", "event_id"),
         Index(
             "ix_hcat_outbox_parked",
             "event_id",

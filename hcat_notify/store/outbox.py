@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import func, or_, select, update
 
-from hcat_notify.errors import InvalidInputError
+from hcat_notify.errors import InvalidInputError, TableDroppedError
 from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
@@ -29,8 +30,10 @@ from hcat_notify.store.records import OutboxEvent, RefusedEvent
 from hcat_notify.store.tx import Tx
 
 __all__ = [
+    "CatchUpScope",
     "backlog_in_buckets",
     "catch_up",
+    "catch_up_scope",
     "drop_parked",
     "events",
     "events_in_buckets",
@@ -187,10 +190,43 @@ def last_published_by_topic(tx: Tx) -> dict[str, datetime]:
     }
 
 
+@dataclass(frozen=True)
+class CatchUpScope:
+    """Which of a topic's events belong to one table's present life.
+
+    A table re-created under a dropped one's name shares its name (and usually its
+    topic): its catch-up starts after the previous table's DROP_TABLE (``after``). A
+    dropped table (``table_id`` None) is caught up through its own DROP_TABLE
+    (``through``), so a consumer that was away learns of the drop.
+    """
+
+    name: TableName
+    topic: str
+    table_id: int | None
+    after: int = 0
+    through: int | None = None
+
+
+def catch_up_scope(tx: Tx, name: TableName) -> CatchUpScope:
+    """The catch-up scope of a registered table, or of the last dropped one of that name.
+
+    Raises:
+        TableNotFoundError: no table of that name was ever registered (or its drop is
+            not in the outbox).
+    """
+    try:
+        row = tx.table_row(name)
+    except TableDroppedError:
+        last, *earlier = tx.table_drops(name, limit=2)
+        start = earlier[0].event_id if earlier else 0
+        return CatchUpScope(name, last.topic, None, start, last.event_id)
+    drops = tx.table_drops(name, limit=1)
+    return CatchUpScope(name, row.topic, row.id, drops[0].event_id if drops else 0)
+
+
 def catch_up(
     tx: Tx,
-    topics: Mapping[str, Sequence[TableName]],
-    table_ids: Sequence[int],
+    scopes: Sequence[CatchUpScope],
     *,
     cursor: Cursor | None,
     page_after: int,
@@ -198,36 +234,38 @@ def catch_up(
 ) -> list[OutboxEvent]:
     """What a subscriber that starts now may have missed (see :meth:`Catalog.catch_up`).
 
-    Without a cursor: the tables' unexpired retained dones. With one: every event of the
-    tables after its topic's watermark, whatever its kind. Each source is an ordered
-    index scan (a topic's events by id; the retained dones by table and id), merged by
-    event id: a page costs the same however much precedes it.
+    Without a cursor: the registered tables' unexpired retained dones. With one: every
+    event of each table's present life (its scope) after its topic's watermark,
+    whatever its kind. Each source is an ordered index scan (a topic's events by id;
+    the retained dones by table and id), merged by event id: a page costs the same
+    however much precedes it.
     """
     queries = []
     if cursor is None or not cursor:
-        queries.append(
-            select(*_OUTBOX_COLUMNS)
-            .join(RetentionRow, RetentionRow.event_id == OutboxRow.event_id)
-            .where(
-                RetentionRow.table_id.in_(list(table_ids)),
-                RetentionRow.expires_at > tx.now,
-                RetentionRow.event_id > page_after,
-            )
-            .order_by(RetentionRow.event_id)
-        )
-    else:
-        for topic, names in topics.items():
-            mark = cursor.get(topic)
-            after = max(page_after, mark if mark is not None else 0)
+        table_ids = [scope.table_id for scope in scopes if scope.table_id is not None]
+        if table_ids:
             queries.append(
                 select(*_OUTBOX_COLUMNS)
+                .join(RetentionRow, RetentionRow.event_id == OutboxRow.event_id)
                 .where(
-                    OutboxRow.topic == topic,
-                    OutboxRow.event_id > after,
-                    OutboxRow.table_name.in_([str(name) for name in names]),
+                    RetentionRow.table_id.in_(table_ids),
+                    RetentionRow.expires_at > tx.now,
+                    RetentionRow.event_id > page_after,
                 )
-                .order_by(OutboxRow.event_id)
+                .order_by(RetentionRow.event_id)
             )
+    else:
+        for scope in scopes:
+            mark = cursor.get(scope.topic)
+            after = max(page_after, mark if mark is not None else 0, scope.after)
+            query = select(*_OUTBOX_COLUMNS).where(
+                OutboxRow.topic == scope.topic,
+                OutboxRow.event_id > after,
+                OutboxRow.table_name == str(scope.name),
+            )
+            if scope.through is not None:
+                query = query.where(OutboxRow.event_id <= scope.through)
+            queries.append(query.order_by(OutboxRow.event_id))
     if limit is not None:
         queries = [query.limit(limit) for query in queries]
     streams = [[_outbox_event(row) for row in tx.session.execute(q)] for q in queries]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hcat_notify.config import Settings
 from hcat_notify.model.names import TableName
-from hcat_notify.store.records import TABLE_COLUMNS, TableInfo, table_info, table_not_found
+from hcat_notify.store.records import TABLE_COLUMNS, TableInfo, table_info
 from hcat_notify.store.revision import SCHEMA_REVISION
 
 __all__ = ["quick_table", "sqlite_file"]
@@ -41,7 +41,9 @@ def quick_table(settings: Settings, table: TableName | str) -> TableInfo | None:
 
     Raises:
         InvalidIdentifierError: ``table`` is not ``db.table``.
-        TableNotFoundError: the catalog is readable this way and has no such table.
+
+    A table that is not registered also answers None: the store says whether it was
+    dropped (:class:`~hcat_notify.errors.TableDroppedError`) or never existed.
     """
     name = table if isinstance(table, TableName) else TableName.parse(table)
     path = sqlite_file(settings.database_url)
@@ -63,5 +65,5 @@ def quick_table(settings: Settings, table: TableName | str) -> TableInfo | None:
     finally:
         connection.close()
     if row is None:
-        raise table_not_found(name)
+        return None
     return table_info(dict(zip(row.keys(), tuple(row), strict=True)))

@@ -16,7 +16,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from hcat_notify.errors import TableNotFoundError
+from hcat_notify.errors import TableDroppedError, TableNotFoundError
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
@@ -34,11 +34,13 @@ __all__ = [
     "RefusedEvent",
     "RetainedDone",
     "TableActivity",
+    "TableDrop",
     "TableInfo",
     "WriteMode",
     "as_datetime",
     "as_json",
     "as_table_name",
+    "table_dropped",
     "table_info",
     "table_not_found",
 ]
@@ -51,6 +53,23 @@ MAX_RETENTION = timedelta(days=36_500)
 def as_table_name(table: TableName | str) -> TableName:
     """``table`` as a :class:`TableName` (parsing ``db.table``)."""
     return table if isinstance(table, TableName) else TableName.parse(table)
+
+
+@dataclass(frozen=True)
+class TableDrop:
+    """A table's drop: its DROP_TABLE event on the table's own topic."""
+
+    event_id: int
+    topic: str
+
+
+def table_dropped(name: TableName, drop: TableDrop) -> TableDroppedError:
+    """The error for a table that is not registered because it was dropped."""
+    return TableDroppedError(
+        f"table {name} was dropped (event {drop.event_id})",
+        event_id=drop.event_id,
+        topic=drop.topic,
+    )
 
 
 def table_not_found(name: TableName) -> TableNotFoundError:

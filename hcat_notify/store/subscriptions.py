@@ -22,6 +22,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from hcat_notify.errors import InvalidInputError, SubscriberInUseError, SubscriberTakenOverError
 from hcat_notify.model.cursor import Cursor
 from hcat_notify.store.models import OutboxRow, SubscriberRow, SubscriberWatermarkRow
+from hcat_notify.store.owners import process_gone
 from hcat_notify.store.tx import Tx
 
 __all__ = [
@@ -86,15 +87,7 @@ def _gone(owner: str | None, age: float, timeout: float) -> bool:
     if owner is None or age >= timeout:
         return True
     host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True  # killed: a restart here need not wait for the timeout
-    except PermissionError:
-        return False
-    return False
+    return process_gone(host, pid)  # killed: a restart here need not wait for the timeout
 
 
 def _watermarks(tx: Tx, name: str) -> dict[str, int]:

@@ -10,6 +10,7 @@ registers partitions, announces them and records a done at once.
 from __future__ import annotations
 
 import functools
+import json
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,10 +24,11 @@ from sqlalchemy.orm import Session
 
 from hcat_notify.config import Settings
 from hcat_notify.errors import ConflictError, StoreError, StoreUnavailableError
+from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.topics import topic_bucket
-from hcat_notify.store.models import EventCounterRow, PartitionRow, TableRow
-from hcat_notify.store.records import table_not_found
+from hcat_notify.store.models import EventCounterRow, OutboxRow, PartitionRow, TableRow
+from hcat_notify.store.records import TableDrop, table_dropped, table_not_found
 
 __all__ = ["OUTBOX_CHANNEL", "RELAY_CHANNEL", "Tx", "transaction"]
 
@@ -71,6 +73,7 @@ class Tx:
         """The table's row; ``lock`` serialises writers of the table (PostgreSQL).
 
         Raises:
+            TableDroppedError: no such table, and the last one of that name was dropped.
             TableNotFoundError: no such table.
         """
         query = select(TableRow).where(
@@ -81,8 +84,31 @@ class Tx:
             query = query.with_for_update()
         row = self.session.execute(query).scalar_one_or_none()
         if row is None:
+            drops = self.table_drops(name, limit=1)
+            if drops:
+                raise table_dropped(name, drops[0])
             raise table_not_found(name)
         return row
+
+    def table_drops(self, name: TableName, *, limit: int) -> list[TableDrop]:
+        """The newest ``limit`` drops of a table of that name, newest first: each its
+        DROP_TABLE on the table's own topic (the body's ``tableTopic``; the last event of
+        the drop, when it also went to the prefix topic)."""
+        rows = self.session.execute(
+            select(OutboxRow.event_id, OutboxRow.topic, OutboxRow.body)
+            .where(
+                OutboxRow.table_name == str(name),
+                OutboxRow.event_type == EventType.DROP_TABLE.value,
+            )
+            .order_by(OutboxRow.event_id.desc())
+            .limit(2 * limit)
+        )
+        drops = [
+            TableDrop(row.event_id, row.topic)
+            for row in rows
+            if json.loads(row.body).get("tableTopic", row.topic) == row.topic
+        ]
+        return drops[:limit]
 
     def allocate_event_ids(self, count: int) -> list[int]:
         """``count`` new event ids, in order.

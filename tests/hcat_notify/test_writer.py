@@ -22,6 +22,7 @@ def test_concurrent_first_calls_share_one_catalog_and_close_the_spare(
     settings = load_settings(home=tmp_path / "home")
     with Catalog.open(settings) as first:
         first.create_table("web.t", location="/t", partition_keys=["ds"])
+        created = first.last_event_id()  # the table's CREATE_TABLE
     opened: list[Catalog] = []
     closed: list[Catalog] = []
     real_open, real_close = Catalog.open, Catalog.close
@@ -51,7 +52,7 @@ def test_concurrent_first_calls_share_one_catalog_and_close_the_spare(
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert sorted(ids) == [1, 2]
+    assert sorted(ids) == [created + 1, created + 2]
     assert len(opened) == 2
     (spare,) = closed
     assert spare in opened

@@ -13,9 +13,11 @@ Raw stomp.py against the session ``broker`` (deploy/activemq/activemq.xml):
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import stomp
@@ -280,3 +282,44 @@ def test_stop_and_start_keep_address_and_credentials(restartable_broker: BrokerI
     new_pid = broker.pid()
     assert new_pid is not None
     assert new_pid != old_pid
+
+
+def _start_jdbc(tmp_path: Path, java_dir: Path, url: str) -> subprocess.CompletedProcess[str]:
+    """``start --pair --jdbc-url URL`` in a fresh home, with the jars of ``java_dir``."""
+    env = dict(
+        os.environ,
+        HCAT_NOTIFY_HOME=str(tmp_path / "home"),
+        HCAT_NOTIFY_JAVA_DIR=str(java_dir),
+        HCAT_NOTIFY_BROKER_PORT="1613",
+        HCAT_NOTIFY_OPENWIRE_PORT="1616",
+    )
+    return subprocess.run(
+        ["bash", str(SCRIPT), "start", "--pair", "--jdbc-url", url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_jdbc_store_without_its_jars_is_refused_naming_their_packages(tmp_path: Path) -> None:
+    java_dir = tmp_path / "java"
+    java_dir.mkdir()
+    for jar in ("xstream.jar", "jettison.jar", "activemq-jdbc-store.jar", "commons-pool2.jar"):
+        (java_dir / jar).touch()
+    result = _start_jdbc(tmp_path, java_dir, "jdbc:postgresql://127.0.0.1:1/broker?user=u")
+    assert result.returncode == 1
+    assert "libpostgresql-jdbc-java libcommons-dbcp2-java" in result.stderr
+    assert f"{java_dir}/postgresql.jar" in result.stderr
+    assert "libcommons-pool2-java" not in result.stderr
+    assert not (tmp_path / "home" / "activemq" / "activemq.pid").exists()
+
+
+def test_a_jdbc_url_other_than_postgresql_is_refused(tmp_path: Path) -> None:
+    result = _start_jdbc(tmp_path, tmp_path, "postgresql://u:secret@db/broker")
+    assert result.returncode == 1
+    assert "must be jdbc:postgresql://" in result.stderr
+    assert "got postgresql://..." in result.stderr
+    assert "secret" not in result.stderr
+    assert not (tmp_path / "home" / "activemq").exists()

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from hcat_notify.config import Settings
-from hcat_notify.store import Catalog, TableInfo
+from hcat_notify.store import Catalog, NewPartition, TableInfo
 from tests.integration.delivery import CLI, CliProcess, changes, cli_env, run_cli
 from tests.wire import validate_message
 
@@ -122,13 +122,15 @@ def test_watch_into_a_closed_pipe_ends_quietly(delivery_settings, clicks: TableI
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(3)  # subscribed, caught up, printed the first line; head has exited
+    assert pipeline.stdout is not None
+    # head printed watch's first line (subscribed, caught up): it exits now
+    printed = pipeline.stdout.readline()
     for n in range(2, 5):  # the next lines arrive live and find the pipe closed
         hcat("mark-done", str(clicks.name), f"datestamp={n}")
     assert hcat("relay", "--once").returncode == 0
     out, err = pipeline.communicate(timeout=60)
     first = f"2\tMARK_SET_DONE\t{clicks.name}\tdatestamp=1\t(retained)"
-    assert out.splitlines() == [first, "status=141"]
+    assert [printed.rstrip("\n"), *out.splitlines()] == [first, "status=141"]
     assert err == ""
 
 
@@ -211,3 +213,61 @@ def test_status_and_sweep(delivery_settings, delivery_catalog: Catalog, clicks: 
     swept = hcat("-o", "json", "sweep", "--batch-size", "2")
     assert json.loads(swept.stdout) == {"removed": 5}
     assert len(delivery_catalog.retained_dones([clicks.name])) == 1  # unexpired kept
+
+
+def test_wait_on_a_table_dropped_while_waiting_exits_2_in_one_line(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, hcat
+):
+    table = str(clicks.name)
+    waiter = CliProcess(delivery_settings, "-v", "wait", table, "datestamp=1", "--timeout", "120")
+    deadline = time.monotonic() + 30
+    while "consumer subscribed" not in waiter.stderr and time.monotonic() < deadline:
+        time.sleep(0.1)
+    drop = delivery_catalog.lifecycle.drop_table(clicks.name).event_ids[-1]
+    assert hcat("relay", "--once").returncode == 0
+    code, err = waiter.finish(timeout=60)
+    assert code == 2
+    # over the broker ("... while waiting for datestamp=1"), or from the catalog if the
+    # drop came before the consumer's check
+    assert err.splitlines()[-1].startswith(
+        f"hcat-notify: error: table {table} was dropped (event {drop})"
+    )
+    # on a table dropped before: at once
+    again = hcat("wait", table, "datestamp=1", "--timeout", "120")
+    assert (again.returncode, again.stdout) == (2, "")
+    assert again.stderr == f"hcat-notify: error: table {table} was dropped (event {drop})\n"
+
+
+def test_watch_shows_batches_and_table_events_then_ends_on_a_dropped_table(
+    delivery_catalog: Catalog, clicks: TableInfo, hcat
+):
+    table = str(clicks.name)
+    spread = [{"datestamp": d, "region": "a"} for d in ("1", "2", "3")]
+    (batch,) = delivery_catalog.lifecycle.register_partitions(
+        clicks.name, [NewPartition(s, "/w", 1, 1) for s in spread], announce="write"
+    ).event_ids
+    drop = delivery_catalog.lifecycle.drop_table(clicks.name).event_ids[-1]
+    gone = f"hcat-notify: error: table {table} was dropped (event {drop})\n"
+    # A watcher with a past from before the drop: what it missed, then the drop ends it.
+    text = hcat("watch", table, "--cursor", "*:0", "--timeout", "5")
+    assert text.returncode == 2
+    assert text.stdout.splitlines() == [
+        f"{batch}\tADD_PARTITION\t{table}\t3 partitions\t(registry)",
+        f"{drop}\tDROP_TABLE\t{table}\t-\t(registry)",
+    ]
+    assert text.stderr == gone
+    as_json = hcat("watch", table, "--json", "--cursor", "*:0", "--timeout", "5")
+    assert as_json.returncode == 2
+    lines = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [(n["event"], n["spec"]) for n in lines] == [
+        ("ADD_PARTITION", None),
+        ("DROP_TABLE", None),
+    ]
+    assert lines[0]["partitions"] == [f"datestamp={d}/region=a" for d in ("1", "2", "3")]
+    assert lines[1]["partitions"] == []
+    assert f"{clicks.topic}:{drop}" in lines[1]["cursor"]
+    assert as_json.stderr == gone
+    # Its past is up to date, or it has none: the drop, at once.
+    for past in (["--cursor", f"*:{drop}"], []):
+        result = hcat("watch", table, *past, "--timeout", "5")
+        assert (result.returncode, result.stdout, result.stderr) == (2, "", gone)

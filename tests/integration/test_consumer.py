@@ -11,7 +11,7 @@ from sqlalchemy import create_engine, delete, update
 
 from hcat_notify.config import TopicStrategy
 from hcat_notify.consumer import NotificationConsumer, Source
-from hcat_notify.errors import BrokerAuthError, InvalidInputError
+from hcat_notify.errors import BrokerAuthError, InvalidInputError, TableDroppedError
 from hcat_notify.model.events import EventType
 from hcat_notify.relay import Relay
 from hcat_notify.store import Catalog, NewPartition, TableInfo
@@ -262,3 +262,78 @@ def test_catch_up_is_paged_without_gaps(
         got = [n.event_id for n in consumer.notifications(timeout=1)]
     expected = [p.event_id for p in first[1:]] + ids + [p.event_id for p in more]
     assert got == expected
+
+
+def test_table_events_and_batches_without_a_common_spec_arrive_live(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo
+):
+    spread = [{"datestamp": "1", "region": "a"}, {"datestamp": "2", "region": "a"}]
+    with running_relay(delivery_settings):
+        with NotificationConsumer([clicks.name], settings=delivery_settings) as consumer:
+            added = delivery_catalog.lifecycle.register_partitions(
+                clicks.name, [NewPartition(s, "/w", 1, 1) for s in spread], announce="write"
+            )
+            dropped = delivery_catalog.lifecycle.drop_table(clicks.name)
+            batch, drop = _collect(consumer, 2)
+            # dropped while followed: delivered, and the consumer goes on (the table
+            # may be created again)
+            assert list(consumer.notifications(timeout=0.5)) == []
+    assert (batch.event_type, batch.spec, batch.source) == (
+        EventType.ADD_PARTITION,
+        None,  # the two share no leading key: HCAT_SPEC is empty
+        Source.LIVE,
+    )
+    assert batch.event_id == added.event_ids[0]
+    assert [p.as_strings() for p in batch.partitions] == spread
+    assert batch.as_dict()["partitions"] == ["datestamp=1/region=a", "datestamp=2/region=a"]
+    assert (drop.event_type, drop.spec, drop.partitions) == (EventType.DROP_TABLE, None, ())
+    assert (drop.event_id, drop.topic) == (dropped.event_ids[-1], clicks.topic)
+    validate_message(drop.headers, json.dumps(drop.body))
+
+
+class _DropsTheTableOnceChecked:
+    """The catalog, but the table is dropped right after the first "is it done?" check
+    answers no: the drop can only reach the waiter over the broker."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.dropped: list[int] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.catalog, name)
+
+    def find_covering_done(self, table, spec):
+        found = self.catalog.find_covering_done(table, spec)
+        if not self.dropped:
+            self.dropped.extend(self.catalog.lifecycle.drop_table(table).event_ids)
+        return found
+
+    def close(self) -> None:
+        pass
+
+
+def test_wait_for_set_done_ends_with_an_error_when_the_table_is_dropped(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo
+):
+    catalog = _DropsTheTableOnceChecked(delivery_catalog)
+    with running_relay(delivery_settings):
+        with NotificationConsumer([clicks.name], settings=delivery_settings, catalog=catalog) as c:
+            with pytest.raises(TableDroppedError) as caught:
+                c.wait_for_set_done(clicks.name, {"datestamp": "1"}, timeout=120)
+    drop = catalog.dropped[-1]
+    assert str(caught.value) == (
+        f"table {clicks.name} was dropped (event {drop}) while waiting for datestamp=1"
+    )
+    assert caught.value.event_id == drop
+    # Started on the dropped table without a past: the drop is all there is to say.
+    gone = f"^table {clicks.name} was dropped \\(event {drop}\\)$"
+    with pytest.raises(TableDroppedError, match=gone):
+        NotificationConsumer([clicks.name], settings=delivery_settings)
+    # With a past from before the drop: the drop is caught up, then the error.
+    with NotificationConsumer([clicks.name], settings=delivery_settings, cursor="*:0") as c:
+        with pytest.raises(TableDroppedError, match=gone):
+            c.wait_for_set_done(clicks.name, {"datestamp": "1"}, timeout=120)
+        notifications = c.notifications(timeout=5)
+        assert next(notifications).event_id == drop
+        with pytest.raises(TableDroppedError, match=gone):
+            next(notifications)

@@ -3,9 +3,12 @@
 Real brokers (deploy/local/activemq.sh start --pair, one KahaDB store), a real relay and
 NotificationConsumer, a real JMS client over ActiveMQ's failover transport. Which broker
 is master changes from test to test; ``failover_pair`` leaves both running afterwards.
+The JDBC test runs a pair of its own on the JDBC store (``jdbc_pair``: the test
+PostgreSQL, the lease locker).
 
 Duration: the SIGSTOP test holds the master for the 30 s the issue asks for and runs
-once, on SQLite; the others run on SQLite and PostgreSQL (``db_url``).
+once, on SQLite; the JDBC test and the authorization test run once each; the others run
+on SQLite and PostgreSQL (``db_url``).
 """
 
 from __future__ import annotations
@@ -13,20 +16,22 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import stomp
 
 from hcat_notify.broker import HEARTBEAT_TIMEOUT
 from hcat_notify.config import Settings
-from hcat_notify.consumer import Source
+from hcat_notify.consumer import Notification, Source
 from hcat_notify.store import Catalog, TableInfo
 from hcat_notify.writer import send_mark_set_done
-from tests.fixtures.broker_pair import BrokerPair
+from tests.fixtures.broker import RecordingListener, stomp_close
+from tests.fixtures.broker_pair import BrokerPair, PairMember, gone
 from tests.fixtures.jms import JmsProbe
 from tests.integration.delivery import CliProcess, broker_settings
-from tests.integration.failover import Stream, delivering
+from tests.integration.failover import Delivery, ReceiptLog, Stream, delivering
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +76,58 @@ def _wait(condition: object, timeout: float, what: str) -> float:
     return time.monotonic()
 
 
+def _kill_with_a_batch_in_flight(
+    pair: BrokerPair, master: PairMember, receipts: ReceiptLog
+) -> float:
+    """Hold the relay's next COMMIT (its SENDs sit at the master, uncommitted), kill -9
+    the master, let the COMMIT go once the relay has lost the connection; when it died."""
+    receipts.hold_commit()
+    assert receipts.holding.wait(60), "no batch went out after half the stream"
+    killed_at = time.monotonic()
+    pair.kill(master)
+    (connection,) = receipts.connections
+    _wait(lambda: not connection.is_connected, 10, "the relay to see the kill")
+    receipts.release()
+    return killed_at
+
+
+def _assert_moved_to_the_slave(
+    run: Delivery,
+    got: list[Notification],
+    stream: Stream,
+    tables: list[TableInfo],
+    killed_at: float,
+    master: PairMember,
+    slave: PairMember,
+) -> list[int]:
+    """What a kill of the master mid-stream must leave: the consumer got every event
+    once, in per-topic order, the later ones live from the slave; the relay has a
+    receipt for every event (and for the tables' CREATE_TABLE, events 1.. of the fresh
+    catalog), after the kill from the slave only; the batch caught in flight was sent
+    again to the slave; progress never ran ahead of a receipt. The ids the consumer got
+    live after the failover."""
+    _assert_each_once_in_topic_order([n.event_id for n in got], [n.topic for n in got], stream)
+    receipts = run.receipts
+    done = receipts.snapshot()
+    late_live = [
+        n.event_id
+        for n, at in zip(got, run.collector.arrived, strict=True)
+        if n.source is Source.LIVE and at > killed_at + 1
+    ]
+    assert late_live, "the consumer received nothing live after the failover"
+    assert all(r.broker == slave.url for i in late_live for r in done[i])
+
+    written = {i for ids in stream.ids().values() for i in ids}
+    assert set(done) == written | set(range(1, len(tables) + 1))
+    assert all(r.broker == slave.url for rs in done.values() for r in rs if r.at > killed_at)
+    assert receipts.held, "no batch was in flight at the kill"
+    for event_id in receipts.held:
+        assert master.url in receipts.sent[event_id]
+        assert [r.broker for r in done[event_id]] == [slave.url]
+    assert run.watch.violations == []
+    return late_live
+
+
 def test_kill_master_mid_stream_relay_and_consumers_move_to_the_slave(
     failover_pair: BrokerPair,
     pair_settings: Settings,
@@ -104,15 +161,7 @@ def test_kill_master_mid_stream_relay_and_consumers_move_to_the_slave(
         receipts = run.receipts
         stream.start()
         _wait(lambda: len(run.collector.got) >= TOTAL // 2, 120, "half the stream")
-        # The next batch stops before its COMMIT: its SENDs sit at the master,
-        # uncommitted, when the master dies.
-        receipts.hold_commit()
-        assert receipts.holding.wait(60), "no batch went out after half the stream"
-        killed_at = time.monotonic()
-        pair.kill(master)
-        (connection,) = receipts.connections
-        _wait(lambda: not connection.is_connected, 10, "the relay to see the kill")
-        receipts.release()
+        killed_at = _kill_with_a_batch_in_flight(pair, master, receipts)
         stream.join()
         run.collector.wait_for(TOTAL, timeout=180)
         got = run.collector.stop()
@@ -121,36 +170,17 @@ def test_kill_master_mid_stream_relay_and_consumers_move_to_the_slave(
     moved = plain.received()
     plain.kill()
 
-    # The consumer: all of them, each once, in per-topic order, the later ones live from
-    # the slave (the master was dead by then).
-    _assert_each_once_in_topic_order([n.event_id for n in got], [n.topic for n in got], stream)
-    done = receipts.snapshot()
-    late_live = [
-        n.event_id
-        for n, at in zip(got, run.collector.arrived, strict=True)
-        if n.source is Source.LIVE and at > killed_at + 1
-    ]
-    assert late_live, "the consumer received nothing live after the failover"
-    assert all(r.broker == slave.url for i in late_live for r in done[i])
-
-    # The relay: every event receipted; after the kill only by the slave; the batch
-    # caught in flight sent again to the slave; progress never ahead of a receipt.
+    # The consumer and the relay moved to the slave: nothing lost, nothing repeated.
+    late_live = _assert_moved_to_the_slave(run, got, stream, tables, killed_at, master, slave)
     assert relay_connects >= 2
-    assert set(done) == {i for ids in stream.ids().values() for i in ids}
-    assert all(r.broker == slave.url for rs in done.values() for r in rs if r.at > killed_at)
-    assert receipts.held, "no batch was in flight at the kill"
-    for event_id in receipts.held:
-        assert master.url in receipts.sent[event_id]
-        assert [r.broker for r in done[event_id]] == [slave.url]
     assert len(run.watch.samples) > 50
-    assert run.watch.violations == []
     final = pair_catalog.group.progress()
     assert {t: final[t] for t in stream.ids()} == {t: ids[-1] for t, ids in stream.ids().items()}
 
     # The durable JMS subscriber got every event (the relay may resend); the plain one
     # followed the master to the slave and kept per-topic order.
     wire_ids = [int(m["properties"]["HCAT_EVENT_ID"]["value"]) for m in wire]
-    assert set(wire_ids) == set(done)
+    assert set(wire_ids) == {i for ids in stream.ids().values() for i in ids}
     plain_ids = [int(m["properties"]["HCAT_EVENT_ID"]["value"]) for m in moved]
     assert any(i in late_live for i in plain_ids), "the JMS reader did not move to the slave"
     for topic, ids in stream.ids().items():
@@ -256,7 +286,8 @@ def test_writers_keep_succeeding_while_both_brokers_are_down(
     check = json.loads("".join(checker.remaining()))
 
     assert written_while_down >= 200
-    assert max(stream.call_seconds) < 2.0  # no call waited for a broker
+    # no call waited for a broker: one that tried would take the broker timeout at least
+    assert max(stream.call_seconds) < pair_settings.broker_timeout
     done = run.receipts.snapshot()
     assert not [i for i, rs in done.items() for r in rs if down_at + 0.5 < r.at < up_at]
     assert progress_while_down
@@ -273,3 +304,104 @@ def test_writers_keep_succeeding_while_both_brokers_are_down(
     assert check["brokers"][0] == {"broker": first.url, "state": "serving"}
     assert check["brokers"][1]["broker"] == second.url
     assert "connection refused" in check["brokers"][1]["state"]
+
+
+def test_jdbc_pair_kill_master_mid_stream_the_slave_takes_over(
+    jdbc_pair: BrokerPair, postgres_database_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    """JDBC master/slave on PostgreSQL (deploy/activemq/store-jdbc.xml): the catalog in
+    one database of the test server, the brokers' store in another. kill -9 of the master
+    with a batch in flight: the slave takes the lease and serves, nothing is lost or
+    repeated, status names the new master, and stop ends both brokers."""
+    pair = jdbc_pair
+    total = 1000  # 25 s of writes: half of them after the kill, time for the takeover
+    settings = broker_settings(pair, tmp_path / "home", postgres_database_factory())
+    master = pair.master()
+    slave = pair.other(master)
+    before = pair.status()
+    assert f"broker {master.number}: master (pid {master.pid()}" in before
+    assert (
+        f"broker {slave.number}: slave, waiting for the database lease (pid {slave.pid()}" in before
+    )
+
+    with Catalog.open(settings) as catalog:
+        tables = _tables(catalog, 2)
+        stream = Stream(settings, catalog, tables, total=total, per_second=40)
+        with delivering(settings, catalog, stream, batch_size=50) as run:
+            stream.start()
+            _wait(lambda: len(run.collector.got) >= total // 2, 120, "half the stream")
+            killed_at = _kill_with_a_batch_in_flight(pair, master, run.receipts)
+            stream.join()
+            run.collector.wait_for(total, timeout=180)
+            got = run.collector.stop()
+        final = catalog.group.progress()
+
+    # The consumer and the relay moved to the slave: nothing lost, nothing repeated.
+    _assert_moved_to_the_slave(run, got, stream, tables, killed_at, master, slave)
+    assert {t: final[t] for t in stream.ids()} == {t: ids[-1] for t, ids in stream.ids().items()}
+
+    # activemq.sh: the survivor is master; started again, the killed one waits for the
+    # lease; stop ends both processes.
+    after = pair.status()
+    assert f"broker {slave.number}: master (pid {slave.pid()}" in after
+    assert f"broker {master.number}: stopped" in after
+    pair.start()
+    assert f"broker {master.number}: slave, waiting for the database lease" in pair.status()
+    pids = [member.pid() for member in pair.members]
+    pair.stop()
+    assert None not in pids
+    assert [pid for pid in pids if pid is not None and not gone(pid)] == []
+    assert pair.status().strip() == "stopped"
+
+
+def _stomp(
+    member: PairMember, principal: tuple[str, str]
+) -> tuple[stomp.Connection12, RecordingListener]:
+    conn = stomp.Connection12(member.host_and_ports, heartbeats=(0, 0), reconnect_attempts_max=1)
+    listener = RecordingListener()
+    conn.set_listener("recorder", listener)
+    conn.connect(principal[0], principal[1], wait=False)
+    assert listener.wait_connected(10), f"CONNECT to broker {member.number} as {principal[0]}"
+    return conn, listener
+
+
+def test_broker_2_enforces_the_same_authorization_and_stop_ends_both(
+    failover_pair: BrokerPair,
+) -> None:
+    """Broker 2, once master, reads activemq.xml's principals and authorization too: the
+    reader may subscribe to an hcat topic but not publish to it. Then `stop` ends both."""
+    pair = failover_pair
+    first, second = pair.members
+    if pair.master() is first:
+        pair.kill(first)
+    assert pair.master() is second
+    destination = f"/topic/hcat.auth{uuid.uuid4().hex[:10]}.t"
+    headers = {"amq-msg-type": "text", "persistent": "true"}
+    reader, reads = _stomp(second, pair.reader)
+    publisher, publishes = _stomp(second, pair.publisher)
+    try:
+        reader.subscribe(destination, id="1", ack="auto", headers={"receipt": "sub"})
+        assert reads.wait_receipt("sub", 10), "the reader may subscribe"
+        publisher.send(destination, "from the service", headers={**headers, "receipt": "pub"})
+        assert publishes.wait_receipt("pub", 10), "the publisher may publish"
+        assert [m.body for m in reads.wait_messages(1, 10)] == ["from the service"]
+
+        reader.send(destination, "from a reader", headers={**headers, "receipt": "forged"})
+        error = reads.wait_error(10)
+        assert error is not None, "broker 2 let the reader publish"
+        message = error.headers.get("message", "")
+        assert "not authorized to write" in message
+        assert pair.reader[0] in message
+        assert "forged" not in reads.receipts
+    finally:
+        stomp_close(reader, reads)
+        stomp_close(publisher, publishes)
+    assert len(reads.messages) == 1  # the forged message reached nobody
+
+    assert f"broker 2: master (pid {second.pid()}" in pair.status()
+    pair.start()  # broker 1 back, as the slave: stop has two brokers to end
+    pids = [member.pid() for member in pair.members]
+    pair.stop()
+    assert None not in pids
+    assert [pid for pid in pids if pid is not None and not gone(pid)] == []
+    assert pair.status().strip() == "stopped"

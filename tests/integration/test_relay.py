@@ -9,10 +9,11 @@ import time
 import pytest
 
 from hcat_notify.errors import HcatNotifyError
+from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
 from hcat_notify.relay import Relay, RelayConfig
 from hcat_notify.store import Catalog, NewPartition, TableInfo
 from hcat_notify.writer import send_mark_set_done
-from tests.integration.delivery import Recorder, running_relay
+from tests.integration.delivery import Recorder, run_cli, running_relay
 from tests.wire import validate_message
 
 pytestmark = pytest.mark.integration
@@ -105,14 +106,24 @@ def test_running_relay_picks_up_new_events(delivery_settings, delivery_catalog: 
         recorder.close()
 
 
+@pytest.mark.parametrize("same_bucket", [False, True], ids=["any-bucket", "same-bucket"])
 def test_refused_topic_is_parked_and_other_topics_keep_flowing(
-    delivery_settings, delivery_catalog: Catalog, clicks
+    delivery_settings, delivery_catalog: Catalog, clicks, same_bucket
 ):
     # The broker lets the service write only hcat topics: an override outside them is
     # refused. The relay must not lose that event, nor stop the rest of the outbox: after
     # max_attempts refusals (at once, when draining) the event is parked, not deleted.
+    # Ownership is per bucket, so the refused topic may share its bucket with good ones.
+    topic = "elsewhere.stray"
+    if same_bucket:
+        wanted = topic_bucket(clicks.topic, DEFAULT_BUCKETS)
+        topic = next(
+            f"elsewhere.stray{n}"
+            for n in range(100_000)
+            if topic_bucket(f"elsewhere.stray{n}", DEFAULT_BUCKETS) == wanted
+        )
     stray = delivery_catalog.create_table(
-        f"{clicks.name.db}.stray", location="/s", partition_keys=["ds"], topic="elsewhere.stray"
+        f"{clicks.name.db}.stray", location="/s", partition_keys=["ds"], topic=topic
     )
     recorder = Recorder(delivery_settings, clicks.topic)
     try:
@@ -130,8 +141,23 @@ def test_refused_topic_is_parked_and_other_topics_keep_flowing(
         recorder.close()
     assert delivery_catalog.pending_events() == []
     (parked,) = delivery_catalog.refused_events()
-    assert (parked.event_id, parked.attempts, parked.topic) == (refused, 3, "elsewhere.stray")
+    assert (parked.event_id, parked.attempts, parked.topic) == (refused, 3, topic)
     assert parked.parked_at is not None
+
+
+def test_a_second_relay_under_a_member_id_in_use_is_refused(
+    delivery_settings, delivery_catalog: Catalog, clicks
+):
+    with running_relay(delivery_settings, member_id="twin"):
+        deadline = time.monotonic() + 20
+        while not (before := [(m.member_id, m.pid) for m in delivery_catalog.group.members()]):
+            assert time.monotonic() < deadline, "the first relay never joined"
+            time.sleep(0.05)
+        refused = run_cli(delivery_settings, "relay", "--member-id", "twin")
+        assert refused.returncode == 2
+        assert refused.stderr.startswith("hcat-notify: error: relay member id 'twin' is in use by ")
+        assert refused.stderr.count("\n") == 1
+        assert [(m.member_id, m.pid) for m in delivery_catalog.group.members()] == before
 
 
 def test_relay_once_refuses_to_run_beside_a_running_relay(

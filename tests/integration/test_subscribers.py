@@ -17,9 +17,10 @@ import pytest
 
 from hcat_notify.config import Settings
 from hcat_notify.consumer import NotificationConsumer
-from hcat_notify.errors import SubscriberTakenOverError
+from hcat_notify.errors import SubscriberTakenOverError, TableDroppedError
+from hcat_notify.model.events import EventType
 from hcat_notify.model.topics import topic_bucket
-from hcat_notify.store import Catalog, TableInfo
+from hcat_notify.store import Catalog, NewPartition, TableInfo
 from hcat_notify.store.group import MemberReport
 from tests.integration.delivery import CliProcess, cli_env, run_cli, running_relay
 
@@ -32,6 +33,7 @@ CONSUMER = textwrap.dedent(
     from hcat_notify import NotificationConsumer, load_settings
 
     table, name, log, stop_after = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
+    idle = float(sys.argv[5])
     def handle(n):
         if stop_after and len(log.read_text().split()) >= stop_after:
             Path(str(log) + ".blocked").write_text(str(n.event_id))
@@ -39,18 +41,30 @@ CONSUMER = textwrap.dedent(
         with log.open("a") as out:
             out.write(f"{n.event_id}\\n")
     with NotificationConsumer([table], settings=load_settings(), subscriber=name) as c:
-        c.run(handle, timeout=3)
+        Path(str(log) + ".ready").write_text("subscribed and caught up")
+        c.run(handle, timeout=idle)
     """
 )
 
 
 def _consumer(
-    settings: Settings, table: str, log: Path, stop_after: int
+    settings: Settings, table: str, log: Path, stop_after: int, idle: float = 3
 ) -> subprocess.Popen[bytes]:
+    """A durable subscriber "nightly" in its own process; it stops after ``idle`` s
+    without a notification, or blocks in the handler after ``stop_after`` handled."""
+    Path(str(log) + ".ready").unlink(missing_ok=True)
     return subprocess.Popen(
-        [sys.executable, "-c", CONSUMER, table, "nightly", str(log), str(stop_after)],
+        [sys.executable, "-c", CONSUMER, table, "nightly", str(log), str(stop_after), str(idle)],
         env=cli_env(settings),
     )
+
+
+def _wait_for(path: Path, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, f"consumer exited with {process.returncode}"
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
 
 
 def _handled(log: Path) -> list[int]:
@@ -70,20 +84,57 @@ def test_a_killed_durable_subscriber_resumes_exactly_where_it_was(
         first = _consumer(delivery_settings, table, log, 0)
         assert first.wait(60) == 0
     with running_relay(delivery_settings):
-        ids = [
-            delivery_catalog.mark_set_done(clicks.name, {"datestamp": str(n)}) for n in range(10)
-        ]
-        process = _consumer(delivery_settings, table, log, 5)
-        blocked = Path(str(log) + ".blocked")
-        deadline = time.monotonic() + 60
-        while not blocked.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+
+        def write() -> list[int]:
+            return [
+                delivery_catalog.mark_set_done(clicks.name, {"datestamp": str(n)})
+                for n in range(10)
+            ]
+
+        if live:  # subscribed before the events exist: they can only arrive live
+            process = _consumer(delivery_settings, table, log, 5, idle=600)
+            _wait_for(Path(str(log) + ".ready"), process)
+            ids = write()
+        else:
+            ids = write()
+            process = _consumer(delivery_settings, table, log, 5, idle=600)
+        _wait_for(Path(str(log) + ".blocked"), process)
         process.send_signal(signal.SIGKILL)
         process.wait(30)
         assert _handled(log) == ids[:5]
         restarted = _consumer(delivery_settings, table, log, 0)
         assert restarted.wait(60) == 0
     assert _handled(log) == ids  # the other 5, each once, in order
+
+
+def test_a_subscriber_killed_while_idle_does_not_handle_its_last_event_again(
+    delivery_settings: Settings, delivery_catalog: Catalog, clicks: TableInfo, tmp_path: Path
+):
+    """Five live events handled, then nothing arrives; kill -9 while it waits: the
+    watermark already holds the fifth, so a restart handles none of them again."""
+    log = tmp_path / "handled.log"
+    log.write_text("")
+    table = str(clicks.name)
+    with running_relay(delivery_settings):
+        process = _consumer(delivery_settings, table, log, 0, idle=600)
+        _wait_for(Path(str(log) + ".ready"), process)
+        ids = [delivery_catalog.mark_set_done(clicks.name, {"datestamp": str(n)}) for n in range(5)]
+
+        def watermark() -> int | None:
+            (info,) = [s for s in delivery_catalog.subscriptions.every() if s.name == "nightly"]
+            return info.watermarks.get(clicks.topic)
+
+        deadline = time.monotonic() + 60
+        while watermark() != ids[-1]:
+            assert time.monotonic() < deadline, f"watermark stuck at {watermark()}"
+            time.sleep(0.05)
+        assert _handled(log) == ids
+        process.send_signal(signal.SIGKILL)
+        process.wait(30)
+        later = delivery_catalog.mark_set_done(clicks.name, {"datestamp": "later"})
+        restarted = _consumer(delivery_settings, table, log, 0)
+        assert restarted.wait(60) == 0
+    assert _handled(log) == [*ids, later]  # nothing twice, the new one once
 
 
 def test_a_second_process_under_a_live_name_is_refused_unless_it_takes_over(
@@ -217,3 +268,98 @@ def test_the_owner_that_was_taken_over_stops(
         delivery_catalog.subscriptions.claim("shared", "someone:else", takeover=True)
         with pytest.raises(SubscriberTakenOverError, match="taken over by someone:else"):
             list(consumer.notifications(timeout=15))
+
+
+def test_watch_prints_a_cursor_that_resumes_right_after_its_line(
+    delivery_settings: Settings, delivery_catalog: Catalog, clicks: TableInfo
+):
+    table = str(clicks.name)
+    with running_relay(delivery_settings):
+        ids = [delivery_catalog.mark_set_done(clicks.name, {"datestamp": str(n)}) for n in range(3)]
+        first = run_cli(delivery_settings, "watch", table, "--json", "--timeout", "3")
+        assert first.returncode == 0, first.stderr
+        lines = [json.loads(line) for line in first.stdout.splitlines()]
+        assert [line["event_id"] for line in lines] == ids
+        assert all(line["cursor"] for line in lines)
+        later = delivery_catalog.mark_set_done(clicks.name, {"datestamp": "later"})
+        resumed = run_cli(
+            delivery_settings,
+            "watch",
+            table,
+            "--json",
+            "--timeout",
+            "3",
+            "--cursor",
+            lines[1]["cursor"],
+        )
+    assert resumed.returncode == 0, resumed.stderr
+    assert [json.loads(line)["event_id"] for line in resumed.stdout.splitlines()] == [ids[2], later]
+
+
+def test_wait_under_a_durable_name_moves_its_watermark_and_gives_the_name_up(
+    delivery_settings: Settings, delivery_catalog: Catalog, clicks: TableInfo
+):
+    table = str(clicks.name)
+    with running_relay(delivery_settings):
+        waiter = CliProcess(
+            delivery_settings,
+            "-v",
+            "wait",
+            table,
+            "datestamp=1",
+            "--subscriber",
+            "w1",
+            "--timeout",
+            "60",
+        )
+        other = delivery_catalog.mark_set_done(clicks.name, {"datestamp": "0"})
+
+        def watermark() -> int | None:
+            found = [s for s in delivery_catalog.subscriptions.every() if s.name == "w1"]
+            return found[0].watermarks.get(clicks.topic) if found else None
+
+        deadline = time.monotonic() + 60
+        while watermark() != other:  # handled (caught up or live): it is waiting now
+            assert waiter.proc.poll() is None, waiter.stderr
+            assert time.monotonic() < deadline, waiter.stderr
+            time.sleep(0.05)
+        done = delivery_catalog.mark_set_done(clicks.name, {"datestamp": "1"})
+        code, err = waiter.finish(timeout=60)
+    assert code == 0, err
+    (listed,) = json.loads(run_cli(delivery_settings, "-o", "json", "subscribers").stdout)
+    assert (listed["subscriber"], listed["owner"]) == ("w1", None)
+    assert listed["watermarks"][clicks.topic] == done
+
+
+def test_a_subscriber_away_while_its_table_was_dropped_learns_of_the_drop(
+    delivery_settings: Settings, delivery_catalog: Catalog, clicks: TableInfo
+):
+    done = delivery_catalog.mark_set_done(clicks.name, {"datestamp": "1"})
+    with NotificationConsumer([clicks.name], settings=delivery_settings, subscriber="s") as c:
+        assert next(c.notifications(timeout=5)).event_id == done
+    # while it is away: a partition, then the drop
+    (added,) = delivery_catalog.add_partitions(
+        clicks.name, [NewPartition({"datestamp": "2", "region": "a"}, "/w")]
+    )
+    drop = delivery_catalog.lifecycle.drop_table(clicks.name).event_ids[-1]
+    gone = f"^table {clicks.name} was dropped \\(event {drop}\\)$"
+    with NotificationConsumer([clicks.name], settings=delivery_settings, subscriber="s") as c:
+        notifications = c.notifications(timeout=5)
+        got = [next(notifications), next(notifications)]
+        with pytest.raises(TableDroppedError, match=gone):
+            next(notifications)
+    assert [(n.event_type, n.event_id) for n in got] == [
+        (EventType.ADD_PARTITION, added.event_id),
+        (EventType.DROP_TABLE, drop),
+    ]
+    # The drop was handled: the next start says it at once, with nothing to deliver.
+    with NotificationConsumer([clicks.name], settings=delivery_settings, subscriber="s") as c:
+        with pytest.raises(TableDroppedError, match=gone):
+            next(c.notifications(timeout=5))
+    # Re-created under the same name: the old table's drop is not replayed.
+    delivery_catalog.create_table(
+        clicks.name, location="/data/clicks", partition_keys=["datestamp", "region"]
+    )
+    again = delivery_catalog.mark_set_done(clicks.name, {"datestamp": "3"})
+    with NotificationConsumer([clicks.name], settings=delivery_settings, subscriber="s") as c:
+        assert [n.event_id for n in c.notifications(timeout=2)] == [again]

@@ -1,10 +1,11 @@
-"""``/v1/tables``: tables, their partitions, and whether a spec is done."""
+"""``/v1/tables``: tables, their partitions, and whether a spec is done; what the command
+line's ``table`` and ``partitions`` commands write (create, register, discover, drop)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from hcat_notify.api.auth import require_reader, require_writer
@@ -12,13 +13,19 @@ from hcat_notify.api.contract import MAX_PAGE, NOT_DONE
 from hcat_notify.api.datamodels import (
     CoveringDone,
     CreateTable,
+    Discover,
+    Discovery,
     DoneRecorded,
     MarkDone,
     NewPartitions,
     Partition,
     PartitionList,
     PartitionPage,
+    PartitionsDropped,
+    Registered,
+    RegisterPartitions,
     Table,
+    TableDropped,
     TableList,
 )
 from hcat_notify.api.params import query_spec, spec_openapi, wait_query
@@ -43,6 +50,17 @@ _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     403: problem_doc("The principal is a reader."),
     413: problem_doc("The body is over 1 MiB."),
 }
+_DROP_ERRORS: dict[int | str, dict[str, Any]] = {
+    403: problem_doc("The principal is a reader."),
+    409: problem_doc("A pending write claims the partitions (see hcat-notify recover)."),
+}
+PurgeQuery = Annotated[
+    bool,
+    Query(
+        description="Also delete the files, after the drop is committed (refused for an "
+        "EXTERNAL_TABLE); what could not be deleted is listed in errors."
+    ),
+]
 
 
 @router.get("", dependencies=[Depends(require_reader)])
@@ -59,7 +77,8 @@ async def list_tables(state: State, db: str | None = None) -> TableList:
     responses={**_WRITE_ERRORS, 409: problem_doc("The table exists.")},
 )
 async def create_table(body: CreateTable, state: State, response: Response) -> Table:
-    """Register a partitioned table (``hcat-notify table create``)."""
+    """Register a partitioned table and announce it (CREATE_TABLE on the prefix topic):
+    ``hcat-notify table create``."""
     info = await in_thread(
         lambda: state.catalog().create_table(
             body.name,
@@ -67,9 +86,9 @@ async def create_table(body: CreateTable, state: State, response: Response) -> T
             partition_keys=body.partition_keys,
             storage_format=body.format,
             table_type=body.table_type,
-            properties=body.properties,
             retention=body.retention,
             topic=body.topic,
+            properties=body.table_properties,
         )
     )
     response.headers["Location"] = f"/v1/tables/{info.name}"
@@ -115,7 +134,8 @@ async def list_partitions(
     responses={**_SPEC_ERRORS, **_WRITE_ERRORS, 409: problem_doc("A partition exists.")},
 )
 async def add_partitions(table: TablePath, body: NewPartitions, state: State) -> PartitionList:
-    """Register new partitions and announce each (ADD_PARTITION), all or none."""
+    """Register new partitions with the sizes given and announce them (ADD_PARTITION: one
+    each, or batched for a table with announce mode write), all or none."""
     new = [
         NewPartition(
             spec=item.spec,
@@ -127,6 +147,120 @@ async def add_partitions(table: TablePath, body: NewPartitions, state: State) ->
     ]
     added = await in_thread(lambda: state.catalog().add_partitions(table, new, job_id=body.job_id))
     return PartitionList(partitions=[Partition.of_partition(p) for p in added])
+
+
+@router.delete(
+    "/{table}",
+    dependencies=[Depends(require_writer)],
+    responses={**_TABLE_ERRORS, **_DROP_ERRORS},
+)
+async def drop_table(table: TablePath, state: State, purge: PurgeQuery = False) -> TableDropped:
+    """Drop a table with its partitions and retained dones and announce DROP_TABLE (on
+    the prefix topic and the table's own): ``hcat-notify table drop``."""
+    from hcat_notify.lifecycle import drop_table as drop
+
+    dropped, purged = await in_thread(lambda: drop(state.catalog(), table, purge=purge))
+    return TableDropped.of_drop(
+        str(dropped.table.name),
+        dropped.partitions,
+        dropped.event_ids,
+        purged if purge else None,
+        definition=Table.of_table(dropped.table),
+    )
+
+
+@router.post(
+    "/{table}/partitions:register",
+    status_code=201,
+    dependencies=[Depends(require_writer)],
+    responses={
+        **_SPEC_ERRORS,
+        **_WRITE_ERRORS,
+        409: problem_doc("A partition exists."),
+        422: problem_doc(
+            "A key is not a partition key of the table, or a location does not exist or "
+            "holds no data files."
+        ),
+    },
+)
+async def register_partitions(
+    table: TablePath, body: RegisterPartitions, state: State
+) -> Registered:
+    """Register partitions whose files are already in place and announce them, with the
+    mark-set-done if given, in one transaction (``hcat-notify partitions add``). The
+    server counts and measures each location's data files (HDFS and S3 URIs work)."""
+    pairs = [(item.spec, item.location) for item in body.partitions]
+    registration = await in_thread(
+        lambda: state.catalog().register_partitions(
+            table,
+            pairs,
+            mark_set_done=body.mark_set_done,
+            announce=body.announce,
+            job_id=body.job_id,
+        )
+    )
+    return Registered.of_registration(str(registration.partitions[0].table), registration)
+
+
+@router.post(
+    "/{table}/partitions:discover",
+    dependencies=[Depends(require_writer)],
+    responses={**_TABLE_ERRORS, **_WRITE_ERRORS},
+)
+async def discover_partitions(
+    table: TablePath, state: State, body: Annotated[Discover | None, Body()] = None
+) -> Discovery:
+    """Hive's MSCK REPAIR TABLE (``hcat-notify partitions discover``): register and
+    announce the ``k=v/...`` directories of the table's location that hold data files
+    and are not registered. A directory that is not a partition of the table refuses
+    the whole run (400, nothing registered) unless ``skipForeign``."""
+    from hcat_notify.lifecycle import discover_partitions as discover
+
+    given = body or Discover.model_validate({})
+    found = await in_thread(
+        lambda: discover(
+            state.catalog(),
+            table,
+            dry_run=given.dry_run,
+            skip_foreign=given.skip_foreign,
+            announce=given.announce,
+        )
+    )
+    return Discovery.of_discovery(found)
+
+
+@router.delete(
+    "/{table}/partitions",
+    dependencies=[Depends(require_writer)],
+    responses={
+        **_SPEC_ERRORS,
+        **_DROP_ERRORS,
+        404: problem_doc("No such table, or no partition matches the spec."),
+    },
+    openapi_extra=spec_openapi(),
+)
+async def drop_partitions(
+    table: TablePath, request: Request, state: State, purge: PurgeQuery = False
+) -> PartitionsDropped:
+    """Drop every partition the (partial) spec matches and announce each drop
+    (DROP_PARTITION, batched for a table with announce mode write):
+    ``hcat-notify partitions drop``. A spec is required."""
+    from hcat_notify.lifecycle import drop_partitions as drop
+
+    spec = query_spec(request, frozenset({"purge", "spec"}))
+    if spec is None:
+        raise InvalidSpecError(
+            "give the partitions to drop, e.g. ?datestamp=20110228 (to drop them all, "
+            "drop the table)"
+        )
+    wanted: PartitionSpec = spec
+    dropped, purged = await in_thread(lambda: drop(state.catalog(), table, wanted, purge=purge))
+    return PartitionsDropped.of_drop(
+        str(dropped.partitions[0].table),
+        dropped.partitions,
+        dropped.event_ids,
+        purged if purge else None,
+    )
 
 
 @router.post(

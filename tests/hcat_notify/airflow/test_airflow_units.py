@@ -3,6 +3,7 @@ bad input. (Against a real broker and Airflow: tests/integration/airflow/.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import subprocess
@@ -12,9 +13,9 @@ from datetime import UTC, datetime
 import pytest
 
 from hcat_notify.airflow.stream import parse_event_types
-from hcat_notify.airflow.waiting import Condition, Target
+from hcat_notify.airflow.waiting import Condition, Target, notification_payload
 from hcat_notify.consumer import Notification, Source
-from hcat_notify.errors import ConfigError, InvalidInputError
+from hcat_notify.errors import ConfigError, InvalidInputError, TableDroppedError
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
@@ -160,11 +161,15 @@ def test_a_broader_done_covers_a_narrower_spec_not_the_reverse():
     wanted = Target(
         Condition.DONE, TableName.parse("web.clicks"), PartitionSpec.parse("datestamp=20110228")
     )
-    assert wanted.matches(notification(EventType.MARK_SET_DONE, "datestamp=20110228"))
-    assert not wanted.matches(notification(EventType.MARK_SET_DONE, "datestamp=20110228/region=us"))
-    assert not wanted.matches(notification(EventType.MARK_SET_DONE, "datestamp=20110301"))
-    assert not wanted.matches(notification(EventType.ADD_PARTITION, "datestamp=20110228"))
-    assert not wanted.matches(
+    assert wanted.match(notification(EventType.MARK_SET_DONE, "datestamp=20110228")) == (
+        PartitionSpec.parse("datestamp=20110228")
+    )
+    assert None is wanted.match(
+        notification(EventType.MARK_SET_DONE, "datestamp=20110228/region=us")
+    )
+    assert None is wanted.match(notification(EventType.MARK_SET_DONE, "datestamp=20110301"))
+    assert None is wanted.match(notification(EventType.ADD_PARTITION, "datestamp=20110228"))
+    assert None is wanted.match(
         notification(EventType.MARK_SET_DONE, "datestamp=20110228", table="web.views")
     )
 
@@ -175,9 +180,11 @@ def test_a_partition_under_the_spec_satisfies_a_partition_wait():
         TableName.parse("web.clicks"),
         PartitionSpec.parse("datestamp=20110228"),
     )
-    assert wanted.matches(notification(EventType.ADD_PARTITION, "datestamp=20110228/region=us"))
-    assert not wanted.matches(notification(EventType.ADD_PARTITION, "datestamp=20110301/region=us"))
-    assert not wanted.matches(notification(EventType.MARK_SET_DONE, "datestamp=20110228"))
+    assert wanted.match(notification(EventType.ADD_PARTITION, "datestamp=20110228/region=us"))
+    assert None is wanted.match(
+        notification(EventType.ADD_PARTITION, "datestamp=20110301/region=us")
+    )
+    assert None is wanted.match(notification(EventType.MARK_SET_DONE, "datestamp=20110228"))
 
 
 def test_many_long_waits_run_at_once_none_queued_behind_the_others():
@@ -221,3 +228,37 @@ def test_an_error_in_the_thread_reaches_the_awaiting_trigger():
 
     with pytest.raises(InvalidInputError, match="bad spec"):
         asyncio.run(in_thread(fail, "failing"))
+
+
+def test_a_batch_satisfies_a_partition_wait_by_its_partition_under_the_spec():
+    wanted = Target(
+        Condition.PARTITION,
+        TableName.parse("web.clicks"),
+        PartitionSpec.parse("datestamp=20110228"),
+    )
+    batch = dataclasses.replace(
+        notification(EventType.ADD_PARTITION, "datestamp=20110227"),
+        spec=None,
+        partitions=(
+            PartitionSpec.parse("datestamp=20110227/region=us"),
+            PartitionSpec.parse("datestamp=20110228/region=eu"),
+        ),
+    )
+    assert wanted.match(batch) == PartitionSpec.parse("datestamp=20110228/region=eu")
+    payload = notification_payload(batch, wanted.match(batch))
+    assert payload["spec"] == "datestamp=20110228/region=eu"
+    assert payload["partitions"] == [
+        "datestamp=20110227/region=us",
+        "datestamp=20110228/region=eu",
+    ]
+
+
+def test_the_tables_drop_ends_a_wait_with_an_error():
+    wanted = Target(
+        Condition.DONE, TableName.parse("web.clicks"), PartitionSpec.parse("datestamp=20110228")
+    )
+    dropped = dataclasses.replace(
+        notification(EventType.DROP_TABLE, "datestamp=20110228"), spec=None
+    )
+    with pytest.raises(TableDroppedError, match=r"web\.clicks was dropped"):
+        wanted.match(dropped)

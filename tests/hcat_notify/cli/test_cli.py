@@ -191,7 +191,16 @@ def test_installed_console_script_prints_no_traceback(tmp_path: Path):
 
 def test_reading_command_on_a_missing_home_creates_nothing(tmp_path: Path, capsys):
     home = tmp_path / "nonexistent" / "deep" / "dir"
-    for args in (["table", "list"], ["topic", "web.t"], ["partitions", "web.t"], ["status"]):
+    for args in (
+        ["table", "list"],
+        ["topic", "web.t"],
+        ["partitions", "web.t"],
+        ["status"],
+        ["watch", "web.t", "--timeout", "1"],
+        ["wait", "web.t", "ds=1", "--timeout", "1"],
+        ["subscribers"],
+        ["partitions", "discover", "web.t", "--dry-run"],
+    ):
         code = main(["--home", str(home), *args])
         err = capsys.readouterr().err
         assert code == 2
@@ -244,3 +253,16 @@ def test_processes_with_different_prefixes_agree_on_a_tables_topic(tmp_path: Pat
     )
     listed = json.loads(hcat("gamma", "-o", "json", "table", "list").stdout)
     assert [item["topic"] for item in listed] == ["alpha.web.t"]
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_hash_secret_prints_json_with_output_json(monkeypatch, capsys, where):
+    import io
+
+    from hcat_notify.model.principals import verify_secret
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("s3cret\n"))
+    args = ["hash-secret", "--secret-stdin"]
+    code = main(["-o", "json", *args] if where == "before" else [*args, "-o", "json"])
+    assert code == 0
+    assert verify_secret("s3cret", json.loads(capsys.readouterr().out)["hash"])

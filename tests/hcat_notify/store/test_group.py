@@ -3,6 +3,10 @@ progress, published-ness from progress; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -50,6 +54,28 @@ def test_heartbeats_are_aged_by_the_database_clock(catalog: Catalog):
     assert 0.25 < member.heartbeat_age < 5
     _member(catalog, "a")
     assert catalog.group.members()[0].heartbeat_age < 0.25
+
+
+def test_a_member_id_in_use_by_a_live_process_is_refused(catalog: Catalog):
+    here = socket.gethostname()
+    catalog.group.join(MemberReport("r", "elsewhere", 7), session_timeout=5)
+    before = [(m.member_id, m.host, m.pid) for m in catalog.group.members()]
+    with pytest.raises(InvalidInputError, match=r"relay member id 'r' is in use by elsewhere:7"):
+        catalog.group.join(MemberReport("r", here, os.getpid()), session_timeout=5)
+    assert [(m.member_id, m.host, m.pid) for m in catalog.group.members()] == before
+    # the same process again (a restart of its loop) is no conflict
+    catalog.group.join(MemberReport("r", "elsewhere", 7), session_timeout=5)
+    # a silent owner, or a dead process on this host, gives the id up at once
+    time.sleep(0.3)
+    catalog.group.join(MemberReport("r", here, os.getpid()), session_timeout=0.25)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    catalog.group.join(MemberReport("d", here, dead.pid), session_timeout=60)
+    catalog.group.join(MemberReport("d", here, os.getpid()), session_timeout=60)
+    assert {(m.member_id, m.pid) for m in catalog.group.members()} == {
+        ("r", os.getpid()),
+        ("d", os.getpid()),
+    }
 
 
 def test_one_controller_whose_epoch_grows_at_every_change(catalog: Catalog):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
-from hcat_notify.store import Catalog
+from hcat_notify.store import Catalog, NewPartition
 from tests.integration.api.support import ApiServer
 
 pytestmark = pytest.mark.integration
@@ -127,6 +129,59 @@ class TestRejectedWritesChangeNothing:
             "given twice",
         )
 
+    def test_bad_registrations(self, writer: httpx.Client, table: str, tmp_path: Path):
+        landed = tmp_path / "landed"
+        landed.mkdir()
+        (landed / "part-0.parquet").write_bytes(b"data")
+        markers_only = tmp_path / "markers"
+        markers_only.mkdir()
+        (markers_only / "_SUCCESS").write_bytes(b"")
+        (markers_only / ".part-0.crc").write_bytes(b"")
+
+        def register(name: str, spec: dict, location: str | None, **extra) -> httpx.Response:
+            item = {"spec": spec} if location is None else {"spec": spec, "location": location}
+            return writer.post(
+                f"/v1/tables/{name}/partitions:register", json={"partitions": [item], **extra}
+            )
+
+        full = {"datestamp": "1", "region": "us"}
+        problem = _check(register("nosuch.table", full, str(landed)), 404, "nosuch.table")
+        assert problem["error"] == "TableNotFoundError"
+        problem = _check(
+            register(table, {**full, "hour": "1"}, str(landed)), 422, "no partition key 'hour'"
+        )
+        assert problem["error"] == "UnknownPartitionKeyError"
+        _check(register(table, {"datestamp": "1"}, str(landed)), 400, "missing partition key")
+        _check(register(table, full, None), 400, "location")
+        _check(register(table, full, ""), 400, "location")
+        problem = _check(register(table, full, str(markers_only)), 422, "holds no data files")
+        assert problem["error"] == "LocationNotFoundError"
+        _check(register(table, full, str(tmp_path / "nowhere")), 422, "nowhere")
+        _check(
+            register(table, full, str(landed), markSetDone={"hour": "1"}),
+            422,
+            "no partition key 'hour'",
+        )
+        _check(register(table, full, str(landed), announce="often"), 400, "announce")
+        _check(
+            writer.post(f"/v1/tables/{table}/partitions:register", json={"partitions": []}),
+            400,
+            "partitions",
+        )
+
+    def test_bad_discoveries(self, writer: httpx.Client, table: str):
+        _check(writer.post("/v1/tables/nosuch.table/partitions:discover"), 404, "nosuch.table")
+        _check(
+            writer.post(f"/v1/tables/{table}/partitions:discover", json={"dryrun": True}),
+            400,
+            "dryrun",
+        )
+
+    def test_drop_of_an_unknown_table(self, writer: httpx.Client):
+        problem = _check(writer.delete("/v1/tables/nosuch.table"), 404, "nosuch.table")
+        assert problem["error"] == "TableNotFoundError"
+        _check(writer.delete("/v1/tables/nosuch.table/partitions?d=1"), 404, "nosuch.table")
+
     def test_bad_table_definitions(self, writer: httpx.Client):
         base = {"name": "fresh.t", "location": "/data/fresh", "partitionKeys": ["k"]}
         _check(writer.post("/v1/tables", json={**base, "name": "no_dot"}), 400, "DB.TABLE")
@@ -135,6 +190,7 @@ class TestRejectedWritesChangeNothing:
         _check(writer.post("/v1/tables", json={**base, "format": "xls"}), 400, "format")
         _check(writer.post("/v1/tables", json={**base, "retentionSeconds": 0}), 400, "retention")
         _check(writer.post("/v1/tables", json={**base, "topic": "queue://x"}), 400, "topic")
+        _check(writer.post("/v1/tables", json={**base, "announce": "often"}), 400, "announce")
 
     def test_body_over_one_mebibyte(self, writer: httpx.Client, table: str):
         name = table
@@ -156,6 +212,34 @@ class TestRejectedWritesChangeNothing:
             headers={"content-type": "application/json"},
         )
         _check(response, 413, "over 1,048,576 bytes")
+
+
+def test_bad_drops_change_nothing(writer: httpx.Client, new_table, api_catalog: Catalog):
+    name = new_table()
+    external = new_table(table_type="EXTERNAL_TABLE")
+    for each in (name, external):
+        api_catalog.add_partitions(each, [NewPartition({"datestamp": "1", "region": "us"}, "/d/1")])
+    before = (api_catalog.last_event_id(), len(api_catalog.list_tables()))
+    url = f"/v1/tables/{name}/partitions"
+    problem = _check(writer.delete(url, params={"datestamp": "2"}), 404, "no partition")
+    assert problem["error"] == "PartitionNotFoundError"
+    problem = _check(writer.delete(url, params={"hour": "1"}), 422, "no partition key 'hour'")
+    assert problem["error"] == "UnknownPartitionKeyError"
+    _check(writer.delete(url), 400, "give the partitions to drop")
+    _check(writer.delete(url, params={"datestamp": "1", "purge": "maybe"}), 400, "purge")
+    _check(
+        writer.delete(
+            f"/v1/tables/{external}/partitions", params={"datestamp": "1", "purge": True}
+        ),
+        400,
+        "EXTERNAL_TABLE",
+    )
+    _check(writer.delete(f"/v1/tables/{external}", params={"purge": True}), 400, "EXTERNAL_TABLE")
+    assert (api_catalog.last_event_id(), len(api_catalog.list_tables())) == before
+    for each in (name, external):
+        assert [p.spec.to_path() for p in api_catalog.list_partitions(each)] == [
+            "datestamp=1/region=us"
+        ]
 
 
 def test_bad_reads(reader: httpx.Client, new_table):

@@ -13,7 +13,7 @@ import pytest
 from hcat_notify.api.client import ApiClient
 from hcat_notify.config import Settings
 from hcat_notify.consumer import NotificationConsumer, Source
-from hcat_notify.errors import InvalidInputError, TableNotFoundError
+from hcat_notify.errors import InvalidInputError, TableDroppedError, TableNotFoundError
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog, NewPartition
 from tests.integration.api.support import ApiServer
@@ -137,3 +137,35 @@ def test_watch_through_the_api(
     assert code == 0, err
     assert (first["event_id"], first["source"]) == (retained, "retained")
     assert (second["event_id"], second["source"]) == (live, "live")
+
+
+def test_wait_through_the_api_on_a_dropped_table_exits_2(
+    api: ApiServer, api_settings: Settings, api_catalog: Catalog, new_table
+):
+    name = new_table()
+    env = cli_env(_no_database(api_settings, api))
+    with running_relay(api_settings):
+        waiter = subprocess.Popen(
+            [CLI, "-v", "wait", name, "datestamp=1", "--timeout", "120"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(3)  # subscribed and checked the catalog through the API
+        drop = api_catalog.lifecycle.drop_table(name).event_ids[-1]
+        out, err = waiter.communicate(timeout=60)
+    assert (waiter.returncode, out) == (2, "")
+    # over the broker, or through the API if the drop came before the consumer's check
+    assert err.splitlines()[-1].startswith(f"hcat-notify: error: table {name} was dropped")
+    again = subprocess.run(
+        [CLI, "wait", name, "datestamp=1", "--timeout", "120"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (again.returncode, again.stdout) == (2, "")
+    assert again.stderr == f"hcat-notify: error: table {name} was dropped (event {drop})\n"
+    with pytest.raises(TableDroppedError, match=f"was dropped \\(event {drop}\\)"):
+        NotificationConsumer([name], settings=_no_database(api_settings, api))
