@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +21,29 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.spark",
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Airflow, imported in-process by the Airflow tests, reads AIRFLOW_HOME when first
+    imported and would otherwise create ~/airflow: give it a throwaway home."""
+    if "AIRFLOW_HOME" not in os.environ:
+        home = tempfile.mkdtemp(prefix="hcat-test-airflow-home-")
+        os.environ["AIRFLOW_HOME"] = home
+        os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+        config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """Importing Airflow configures the root logger (a stdout handler, level INFO): no test
+    leaves that to the tests after it. pytest's own handlers are subclasses, left alone."""
+    root = logging.getLogger()
+    level, before = root.level, set(root.handlers)
+    yield
+    root.setLevel(level)
+    for handler in root.handlers[:]:
+        if handler not in before and type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
 
 
 @pytest.fixture(autouse=True)

@@ -15,6 +15,13 @@ from hcat_notify import errors
 
 MODULES = [
     "hcat_notify",
+    "hcat_notify.airflow",
+    "hcat_notify.airflow.hooks",
+    "hcat_notify.airflow.provider",
+    "hcat_notify.airflow.sensors",
+    "hcat_notify.airflow.stream",
+    "hcat_notify.airflow.triggers",
+    "hcat_notify.airflow.waiting",
     "hcat_notify.api",
     "hcat_notify.api.app",
     "hcat_notify.api.client",
@@ -125,6 +132,11 @@ def test_spark_output_re_exports_send_mark_set_done():
             ["stomp", "alembic", "sqlalchemy", "pyspark", "spark_output", "fastapi", "httpx"],
         ),
         ("hcat_notify.api", ["fastapi", "uvicorn", "httpx", "prometheus_client", "sqlalchemy"]),
+        # Only the sensors, triggers and hook import Airflow, on first use.
+        ("hcat_notify.airflow", ["airflow", "stomp", "sqlalchemy"]),
+        ("hcat_notify.airflow.waiting", ["airflow"]),
+        ("hcat_notify.airflow.stream", ["airflow"]),
+        ("hcat_notify.airflow.provider", ["airflow", "hcat_notify.config"]),
         ("spark_output", ["pyspark", "pyarrow", "stomp", "alembic", "sqlalchemy"]),
         (
             "hcat_notify.cli",

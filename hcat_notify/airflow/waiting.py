@@ -1,0 +1,345 @@
+"""The waits behind the Airflow sensors and triggers, as plain blocking Python.
+
+Nothing here imports Airflow: the sensors call these functions in the worker, the
+triggers in a thread of the triggerer's event loop.
+
+A wait subscribes first (:class:`~hcat_notify.consumer.NotificationConsumer` waits for
+the SUBSCRIBE receipts), then asks the catalog — or the HTTP API when the settings name
+one — whether the condition already holds, then watches live notifications. A done
+committed between a sensor's first check and its trigger's subscription is therefore
+seen by the check or arrives live (invariant 5). An unreachable broker, database or API
+is retried with back-off until the deadline: an outage while deferred is ridden out.
+Bad input (unknown table, a key that is not a partition key) and refused credentials are
+raised at once: waiting cannot fix them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from hcat_notify.broker.backoff import Backoff
+from hcat_notify.config import Settings
+from hcat_notify.consumer import Notification, NotificationConsumer
+from hcat_notify.errors import (
+    ApiUnavailableError,
+    BrokerAuthError,
+    BrokerError,
+    StoreUnavailableError,
+    SubscriberInUseError,
+    TableDroppedError,
+)
+from hcat_notify.model.events import EventType
+from hcat_notify.model.names import TableName
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.store.records import PartitionInfo, RetainedDone, TableInfo
+
+__all__ = [
+    "TRANSIENT_ERRORS",
+    "Condition",
+    "Reader",
+    "Target",
+    "Waiter",
+    "check",
+    "notification_payload",
+    "open_reader",
+    "resolve_target",
+]
+
+logger = logging.getLogger(__name__)
+
+# Errors an outage causes; a wait retries them until its deadline. BrokerAuthError is a
+# BrokerError but is raised: retrying does not fix a refused principal.
+# A durable subscriber's name still held by a process that died is retried too: its
+# claim lapses after the subscriber timeout.
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    BrokerError,
+    StoreUnavailableError,
+    ApiUnavailableError,
+    SubscriberInUseError,
+)
+# How long one receive slice lasts: bounds how late a cancel or the deadline is noticed.
+RECEIVE_SLICE = 1.0
+
+
+class Condition(StrEnum):
+    """What a sensor waits for."""
+
+    DONE = "done"  # a MARK_SET_DONE covering the spec
+    PARTITION = "partition"  # a registered partition under the spec
+
+
+class Reader(Protocol):
+    """What a wait reads: :class:`~hcat_notify.store.Catalog` or the HTTP API's client."""
+
+    def get_table(self, table: TableName | str) -> TableInfo: ...
+
+    def find_covering_done(
+        self, table: TableName | str, spec: PartitionSpec
+    ) -> RetainedDone | None: ...
+
+    def list_partitions(
+        self, table: TableName | str, spec: PartitionSpec | None = None
+    ) -> list[PartitionInfo]: ...
+
+    def close(self) -> None: ...
+
+
+def open_reader(settings: Settings, *, durable: bool = False) -> Reader:
+    """The HTTP API's client when the settings name one (and no durable subscriber needs
+    the database), else the catalog database, never created here.
+
+    Raises:
+        StoreUnavailableError: no catalog at the configured URL.
+    """
+    if settings.api_urls and not durable:
+        from hcat_notify.api.client import ApiClient
+
+        return ApiClient.from_settings(settings, settings.api_urls)
+    from hcat_notify.store.catalog import Catalog
+
+    return Catalog.open(settings, upgrade=False, create=False)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A validated condition: the table and the (partial) spec in the table's key order."""
+
+    condition: Condition
+    table: TableName
+    spec: PartitionSpec
+
+    def match(self, notification: Notification) -> PartitionSpec | None:
+        """The spec by which this live or retained notification satisfies the condition
+        (the covering done, or the first partition under the spec; a batched
+        announcement lists several), else None.
+
+        Raises:
+            TableDroppedError: the notification is the table's DROP_TABLE: nothing will
+                satisfy the condition any more.
+        """
+        if notification.table != self.table:
+            return None
+        if notification.event_type is EventType.DROP_TABLE:
+            raise TableDroppedError(
+                f"table {self.table} was dropped (event {notification.event_id}) while "
+                f"waiting for {self.spec.canonical()}",
+                event_id=notification.event_id,
+                topic=notification.topic,
+            )
+        if self.condition is Condition.DONE:
+            done = notification.event_type is EventType.MARK_SET_DONE
+            spec = notification.spec
+            return spec if done and spec is not None and spec.covers(self.spec) else None
+        if notification.event_type is not EventType.ADD_PARTITION:
+            return None
+        partitions = notification.partitions or (
+            (notification.spec,) if notification.spec is not None else ()
+        )
+        return next((p for p in partitions if self.spec.covers(p)), None)
+
+
+def resolve_target(
+    reader: Reader, condition: Condition, table: str, spec: Mapping[str, Any]
+) -> Target:
+    """Validate ``table`` and ``spec`` against the catalog.
+
+    Raises:
+        TableNotFoundError: no such table.
+        UnknownPartitionKeyError: the spec names a key the table does not have.
+        InvalidInputError: a malformed name or value.
+    """
+    name = TableName.parse(table)
+    info = reader.get_table(name)
+    values = {str(key): None if value is None else str(value) for key, value in spec.items()}
+    return Target(condition, name, info.spec(values, partial=True))
+
+
+def _found(
+    target: Target, event: EventType, event_id: int | None, spec: PartitionSpec, **extra: Any
+) -> dict[str, Any]:
+    """The payload of a condition found in the catalog (a retained done, a partition)."""
+    return {
+        "table": str(target.table),
+        "event": event.value,
+        "event_id": event_id,
+        "spec": spec.to_path(),
+        "partition_spec": spec.as_dict(),
+        "wanted": target.spec.to_path(),
+        **extra,
+    }
+
+
+def notification_payload(
+    notification: Notification, spec: PartitionSpec | None = None
+) -> dict[str, Any]:
+    """The JSON-ready facts of a notification a sensor or an asset event carries.
+
+    Args:
+        notification: the notification.
+        spec: the spec to report (default: the notification's own ``HCAT_SPEC``, None
+            for table events and batches without a common spec).
+    """
+    body = notification.body
+    spec = spec if spec is not None else notification.spec
+    payload: dict[str, Any] = {
+        "table": str(notification.table),
+        "event": notification.event_type.value,
+        "event_id": notification.event_id,
+        "spec": spec.to_path() if spec is not None else None,
+        "partition_spec": spec.as_dict() if spec is not None else None,
+        "topic": notification.topic,
+        "source": notification.source.value,
+    }
+    if len(notification.partitions) > 1:
+        payload["partitions"] = [partition.to_path() for partition in notification.partitions]
+    location = body.get("location")
+    if isinstance(location, str):
+        payload["location"] = location
+    timestamp = body.get("timestamp")
+    if isinstance(timestamp, int | float):
+        payload["timestamp"] = timestamp
+    return payload
+
+
+def check(reader: Reader, target: Target) -> dict[str, Any] | None:
+    """The condition's payload if it holds in the catalog now, else None."""
+    if target.condition is Condition.DONE:
+        done = reader.find_covering_done(target.table, target.spec)
+        if done is None:
+            return None
+        return _found(target, EventType.MARK_SET_DONE, done.event_id, done.spec, source="retained")
+    partitions = reader.list_partitions(target.table, target.spec)
+    if not partitions:
+        return None
+    first = partitions[0]
+    return _found(
+        target,
+        EventType.ADD_PARTITION,
+        first.event_id,
+        first.spec,
+        location=first.location,
+        source="registry",
+    )
+
+
+class Waiter:
+    """Subscribe, check, then watch live notifications until the condition holds.
+
+    Args:
+        settings: where the catalog (or API) and the broker are, and who we are.
+        condition, table, spec: what to wait for (validated on the first attempt).
+        deadline: wall-clock time (``time.time()``) at which :meth:`wait` gives up;
+            wall-clock because it crosses processes (worker → triggerer).
+        subscriber: a durable subscriber name for the consumer (None: none).
+        consumer_factory: builds the consumer (tests may pass a double).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        condition: Condition,
+        table: str,
+        spec: Mapping[str, Any],
+        *,
+        deadline: float,
+        subscriber: str | None = None,
+        consumer_factory: Callable[..., NotificationConsumer] = NotificationConsumer,
+    ) -> None:
+        self._settings = settings
+        self._condition = condition
+        self._table = table
+        self._spec = dict(spec)
+        self._deadline = deadline
+        self._subscriber = subscriber
+        self._factory = consumer_factory
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._consumer: NotificationConsumer | None = None
+
+    def cancel(self) -> None:
+        """Make :meth:`wait` return None within about a second (from any thread)."""
+        self._cancelled.set()
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.stop()
+
+    def wait(self) -> dict[str, Any] | None:
+        """The payload once the condition holds; None at the deadline or when cancelled.
+
+        Raises:
+            InvalidInputError, TableNotFoundError: bad input (at once).
+            TableDroppedError: the table was dropped while waiting.
+            BrokerAuthError: the broker refused the consumer principal.
+        """
+        backoff = Backoff(maximum=5.0)
+        while not self._cancelled.is_set() and time.time() < self._deadline:
+            try:
+                return self._attempt()
+            except BrokerAuthError:
+                raise
+            except TRANSIENT_ERRORS as exc:
+                delay = min(backoff.next_delay(), max(0.0, self._deadline - time.time()))
+                logger.warning(
+                    "hcat wait for %s %s: %s; retrying in %.1fs",
+                    self._table,
+                    self._spec,
+                    exc,
+                    delay,
+                )
+                self._cancelled.wait(delay)
+        return None
+
+    def _attempt(self) -> dict[str, Any] | None:
+        reader = open_reader(self._settings, durable=self._subscriber is not None)
+        try:
+            target = resolve_target(reader, self._condition, self._table, self._spec)
+            consumer = self._factory(
+                [str(target.table)],
+                settings=self._settings,
+                subscriber=self._subscriber,
+                catalog=reader,
+            )
+            with self._lock:
+                if self._cancelled.is_set():
+                    consumer.close()
+                    return None
+                self._consumer = consumer
+            try:
+                consumer.start()  # subscribed (receipts) before the check below
+                logger.info(
+                    "hcat wait subscribed table=%s spec=%s condition=%s",
+                    target.table,
+                    target.spec.to_path(),
+                    target.condition.value,
+                )
+                found = check(reader, target)
+                if found is not None:
+                    return found
+                return self._watch(consumer, target)
+            finally:
+                with self._lock:
+                    self._consumer = None
+                consumer.close()
+        finally:
+            reader.close()
+
+    def _watch(self, consumer: NotificationConsumer, target: Target) -> dict[str, Any] | None:
+        while not self._cancelled.is_set():
+            remaining = self._deadline - time.time()
+            if remaining <= 0:
+                return None
+            # A slice ends after RECEIVE_SLICE seconds without a notification.
+            for notification in consumer.notifications(timeout=min(remaining, RECEIVE_SLICE)):
+                matched = target.match(notification)
+                if matched is not None:
+                    payload = notification_payload(notification, matched)
+                    return {**payload, "wanted": target.spec.to_path()}
+                if time.time() >= self._deadline:
+                    return None
+        return None

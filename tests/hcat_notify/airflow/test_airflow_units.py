@@ -1,0 +1,264 @@
+"""hcat_notify.airflow without a broker: connections, serialized triggers, matching,
+bad input. (Against a real broker and Airflow: tests/integration/airflow/.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+import pytest
+
+from hcat_notify.airflow.stream import parse_event_types
+from hcat_notify.airflow.waiting import Condition, Target, notification_payload
+from hcat_notify.consumer import Notification, Source
+from hcat_notify.errors import ConfigError, InvalidInputError, TableDroppedError
+from hcat_notify.model.events import EventType
+from hcat_notify.model.names import TableName
+from hcat_notify.model.specs import PartitionSpec
+
+SECRET = "s3cret-reader-pw"
+
+
+def notification(event: EventType, spec: str, table: str = "web.clicks") -> Notification:
+    return Notification(
+        event_id=7,
+        event_type=event,
+        table=TableName.parse(table),
+        spec=PartitionSpec.parse(spec),
+        body={},
+        headers={},
+        topic=f"hcat.{table}",
+        source=Source.LIVE,
+    )
+
+
+def test_no_module_of_hcat_notify_imports_airflow():
+    script = (
+        "import sys, hcat_notify, hcat_notify.cli, hcat_notify.consumer, hcat_notify.airflow, "
+        "hcat_notify.airflow.waiting, hcat_notify.airflow.stream; "
+        "print('airflow' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_the_connection_type_is_registered_with_airflow():
+    [entry] = [
+        e
+        for e in importlib.metadata.entry_points(group="apache_airflow_provider")
+        if e.value.startswith("hcat_notify")
+    ]
+    info = entry.load()()
+    [conn_type] = info["connection-types"]
+    assert conn_type == {
+        "connection-type": "hcat_notify",
+        "hook-class-name": "hcat_notify.airflow.hooks.HcatNotifyHook",
+    }
+
+
+def test_a_connection_layers_over_the_settings(monkeypatch):
+    from hcat_notify.airflow.hooks import settings_from_connection
+
+    monkeypatch.setenv("HCAT_NOTIFY_TOPIC_PREFIX", "corp")
+    settings = settings_from_connection(
+        host="broker.example",
+        port=61999,
+        login="reader",
+        password=SECRET,
+        extra={"db_url": "sqlite:////tmp/catalog.db", "api_timeout": 3},
+    )
+    assert settings.broker_url == "stomp://broker.example:61999"
+    assert (settings.consumer_user, settings.consumer_password) == ("reader", SECRET)
+    assert settings.db_url == "sqlite:////tmp/catalog.db"
+    assert settings.api_timeout == 3
+    assert settings.topic_prefix == "corp"  # from the environment
+    assert SECRET not in repr(settings)
+
+
+def test_extra_broker_url_lists_a_pair_and_wins_over_host():
+    from hcat_notify.airflow.hooks import settings_from_connection
+
+    pair = "stomp://a.example:61613,stomp://b.example:61613"
+    settings = settings_from_connection(
+        host="ignored.example", port=None, login=None, password=None, extra={"broker_url": pair}
+    )
+    assert settings.broker_url == pair
+
+
+def test_an_unknown_setting_in_extra_is_named():
+    from hcat_notify.airflow.hooks import settings_from_connection
+
+    with pytest.raises(ConfigError, match="brokr_url"):
+        settings_from_connection(
+            host=None, port=None, login=None, password=None, extra={"brokr_url": "x"}
+        )
+
+
+def test_a_missing_connection_other_than_the_default_is_an_error(monkeypatch):
+    from hcat_notify.airflow.hooks import HcatNotifyHook
+
+    monkeypatch.setenv("HCAT_NOTIFY_BROKER_URL", "stomp://127.0.0.1:61777")
+    assert HcatNotifyHook(None).get_settings().broker_url == "stomp://127.0.0.1:61777"
+    assert HcatNotifyHook().get_settings().broker_url == "stomp://127.0.0.1:61777"
+    with pytest.raises(ConfigError, match="no Airflow connection 'nope'"):
+        HcatNotifyHook("nope").get_settings()
+
+
+def test_a_connection_from_the_environment(monkeypatch):
+    from hcat_notify.airflow.hooks import HcatNotifyHook
+
+    conn = {"conn_type": "hcat_notify", "host": "127.0.0.1", "port": 61888, "password": SECRET}
+    monkeypatch.setenv("AIRFLOW_CONN_HCAT_UNIT", json.dumps(conn))
+    settings = HcatNotifyHook("hcat_unit").get_settings()
+    assert settings.broker_url == "stomp://127.0.0.1:61888"
+    assert settings.consumer_password == SECRET
+
+
+def test_serialized_triggers_hold_names_and_ids_never_credentials():
+    from hcat_notify.airflow import HcatEventTrigger, HcatMarkSetDoneTrigger, HcatPartitionTrigger
+
+    deadline = datetime(2011, 3, 1, tzinfo=UTC).timestamp()
+    for kind in (HcatMarkSetDoneTrigger, HcatPartitionTrigger):
+        classpath, kwargs = kind(
+            table="web.clicks", spec={"datestamp": "20110228"}, deadline=deadline
+        ).serialize()
+        assert classpath == f"hcat_notify.airflow.triggers.{kind.__name__}"
+        assert kwargs == {
+            "table": "web.clicks",
+            "spec": {"datestamp": "20110228"},
+            "deadline": deadline,
+            "conn_id": "hcat_notify_default",
+            "subscriber": None,
+        }
+        assert kind(**kwargs).serialize() == (classpath, kwargs)
+    classpath, kwargs = HcatEventTrigger(
+        tables=["Web.Clicks"], subscriber="nightly", event_types=["add_partition"]
+    ).serialize()
+    assert kwargs == {
+        "tables": ["web.clicks"],
+        "subscriber": "nightly",
+        "event_types": ["ADD_PARTITION"],
+        "conn_id": "hcat_notify_default",
+    }
+
+
+def test_event_trigger_refuses_bad_input_at_once():
+    from hcat_notify.airflow import HcatEventTrigger
+
+    with pytest.raises(InvalidInputError, match="unknown event type"):
+        HcatEventTrigger(tables=["web.clicks"], subscriber="s", event_types=["MARK_DONE"])
+    with pytest.raises(InvalidInputError):
+        HcatEventTrigger(tables=["not a table"], subscriber="s")
+    with pytest.raises(InvalidInputError, match="at least one event type"):
+        parse_event_types([])
+
+
+def test_a_broader_done_covers_a_narrower_spec_not_the_reverse():
+    wanted = Target(
+        Condition.DONE, TableName.parse("web.clicks"), PartitionSpec.parse("datestamp=20110228")
+    )
+    assert wanted.match(notification(EventType.MARK_SET_DONE, "datestamp=20110228")) == (
+        PartitionSpec.parse("datestamp=20110228")
+    )
+    assert None is wanted.match(
+        notification(EventType.MARK_SET_DONE, "datestamp=20110228/region=us")
+    )
+    assert None is wanted.match(notification(EventType.MARK_SET_DONE, "datestamp=20110301"))
+    assert None is wanted.match(notification(EventType.ADD_PARTITION, "datestamp=20110228"))
+    assert None is wanted.match(
+        notification(EventType.MARK_SET_DONE, "datestamp=20110228", table="web.views")
+    )
+
+
+def test_a_partition_under_the_spec_satisfies_a_partition_wait():
+    wanted = Target(
+        Condition.PARTITION,
+        TableName.parse("web.clicks"),
+        PartitionSpec.parse("datestamp=20110228"),
+    )
+    assert wanted.match(notification(EventType.ADD_PARTITION, "datestamp=20110228/region=us"))
+    assert None is wanted.match(
+        notification(EventType.ADD_PARTITION, "datestamp=20110301/region=us")
+    )
+    assert None is wanted.match(notification(EventType.MARK_SET_DONE, "datestamp=20110228"))
+
+
+def test_many_long_waits_run_at_once_none_queued_behind_the_others():
+    # A triggerer holds many deferred sensors; the loop's default executor has only
+    # CPUs + 4 threads, so waits must not queue there.
+    import asyncio
+    import threading
+
+    from hcat_notify.airflow.triggers import in_thread
+
+    waits = 40
+    started = threading.Semaphore(0)
+    release = threading.Event()
+
+    def wait(index: int) -> int:
+        started.release()
+        release.wait(60)
+        return index
+
+    async def scenario() -> list[int]:
+        tasks = [
+            asyncio.ensure_future(in_thread(lambda i=i: wait(i), f"w{i}")) for i in range(waits)
+        ]
+        running = 0
+        while running < waits:
+            assert await asyncio.to_thread(started.acquire, True, 30), f"only {running} started"
+            running += 1
+        release.set()
+        return await asyncio.gather(*tasks)
+
+    assert asyncio.run(scenario()) == list(range(waits))
+
+
+def test_an_error_in_the_thread_reaches_the_awaiting_trigger():
+    import asyncio
+
+    from hcat_notify.airflow.triggers import in_thread
+
+    def fail() -> None:
+        raise InvalidInputError("bad spec")
+
+    with pytest.raises(InvalidInputError, match="bad spec"):
+        asyncio.run(in_thread(fail, "failing"))
+
+
+def test_a_batch_satisfies_a_partition_wait_by_its_partition_under_the_spec():
+    wanted = Target(
+        Condition.PARTITION,
+        TableName.parse("web.clicks"),
+        PartitionSpec.parse("datestamp=20110228"),
+    )
+    batch = dataclasses.replace(
+        notification(EventType.ADD_PARTITION, "datestamp=20110227"),
+        spec=None,
+        partitions=(
+            PartitionSpec.parse("datestamp=20110227/region=us"),
+            PartitionSpec.parse("datestamp=20110228/region=eu"),
+        ),
+    )
+    assert wanted.match(batch) == PartitionSpec.parse("datestamp=20110228/region=eu")
+    payload = notification_payload(batch, wanted.match(batch))
+    assert payload["spec"] == "datestamp=20110228/region=eu"
+    assert payload["partitions"] == [
+        "datestamp=20110227/region=us",
+        "datestamp=20110228/region=eu",
+    ]
+
+
+def test_the_tables_drop_ends_a_wait_with_an_error():
+    wanted = Target(
+        Condition.DONE, TableName.parse("web.clicks"), PartitionSpec.parse("datestamp=20110228")
+    )
+    dropped = dataclasses.replace(
+        notification(EventType.DROP_TABLE, "datestamp=20110228"), spec=None
+    )
+    with pytest.raises(TableDroppedError, match=r"web\.clicks was dropped"):
+        wanted.match(dropped)
