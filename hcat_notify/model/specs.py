@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from hcat_notify.errors import InvalidSpecError, UnknownPartitionKeyError
 from hcat_notify.model.names import validate_identifier
@@ -169,6 +170,15 @@ def _format_item(key: str, value: str | None) -> str:
     return f"{escape_path_name(key)}={escaped}"
 
 
+def _unescaped_item(segment: str) -> tuple[str, str | None]:
+    """``(key, value)`` of one ``key=value`` segment written by :meth:`PartitionSpec.to_path`."""
+    raw_key, _, raw_value = segment.partition("=")
+    key = unescape_path_name(raw_key) if "%" in raw_key else raw_key
+    if raw_value == DEFAULT_PARTITION_NAME:
+        return key, None
+    return key, unescape_path_name(raw_value) if "%" in raw_value else raw_value
+
+
 @dataclass(frozen=True)
 class PartitionSpec:
     """An ordered partition spec: ``(key, value)`` pairs, value ``None`` = default partition.
@@ -290,21 +300,15 @@ class PartitionSpec:
         100,000s of them); anything from outside goes through :meth:`parse`. The result
         equals ``parse(path)`` for every path ``to_path`` produces.
         """
-        pairs = []
-        for segment in path.split("/"):
-            raw_key, _, raw_value = segment.partition("=")
-            pairs.append(
-                (
-                    unescape_path_name(raw_key) if "%" in raw_key else raw_key,
-                    None
-                    if raw_value == DEFAULT_PARTITION_NAME
-                    else unescape_path_name(raw_value)
-                    if "%" in raw_value
-                    else raw_value,
-                )
+        if "%" in path or DEFAULT_PARTITION_NAME in path:
+            pairs = tuple(map(_unescaped_item, path.split("/")))
+        else:  # nothing to unescape: split only
+            pairs = cast(
+                "tuple[tuple[str, str | None], ...]",
+                tuple(tuple(segment.split("=", 1)) for segment in path.split("/")),
             )
         spec = object.__new__(cls)
-        object.__setattr__(spec, "items", tuple(pairs))
+        object.__setattr__(spec, "items", pairs)
         return spec
 
     @classmethod
