@@ -19,10 +19,10 @@ directories we name are read back by Spark (and Hive) as the values we meant, an
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 from hcat_notify.errors import InvalidSpecError, UnknownPartitionKeyError
 from hcat_notify.model.names import validate_identifier
@@ -170,8 +170,13 @@ def _format_item(key: str, value: str | None) -> str:
     return f"{escape_path_name(key)}={escaped}"
 
 
-def _unescaped_item(segment: str) -> tuple[str, str | None]:
-    """``(key, value)`` of one ``key=value`` segment written by :meth:`PartitionSpec.to_path`."""
+@functools.lru_cache(maxsize=65_536)
+def _trusted_item(segment: str) -> tuple[str, str | None]:
+    """``(key, value)`` of one ``key=value`` segment written by :meth:`PartitionSpec.to_path`.
+
+    Cached: a catch-up reads the same segments (``datestamp=...``, ``region=...``) over
+    and over in different combinations.
+    """
     raw_key, _, raw_value = segment.partition("=")
     key = unescape_path_name(raw_key) if "%" in raw_key else raw_key
     if raw_value == DEFAULT_PARTITION_NAME:
@@ -300,13 +305,7 @@ class PartitionSpec:
         100,000s of them); anything from outside goes through :meth:`parse`. The result
         equals ``parse(path)`` for every path ``to_path`` produces.
         """
-        if "%" in path or DEFAULT_PARTITION_NAME in path:
-            pairs = tuple(map(_unescaped_item, path.split("/")))
-        else:  # nothing to unescape: split only
-            pairs = cast(
-                "tuple[tuple[str, str | None], ...]",
-                tuple(tuple(segment.split("=", 1)) for segment in path.split("/")),
-            )
+        pairs = tuple(map(_trusted_item, path.split("/")))
         spec = object.__new__(cls)
         object.__setattr__(spec, "items", pairs)
         return spec
