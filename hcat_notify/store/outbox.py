@@ -206,6 +206,9 @@ def catch_up(
                 RetentionRow.table_id.in_(list(table_ids)),
                 RetentionRow.expires_at > tx.now,
                 RetentionRow.event_id > page_after,
+                # The same bound on the outbox side: PostgreSQL's merge join would
+                # otherwise scan the outbox from its first id on every page.
+                OutboxRow.event_id > page_after,
             )
             .order_by(RetentionRow.event_id)
         )
