@@ -16,6 +16,7 @@ import platform
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -445,7 +446,7 @@ def fmt(value: float | int | str | None, digits: int = 1) -> str:
 class Row:
     """One line of a result table.
 
-    ``target`` is ``(op, value)`` with op ``>=`` or ``<``, applied to ``check`` (the ratio
+    ``target`` is ``(op, value)`` with op ``>=``, ``<=`` or ``<``, applied to ``check`` (the ratio
     by default, else ``ours``); None means informational only.
     """
 
@@ -472,7 +473,7 @@ class Row:
         value = self.ratio() if self.check == "ratio" else self.ours
         if not isinstance(value, int | float) or math.isnan(value):
             return "MISS"
-        ok = value >= bound if op == ">=" else value < bound
+        ok = {">=": value >= bound, "<=": value <= bound}.get(op, value < bound)
         return "PASS" if ok else "MISS"
 
     def target_text(self) -> str:
@@ -481,6 +482,26 @@ class Row:
         op, bound = self.target
         what = "ratio" if self.check == "ratio" else self.unit or "value"
         return f"{what} {op} {bound:g}"
+
+
+def ratio_rows(
+    metric: str,
+    ours: Sequence[float],
+    refs: Sequence[float],
+    *,
+    unit: str,
+    target: tuple[str, float],
+    higher_is_better: bool,
+    digits: int = 1,
+) -> list[Row]:
+    """Two rows judged on the ratio ours / reference: the best round of each, and the
+    medians (rounds alternate ours and the reference)."""
+    best = max if higher_is_better else min
+    common: dict[str, Any] = {"unit": unit, "target": target, "check": "ratio", "digits": digits}
+    return [
+        Row(f"{metric}, best", best(ours), best(refs), **common),
+        Row("    median", statistics.median(ours), statistics.median(refs), **common),
+    ]
 
 
 def print_table(title: str, rows: Sequence[Row], notes: Sequence[str] = ()) -> None:

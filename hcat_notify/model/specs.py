@@ -19,6 +19,7 @@ directories we name are read back by Spark (and Hive) as the values we meant, an
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -169,6 +170,20 @@ def _format_item(key: str, value: str | None) -> str:
     return f"{escape_path_name(key)}={escaped}"
 
 
+@functools.lru_cache(maxsize=65_536)
+def _trusted_item(segment: str) -> tuple[str, str | None]:
+    """``(key, value)`` of one ``key=value`` segment written by :meth:`PartitionSpec.to_path`.
+
+    Cached: a catch-up reads the same segments (``datestamp=...``, ``region=...``) over
+    and over in different combinations.
+    """
+    raw_key, _, raw_value = segment.partition("=")
+    key = unescape_path_name(raw_key) if "%" in raw_key else raw_key
+    if raw_value == DEFAULT_PARTITION_NAME:
+        return key, None
+    return key, unescape_path_name(raw_value) if "%" in raw_value else raw_value
+
+
 @dataclass(frozen=True)
 class PartitionSpec:
     """An ordered partition spec: ``(key, value)`` pairs, value ``None`` = default partition.
@@ -290,21 +305,9 @@ class PartitionSpec:
         100,000s of them); anything from outside goes through :meth:`parse`. The result
         equals ``parse(path)`` for every path ``to_path`` produces.
         """
-        pairs = []
-        for segment in path.split("/"):
-            raw_key, _, raw_value = segment.partition("=")
-            pairs.append(
-                (
-                    unescape_path_name(raw_key) if "%" in raw_key else raw_key,
-                    None
-                    if raw_value == DEFAULT_PARTITION_NAME
-                    else unescape_path_name(raw_value)
-                    if "%" in raw_value
-                    else raw_value,
-                )
-            )
+        pairs = tuple(map(_trusted_item, path.split("/")))
         spec = object.__new__(cls)
-        object.__setattr__(spec, "items", tuple(pairs))
+        object.__setattr__(spec, "items", pairs)
         return spec
 
     @classmethod

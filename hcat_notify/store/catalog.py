@@ -21,15 +21,21 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from hcat_notify.config import Settings
-from hcat_notify.errors import InvalidInputError, StoreUnavailableError
+from hcat_notify.errors import (
+    HcatNotifyError,
+    InvalidInputError,
+    StoreUnavailableError,
+    TableNotFoundError,
+)
 from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.names import TableName
-from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.specs import MAX_COVERING_KEYS, PartitionSpec
 from hcat_notify.model.wire import DEFAULT_TABLE_TYPE
 from hcat_notify.store import activity, group, outbox, partitions, retention
 from hcat_notify.store import engine as engines
 from hcat_notify.store import tables as table_ops
 from hcat_notify.store.group import RelayGroup
+from hcat_notify.store.hot import HotReads
 from hcat_notify.store.journal import CommitJournal
 from hcat_notify.store.lifecycle import Registration, TableLifecycle
 from hcat_notify.store.records import (
@@ -57,6 +63,16 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def _lookup_spec(spec: SpecLike) -> PartitionSpec | None:
+    """``spec`` as a spec the single-statement paths can take, or None: then the
+    session path raises the error, after checking that the table exists."""
+    try:
+        given = spec if isinstance(spec, PartitionSpec) else PartitionSpec.from_mapping(spec)
+    except HcatNotifyError:
+        return None
+    return given if len(given) <= MAX_COVERING_KEYS else None
+
+
 class Catalog:
     """The catalog database of one deployment.
 
@@ -75,6 +91,7 @@ class Catalog:
         self._settings = settings
         self._clock = clock
         self._bucket_count: int | None = None  # fixed when the catalog was created
+        self._hot = HotReads(engine, engines.redact(engine.url))
 
     @classmethod
     def open(cls, settings: Settings, *, upgrade: bool = True, create: bool = True) -> Catalog:
@@ -433,11 +450,25 @@ class Catalog:
             InvalidInputError: empty spec, or a key that is not a partition key.
         """
         name = as_table_name(table)
-        with self._transaction(write=True) as tx:
-            row = tx.table_row(name)
-            info = table_ops.info_of(row)
-            canonical = info.spec(spec, partial=True).sorted()
-            event_id = retention.add_mark_set_done(tx, row, info, canonical)
+        given = _lookup_spec(spec)
+        if given is not None:
+            if self._bucket_count is None:
+                with self._transaction() as tx:
+                    self._buckets(tx.session)
+            assert self._bucket_count is not None
+            try:
+                event_id, canonical = self._hot.mark_set_done(
+                    name, given, self._clock(), self._bucket_count
+                )
+            except TableNotFoundError:
+                self._why_absent(name)
+                raise
+        else:  # the session path says what is wrong with the spec (after the table)
+            with self._transaction(write=True) as tx:
+                row = tx.table_row(name)
+                info = table_ops.info_of(row)
+                canonical = info.spec(spec, partial=True).sorted()
+                event_id = retention.add_mark_set_done(tx, row, info, canonical)
         logger.info("mark-set-done %s %s as event %d", name, canonical, event_id)
         return event_id
 
@@ -458,12 +489,27 @@ class Catalog:
             by_id = {tx.table_row(name).id: name for name in names}
             return retention.retained_dones(tx, by_id, after_event_id=after_event_id, limit=limit)
 
+    def _why_absent(self, name: TableName) -> None:
+        """Raise :class:`TableDroppedError` when ``name`` was dropped (the hot paths only
+        see that no table of that name exists)."""
+        with self._transaction() as tx:
+            tx.table_row(name)
+
     def find_covering_done(self, table: TableName | str, spec: SpecLike) -> RetainedDone | None:
         """The oldest unexpired MARK_SET_DONE that covers ``spec``, or None.
 
         A done for ``datestamp=X`` covers ``datestamp=X/region=us``.
         """
         name = as_table_name(table)
+        given = _lookup_spec(spec)
+        if given is not None:
+            try:
+                return self._hot.covering_done(name, given, self._clock())
+            except TableNotFoundError:
+                self._why_absent(name)
+                raise
+        # A spec that cannot be looked up: the session path raises what is wrong, and
+        # the table's absence first, as it always has.
         with self._transaction() as tx:
             row = tx.table_row(name)
             wanted = table_ops.info_of(row).spec(spec, partial=True)

@@ -7,10 +7,9 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import Executable, String, Text, cast, func, or_, select, type_coerce, update
 
 from hcat_notify.errors import InvalidInputError, TableDroppedError
 from hcat_notify.model.cursor import Cursor
@@ -26,7 +25,7 @@ from hcat_notify.store.models import (
     RelayBucketRow,
     RetentionRow,
 )
-from hcat_notify.store.records import OutboxEvent, RefusedEvent
+from hcat_notify.store.records import OutboxEvent, RefusedEvent, outbox_event
 from hcat_notify.store.tx import Tx
 
 __all__ = [
@@ -46,15 +45,18 @@ __all__ = [
     "retry_parked",
 ]
 
-# Plain column selects for the hot paths (relay, catch-up): no ORM identity map.
+# Plain column selects for the hot paths (relay, catch-up), in the argument order of
+# records.outbox_event, typed so that no result processor runs per row: the headers come
+# as their stored JSON text (PostgreSQL's driver would decode a json column with
+# json.loads) and the timestamp as the driver returns it; outbox_event decodes both.
 _OUTBOX_COLUMNS = (
     OutboxRow.event_id,
     OutboxRow.topic,
     OutboxRow.event_type,
     OutboxRow.table_name,
-    OutboxRow.headers,
+    cast(OutboxRow.headers, Text),
     OutboxRow.body,
-    OutboxRow.created_at,
+    type_coerce(OutboxRow.created_at, String),
     OutboxRow.bucket,
 )
 
@@ -62,17 +64,9 @@ _EVENT_TYPES = {event_type.value: event_type for event_type in EventType}
 """``EventType(value)`` as a dict lookup (the Enum call costs microseconds per row)."""
 
 
-def _outbox_event(row: Any) -> OutboxEvent:
-    return OutboxEvent(
-        event_id=row.event_id,
-        topic=row.topic,
-        event_type=_EVENT_TYPES[row.event_type],
-        table=row.table_name,
-        headers=MappingProxyType(dict(row.headers)),
-        body=row.body,
-        created_at=row.created_at,
-        bucket=row.bucket,
-    )
+def _outbox_events(tx: Tx, query: Executable) -> list[OutboxEvent]:
+    rows: Sequence[Any] = tx.rows(query).all()
+    return [outbox_event(*row) for row in rows]
 
 
 def outbox_row(tx: Tx, message: Message, table: TableName) -> OutboxRow:
@@ -105,7 +99,7 @@ def pending_events(
     )
     if exclude_topics:
         query = query.where(OutboxRow.topic.not_in(list(exclude_topics)))
-    return [_outbox_event(row) for row in tx.session.execute(query)]
+    return _outbox_events(tx, query)
 
 
 def events_in_buckets(
@@ -130,7 +124,7 @@ def events_in_buckets(
         .order_by(OutboxRow.event_id)
         .limit(limit)
     )
-    return [_outbox_event(row) for row in tx.session.execute(query)]
+    return _outbox_events(tx, query)
 
 
 def backlog_in_buckets(
@@ -153,13 +147,13 @@ def backlog_in_buckets(
 
 def events(tx: Tx, *, after_event_id: int = 0, limit: int = 500) -> list[OutboxEvent]:
     """All outbox events (published or not) after an event id, in order."""
-    rows = tx.session.execute(
+    return _outbox_events(
+        tx,
         select(*_OUTBOX_COLUMNS)
         .where(OutboxRow.event_id > after_event_id)
         .order_by(OutboxRow.event_id)
-        .limit(limit)
+        .limit(limit),
     )
-    return [_outbox_event(row) for row in rows]
 
 
 def outbox_backlog(tx: Tx) -> tuple[int, datetime | None]:
@@ -251,6 +245,9 @@ def catch_up(
                     RetentionRow.table_id.in_(table_ids),
                     RetentionRow.expires_at > tx.now,
                     RetentionRow.event_id > page_after,
+                    # The same bound on the outbox side: PostgreSQL's merge join would
+                    # otherwise scan the outbox from its first id on every page.
+                    OutboxRow.event_id > page_after,
                 )
                 .order_by(RetentionRow.event_id)
             )
@@ -268,7 +265,9 @@ def catch_up(
             queries.append(query.order_by(OutboxRow.event_id))
     if limit is not None:
         queries = [query.limit(limit) for query in queries]
-    streams = [[_outbox_event(row) for row in tx.session.execute(q)] for q in queries]
+    streams = [_outbox_events(tx, query) for query in queries]
+    if len(streams) == 1:  # one ordered, limited stream already
+        return streams[0]
     merged = heapq.merge(*streams, key=lambda event: event.event_id)
     return list(itertools.islice(merged, limit)) if limit is not None else list(merged)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, select, text, update
+from sqlalchemy import Engine, Executable, Result, select, text, update
 from sqlalchemy.exc import DatabaseError, DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -109,6 +109,16 @@ class Tx:
             if json.loads(row.body).get("tableTopic", row.topic) == row.topic
         ]
         return drops[:limit]
+
+    def rows(self, query: Executable) -> Result[Any]:
+        """Run a Core statement on this transaction's connection, without the ORM.
+
+        For hot reads of plain columns: the session's ORM layer (entity loading, per-row
+        bookkeeping) costs more than the rows. Pending ORM changes are flushed first, as
+        ``session.execute`` would.
+        """
+        self.session.flush()
+        return self.session.connection().execute(query)
 
     def allocate_event_ids(self, count: int) -> list[int]:
         """``count`` new event ids, in order.

@@ -1,0 +1,292 @@
+"""Hot reads: one statement on a pooled driver connection, compiled once per shape.
+
+"Is this spec done?" is asked per task by schedulers and per request by the HTTP API.
+Through a session it costs four statements (BEGIN, the table row, the retention rows,
+COMMIT) and SQLAlchemy's per-statement work, about a millisecond; the lookup itself
+takes tens of microseconds. Here it is one ``SELECT`` (table row joined with the
+candidate retention rows), written with SQLAlchemy Core, compiled to the driver's SQL
+once per dialect and number of covering specs, and run on a connection of the engine's
+pool with no transaction around it: a single statement reads one consistent snapshot on
+both backends (SQLite in autocommit mode, PostgreSQL with ``autocommit`` set for it).
+
+The writer's call (``send_mark_set_done``) is the same kind of path: the table row, the
+event-id counter, the retention row and the outbox row, as Core statements compiled once
+per dialect with the columns' own bind processors, in one driver transaction (SQLite
+``BEGIN IMMEDIATE``; PostgreSQL's implicit transaction, ``pg_notify`` at commit), where
+the session path costs several times the statements.
+
+Driver errors are mapped as :func:`hcat_notify.store.tx.transaction` maps them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, and_, bindparam, insert, select, update
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import BindParameter, ClauseElement
+
+from hcat_notify.errors import StoreError, StoreUnavailableError
+from hcat_notify.model.names import TableName
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.topics import topic_bucket
+from hcat_notify.model.wire import build_mark_set_done
+from hcat_notify.store.models import EventCounterRow, OutboxRow, RetentionRow, TableRow
+from hcat_notify.store.records import RetainedDone, as_datetime, table_not_found, trusted_json
+from hcat_notify.store.tx import OUTBOX_CHANNEL
+
+__all__ = ["HotReads"]
+
+
+class _Compiled:
+    """A Core statement as the driver takes it: SQL text, parameter order (None: by
+    name) and each parameter's bind processor (the column type's own conversion)."""
+
+    def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        assert isinstance(compiled, SQLCompiler)  # selects, inserts and updates
+        self.sql = compiled.string
+        order = compiled.positiontup
+        self.order = None if order is None else tuple(order)
+        # Values written into the statement itself (``id == 1``), then the caller's.
+        self.fixed = {
+            name: bind.effective_value for name, bind in compiled.binds.items() if not bind.required
+        }
+        self.processors = {
+            name: processor
+            for name, bind in compiled.binds.items()
+            if (processor := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
+        }
+
+    def params(self, values: dict[str, Any]) -> Any:
+        values.update(self.fixed)
+        for name, processor in self.processors.items():
+            values[name] = processor(values[name])
+        return values if self.order is None else [values[name] for name in self.order]
+
+
+def _values(table: Any) -> dict[str, BindParameter[Any]]:
+    return {column.name: bindparam(column.name, type_=column.type) for column in table.columns}
+
+
+@functools.lru_cache(maxsize=16)
+def _write_statements(dialect: Dialect) -> dict[str, _Compiled]:
+    """The statements of a MARK_SET_DONE, compiled for ``dialect``."""
+    outbox = OutboxRow.__table__
+    return {
+        "table": _Compiled(
+            select(
+                TableRow.id, TableRow.partition_keys, TableRow.topic, TableRow.retention_seconds
+            ).where(TableRow.db_name == bindparam("db"), TableRow.table_name == bindparam("table")),
+            dialect,
+        ),
+        "counter": _Compiled(
+            update(EventCounterRow)
+            .where(EventCounterRow.id == 1)
+            .values(last_event_id=EventCounterRow.last_event_id + bindparam("count"))
+            .returning(EventCounterRow.last_event_id),
+            dialect,
+        ),
+        "retention": _Compiled(
+            insert(RetentionRow).values(_values(RetentionRow.__table__)), dialect
+        ),
+        "outbox": _Compiled(
+            insert(OutboxRow).values(
+                {
+                    name: bind
+                    for name, bind in _values(outbox).items()
+                    if name not in ("last_error", "parked_at", "dropped_at")
+                }
+            ),
+            dialect,
+        ),
+    }
+
+
+@functools.lru_cache(maxsize=256)
+def _covering_statement(dialect: Dialect, specs: int) -> _Compiled:
+    """The covering-done lookup for ``specs`` candidate specs, compiled for ``dialect``."""
+    candidates: list[BindParameter[str]] = [bindparam(f"spec{index}") for index in range(specs)]
+    statement = (
+        select(
+            TableRow.id,
+            TableRow.partition_keys,
+            RetentionRow.event_id,
+            RetentionRow.spec_json,
+            RetentionRow.created_at,
+            RetentionRow.expires_at,
+        )
+        .select_from(TableRow)
+        .outerjoin(
+            RetentionRow,
+            and_(RetentionRow.table_id == TableRow.id, RetentionRow.spec.in_(candidates)),
+        )
+        .where(TableRow.db_name == bindparam("db"), TableRow.table_name == bindparam("table"))
+    )
+    return _Compiled(statement, dialect)
+
+
+class HotReads:
+    """Single-statement reads of the catalog on the pool's driver connections."""
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        self._engine = engine
+        self._url = url
+        self._postgres = engine.dialect.name == "postgresql"
+
+    def covering_done(
+        self, name: TableName, given: PartitionSpec, now: datetime
+    ) -> RetainedDone | None:
+        """The oldest done of ``name`` unexpired at ``now`` that covers ``given``.
+
+        Raises:
+            TableNotFoundError: no such table.
+            UnknownPartitionKeyError, InvalidSpecError: ``given`` does not fit the
+                table's keys (checked as :meth:`TableInfo.spec` checks it).
+        """
+        canonicals = given.covering_canonicals()
+        statement = _covering_statement(self._engine.dialect, len(canonicals))
+        params: dict[str, Any] = {f"spec{index}": spec for index, spec in enumerate(canonicals)}
+        params["db"] = name.db
+        params["table"] = name.table
+        with self._cursor() as cursor:
+            cursor.execute(statement.sql, statement.params(params))
+            rows: Sequence[Any] = cursor.fetchall()
+        if not rows:
+            raise table_not_found(name)
+        given.for_table(trusted_json(rows[0][1]), table=str(name), partial=True)
+        best: Any = None
+        for row in rows:
+            if row[2] is None:
+                continue  # the table row alone: nothing covers the spec
+            expires_at = as_datetime(row[5])
+            if expires_at > now and (best is None or row[2] < best[2]):
+                best = (*row[:5], expires_at)
+        if best is None:
+            return None
+        return RetainedDone(
+            event_id=best[2],
+            table=name,
+            spec=PartitionSpec.from_mapping(trusted_json(best[3])),
+            created_at=as_datetime(best[4]),
+            expires_at=best[5],
+        )
+
+    def mark_set_done(
+        self, name: TableName, given: PartitionSpec, now: datetime, buckets: int
+    ) -> tuple[int, PartitionSpec]:
+        """Record a MARK_SET_DONE of ``given`` in one transaction, as
+        :func:`hcat_notify.store.retention.add_mark_set_done` does; (event id, spec).
+
+        Raises:
+            TableNotFoundError: no such table.
+            UnknownPartitionKeyError, InvalidSpecError: ``given`` does not fit the table.
+        """
+        statements = _write_statements(self._engine.dialect)
+        with self._cursor(write=True) as cursor:
+            table = statements["table"]
+            cursor.execute(table.sql, table.params({"db": name.db, "table": name.table}))
+            found = cursor.fetchone()
+            if found is None:
+                raise table_not_found(name)
+            table_id, keys, topic, retention_seconds = found
+            canonical = given.for_table(trusted_json(keys), table=str(name), partial=True)
+            canonical = canonical.sorted()
+            # The counter's row lock is held from here to the commit: events become
+            # visible in id order (see EventCounterRow).
+            counter = statements["counter"]
+            cursor.execute(counter.sql, counter.params({"count": 1}))
+            (event_id,) = cursor.fetchone()
+            message = build_mark_set_done(
+                event_id=event_id,
+                table=name,
+                topic=topic,
+                spec=canonical,
+                timestamp=int(now.timestamp()),
+            )
+            retention = statements["retention"]
+            cursor.execute(
+                retention.sql,
+                retention.params(
+                    {
+                        "event_id": event_id,
+                        "table_id": table_id,
+                        "spec": canonical.to_path(),
+                        "spec_json": canonical.as_dict(),
+                        "created_at": now,
+                        "expires_at": now + timedelta(seconds=retention_seconds),
+                    }
+                ),
+            )
+            outbox = statements["outbox"]
+            cursor.execute(
+                outbox.sql,
+                outbox.params(
+                    {
+                        "event_id": event_id,
+                        "topic": topic,
+                        "bucket": topic_bucket(topic, buckets),
+                        "event_type": message.event_type.value,
+                        "table_name": str(name),
+                        "headers": dict(message.headers),
+                        "body": message.body,
+                        "created_at": now,
+                        "attempts": 0,
+                    }
+                ),
+            )
+            if self._postgres:
+                cursor.execute("SELECT pg_notify(%s, '')", (OUTBOX_CHANNEL,))
+        return int(event_id), canonical
+
+    @contextmanager
+    def _cursor(self, *, write: bool = False) -> Iterator[Any]:
+        dbapi = self._engine.dialect.loaded_dbapi
+        connection = self._engine.raw_connection()
+        try:
+            driver = connection.driver_connection
+            reading = self._postgres and not write
+            if reading:
+                # One statement needs no BEGIN/COMMIT round trips. The pool hands the
+                # connection out idle (it rolls back on return), so this is allowed.
+                driver.autocommit = True  # type: ignore[union-attr]
+            cursor = connection.cursor()
+            try:
+                if write and not self._postgres:
+                    cursor.execute("BEGIN IMMEDIATE")  # the SQLite writers' lock, at once
+                try:
+                    yield cursor
+                except BaseException:
+                    if write:
+                        with suppress(dbapi.Error):  # the pool rolls back on return too
+                            self._end(connection, cursor, commit=False)
+                    raise
+                if write:
+                    self._end(connection, cursor, commit=True)
+            finally:
+                cursor.close()
+                if reading:
+                    with suppress(dbapi.Error):  # a broken connection is invalidated below
+                        driver.autocommit = False  # type: ignore[union-attr]
+        except dbapi.Error as exc:
+            if self._engine.dialect.is_disconnect(exc, connection, None):
+                connection.invalidate(exc)
+            unavailable = isinstance(exc, dbapi.OperationalError | dbapi.InterfaceError) or (
+                type(exc) is dbapi.DatabaseError
+            )
+            error = StoreUnavailableError if unavailable else StoreError
+            reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+            raise error(f"database {self._url} failed: {reason or type(exc).__name__}") from exc
+        finally:
+            connection.close()
+
+    def _end(self, connection: Any, cursor: Any, *, commit: bool) -> None:
+        if self._postgres:
+            connection.commit() if commit else connection.rollback()
+        else:  # the driver leaves transactions to us (engine.py takes control of them)
+            cursor.execute("COMMIT" if commit else "ROLLBACK")
