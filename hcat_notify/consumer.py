@@ -484,9 +484,8 @@ class NotificationConsumer:
     def notifications(self, *, timeout: float | None = None) -> Iterator[Notification]:
         """Yield notifications (catch-up first, then live) until stopped or idle.
 
-        Each notification counts as handled (a live message is acknowledged, a durable
-        subscriber's watermark moves) as soon as the caller asks for the next one, before
-        waiting for it.
+        A durable subscriber's watermark moves past a notification as soon as the caller
+        asks for the next one, before waiting for it.
 
         Args:
             timeout: stop after this many seconds without a new notification

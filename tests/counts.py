@@ -18,8 +18,9 @@ __all__ = ["row_counts"]
 MODELS = (TableRow, PartitionRow, RetentionRow, OutboxRow, CommitJournalRow)
 
 
-def row_counts(catalog: Catalog) -> dict[str, int]:
-    """Rows of each catalog table that an operation may write, by table name."""
+def row_counts(catalog: Catalog, models: tuple[type, ...] = MODELS) -> dict[str, int]:
+    """Rows of each catalog table that an operation may write (or of ``models``), by
+    table name."""
     engine = create_engine(catalog.settings.database_url)
     try:
         with engine.connect() as connection:
@@ -27,7 +28,7 @@ def row_counts(catalog: Catalog) -> dict[str, int]:
                 model.__tablename__: connection.execute(
                     select(func.count()).select_from(model)
                 ).scalar_one()
-                for model in MODELS
+                for model in models
             }
     finally:
         engine.dispose()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import create_engine, text
 
 from hcat_notify.config import Settings, TopicStrategy, load_settings
 from hcat_notify.errors import (
@@ -29,6 +29,7 @@ from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.store import Catalog, NewPartition
 from hcat_notify.store.engine import current_revision, head_revision
 from hcat_notify.store.models import Base, OutboxRow, PartitionRow, RetentionRow, TableRow
+from tests.counts import row_counts
 
 pytestmark = pytest.mark.integration
 
@@ -48,17 +49,7 @@ def _make_clicks(catalog: Catalog, **kwargs):
 
 
 def _counts(catalog: Catalog) -> dict[str, int]:
-    engine = create_engine(catalog.settings.database_url)
-    try:
-        with engine.connect() as connection:
-            return {
-                model.__tablename__: connection.execute(
-                    select(func.count()).select_from(model)
-                ).scalar_one()
-                for model in (TableRow, PartitionRow, RetentionRow, OutboxRow)
-            }
-    finally:
-        engine.dispose()
+    return row_counts(catalog, (TableRow, PartitionRow, RetentionRow, OutboxRow))
 
 
 # -- schema ---------------------------------------------------------------------------
