@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -77,7 +77,7 @@ class CatalogReader(Protocol):
         cursor: Cursor | str | int | None = None,
         page_after: int = 0,
         limit: int | None = None,
-    ) -> list[OutboxEvent]: ...
+    ) -> Sequence[OutboxEvent]: ...
 
     def find_covering_done(
         self, table: TableName | str, spec: PartitionSpec | Mapping[str, str | None]
@@ -171,6 +171,7 @@ class NotificationConsumer:
         self._on_error = on_error
         names = [t if isinstance(t, TableName) else TableName.parse(t) for t in tables]
         self._names = list(dict.fromkeys(names))  # every followed table, in order
+        self._followed = frozenset(str(name) for name in self._names)
         self._tables: dict[TableName, TableInfo] = {}  # the registered ones
         # Dropped before this start: caught up through their DROP_TABLE (a consumer with
         # a past may not have seen it), then the drop is raised if nothing else is left.
@@ -195,7 +196,7 @@ class NotificationConsumer:
         self._taken_over: BaseException | None = None
         self._handled: Notification | None = None  # delivered, its handling not recorded
         self._seen: OrderedDict[int, None] = OrderedDict()
-        self._backlog: deque[Notification] = deque()
+        self._backlog: Iterator[OutboxEvent] = iter(())  # the catch-up page being handed out
         # Catch-up is read in pages as it is handed out: the first notification comes at
         # once and memory stays bounded however much was retained.
         self._catchup_cursor: Cursor | None = None
@@ -344,9 +345,7 @@ class NotificationConsumer:
             page_after=self._catchup_page_after,
             limit=CATCH_UP_PAGE,
         )
-        for event in events:
-            done = event.event_type is EventType.MARK_SET_DONE
-            self._backlog.append(from_outbox(event, Source.RETAINED if done else Source.REGISTRY))
+        self._backlog = iter(events)
         if len(events) < CATCH_UP_PAGE:
             self._catchup_page_after = None
         else:
@@ -358,25 +357,22 @@ class NotificationConsumer:
         """Make :meth:`run` / iteration return after the current notification."""
         self._stop.set()
 
-    def _is_new(self, notification: Notification) -> bool:
-        if notification.event_id in self._seen:
-            return False
-        self._seen[notification.event_id] = None
-        if len(self._seen) > DEDUPE_WINDOW:
-            self._seen.popitem(last=False)
-        return True
-
-    def _accept(self, notification: Notification) -> bool:
-        if notification.table not in self._names:
+    def _accept(self, table: str, topic: str, event_id: int) -> bool:
+        """Whether an event is new to this consumer (and now delivered): of a followed
+        table, above its topic's watermark, not seen before."""
+        if table not in self._followed:
             return False  # a shared topic's other tables, if no selector filtered them
-        topic = notification.topic
         mark = self._marks.get(topic, self._default)
-        if mark is not None and notification.event_id <= mark:
+        if mark is not None and event_id <= mark:
             return False  # delivered before (this run, or before the cursor)
-        if not self._is_new(notification):
-            logger.debug("consumer dropped duplicate event=%d", notification.event_id)
+        seen = self._seen
+        if event_id in seen:
+            logger.debug("consumer dropped duplicate event=%d", event_id)
             return False
-        self._marks[topic] = notification.event_id
+        seen[event_id] = None
+        if len(seen) > DEDUPE_WINDOW:
+            seen.popitem(last=False)
+        self._marks[topic] = event_id
         return True
 
     def _record_handled(self) -> None:
@@ -420,7 +416,7 @@ class NotificationConsumer:
                 self._stop.wait(wait)
                 continue
             # The pending catch-up (if any) is read again from the watermarks.
-            self._backlog.clear()
+            self._backlog = iter(())
             self._catch_up()
             return True
         return False
@@ -429,13 +425,13 @@ class NotificationConsumer:
         """The next new notification, or None when ``timeout`` passes first."""
         deadline = time.monotonic() + timeout
         while not self._stop.is_set():
-            while self._backlog or self._catchup_page_after is not None:
-                if not self._backlog:
-                    self._load_catch_up_page()
-                    continue
-                notification = self._backlog.popleft()
-                if self._accept(notification):
-                    return notification
+            for event in self._backlog:
+                if self._accept(event.table, event.topic, event.event_id):
+                    done = event.event_type is EventType.MARK_SET_DONE
+                    return from_outbox(event, Source.RETAINED if done else Source.REGISTRY)
+            if self._catchup_page_after is not None:
+                self._load_catch_up_page()
+                continue
             if self._floor_pending:
                 # Every catch-up notification was handled: from now on a restart of a
                 # durable subscriber catches up by cursor, from here.
@@ -464,7 +460,7 @@ class NotificationConsumer:
             if message is None:
                 continue
             live = from_message(message)
-            if live is None or not self._accept(live):
+            if live is None or not self._accept(str(live.table), live.topic, live.event_id):
                 connection.ack(message)
                 continue
             self._pending_ack = message

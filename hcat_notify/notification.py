@@ -15,7 +15,6 @@ import functools
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -29,6 +28,7 @@ from hcat_notify.model.events import (
     EventType,
 )
 from hcat_notify.model.names import TableName
+from hcat_notify.model.records import ReadOnlyRecord
 from hcat_notify.model.specs import DEFAULT_PARTITION_NAME, PartitionSpec
 from hcat_notify.store.records import OutboxEvent, trusted_json
 
@@ -47,28 +47,123 @@ class Source(StrEnum):
     LIVE = "live"  # the broker
 
 
-@dataclass(frozen=True)
-class Notification:
-    """One event of a followed table, of any kind, however it reached us.
+_UNSET: Any = object()
+
+
+class Notification(ReadOnlyRecord):
+    """One event of a followed table, of any kind, however it reached us. Read-only.
 
     Attributes:
+        event_id: the catalog's event id.
+        event_type: what happened.
+        table: the table it happened to.
         spec: the ``HCAT_SPEC`` header: the partition (ADD_PARTITION, DROP_PARTITION,
             INSERT of one partition), the completed set (MARK_SET_DONE), the common
             leading spec of a batched announcement; None for CREATE_TABLE and
             DROP_TABLE and for a batch whose partitions share no leading key.
+        body: the message body (Hive's JSON).
+        headers: the ``HCAT_*`` headers.
+        topic: the topic it was published on.
+        source: where it came from.
         partitions: every partition the event names (several for a batch); empty for
             MARK_SET_DONE and table events.
+
+    A notification read from the catalog decodes its headers, body and spec when they
+    are first read: catch-up hands out 100,000s, and many callers look at the id and
+    the type only.
     """
+
+    FIELDS = (
+        "event_id",
+        "event_type",
+        "table",
+        "spec",
+        "body",
+        "headers",
+        "topic",
+        "source",
+        "partitions",
+    )
 
     event_id: int
     event_type: EventType
     table: TableName
-    spec: PartitionSpec | None
-    body: Mapping[str, Any]
-    headers: Mapping[str, str]
     topic: str
     source: Source
-    partitions: tuple[PartitionSpec, ...] = ()
+    _spec: Any  # PartitionSpec | None, or _UNSET until first read
+    _body: Any  # a mapping, or the stored JSON text until first read
+    _headers: Any  # Mapping[str, str]
+    _partitions: Any  # tuple[PartitionSpec, ...], or _UNSET until first read
+
+    def __init__(
+        self,
+        *,
+        event_id: int,
+        event_type: EventType,
+        table: TableName,
+        spec: PartitionSpec | None,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        topic: str,
+        source: Source,
+        partitions: tuple[PartitionSpec, ...] = (),
+    ) -> None:
+        self._fill(
+            {
+                "event_id": event_id,
+                "event_type": event_type,
+                "table": table,
+                "topic": topic,
+                "source": source,
+                "_spec": spec,
+                "_body": body,
+                "_headers": headers,
+                "_partitions": partitions,
+            }
+        )
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._headers  # type: ignore[no-any-return]
+
+    @property
+    def spec(self) -> PartitionSpec | None:
+        spec = self._spec
+        if spec is _UNSET:
+            path = self._headers.get(HEADER_SPEC, "")
+            # The catalog wrote this path from a validated spec: no need to check it again.
+            spec = PartitionSpec.parse_trusted(path) if path else None
+            self.__dict__["_spec"] = spec
+        return spec  # type: ignore[no-any-return]
+
+    @property
+    def body(self) -> Mapping[str, Any]:
+        body = self._body
+        if isinstance(body, str):
+            body = trusted_json(body)
+            self.__dict__["_body"] = body
+        return body  # type: ignore[no-any-return]
+
+    @property
+    def partitions(self) -> tuple[PartitionSpec, ...]:
+        partitions = self._partitions
+        if partitions is _UNSET:
+            partitions = _partitions(self.event_type, self.spec, self.body)
+            self.__dict__["_partitions"] = partitions
+        return partitions  # type: ignore[no-any-return]
+
+    def replace(self, **changes: Any) -> Notification:
+        """A copy with the given fields changed (what ``dataclasses.replace`` does).
+
+        Raises:
+            TypeError: a name that is not a field.
+        """
+        unknown = sorted(set(changes) - set(self.FIELDS))
+        if unknown:
+            raise TypeError(f"Notification has no field {', '.join(map(repr, unknown))}")
+        fields = {name: getattr(self, name) for name in self.FIELDS}
+        fields.update(changes)
+        return Notification(**fields)
 
     @property
     def about_table(self) -> bool:
@@ -142,31 +237,20 @@ def _partitions(
 
 
 def from_outbox(event: OutboxEvent, source: Source) -> Notification:
-    """A notification of an event read from the catalog."""
-    # The catalog wrote this spec from a validated one: no need to check it again.
-    # A trusted constructor too: the fields are set at once (a frozen dataclass assigns
-    # them one by one), and catch-up builds 100,000s of these.
-    headers = dict(event.headers)
-    path = headers.get(HEADER_SPEC, "")
-    spec = PartitionSpec.parse_trusted(path) if path else None
-    body = trusted_json(event.body)
-    notification = object.__new__(Notification)
-    object.__setattr__(
-        notification,
-        "__dict__",
+    """A notification of an event read from the catalog (decoded when first read)."""
+    return Notification.trusted(
         {
             "event_id": event.event_id,
             "event_type": event.event_type,
             "table": _parse_table(event.table),
-            "spec": spec,
-            "body": body,
-            "headers": headers,
             "topic": event.topic,
             "source": source,
-            "partitions": _partitions(event.event_type, spec, body),
-        },
+            "_spec": _UNSET,
+            "_body": event.body,
+            "_headers": event.headers,
+            "_partitions": _UNSET,
+        }
     )
-    return notification
 
 
 def from_message(message: ReceivedMessage) -> Notification | None:

@@ -595,7 +595,7 @@ class Catalog:
         cursor: Cursor | str | int | None = None,
         page_after: int = 0,
         limit: int | None = None,
-    ) -> list[OutboxEvent]:
+    ) -> Sequence[OutboxEvent]:
         """What a subscriber that starts now may have missed, as the events that said it.
 
         Without a cursor (a consumer with no past): the unexpired MARK_SET_DONE messages

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,7 +26,7 @@ from hcat_notify.store.models import (
     RelayBucketRow,
     RetentionRow,
 )
-from hcat_notify.store.records import OutboxEvent, RefusedEvent, outbox_event
+from hcat_notify.store.records import OutboxEvent, OutboxPage, RefusedEvent, outbox_event
 from hcat_notify.store.tx import Tx
 
 __all__ = [
@@ -67,6 +68,19 @@ _EVENT_TYPES = {event_type.value: event_type for event_type in EventType}
 def _outbox_events(tx: Tx, query: Executable) -> list[OutboxEvent]:
     rows: Sequence[Any] = tx.rows(query).all()
     return [outbox_event(*row) for row in rows]
+
+
+def _plain_rows(tx: Tx, query: Executable) -> list[tuple[Any, ...]]:
+    """The rows of a query of plain columns as the driver returns them (tuples).
+
+    The columns need no result processing (text, integers, and a time read as text or
+    as the driver's datetime); SQLAlchemy's row objects would cost a wrapper each.
+    """
+    result = tx.rows(query)
+    try:
+        return list(result.cursor.fetchall())  # type: ignore[attr-defined]
+    finally:
+        result.close()
 
 
 def outbox_row(tx: Tx, message: Message, table: TableName) -> OutboxRow:
@@ -225,7 +239,7 @@ def catch_up(
     cursor: Cursor | None,
     page_after: int,
     limit: int | None,
-) -> list[OutboxEvent]:
+) -> OutboxPage:
     """What a subscriber that starts now may have missed (see :meth:`Catalog.catch_up`).
 
     Without a cursor: the registered tables' unexpired retained dones. With one: every
@@ -265,11 +279,12 @@ def catch_up(
             queries.append(query.order_by(OutboxRow.event_id))
     if limit is not None:
         queries = [query.limit(limit) for query in queries]
-    streams = [_outbox_events(tx, query) for query in queries]
+    # The driver's own row tuples (the page builds each event when it is handed out).
+    streams = [_plain_rows(tx, query) for query in queries]
     if len(streams) == 1:  # one ordered, limited stream already
-        return streams[0]
-    merged = heapq.merge(*streams, key=lambda event: event.event_id)
-    return list(itertools.islice(merged, limit)) if limit is not None else list(merged)
+        return OutboxPage(streams[0])
+    merged = heapq.merge(*streams, key=operator.itemgetter(0))  # by event id
+    return OutboxPage(list(itertools.islice(merged, limit) if limit is not None else merged))
 
 
 # -- undeliverable events -------------------------------------------------------------

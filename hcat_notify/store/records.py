@@ -9,16 +9,17 @@ SQLAlchemy.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, overload
 
 from hcat_notify.errors import TableDroppedError, TableNotFoundError
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
+from hcat_notify.model.records import ReadOnlyRecord
 from hcat_notify.model.specs import PartitionSpec
 
 __all__ = [
@@ -30,9 +31,11 @@ __all__ = [
     "Lease",
     "NewPartition",
     "OutboxEvent",
+    "OutboxPage",
     "PartitionInfo",
     "RefusedEvent",
     "RetainedDone",
+    "StoredJson",
     "TableActivity",
     "TableDrop",
     "TableInfo",
@@ -41,6 +44,7 @@ __all__ = [
     "as_json",
     "as_table_name",
     "outbox_event",
+    "stored_mapping",
     "table_dropped",
     "table_info",
     "table_not_found",
@@ -104,6 +108,55 @@ def trusted_json(value: Any) -> Any:
             return json.loads(value)
         return decoded if end == len(value) else json.loads(value)
     return as_json(value)
+
+
+class StoredJson(Mapping[str, Any]):
+    """A JSON object column the catalog wrote itself, decoded when first read.
+
+    The relay and catch-up read 100,000s of rows and most of them are never looked
+    into (catch-up hands out the event id first); the text is decoded with
+    :func:`trusted_json` on first access, once. Read-only, like the mapping it stands for.
+    """
+
+    __slots__ = ("_text", "_value")
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._value: Mapping[str, Any] | None = None
+
+    def _decoded(self) -> Mapping[str, Any]:
+        value = self._value
+        if value is None:
+            decoded = trusted_json(self._text)
+            if not isinstance(decoded, Mapping):
+                raise TypeError(f"not a JSON object: {self._text[:80]!r}")
+            value = self._value = decoded
+        return value
+
+    @property
+    def text(self) -> str:
+        """The stored JSON text, as written."""
+        return self._text
+
+    def __getitem__(self, key: str) -> Any:
+        return self._decoded()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+    def __repr__(self) -> str:
+        return repr(dict(self._decoded()))
+
+
+def stored_mapping(value: Any) -> Mapping[str, Any]:
+    """A JSON object column as a read-only mapping: lazily decoded text (SQLite, or a
+    column cast to text), or the mapping a driver decoded already (PostgreSQL json)."""
+    if isinstance(value, str):
+        return StoredJson(value)
+    return MappingProxyType(dict(as_json(value)))
 
 
 def as_datetime(value: Any) -> datetime:
@@ -234,9 +287,22 @@ class TableActivity:
     last_done_event_id: int | None
 
 
-@dataclass(frozen=True)
-class OutboxEvent:
-    """An event waiting in (or published from) the outbox."""
+class OutboxEvent(ReadOnlyRecord):
+    """An event waiting in (or published from) the outbox. Read-only.
+
+    Attributes:
+        event_id: its id (global, increasing in commit order).
+        topic: the topic it is published on.
+        event_type: what happened.
+        table: ``db.table``.
+        headers: the message's ``HCAT_*`` headers.
+        body: the message body (JSON text).
+        created_at: when it was written (UTC).
+        bucket: the relay bucket of its topic.
+
+    A record of a row the catalog wrote itself decodes its headers and time when they
+    are first read (the relay and catch-up read 100,000s of rows).
+    """
 
     event_id: int
     topic: str
@@ -244,9 +310,36 @@ class OutboxEvent:
     table: str
     headers: Mapping[str, str]
     body: str
-    created_at: datetime
-    bucket: int = 0
+    bucket: int
+    _created_at: Any  # datetime, or SQLite's stored text until first read
 
+    FIELDS = ("event_id", "topic", "event_type", "table", "headers", "body", "created_at", "bucket")
+
+    def __init__(
+        self,
+        *,
+        event_id: int,
+        topic: str,
+        event_type: EventType,
+        table: str,
+        headers: Mapping[str, str],
+        body: str,
+        created_at: datetime,
+        bucket: int = 0,
+    ) -> None:
+        values = (event_id, topic, event_type, table, headers, body, created_at, bucket)
+        self._fill(dict(zip(_STORED, values, strict=True)))
+
+    @property
+    def created_at(self) -> datetime:
+        value = self._created_at
+        if not isinstance(value, datetime):
+            value = self.__dict__["_created_at"] = as_datetime(value)
+        return value
+
+
+_STORED = ("event_id", "topic", "event_type", "table", "headers", "body", "_created_at", "bucket")
+"""The keys of an :class:`OutboxEvent`'s instance dict (the time is decoded late)."""
 
 _EVENT_TYPES = {event_type.value: event_type for event_type in EventType}
 """``EventType(value)`` as a dict lookup (the Enum call costs microseconds per row)."""
@@ -265,25 +358,64 @@ def outbox_event(
     """An :class:`OutboxEvent` from the plain column values of an outbox row.
 
     A trusted constructor for rows the catalog wrote itself (the relay and catch-up read
-    100,000s): the record's fields are set at once instead of one frozen-dataclass
-    assignment each. ``headers`` may be the stored JSON text or the decoded mapping.
+    100,000s): no checks, and the headers (stored JSON text, or the mapping a driver
+    decoded) and the time are decoded when first read.
     """
-    event = object.__new__(OutboxEvent)
-    object.__setattr__(
-        event,
-        "__dict__",
+    return OutboxEvent.trusted(
         {
             "event_id": event_id,
             "topic": topic,
             "event_type": _EVENT_TYPES[event_type],
             "table": table,
-            "headers": MappingProxyType(trusted_json(headers)),
+            "headers": stored_mapping(headers),
             "body": body,
-            "created_at": as_datetime(created_at),
+            "_created_at": created_at,
             "bucket": bucket,
-        },
+        }
     )
-    return event
+
+
+class OutboxPage(Sequence[OutboxEvent]):
+    """Events read from the outbox, in event-id order; each is built when asked for.
+
+    The page keeps the rows as plain tuples of column values, which the garbage
+    collector stops tracking: a consumer's catch-up holds 5,000-row pages while it hands
+    them out, and 5,000 live records each would make the collector scan the whole heap
+    every few pages. Indexing builds a new :class:`OutboxEvent` each time.
+    """
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> OutboxEvent: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[OutboxEvent]: ...
+
+    def __getitem__(self, index: int | slice) -> OutboxEvent | list[OutboxEvent]:
+        if isinstance(index, slice):
+            return [outbox_event(*row) for row in self._rows[index]]
+        return outbox_event(*self._rows[index])
+
+    def __iter__(self) -> Iterator[OutboxEvent]:
+        for row in self._rows:
+            yield outbox_event(*row)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"OutboxPage({len(self._rows)} events)"
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,6 @@ bad input. (Against a real broker and Airflow: tests/integration/airflow/.)"""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.metadata
 import json
 import subprocess
@@ -236,8 +235,7 @@ def test_a_batch_satisfies_a_partition_wait_by_its_partition_under_the_spec():
         TableName.parse("web.clicks"),
         PartitionSpec.parse("datestamp=20110228"),
     )
-    batch = dataclasses.replace(
-        notification(EventType.ADD_PARTITION, "datestamp=20110227"),
+    batch = notification(EventType.ADD_PARTITION, "datestamp=20110227").replace(
         spec=None,
         partitions=(
             PartitionSpec.parse("datestamp=20110227/region=us"),
@@ -257,8 +255,6 @@ def test_the_tables_drop_ends_a_wait_with_an_error():
     wanted = Target(
         Condition.DONE, TableName.parse("web.clicks"), PartitionSpec.parse("datestamp=20110228")
     )
-    dropped = dataclasses.replace(
-        notification(EventType.DROP_TABLE, "datestamp=20110228"), spec=None
-    )
+    dropped = notification(EventType.DROP_TABLE, "datestamp=20110228").replace(spec=None)
     with pytest.raises(TableDroppedError, match=r"web\.clicks was dropped"):
         wanted.match(dropped)
