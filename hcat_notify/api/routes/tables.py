@@ -312,7 +312,7 @@ async def covering_done(
     wanted: PartitionSpec = spec
 
     async def check() -> RetainedDone | None:
-        return await in_thread(lambda: state.catalog().find_covering_done(table, wanted))
+        return await state.read(lambda catalog: catalog.find_covering_done(table, wanted))
 
     done = await state.feed.poll(check, wait)
     if done is None:
