@@ -10,6 +10,7 @@ Names are lower-cased; the STOMP destination is ``/topic/<name>``.
 
 from __future__ import annotations
 
+import functools
 import re
 import zlib
 from collections.abc import Mapping
@@ -103,6 +104,11 @@ def topic_bucket(topic: str, bucket_count: int) -> int:
     return zlib.crc32(topic.encode("utf-8")) % bucket_count
 
 
+@functools.lru_cache(maxsize=16_384)
 def destination_for(topic: str) -> str:
-    """Return the STOMP destination of a topic name: ``/topic/<name>``."""
+    """Return the STOMP destination of a topic name: ``/topic/<name>``.
+
+    Cached: the relay asks for each of its events, and a deployment has a bounded set
+    of topics. An invalid name raises every time (errors are not cached).
+    """
     return f"/topic/{validate_topic_name(topic)}"

@@ -137,14 +137,10 @@ class BatchSender:
         transaction = connection.begin()
         committing = False
         try:
-            for event in events:
-                connection.send(
-                    destination_for(event.topic),
-                    event.body,
-                    event.headers,
-                    transaction=transaction,
-                    receipt=False,
-                )
+            connection.send_in_transaction(
+                transaction,
+                ((destination_for(event.topic), event.body, event.headers) for event in events),
+            )
             committing = True
             connection.commit(transaction)
         except BrokerError as exc:

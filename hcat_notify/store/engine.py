@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import sqlite3
+import time
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, SQLAlchemyError
 
 from hcat_notify.errors import ConfigError, StoreError, StoreUnavailableError
 from hcat_notify.store.quick import sqlite_file
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SCHEMA_REVISION",
     "alembic_config",
+    "begin_immediate",
     "current_revision",
     "head_revision",
     "open_engine",
@@ -89,7 +92,48 @@ def _tune_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Connection) -> None:
         immediate = connection.get_execution_options().get("hcat_write", False)
-        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        if immediate:
+            try:
+                begin_immediate(connection.connection.driver_connection)
+            except sqlite3.Error as exc:  # as SQLAlchemy reports a statement's failure
+                raise OperationalError("BEGIN IMMEDIATE", None, exc) from exc
+        else:
+            connection.exec_driver_sql("BEGIN")
+
+
+_LOCK_POLL_FIRST = 0.0001
+_LOCK_POLL_MAX = 0.002
+
+
+def begin_immediate(connection: Any) -> None:
+    """``BEGIN IMMEDIATE`` on a ``sqlite3`` connection: take the writers' lock, waiting
+    for it as long as the busy timeout allows.
+
+    SQLite's own busy handler sleeps 1, 2, 5, 10, 15, 20, 25 ms... between tries, so a
+    writer that finds the lock held for 9 ms gets it after 18. This one polls every
+    0.1 ms at first and never sleeps more than 2 ms at a time: the lock goes to a
+    waiting writer within 2 ms of its release.
+
+    Raises:
+        sqlite3.OperationalError: the lock was not free within the busy timeout (as
+            SQLite's handler would), or any other error of the statement.
+    """
+    connection.execute("PRAGMA busy_timeout = 0")
+    try:
+        deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+        delay = _LOCK_POLL_FIRST
+        while True:
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                busy = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY
+                if not busy or time.monotonic() >= deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, _LOCK_POLL_MAX)
+    finally:
+        connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
 
 
 def open_engine(url: str, *, create: bool = True) -> Engine:

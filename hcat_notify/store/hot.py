@@ -36,6 +36,7 @@ from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import topic_bucket
 from hcat_notify.model.wire import build_mark_set_done
+from hcat_notify.store.engine import begin_immediate
 from hcat_notify.store.models import EventCounterRow, OutboxRow, RetentionRow, TableRow
 from hcat_notify.store.records import RetainedDone, as_datetime, table_not_found, trusted_json
 from hcat_notify.store.tx import OUTBOX_CHANNEL
@@ -258,7 +259,7 @@ class HotReads:
             cursor = connection.cursor()
             try:
                 if write and not self._postgres:
-                    cursor.execute("BEGIN IMMEDIATE")  # the SQLite writers' lock, at once
+                    begin_immediate(driver)  # the SQLite writers' lock, at once
                 try:
                     yield cursor
                 except BaseException:

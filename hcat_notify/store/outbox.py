@@ -66,8 +66,7 @@ _EVENT_TYPES = {event_type.value: event_type for event_type in EventType}
 
 
 def _outbox_events(tx: Tx, query: Executable) -> list[OutboxEvent]:
-    rows: Sequence[Any] = tx.rows(query).all()
-    return [outbox_event(*row) for row in rows]
+    return [outbox_event(*row) for row in _plain_rows(tx, query)]
 
 
 def _plain_rows(tx: Tx, query: Executable) -> list[tuple[Any, ...]]:

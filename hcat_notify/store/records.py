@@ -354,12 +354,16 @@ def outbox_event(
     body: str,
     created_at: Any,
     bucket: int,
+    *,
+    lazy: bool = False,
 ) -> OutboxEvent:
     """An :class:`OutboxEvent` from the plain column values of an outbox row.
 
     A trusted constructor for rows the catalog wrote itself (the relay and catch-up read
-    100,000s): no checks, and the headers (stored JSON text, or the mapping a driver
-    decoded) and the time are decoded when first read.
+    100,000s): no checks, and the time is decoded when first read. ``headers`` (the
+    stored JSON text, or the mapping a driver decoded) are decoded at once, for the
+    relay, which sends them all; ``lazy`` decodes them when first read, for catch-up,
+    whose callers mostly never do.
     """
     return OutboxEvent.trusted(
         {
@@ -367,7 +371,7 @@ def outbox_event(
             "topic": topic,
             "event_type": _EVENT_TYPES[event_type],
             "table": table,
-            "headers": stored_mapping(headers),
+            "headers": stored_mapping(headers) if lazy else MappingProxyType(trusted_json(headers)),
             "body": body,
             "_created_at": created_at,
             "bucket": bucket,
@@ -400,12 +404,12 @@ class OutboxPage(Sequence[OutboxEvent]):
 
     def __getitem__(self, index: int | slice) -> OutboxEvent | list[OutboxEvent]:
         if isinstance(index, slice):
-            return [outbox_event(*row) for row in self._rows[index]]
-        return outbox_event(*self._rows[index])
+            return [outbox_event(*row, lazy=True) for row in self._rows[index]]
+        return outbox_event(*self._rows[index], lazy=True)
 
     def __iter__(self) -> Iterator[OutboxEvent]:
         for row in self._rows:
-            yield outbox_event(*row)
+            yield outbox_event(*row, lazy=True)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, str):
