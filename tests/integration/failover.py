@@ -8,7 +8,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +104,21 @@ class _RecordingConnection(BrokerConnection):
             self._transactions.setdefault(str(transaction), []).append(event_id)
         elif kw.get("receipt", True):
             self._log.note([event_id], str(self.address))
+
+    def send_in_transaction(
+        self, transaction: str, messages: Iterable[tuple[str, str, Mapping[str, str]]]
+    ) -> None:
+        ids = self._transactions.setdefault(transaction, [])
+
+        def noted() -> Iterator[tuple[str, str, Mapping[str, str]]]:
+            for message in messages:
+                yield message
+                # Resumed once the frame was written: it left, as in send().
+                event_id = int(message[2]["HCAT_EVENT_ID"])
+                self._log.note_sent(event_id, str(self.address))
+                ids.append(event_id)
+
+        super().send_in_transaction(transaction, noted())
 
     def commit(self, transaction: str, *, timeout: float | None = None) -> None:
         ids = self._transactions.pop(transaction, [])
