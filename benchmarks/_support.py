@@ -631,6 +631,16 @@ class Relays:
     def running(self) -> set[str]:
         return {m for m, p in self.processes.items() if p.poll() is None}
 
+    def logs(self, pattern: str = "") -> dict[str, list[str]]:
+        """Each relay's log lines so far (containing ``pattern``), by member id."""
+        found: dict[str, list[str]] = {}
+        for member, log_file in zip(self.processes, self._logs, strict=True):
+            log_file.seek(0)
+            lines = log_file.read().decode("utf-8", "replace").splitlines()
+            found[member] = [line for line in lines if pattern in line]
+            log_file.seek(0, os.SEEK_END)
+        return found
+
     def stop_all(self) -> None:
         for process in self.processes.values():
             if process.poll() is None:

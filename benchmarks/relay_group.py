@@ -332,6 +332,10 @@ def part_settle(env: BenchEnv, catalog: Catalog) -> list[Row]:
             relays.start()
         settled = wait_balanced(catalog, relays, stable_for=1.0)
         log(f"(d) 4 relays settled in {settled:.2f} s")
+        if settled > 2 * SESSION:  # say why: the group's own account of it
+            for member, lines in relays.logs("hcat_notify.relay.member").items():
+                for line in lines[:30]:
+                    log(f"(d) {member}: {line[:240]}")
         time.sleep(MIN_MOVE + 1)  # the buckets may move again
         before = owners(catalog)
         relays.start()
