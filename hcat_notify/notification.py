@@ -92,7 +92,7 @@ class Notification(ReadOnlyRecord):
     source: Source
     _spec: Any  # PartitionSpec | None, or _UNSET until first read
     _body: Any  # a mapping, or the stored JSON text until first read
-    _headers: Any  # Mapping[str, str]
+    headers: Mapping[str, str]
     _partitions: Any  # tuple[PartitionSpec, ...], or _UNSET until first read
 
     def __init__(
@@ -117,20 +117,16 @@ class Notification(ReadOnlyRecord):
                 "source": source,
                 "_spec": spec,
                 "_body": body,
-                "_headers": headers,
+                "headers": headers,
                 "_partitions": partitions,
             }
         )
 
     @property
-    def headers(self) -> Mapping[str, str]:
-        return self._headers  # type: ignore[no-any-return]
-
-    @property
     def spec(self) -> PartitionSpec | None:
         spec = self._spec
         if spec is _UNSET:
-            path = self._headers.get(HEADER_SPEC, "")
+            path = self.headers.get(HEADER_SPEC, "")
             # The catalog wrote this path from a validated spec: no need to check it again.
             spec = PartitionSpec.parse_trusted(path) if path else None
             self.__dict__["_spec"] = spec
@@ -247,7 +243,7 @@ def from_outbox(event: OutboxEvent, source: Source) -> Notification:
             "source": source,
             "_spec": _UNSET,
             "_body": event.body,
-            "_headers": event.headers,
+            "headers": event.headers,
             "_partitions": _UNSET,
         }
     )

@@ -172,6 +172,11 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
         self._connection._on_heartbeat_timeout(self._address)
 
 
+# Every SEND: without amq-msg-type, the content-length header stomp.py adds makes
+# ActiveMQ deliver a BytesMessage; JMS consumers (Oozie) expect a TextMessage.
+_TEXT_MESSAGE = {"amq-msg-type": "text", "persistent": "true"}
+
+
 class BrokerConnection:
     """One STOMP 1.2 connection, tried against each configured broker in turn.
 
@@ -460,11 +465,7 @@ class BrokerConnection:
             BrokerError: the connection failed; the outcome is unknown.
         """
         conn = self._require()
-        frame_headers = dict(headers or {})
-        # Without amq-msg-type, the content-length header stomp.py adds makes ActiveMQ
-        # deliver a BytesMessage; JMS consumers (Oozie) expect a TextMessage.
-        frame_headers["amq-msg-type"] = "text"
-        frame_headers["persistent"] = "true"
+        frame_headers = {**(headers or {}), **_TEXT_MESSAGE}
         if transaction is not None:
             frame_headers["transaction"] = transaction
         what = f"SEND to {destination}"
@@ -490,7 +491,7 @@ class BrokerConnection:
             BrokerError: the connection failed; the transaction is not committed.
         """
         conn = self._require()
-        fixed = {"amq-msg-type": "text", "persistent": "true", "transaction": transaction}
+        fixed = {**_TEXT_MESSAGE, "transaction": transaction}
         with self._writing(f"SEND in {transaction}"):
             for destination, body, headers in messages:
                 conn.send(
