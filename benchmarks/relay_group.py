@@ -14,6 +14,8 @@ catalog; a wildcard subscriber on ``hcat.<db>.>`` sees every message on the wire
 (d) 10,000 topics, 4 relays started at once: time until every bucket is owned by a
     running member (target <= 2 x session timeout); then a 5th joins: buckets moved
     (target <= ceil(B/5) + 5 % of B).
+(b)-(d) start from a group with no backlog (the earlier parts' events count as
+published); (a) starts from nothing published.
 """
 
 from __future__ import annotations
@@ -130,14 +132,20 @@ def make_tables(env: BenchEnv, db: str, count: int) -> list[str]:
     return names
 
 
-def reset_group(env: BenchEnv) -> None:
-    """Nobody owns anything, nothing is published (between rounds, not timed)."""
+def reset_group(env: BenchEnv, *, replay: bool) -> None:
+    """Nobody owns anything (between rounds, not timed). ``replay``: nothing is published
+    either, so the relays send the whole outbox again ((a) measures that); otherwise
+    everything is, and the group starts with no backlog ((b)-(d) measure failover and
+    assignment, which a replay of the earlier parts' events would only slow down)."""
+    through = "0" if replay else "(SELECT COALESCE(MAX(event_id), 0) FROM hcat_outbox)"
     engine = create_engine(env.settings.database_url)
     try:
         with engine.begin() as conn:
             conn.execute(text("DELETE FROM hcat_topic_progress"))
             conn.execute(text("DELETE FROM hcat_relay_members"))
-            conn.execute(text("UPDATE hcat_relay_buckets SET owner = NULL, published_through = 0"))
+            conn.execute(
+                text(f"UPDATE hcat_relay_buckets SET owner = NULL, published_through = {through}")
+            )
             conn.execute(
                 text("UPDATE hcat_relay_group SET controller_id = NULL, controller_expires = 0")
             )
@@ -192,7 +200,7 @@ def part_scaling(env: BenchEnv, catalog: Catalog, events: int, rounds: int) -> l
     rates: dict[int, list[float]] = {1: [], 2: [], 4: []}
     for round_no in range(rounds):
         for members in (1, 2, 4):
-            reset_group(env)
+            reset_group(env, replay=True)
             wire = Wire(env, "scale")
             relays = Relays(env, "--min-move-interval", str(MIN_MOVE))
             try:
@@ -267,7 +275,7 @@ class Writers:
 def running_group(
     env: BenchEnv, catalog: Catalog, db: str, names: list[str]
 ) -> Iterator[tuple[Relays, Wire]]:
-    reset_group(env)
+    reset_group(env, replay=False)
     wire = Wire(env, db)
     relays = Relays(env, "--min-move-interval", str(MIN_MOVE))
     writers = Writers(catalog, names, rate=60)
@@ -325,7 +333,7 @@ def measure_failovers(
 
 def part_settle(env: BenchEnv, catalog: Catalog) -> list[Row]:
     make_tables(env, "many", 10_000)
-    reset_group(env)
+    reset_group(env, replay=False)
     relays = Relays(env, "--min-move-interval", str(MIN_MOVE))
     try:
         for _ in range(4):

@@ -9,14 +9,16 @@ move as few buckets as possible. Hedwig's: balance by load, not only by count. S
    when load does not tell members apart, two buckets more than another), it sheds the
    bucket whose move evens things out best, to the least loaded member. A bucket moved
    less than ``min_move_interval`` ago stays where it is: ownership must not flap.
+   The controller also sheds load at most once per ``min_move_interval`` (the load is a
+   rate over a past window, and chasing each reading of it would keep buckets moving).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["BucketState", "plan_assignment"]
+__all__ = ["BucketState", "bucket_loads", "plan_assignment"]
 
 LOAD_TOLERANCE = 0.10
 """A member is overloaded above its share of the load by this fraction..."""
@@ -34,6 +36,22 @@ class BucketState:
     load: float = 0.0  # events/s, as its owner reports it
 
 
+def bucket_loads(reports: Iterable[Mapping[int, float]]) -> dict[int, float]:
+    """Each bucket's load: the sum of what every member reports for it.
+
+    A member reports every bucket it published in its window, owned or not, so a bucket
+    that just moved is still counted at its old owner's rate until the window has passed
+    (and its new owner's rate grows in as the old one's fades). Reading only the current
+    owner's report would show a moved bucket as idle: the controller would keep sending
+    more buckets to the member that just received some.
+    """
+    loads: dict[int, float] = {}
+    for report in reports:
+        for bucket, load in report.items():
+            loads[bucket] = loads.get(bucket, 0.0) + load
+    return loads
+
+
 def plan_assignment(
     buckets: Sequence[BucketState],
     members: Sequence[str],
@@ -41,6 +59,7 @@ def plan_assignment(
     now: float,
     min_move_interval: float,
     max_moves: int | None = None,
+    balance_load: bool = True,
 ) -> dict[int, str]:
     """The buckets to move and their new owners.
 
@@ -53,6 +72,8 @@ def plan_assignment(
             is gone).
         max_moves: a bound on the balancing moves of one round (None: as many as it
             takes).
+        balance_load: whether an overloaded member sheds load this round (False: only
+            orphans are placed and counts evened out, within the load margin).
 
     Returns:
         bucket -> new owner, only for buckets that change hands.
@@ -101,7 +122,7 @@ def plan_assignment(
         crowded = max(live, key=lambda m: (len(owned[m]), load[m], m))
         fewest = min(live, key=lambda m: (len(owned[m]), load[m], m))
         choice: tuple[str, str, BucketState] | None = None
-        if load[heavy] > share + margin and heavy != target:
+        if balance_load and load[heavy] > share + margin and heavy != target:
             gap = load[heavy] - load[target]
             # the bucket that brings the two closest together, without overshooting
             candidates = [s for s in movable(heavy) if 0 < s.load < gap]

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hcat_notify.errors import HcatNotifyError
-from hcat_notify.relay.assignment import BucketState, plan_assignment
+from hcat_notify.relay.assignment import BucketState, bucket_loads, plan_assignment
 from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.wakeup import OutboxWaiter, outbox_waiter
 from hcat_notify.store.catalog import Catalog
@@ -79,6 +79,7 @@ class Membership:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._controller: _Controller | None = None
+        self._shed_at = 0.0  # database clock of the last round that moved load
         self.before_assign: Callable[[], None] | None = None  # a test hook
         self.error: BaseException | None = None
         self.refreshed_at = 0.0  # monotonic time ownership was last read
@@ -264,24 +265,28 @@ class Membership:
             and not (leaving and m.member_id == self.member_id)
         ]
         dead = [m.member_id for m in members if m.heartbeat_age >= timeout]
-        loads: Mapping[str, Mapping[int, float]] = {m.member_id: m.bucket_loads for m in members}
+        loads = bucket_loads(m.bucket_loads for m in members)
         buckets = group.buckets()
         states = [
             BucketState(
                 b.bucket,
                 b.owner,
                 b.rebalanced_at,  # adoptions do not pin a bucket; balancing moves do
-                loads.get(b.owner or "", {}).get(b.bucket, 0.0),
+                loads.get(b.bucket, 0.0),
             )
             for b in buckets
         ]
+        interval = self._config.min_move_interval
+        balance_load = info.now - self._shed_at >= interval
         changes = plan_assignment(
-            states, live, now=info.now, min_move_interval=self._config.min_move_interval
+            states, live, now=info.now, min_move_interval=interval, balance_load=balance_load
         )
         if changes:
             if self.before_assign is not None:
                 self.before_assign()
             rebalanced = [b.bucket for b in buckets if b.bucket in changes and b.owner in live]
+            if rebalanced and balance_load:
+                self._shed_at = info.now
             if not group.assign(self.member_id, epoch, changes, rebalanced):
                 logger.warning(
                     "relay controller deposed before its assignment member=%s epoch=%d: "

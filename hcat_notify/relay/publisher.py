@@ -509,7 +509,9 @@ class Relay:
             events_per_second=sum(loads.values()),
             backlog=backlog,
             topics=sum(1 for t in list(self._topic_progress) if self._bucket_of(t) in owned),
-            bucket_loads={b: load for b, load in loads.items() if b in owned},
+            # every bucket it published in the window, owned or not: a bucket that moved
+            # keeps its load in the controller's view (it sums the reports)
+            bucket_loads=loads,
             oldest_unpublished_age=(
                 None if oldest is None else (datetime.now(UTC) - oldest).total_seconds()
             ),

@@ -8,7 +8,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hcat_notify.relay.assignment import BucketState, plan_assignment
+from hcat_notify.relay.assignment import BucketState, bucket_loads, plan_assignment
 
 B = 256
 
@@ -70,6 +70,43 @@ def test_an_overloaded_member_sheds_load_not_just_buckets():
     hot_moved = [b for b in changes if b < 4]
     assert len(hot_moved) == 2  # the fewest hot moves; idle ones may even the counts
     assert len(changes) <= 4
+
+
+def test_a_moved_bucket_keeps_its_load_until_its_new_owner_reports_it():
+    """The controller's next round, before the new owner has published anything: the
+    moved buckets still count at the old owner's rate, so nothing else moves."""
+    hot = {b: 100.0 for b in range(4)}
+    buckets = [BucketState(b, "a", 0.0, hot.get(b, 0.0)) for b in range(4)]
+    buckets += [BucketState(b, "b", 0.0) for b in range(4, 8)]
+    first = plan_assignment(buckets, ["a", "b"], now=100.0, min_move_interval=0)
+    assert len([b for b in first if b < 4]) == 2
+    loads = bucket_loads([hot, {}])  # a's window still holds all four; b has sent nothing
+    after = [
+        BucketState(b, first.get(b, s.owner), 100.0 if b in first else 0.0, loads.get(b, 0.0))
+        for b, s in enumerate(buckets)
+    ]
+    assert plan_assignment(after, ["a", "b"], now=101.0, min_move_interval=0) == {}
+
+
+def test_bucket_loads_sum_every_members_report():
+    assert bucket_loads([{1: 2.0, 2: 1.0}, {2: 0.5}, {}]) == {1: 2.0, 2: 1.5}
+
+
+def test_without_load_balancing_orphans_still_find_owners_and_counts_even_out():
+    buckets = [BucketState(b, "a", 0.0, 100.0) for b in range(4)]  # a: all the load
+    buckets += [BucketState(b, "b", 0.0) for b in range(4, 6)]
+    buckets += [BucketState(b, None, 0.0) for b in range(6, 8)]
+    changes = plan_assignment(
+        buckets, ["a", "b"], now=100.0, min_move_interval=30, balance_load=False
+    )
+    assert not any(b < 4 for b in changes)  # a keeps its load this round
+    assert sorted(b for b in changes if b >= 6) == [6, 7]
+    assert plan_assignment(buckets, ["a", "b"], now=100.0, min_move_interval=30).keys() & {
+        0,
+        1,
+        2,
+        3,
+    }  # with it, a sheds
 
 
 @given(
