@@ -116,24 +116,34 @@ def plan_assignment(
             if s.bucket not in changes and now - s.moved_at >= min_move_interval
         ]
 
-    while budget > 0:
+    def shed_load() -> tuple[str, str, BucketState] | None:
+        """The overloaded member's bucket that brings it and the least loaded closest
+        together without overshooting (the heaviest member that has one to give)."""
         target = least_loaded()
-        heavy = max(live, key=lambda m: (load[m], len(owned[m]), m))
-        crowded = max(live, key=lambda m: (len(owned[m]), load[m], m))
-        fewest = min(live, key=lambda m: (len(owned[m]), load[m], m))
-        choice: tuple[str, str, BucketState] | None = None
-        if balance_load and load[heavy] > share + margin and heavy != target:
+        for heavy in sorted(live, key=lambda m: (-load[m], -len(owned[m]), m)):
+            if load[heavy] <= share + margin or heavy == target:
+                return None
             gap = load[heavy] - load[target]
-            # the bucket that brings the two closest together, without overshooting
             candidates = [s for s in movable(heavy) if 0 < s.load < gap]
             if candidates:
                 best = min(candidates, key=lambda s: (abs(gap / 2 - s.load), s.bucket))
-                choice = (heavy, target, best)
-        if choice is None and len(owned[crowded]) > len(owned[fewest]) + 1:
-            # load does not tell them apart: even out the counts with the lightest bucket
+                return heavy, target, best
+        return None
+
+    def even_counts() -> tuple[str, str, BucketState] | None:
+        """Load does not tell them apart: the lightest bucket of the most crowded member
+        that has one it may give, to the member with the fewest."""
+        fewest = min(live, key=lambda m: (len(owned[m]), load[m], m))
+        for crowded in sorted(live, key=lambda m: (-len(owned[m]), -load[m], m)):
+            if len(owned[crowded]) <= len(owned[fewest]) + 1:
+                return None
             candidates = [s for s in movable(crowded) if load[fewest] + s.load <= share + margin]
             if candidates:
-                choice = (crowded, fewest, min(candidates, key=lambda s: (s.load, s.bucket)))
+                return crowded, fewest, min(candidates, key=lambda s: (s.load, s.bucket))
+        return None
+
+    while budget > 0:
+        choice = (shed_load() if balance_load else None) or even_counts()
         if choice is None:
             break
         source, to, state = choice

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hcat_notify.errors import HcatNotifyError
@@ -19,7 +19,7 @@ from hcat_notify.relay.assignment import BucketState, bucket_loads, plan_assignm
 from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.wakeup import OutboxWaiter, outbox_waiter
 from hcat_notify.store.catalog import Catalog
-from hcat_notify.store.group import MemberReport, Ownership
+from hcat_notify.store.group import BucketInfo, MemberInfo, MemberReport, Ownership
 from hcat_notify.store.tx import RELAY_CHANNEL
 
 __all__ = ["Membership", "ranges"]
@@ -80,6 +80,7 @@ class Membership:
         self._thread: threading.Thread | None = None
         self._controller: _Controller | None = None
         self._shed_at = 0.0  # database clock of the last round that moved load
+        self._forming_logged = False
         self.before_assign: Callable[[], None] | None = None  # a test hook
         self.error: BaseException | None = None
         self.refreshed_at = 0.0  # monotonic time ownership was last read
@@ -252,6 +253,32 @@ class Membership:
             self._controller = _Controller(epoch, now + ttl / 3)
         self._assign(self._controller.epoch, leaving=leaving)
 
+    def _forming(
+        self, now: float, buckets: Sequence[BucketInfo], live: Sequence[MemberInfo]
+    ) -> bool:
+        """Whether to hold a new group's first assignment: nobody owns anything yet and a
+        member joined within the last heartbeat interval (more may be starting). Kafka's
+        initial rebalance delay: the first member to arrive would otherwise take every
+        bucket, and the move that evens it out pins half of them (``min_move_interval``)
+        before the members starting just after it arrive. Never longer than the session
+        timeout after the first of them joined; never when a bucket has an owner."""
+        if not live or any(b.owner is not None for b in buckets):
+            return False
+        grace = self._config.heartbeat_interval
+        newest = max(m.started_at for m in live)
+        oldest = min(m.started_at for m in live)
+        waiting = now - newest < grace and now - oldest < self._config.session_timeout
+        if waiting and not self._forming_logged:
+            logger.info(
+                "relay group forming: the first assignment waits %g s for members to join "
+                "(member=%s, %d joined)",
+                grace,
+                self.member_id,
+                len(live),
+            )
+        self._forming_logged = waiting
+        return waiting
+
     def _assign(self, epoch: int, *, leaving: bool) -> None:
         group = self._catalog.group
         info = group.info()
@@ -267,6 +294,8 @@ class Membership:
         dead = [m.member_id for m in members if m.heartbeat_age >= timeout]
         loads = bucket_loads(m.bucket_loads for m in members)
         buckets = group.buckets()
+        if self._forming(info.now, buckets, [m for m in members if m.member_id in live]):
+            return
         states = [
             BucketState(
                 b.bucket,

@@ -88,6 +88,18 @@ def test_a_moved_bucket_keeps_its_load_until_its_new_owner_reports_it():
     assert plan_assignment(after, ["a", "b"], now=101.0, min_move_interval=0) == {}
 
 
+def test_members_joining_one_by_one_get_buckets_from_whoever_may_give_them():
+    """a took every bucket, then gave half to b (those stay put for a while); c and d
+    join: they get a's buckets at once instead of waiting for b's to become movable."""
+    buckets = [BucketState(b, "a", 0.0) for b in range(0, B, 2)]
+    buckets += [BucketState(b, "b", 100.0) for b in range(1, B, 2)]  # just moved
+    changes = plan_assignment(buckets, ["a", "b", "c", "d"], now=101.0, min_move_interval=5)
+    assert {bucket % 2 for bucket in changes} == {0}  # only a's
+    counts = _counts(_apply(buckets, changes, 101.0))
+    assert counts["b"] == B // 2
+    assert sorted([counts["a"], counts["c"], counts["d"]]) == [42, 43, 43]
+
+
 def test_bucket_loads_sum_every_members_report():
     assert bucket_loads([{1: 2.0, 2: 1.0}, {2: 0.5}, {}]) == {1: 2.0, 2: 1.5}
 
