@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["BucketState", "bucket_loads", "plan_assignment"]
+__all__ = ["BucketState", "bucket_loads", "group_forming", "plan_assignment"]
 
 LOAD_TOLERANCE = 0.10
 """A member is overloaded above its share of the load by this fraction..."""
@@ -50,6 +50,30 @@ def bucket_loads(reports: Iterable[Mapping[int, float]]) -> dict[int, float]:
         for bucket, load in report.items():
             loads[bucket] = loads.get(bucket, 0.0) + load
     return loads
+
+
+def group_forming(
+    anything_owned: bool, joined_at: Sequence[float], *, now: float, grace: float, limit: float
+) -> bool:
+    """Whether a new group's first assignment waits for more members (Kafka's initial
+    rebalance delay).
+
+    It waits while nobody owns anything yet and a member joined less than ``grace``
+    seconds ago (more may be starting), but never once the first of them joined ``limit``
+    seconds ago. Otherwise the first member to arrive takes every bucket, and the move
+    that evens it out pins half of them (``min_move_interval``) before the members
+    starting just after it arrive.
+
+    Args:
+        anything_owned: whether any bucket has an owner (then the group is not new).
+        joined_at: the live members' join times (database clock).
+        now: the database clock.
+        grace: seconds to wait after the latest join.
+        limit: seconds after the first join beyond which nothing waits.
+    """
+    if anything_owned or not joined_at:
+        return False
+    return now - max(joined_at) < grace and now - min(joined_at) < limit
 
 
 def plan_assignment(

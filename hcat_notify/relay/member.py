@@ -15,7 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hcat_notify.errors import HcatNotifyError
-from hcat_notify.relay.assignment import BucketState, bucket_loads, plan_assignment
+from hcat_notify.relay.assignment import (
+    BucketState,
+    bucket_loads,
+    group_forming,
+    plan_assignment,
+)
 from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.wakeup import OutboxWaiter, outbox_waiter
 from hcat_notify.store.catalog import Catalog
@@ -81,6 +86,7 @@ class Membership:
         self._controller: _Controller | None = None
         self._shed_at = 0.0  # database clock of the last round that moved load
         self._forming_logged = False
+        self.alone = False  # no other member may join (relay --once): never wait for them
         self.before_assign: Callable[[], None] | None = None  # a test hook
         self.error: BaseException | None = None
         self.refreshed_at = 0.0  # monotonic time ownership was last read
@@ -256,23 +262,20 @@ class Membership:
     def _forming(
         self, now: float, buckets: Sequence[BucketInfo], live: Sequence[MemberInfo]
     ) -> bool:
-        """Whether to hold a new group's first assignment: nobody owns anything yet and a
-        member joined within the last heartbeat interval (more may be starting). Kafka's
-        initial rebalance delay: the first member to arrive would otherwise take every
-        bucket, and the move that evens it out pins half of them (``min_move_interval``)
-        before the members starting just after it arrive. Never longer than the session
-        timeout after the first of them joined; never when a bucket has an owner."""
-        if not live or any(b.owner is not None for b in buckets):
-            return False
-        grace = self._config.heartbeat_interval
-        newest = max(m.started_at for m in live)
-        oldest = min(m.started_at for m in live)
-        waiting = now - newest < grace and now - oldest < self._config.session_timeout
+        """Whether to hold a new group's first assignment (see ``group_forming``); never
+        for a member that is alone by design (``relay --once``)."""
+        waiting = not self.alone and group_forming(
+            any(b.owner is not None for b in buckets),
+            [m.started_at for m in live],
+            now=now,
+            grace=self._config.heartbeat_interval,
+            limit=self._config.session_timeout,
+        )
         if waiting and not self._forming_logged:
             logger.info(
-                "relay group forming: the first assignment waits %g s for members to join "
-                "(member=%s, %d joined)",
-                grace,
+                "relay group forming: the first assignment waits up to %g s for members "
+                "to join (member=%s, %d joined)",
+                self._config.heartbeat_interval,
                 self.member_id,
                 len(live),
             )

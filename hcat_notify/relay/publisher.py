@@ -34,7 +34,6 @@ from hcat_notify.model.topics import topic_bucket
 from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.member import Membership
 from hcat_notify.relay.progress import ProgressWriter
-from hcat_notify.relay.reader import OutboxReader
 from hcat_notify.relay.sender import BatchSender
 from hcat_notify.relay.wakeup import OutboxWaiter, outbox_waiter
 from hcat_notify.store.catalog import Catalog
@@ -137,7 +136,6 @@ class Relay:
         )
         self._member = Membership(self._catalog, self._config, self.member_id, self._report)
         self._progress: ProgressWriter | None = None
-        self._reader = OutboxReader(self._catalog, self._config.batch_size)
         self._stop = threading.Event()
         self._draining = False
         self._owned: dict[int, Ownership] = {}
@@ -178,7 +176,6 @@ class Relay:
         try:
             self._leave()
         finally:
-            self._reader.close()
             self._sender.close()
             if self._own_catalog:
                 self._catalog.close()
@@ -245,6 +242,7 @@ class Relay:
                 f"relays {', '.join(others)} are running and publish the outbox; "
                 "relay --once is for when none runs"
             )
+        self._member.alone = True  # it takes every bucket at once
         self._join()
         self._wait_for_buckets(self._bucket_count)
         total = 0
@@ -373,7 +371,9 @@ class Relay:
         if not self._owned:
             return 0, 0
         blocked = self._unblocked()
-        events = self._reader.read(list(self._owned), self._cursor)
+        events = self._catalog.events_in_buckets(
+            list(self._owned), after_event_id=self._cursor, limit=self._config.batch_size
+        )
         if not events:
             return 0, 0
         fresh = [

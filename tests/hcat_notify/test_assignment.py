@@ -8,7 +8,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hcat_notify.relay.assignment import BucketState, bucket_loads, plan_assignment
+from hcat_notify.relay.assignment import BucketState, bucket_loads, group_forming, plan_assignment
 
 B = 256
 
@@ -137,3 +137,14 @@ def test_any_state_converges_to_every_bucket_owned_by_a_live_member(members, see
     assert all(state.owner in members for state in after)
     # a second round right after changes nothing: no flapping
     assert plan_assignment(after, members, now=1000.0, min_move_interval=30) == {}
+
+
+def test_a_new_group_waits_for_members_still_joining_but_not_for_long():
+    def forming(owned: bool, joined: list[float], now: float) -> bool:
+        return group_forming(owned, joined, now=now, grace=1.0, limit=3.0)
+
+    assert forming(False, [100.0, 100.4], now=101.0)  # the second joined 0.6 s ago
+    assert not forming(False, [100.0, 100.4], now=101.5)  # a quiet second: assign
+    assert not forming(False, [100.0, 100.9, 101.8, 102.7], now=103.2)  # joins keep coming
+    assert not forming(True, [100.9], now=101.0)  # buckets have owners: not a new group
+    assert not forming(False, [], now=101.0)
