@@ -117,7 +117,9 @@ def main() -> None:
                     log(
                         f"round {round_no + 1}: ours ({mode}) {elapsed:.2f}s, "
                         f"{len(result.event_ids)} ADD_PARTITION message(s), last at the "
-                        f"subscriber {last if last is None else round(last, 2)}s after the job"
+                        f"subscriber {last if last is None else round(last, 2)}s after the job; "
+                        "phases "
+                        + " ".join(f"{k}={v:.2f}" for k, v in result.phase_seconds.items())
                     )
         finally:
             relay.stop()
