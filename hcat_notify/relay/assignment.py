@@ -33,7 +33,7 @@ class BucketState:
     bucket: int
     owner: str | None
     moved_at: float  # its last balancing move: it stays put min_move_interval after it
-    load: float = 0.0  # events/s, as its owner reports it
+    load: float = 0.0  # events/s, summed over the members' reports (bucket_loads)
 
 
 def bucket_loads(reports: Iterable[Mapping[int, float]]) -> dict[int, float]:

@@ -295,10 +295,10 @@ class Membership:
             and not (leaving and m.member_id == self.member_id)
         ]
         dead = [m.member_id for m in members if m.heartbeat_age >= timeout]
-        loads = bucket_loads(m.bucket_loads for m in members)
         buckets = group.buckets()
         if self._forming(info.now, buckets, [m for m in members if m.member_id in live]):
             return
+        loads = bucket_loads(m.bucket_loads for m in members)
         states = [
             BucketState(
                 b.bucket,
@@ -317,8 +317,6 @@ class Membership:
             if self.before_assign is not None:
                 self.before_assign()
             rebalanced = [b.bucket for b in buckets if b.bucket in changes and b.owner in live]
-            if rebalanced and balance_load:
-                self._shed_at = info.now
             if not group.assign(self.member_id, epoch, changes, rebalanced):
                 logger.warning(
                     "relay controller deposed before its assignment member=%s epoch=%d: "
@@ -328,6 +326,8 @@ class Membership:
                 )
                 self._controller = None
                 return
+            if rebalanced and balance_load:  # the cooldown starts with a written move
+                self._shed_at = info.now
             owners = {b.bucket: b.owner for b in buckets}
             moves: dict[tuple[str | None, str], list[int]] = {}
             for bucket, owner in sorted(changes.items()):

@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
@@ -46,6 +46,14 @@ RELAY_ARGS = (
     "--min-move-interval",
     "3",
 )
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float, failure: Callable[[], str]) -> None:
+    """Poll ``condition`` until it holds; fail with ``failure()`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, failure()
+        time.sleep(0.05)
 
 
 class WireRecorder:
@@ -211,10 +219,14 @@ def test_kill_stop_and_handoff_lose_nothing_and_keep_order(
             time.sleep(2 * SESSION)
             # the others take its buckets while it sleeps (it stays stopped until they have:
             # on a loaded machine the controller may need longer than the two timeouts)
-            deadline = time.monotonic() + 60
-            while any(delivery_catalog.group.buckets()[b].owner == zombie for b in had):
-                assert time.monotonic() < deadline, "the zombie's buckets never moved"
-                time.sleep(0.1)
+            _wait_for(
+                lambda: (
+                    zombie
+                    not in {b.owner for b in delivery_catalog.group.buckets() if b.bucket in had}
+                ),
+                60,
+                lambda: "the zombie's buckets never moved",
+            )
             continued = len(process.stderr)
             process.proc.send_signal(signal.SIGCONT)
             group.failovers += 1
@@ -272,10 +284,7 @@ def test_a_deposed_controllers_assignment_changes_nothing(
     paused = threading.Event()
     quick = {"session_timeout": SESSION, "heartbeat_interval": 0.5, "min_move_interval": 0.5}
     with running_relay(delivery_settings, member_id="a", **quick) as first:
-        deadline = time.monotonic() + 20
-        while len(delivery_catalog.group.owned("a")) < DEFAULT_BUCKETS:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        _wait_for(lambda: len(delivery_catalog.group.owned("a")) >= DEFAULT_BUCKETS, 20, lambda: "")
 
         def hook() -> None:  # runs in a's membership thread, before its write
             paused.set()
@@ -287,17 +296,19 @@ def test_a_deposed_controllers_assignment_changes_nothing(
             running_relay(delivery_settings, member_id="b", **quick),
         ):
             assert paused.wait(20), "a never planned to give b buckets"
-            deadline = time.monotonic() + 20
-            while len(delivery_catalog.group.owned("b")) < DEFAULT_BUCKETS:
-                assert time.monotonic() < deadline, "b did not take over from the paused a"
-                time.sleep(0.05)
+            _wait_for(
+                lambda: len(delivery_catalog.group.owned("b")) >= DEFAULT_BUCKETS,
+                20,
+                lambda: "b did not take over from the paused a",
+            )
             epoch = delivery_catalog.group.info().controller_epoch
             first.membership.before_assign = None
             release.set()
-            deadline = time.monotonic() + 10
-            while "deposed before its assignment member=a" not in caplog.text:
-                assert time.monotonic() < deadline, caplog.text[-3000:]
-                time.sleep(0.05)
+            _wait_for(
+                lambda: "deposed before its assignment member=a" in caplog.text,
+                10,
+                lambda: caplog.text[-3000:],
+            )
             # a's planned moves were refused: b still owns everything it took
             assert len(delivery_catalog.group.owned("b")) == DEFAULT_BUCKETS
             info = delivery_catalog.group.info()
@@ -376,10 +387,11 @@ def test_status_shows_the_controller_members_and_their_buckets(
 ):
     with group_of_relays(delivery_settings, delivery_catalog, 2) as group:
         # the first member may hold every bucket until the controller evens the counts
-        deadline = time.monotonic() + 30
-        while sorted(group.owners().values()) != [DEFAULT_BUCKETS // 2] * 2:
-            assert time.monotonic() < deadline, group.owners()
-            time.sleep(0.05)
+        _wait_for(
+            lambda: sorted(group.owners().values()) == [DEFAULT_BUCKETS // 2] * 2,
+            30,
+            lambda: str(group.owners()),
+        )
         timeout = ("--session-timeout", str(SESSION))
         out = run_cli(delivery_settings, "-o", "json", "status", *timeout)
         assert out.returncode == 0, out.stderr
