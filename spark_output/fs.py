@@ -28,6 +28,7 @@ from spark_output.errors import PartitionDirectoryNotFoundError
 __all__ = [
     "FileStat",
     "TableLocation",
+    "crc_sidecar",
     "delete_data_file",
     "delete_dir_quietly",
     "delete_files_quietly",
@@ -70,16 +71,19 @@ def link_or_copy(filesystem: pafs.FileSystem, source: str, target: str) -> None:
     filesystem.copy_file(source, target)
 
 
-def delete_data_file(filesystem: pafs.FileSystem, path: str) -> None:
-    """Delete a data file and its Hadoop checksum sidecar ``.<name>.crc`` if present.
-
-    Hadoop's local filesystem (what Spark uses for ``file:`` paths) writes such a hidden
-    sidecar next to every file; a stale one would outlive the file it describes.
-    """
-    filesystem.delete_file(path)
+def crc_sidecar(path: str) -> str:
+    """The hidden checksum file ``.<name>.crc`` that Hadoop's local filesystem (what
+    Spark uses for ``file:`` paths) writes next to every file it writes."""
     parent, name = posixpath.split(path)
+    return posixpath.join(parent, f".{name}.crc")
+
+
+def delete_data_file(filesystem: pafs.FileSystem, path: str) -> None:
+    """Delete a data file and its :func:`crc_sidecar` if present (a stale sidecar would
+    outlive the file it describes)."""
+    filesystem.delete_file(path)
     with contextlib.suppress(OSError):
-        filesystem.delete_file(posixpath.join(parent, f".{name}.crc"))
+        filesystem.delete_file(crc_sidecar(path))
 
 
 def delete_files_quietly(filesystem: pafs.FileSystem, paths: Iterable[str]) -> None:

@@ -230,7 +230,11 @@ class PartitionCommitter:
             # Swap the whole directory: readers see the old or the new partition.
             return dataclasses.replace(move, trash=self.location.join(TRASH_DIR, self.job_id, spec))
         # File by file, so that a concurrent append to the same partition (allowed) never
-        # collides with this one.
+        # collides with this one. A partition that does not exist yet is renamed whole if
+        # it still does not at move time (every file lands at the same target): only on a
+        # local filesystem, where a rename onto a directory fails instead of nesting.
+        new_dir = not exists(self.fs, final)
+        whole_dir = new_dir and isinstance(self.fs, pafs.LocalFileSystem)
         files = [FileMove(stat.path, self._free_name(final, stat.path)) for stat in item.files]
         if move.added:
             move = dataclasses.replace(
@@ -238,11 +242,16 @@ class PartitionCommitter:
             )
         manifest = posixpath.join(item.directory, MANIFEST_NAME)
         if exists(self.fs, manifest):
-            # The compaction audit record travels with the files, named per job.
+            # The compaction audit record travels with the files, named per job; named so
+            # in staging already, so that a whole-directory rename puts it at its target.
             stem = MANIFEST_NAME.removesuffix(".json")
-            files.append(FileMove(manifest, posixpath.join(final, f"{stem}-{self.job_id}.json")))
+            name = f"{stem}-{self.job_id}.json"
+            self.fs.move(manifest, posixpath.join(item.directory, name))
+            files.append(
+                FileMove(posixpath.join(item.directory, name), posixpath.join(final, name))
+            )
         return dataclasses.replace(
-            move, kind=MoveKind.FILES, new_dir=not exists(self.fs, final), files=tuple(files)
+            move, kind=MoveKind.FILES, new_dir=new_dir, whole_dir=whole_dir, files=tuple(files)
         )
 
     def _append_target(self, item: StagedPartition, current: str, default: str) -> str:

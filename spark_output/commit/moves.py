@@ -14,7 +14,7 @@ from pyarrow import fs as pafs
 
 from hcat_notify import NewPartition, PartitionSpec
 from spark_output.commit.plan import CommitPlan, MoveKind, PartitionMove
-from spark_output.fs import TableLocation, exists, move
+from spark_output.fs import TableLocation, crc_sidecar, exists, move
 
 __all__ = [
     "STAGING_DIR",
@@ -40,12 +40,27 @@ def apply_moves(filesystem: pafs.FileSystem, plan: CommitPlan) -> None:
                 if entry.trash is not None and exists(filesystem, entry.final):
                     move(filesystem, entry.final, entry.trash)
                 move(filesystem, entry.staged, entry.final)
-            else:
+            elif not (entry.whole_dir and _rename_new_dir(filesystem, entry)):
                 for file in entry.files:
                     move(filesystem, file.source, file.target)
     except Exception:
         undo_moves(filesystem, plan)
         raise
+
+
+def _rename_new_dir(filesystem: pafs.FileSystem, entry: PartitionMove) -> bool:
+    # One rename instead of one per file; False when a concurrent append to the same
+    # partition created ``final`` meanwhile (a rename onto a non-empty directory fails):
+    # then the files are moved one by one, next to that writer's.
+    if exists(filesystem, entry.final):
+        return False
+    try:
+        move(filesystem, entry.staged, entry.final)
+    except OSError:
+        if exists(filesystem, entry.staged) and exists(filesystem, entry.final):
+            return False
+        raise
+    return True
 
 
 def moves_done(filesystem: pafs.FileSystem, entry: PartitionMove) -> bool:
@@ -74,6 +89,9 @@ def undo_moves(filesystem: pafs.FileSystem, plan: CommitPlan) -> None:
         for file in reversed(entry.files):
             if not exists(filesystem, file.source) and exists(filesystem, file.target):
                 move(filesystem, file.target, file.source)
+            if entry.whole_dir and exists(filesystem, crc_sidecar(file.target)):
+                # A directory renamed whole brought the files' checksum sidecars along.
+                move(filesystem, crc_sidecar(file.target), crc_sidecar(file.source))
         if (
             entry.new_dir
             and exists(filesystem, entry.final)

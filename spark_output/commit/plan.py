@@ -23,7 +23,8 @@ class MoveKind(StrEnum):
     DIR = "dir"
     """Swap the whole directory (overwrite, archives): readers see old or new."""
     FILES = "files"
-    """Move file by file (append), so a concurrent append to the partition never collides."""
+    """Move file by file (append), so a concurrent append to the partition never collides
+    (a new partition's directory may be renamed whole: :attr:`PartitionMove.whole_dir`)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class PartitionMove:
         location: the registered location when it is not ``final`` (a ``har://`` URI).
         trash: with :attr:`MoveKind.DIR`, where the replaced directory is moved.
         new_dir: with :attr:`MoveKind.FILES`, ``final`` did not exist before.
+        whole_dir: with :attr:`MoveKind.FILES` and ``new_dir``: when ``final`` still does
+            not exist at move time, the staged directory is renamed to it in one step
+            (every file then lands at its target all the same); else file by file.
         files: with :attr:`MoveKind.FILES`, the files to move.
         added: for a partition that exists already, the names of the files the write puts
             in it (its INSERT message lists them).
@@ -64,6 +68,7 @@ class PartitionMove:
     location: str | None = None
     trash: str | None = None
     new_dir: bool = False
+    whole_dir: bool = False
     files: tuple[FileMove, ...] = ()
     added: tuple[str, ...] = ()
 
@@ -85,6 +90,8 @@ class PartitionMove:
             data["trash"] = self.trash
         else:
             data["new_dir"] = self.new_dir
+            if self.whole_dir:
+                data["whole_dir"] = True
             data["files"] = [[move.source, move.target] for move in self.files]
         return data
 
@@ -106,6 +113,7 @@ class PartitionMove:
             location=data.get("location"),
             trash=data.get("trash"),
             new_dir=bool(data.get("new_dir", False)),
+            whole_dir=bool(data.get("whole_dir", False)),
             files=tuple(FileMove(str(s), str(t)) for s, t in data.get("files", [])),
             added=tuple(str(name) for name in data.get("added", ())),
         )

@@ -25,6 +25,7 @@ def _plan() -> CommitPlan:
                 bytes=20,
                 kind=MoveKind.FILES,
                 new_dir=True,
+                whole_dir=True,
                 files=(
                     FileMove("/t/_hcat_staging/job/region=us%2Feast/a", "/t/region=us%2Feast/a"),
                     FileMove("/t/_hcat_staging/job/region=us%2Feast/b", "/t/region=us%2Feast/b"),
@@ -55,6 +56,7 @@ def test_a_plan_survives_the_journal_json():
         "/t/_hcat_staging/job/region=us%2Feast/a",
         "/t/region=us%2Feast/a",
     ]
+    assert stored["partitions"][0]["whole_dir"] is True
 
 
 def test_a_plan_journalled_without_optional_fields_reads_back():
