@@ -501,11 +501,19 @@ def ratio_rows(
     target: tuple[str, float],
     higher_is_better: bool,
     digits: int = 1,
+    ratio_mode: str = "ours/ref",
 ) -> list[Row]:
-    """Two rows judged on the ratio ours / reference: the best round of each, and the
-    medians (rounds alternate ours and the reference)."""
+    """Two rows judged on the ratio ours / reference (or reference / ours, ``ratio_mode``
+    ``"ref/ours"``): the best round of each, and the medians (rounds alternate ours and
+    the reference)."""
     best = max if higher_is_better else min
-    common: dict[str, Any] = {"unit": unit, "target": target, "check": "ratio", "digits": digits}
+    common: dict[str, Any] = {
+        "unit": unit,
+        "target": target,
+        "check": "ratio",
+        "digits": digits,
+        "ratio_mode": ratio_mode,
+    }
     return [
         Row(f"{metric}, best", best(ours), best(refs), **common),
         Row("    median", statistics.median(ours), statistics.median(refs), **common),
