@@ -3,15 +3,24 @@ and bounded waits."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fastapi import Query, Request
 
 from hcat_notify.api.contract import MAX_WAIT_SECONDS
-from hcat_notify.errors import InvalidSpecError
+from hcat_notify.errors import InvalidInputError, InvalidSpecError
 from hcat_notify.model.specs import PartitionSpec
 
-__all__ = ["MAX_WAIT_SECONDS", "SPEC_QUERY_DOC", "query_spec", "spec_openapi", "wait_query"]
+__all__ = [
+    "MAX_WAIT_SECONDS",
+    "SPEC_QUERY_DOC",
+    "query_spec",
+    "query_wait",
+    "spec_openapi",
+    "wait_openapi",
+    "wait_query",
+]
 
 
 SPEC_QUERY_DOC = (
@@ -65,5 +74,48 @@ def wait_query(what: str) -> Any:
         ge=0,
         le=MAX_WAIT_SECONDS,
         allow_inf_nan=False,
-        description=f"Seconds to wait for {what} (a long poll); 0 answers at once.",
+        description=_wait_description(what),
     )
+
+
+def _wait_description(what: str) -> str:
+    return f"Seconds to wait for {what} (a long poll); 0 answers at once."
+
+
+def query_wait(request: Request) -> float:
+    """The ``wait`` parameter read by a route itself (what :func:`wait_query` declares).
+
+    Raises:
+        InvalidInputError: not a finite number of seconds from 0 to the longest poll.
+    """
+    raw = request.query_params.get("wait")
+    if raw is None:
+        return 0.0
+    try:
+        wait = float(raw)
+    except ValueError:
+        wait = math.nan
+    if not 0 <= wait <= MAX_WAIT_SECONDS:  # also refuses nan
+        raise InvalidInputError(
+            f"malformed request: wait: {raw!r} is not a number of seconds from 0 to "
+            f"{MAX_WAIT_SECONDS:g}"
+        )
+    return wait
+
+
+def wait_openapi(what: str) -> dict[str, Any]:
+    """The OpenAPI parameter of :func:`query_wait` (as :func:`wait_query` declares it)."""
+    return {
+        "name": "wait",
+        "in": "query",
+        "required": False,
+        "schema": {
+            "type": "number",
+            "maximum": MAX_WAIT_SECONDS,
+            "minimum": 0,
+            "description": _wait_description(what),
+            "default": 0,
+            "title": "Wait",
+        },
+        "description": _wait_description(what),
+    }

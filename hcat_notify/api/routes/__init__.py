@@ -1,2 +1,3 @@
-"""The API's routes, one module per resource: ``tables`` (tables, partitions, dones),
-``events``, ``monitor`` (health, readiness, metrics) and ``status_page``."""
+"""The API's routes, one module per resource: ``dones`` (the done check and
+mark-set-done), ``tables`` (tables and partitions), ``events``, ``monitor`` (health,
+readiness, metrics) and ``status_page``."""

@@ -1,22 +1,19 @@
-"""``/v1/tables``: tables, their partitions, and whether a spec is done; what the command
-line's ``table`` and ``partitions`` commands write (create, register, discover, drop)."""
+"""``/v1/tables``: tables and their partitions; what the command line's ``table`` and
+``partitions`` commands write (create, register, discover, drop). Whether a spec is
+done, and marking it so: :mod:`hcat_notify.api.routes.dones`."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
-from fastapi.responses import JSONResponse
 
 from hcat_notify.api.auth import require_reader, require_writer
-from hcat_notify.api.contract import MAX_PAGE, NOT_DONE
+from hcat_notify.api.contract import MAX_PAGE
 from hcat_notify.api.datamodels import (
-    CoveringDone,
     CreateTable,
     Discover,
     Discovery,
-    DoneRecorded,
-    MarkDone,
     NewPartitions,
     Partition,
     PartitionList,
@@ -28,25 +25,33 @@ from hcat_notify.api.datamodels import (
     TableDropped,
     TableList,
 )
-from hcat_notify.api.params import query_spec, spec_openapi, wait_query
-from hcat_notify.api.problems import PROBLEM_RESPONSES, problem_doc, problem_response
+from hcat_notify.api.params import query_spec, spec_openapi
+from hcat_notify.api.problems import PROBLEM_RESPONSES, problem_doc
 from hcat_notify.api.state import ApiState, in_thread, state_of
 from hcat_notify.errors import InvalidSpecError
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.store.records import NewPartition, RetainedDone
+from hcat_notify.store.records import NewPartition
 
-__all__ = ["router"]
+__all__ = ["SPEC_ERRORS", "TABLE_PARAMETER", "WRITE_ERRORS", "State", "TablePath", "router"]
 
 State = Annotated[ApiState, Depends(state_of)]
-TablePath = Annotated[str, Path(description="db.table, e.g. web.clicks")]
+_TABLE_DOC = "db.table, e.g. web.clicks"
+TablePath = Annotated[str, Path(description=_TABLE_DOC)]
+TABLE_PARAMETER = {  # TablePath's OpenAPI form, for a route that reads it itself
+    "name": "table",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "description": _TABLE_DOC, "title": "Table"},
+    "description": _TABLE_DOC,
+}
 
 router = APIRouter(prefix="/v1/tables", tags=["tables"], responses=PROBLEM_RESPONSES)
 _TABLE_ERRORS: dict[int | str, dict[str, Any]] = {404: problem_doc("No such table.")}
-_SPEC_ERRORS: dict[int | str, dict[str, Any]] = {
+SPEC_ERRORS: dict[int | str, dict[str, Any]] = {
     **_TABLE_ERRORS,
     422: problem_doc("A key is not a partition key of the table."),
 }
-_WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
+WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     403: problem_doc("The principal is a reader."),
     413: problem_doc("The body is over 1 MiB."),
 }
@@ -74,7 +79,7 @@ async def list_tables(state: State, db: str | None = None) -> TableList:
     "",
     status_code=201,
     dependencies=[Depends(require_writer)],
-    responses={**_WRITE_ERRORS, 409: problem_doc("The table exists.")},
+    responses={**WRITE_ERRORS, 409: problem_doc("The table exists.")},
 )
 async def create_table(body: CreateTable, state: State, response: Response) -> Table:
     """Register a partitioned table and announce it (CREATE_TABLE on the prefix topic):
@@ -104,7 +109,7 @@ async def get_table(table: TablePath, state: State) -> Table:
 @router.get(
     "/{table}/partitions",
     dependencies=[Depends(require_reader)],
-    responses=_SPEC_ERRORS,
+    responses=SPEC_ERRORS,
     openapi_extra=spec_openapi(),
 )
 async def list_partitions(
@@ -131,7 +136,7 @@ async def list_partitions(
     "/{table}/partitions",
     status_code=201,
     dependencies=[Depends(require_writer)],
-    responses={**_SPEC_ERRORS, **_WRITE_ERRORS, 409: problem_doc("A partition exists.")},
+    responses={**SPEC_ERRORS, **WRITE_ERRORS, 409: problem_doc("A partition exists.")},
 )
 async def add_partitions(table: TablePath, body: NewPartitions, state: State) -> PartitionList:
     """Register new partitions with the sizes given and announce them (ADD_PARTITION: one
@@ -174,8 +179,8 @@ async def drop_table(table: TablePath, state: State, purge: PurgeQuery = False) 
     status_code=201,
     dependencies=[Depends(require_writer)],
     responses={
-        **_SPEC_ERRORS,
-        **_WRITE_ERRORS,
+        **SPEC_ERRORS,
+        **WRITE_ERRORS,
         409: problem_doc("A partition exists."),
         422: problem_doc(
             "A key is not a partition key of the table, or a location does not exist or "
@@ -205,7 +210,7 @@ async def register_partitions(
 @router.post(
     "/{table}/partitions:discover",
     dependencies=[Depends(require_writer)],
-    responses={**_TABLE_ERRORS, **_WRITE_ERRORS},
+    responses={**_TABLE_ERRORS, **WRITE_ERRORS},
 )
 async def discover_partitions(
     table: TablePath, state: State, body: Annotated[Discover | None, Body()] = None
@@ -233,7 +238,7 @@ async def discover_partitions(
     "/{table}/partitions",
     dependencies=[Depends(require_writer)],
     responses={
-        **_SPEC_ERRORS,
+        **SPEC_ERRORS,
         **_DROP_ERRORS,
         404: problem_doc("No such table, or no partition matches the spec."),
     },
@@ -261,65 +266,3 @@ async def drop_partitions(
         dropped.event_ids,
         purged if purge else None,
     )
-
-
-@router.post(
-    "/{table}/done",
-    status_code=201,
-    dependencies=[Depends(require_writer)],
-    responses={**_SPEC_ERRORS, **_WRITE_ERRORS},
-)
-async def mark_done(table: TablePath, body: MarkDone, state: State) -> DoneRecorded:
-    """Announce that every partition matching ``spec`` is complete (MARK_SET_DONE):
-    ``send_mark_set_done`` over HTTP."""
-
-    def record() -> DoneRecorded:
-        catalog = state.catalog()
-        info = catalog.get_table(table)
-        canonical = info.spec(body.spec, partial=True).sorted()
-        event_id = catalog.mark_set_done(info.name, canonical)
-        return DoneRecorded(
-            event_id=event_id,
-            table=str(info.name),
-            spec=canonical.to_path(),
-            partition_spec=canonical.as_strings(),
-        )
-
-    return await in_thread(record)
-
-
-@router.get(
-    "/{table}/done",
-    response_model=CoveringDone,
-    dependencies=[Depends(require_reader)],
-    responses={
-        **_SPEC_ERRORS,
-        404: problem_doc("No such table, or no retained mark-set-done covers the spec."),
-    },
-    openapi_extra=spec_openapi(),
-)
-async def covering_done(
-    table: TablePath,
-    request: Request,
-    state: State,
-    wait: Annotated[float, wait_query("a covering done")] = 0,
-) -> Any:
-    """The retained MARK_SET_DONE that covers the spec, or 404: ``curl --fail`` is a
-    complete scheduler check. A done for ``datestamp=X`` covers ``datestamp=X/region=us``."""
-    spec = query_spec(request, frozenset({"wait", "spec"}))
-    if spec is None:
-        raise InvalidSpecError("give the spec to check, e.g. ?datestamp=20110228")
-    wanted: PartitionSpec = spec
-
-    async def check() -> RetainedDone | None:
-        return await state.read(lambda catalog: catalog.find_covering_done(table, wanted))
-
-    done = await state.feed.poll(check, wait)
-    if done is None:
-        return problem_response(
-            404,
-            f"no retained mark-set-done of {table} covers {wanted.canonical()}",
-            request=request,
-            type_=NOT_DONE,
-        )
-    return JSONResponse(CoveringDone.of_done(done).model_dump(mode="json", by_alias=True))

@@ -1,0 +1,102 @@
+"""``/v1/tables/{table}/done``: "is this spec done?" (a scheduler's check, the API's
+hottest route) and ``send_mark_set_done`` over HTTP. Included before the other table
+routes, so that the check is matched first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from hcat_notify.api.auth import BASIC_SECURITY, authorize, require_writer
+from hcat_notify.api.contract import NOT_DONE
+from hcat_notify.api.datamodels import CoveringDone, DoneRecorded, MarkDone
+from hcat_notify.api.params import query_spec, query_wait, spec_openapi, wait_openapi
+from hcat_notify.api.problems import PROBLEM_RESPONSES, problem_doc, problem_response
+from hcat_notify.api.routes.tables import (
+    SPEC_ERRORS,
+    TABLE_PARAMETER,
+    WRITE_ERRORS,
+    State,
+    TablePath,
+)
+from hcat_notify.api.state import in_thread, state_of
+from hcat_notify.errors import InvalidSpecError
+from hcat_notify.model.principals import Role
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.store.records import RetainedDone
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/tables", tags=["tables"], responses=PROBLEM_RESPONSES)
+
+
+@router.get(
+    "/{table}/done",
+    response_model=CoveringDone,
+    responses={
+        **SPEC_ERRORS,
+        404: problem_doc("No such table, or no retained mark-set-done covers the spec."),
+    },
+    openapi_extra={
+        **BASIC_SECURITY,
+        "parameters": [
+            TABLE_PARAMETER,
+            wait_openapi("a covering done"),
+            *spec_openapi()["parameters"],
+        ],
+    },
+)
+async def covering_done(request: Request) -> Any:
+    """The retained MARK_SET_DONE that covers the spec, or 404: ``curl --fail`` is a
+    complete scheduler check. A done for ``datestamp=X`` covers ``datestamp=X/region=us``."""
+    # The scheduler's hot path: it checks its credentials and reads its parameters itself
+    # (FastAPI's dependency solving cost more than the catalog read).
+    await authorize(request, Role.READER)
+    table: str = request.path_params["table"]
+    state = await state_of(request)
+    wait = query_wait(request)
+    spec = query_spec(request, frozenset({"wait", "spec"}))
+    if spec is None:
+        raise InvalidSpecError("give the spec to check, e.g. ?datestamp=20110228")
+    wanted: PartitionSpec = spec
+
+    async def check() -> RetainedDone | None:
+        return await state.read(lambda catalog: catalog.find_covering_done(table, wanted))
+
+    done = await state.feed.poll(check, wait)
+    if done is None:
+        return problem_response(
+            404,
+            f"no retained mark-set-done of {table} covers {wanted.canonical()}",
+            request=request,
+            type_=NOT_DONE,
+        )
+    return Response(
+        CoveringDone.of_done(done).model_dump_json(by_alias=True), media_type="application/json"
+    )
+
+
+@router.post(
+    "/{table}/done",
+    status_code=201,
+    dependencies=[Depends(require_writer)],
+    responses={**SPEC_ERRORS, **WRITE_ERRORS},
+)
+async def mark_done(table: TablePath, body: MarkDone, state: State) -> DoneRecorded:
+    """Announce that every partition matching ``spec`` is complete (MARK_SET_DONE):
+    ``send_mark_set_done`` over HTTP."""
+
+    def record() -> DoneRecorded:
+        catalog = state.catalog()
+        info = catalog.get_table(table)
+        canonical = info.spec(body.spec, partial=True).sorted()
+        event_id = catalog.mark_set_done(info.name, canonical)
+        return DoneRecorded(
+            event_id=event_id,
+            table=str(info.name),
+            spec=canonical.to_path(),
+            partition_spec=canonical.as_strings(),
+        )
+
+    return await in_thread(record)
