@@ -37,6 +37,7 @@ __all__ = [
     "link_or_copy",
     "list_data_files",
     "move",
+    "remove_empty_dir",
     "split_location",
 ]
 
@@ -84,6 +85,25 @@ def delete_data_file(filesystem: pafs.FileSystem, path: str) -> None:
     filesystem.delete_file(path)
     with contextlib.suppress(OSError):
         filesystem.delete_file(crc_sidecar(path))
+
+
+def remove_empty_dir(filesystem: pafs.FileSystem, directory: str) -> bool:
+    """Remove ``directory`` if it is empty; whether it was removed.
+
+    On a local filesystem this is one ``rmdir``, which refuses a directory that is not
+    empty, so a file that another process moves in at the same moment is never deleted
+    with it. Elsewhere (no such call in pyarrow) it checks, then deletes.
+    """
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        try:
+            os.rmdir(directory)
+        except OSError:  # not empty, or gone
+            return False
+        return True
+    if exists(filesystem, directory) and not filesystem.get_file_info(pafs.FileSelector(directory)):
+        filesystem.delete_dir(directory)
+        return True
+    return False
 
 
 def delete_files_quietly(filesystem: pafs.FileSystem, paths: Iterable[str]) -> None:

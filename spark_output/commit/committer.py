@@ -232,7 +232,8 @@ class PartitionCommitter:
         # File by file, so that a concurrent append to the same partition (allowed) never
         # collides with this one. A partition that does not exist yet is renamed whole if
         # it still does not at move time (every file lands at the same target): only on a
-        # local filesystem, where a rename onto a directory fails instead of nesting.
+        # local filesystem, where a rename onto a non-empty directory fails (HDFS would
+        # nest the directory inside it).
         new_dir = not exists(self.fs, final)
         whole_dir = new_dir and isinstance(self.fs, pafs.LocalFileSystem)
         files = [FileMove(stat.path, self._free_name(final, stat.path)) for stat in item.files]
@@ -240,16 +241,19 @@ class PartitionCommitter:
             move = dataclasses.replace(
                 move, added=tuple(posixpath.basename(file.target) for file in files)
             )
+        # The compaction audit record travels with the files, named per job; for a
+        # whole-directory rename it is named so in staging first (once: a second plan of
+        # the same staging finds it renamed), so that the rename puts it at its target.
+        stem = MANIFEST_NAME.removesuffix(".json")
+        name = f"{stem}-{self.job_id}.json"
         manifest = posixpath.join(item.directory, MANIFEST_NAME)
-        if exists(self.fs, manifest):
-            # The compaction audit record travels with the files, named per job; named so
-            # in staging already, so that a whole-directory rename puts it at its target.
-            stem = MANIFEST_NAME.removesuffix(".json")
-            name = f"{stem}-{self.job_id}.json"
-            self.fs.move(manifest, posixpath.join(item.directory, name))
-            files.append(
-                FileMove(posixpath.join(item.directory, name), posixpath.join(final, name))
-            )
+        renamed = posixpath.join(item.directory, name)
+        if whole_dir and exists(self.fs, manifest):
+            self.fs.move(manifest, renamed)
+        for source in (manifest, renamed):
+            if exists(self.fs, source):
+                files.append(FileMove(source, posixpath.join(final, name)))
+                break
         return dataclasses.replace(
             move, kind=MoveKind.FILES, new_dir=new_dir, whole_dir=whole_dir, files=tuple(files)
         )

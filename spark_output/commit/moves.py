@@ -14,7 +14,7 @@ from pyarrow import fs as pafs
 
 from hcat_notify import NewPartition, PartitionSpec
 from spark_output.commit.plan import CommitPlan, MoveKind, PartitionMove
-from spark_output.fs import TableLocation, crc_sidecar, exists, move
+from spark_output.fs import TableLocation, crc_sidecar, exists, move, remove_empty_dir
 
 __all__ = [
     "STAGING_DIR",
@@ -50,8 +50,10 @@ def apply_moves(filesystem: pafs.FileSystem, plan: CommitPlan) -> None:
 
 def _rename_new_dir(filesystem: pafs.FileSystem, entry: PartitionMove) -> bool:
     # One rename instead of one per file; False when a concurrent append to the same
-    # partition created ``final`` meanwhile (a rename onto a non-empty directory fails):
-    # then the files are moved one by one, next to that writer's.
+    # partition created ``final`` meanwhile: then the files are moved one by one, next to
+    # that writer's. A rename onto a non-empty directory fails; onto an empty one (a
+    # writer that created it and is about to move its files in) it replaces it, and that
+    # writer's moves, made by path, land in this directory.
     if exists(filesystem, entry.final):
         return False
     try:
@@ -92,12 +94,8 @@ def undo_moves(filesystem: pafs.FileSystem, plan: CommitPlan) -> None:
             if entry.whole_dir and exists(filesystem, crc_sidecar(file.target)):
                 # A directory renamed whole brought the files' checksum sidecars along.
                 move(filesystem, crc_sidecar(file.target), crc_sidecar(file.source))
-        if (
-            entry.new_dir
-            and exists(filesystem, entry.final)
-            and not filesystem.get_file_info(pafs.FileSelector(entry.final))
-        ):
-            filesystem.delete_dir(entry.final)
+        if entry.new_dir:
+            remove_empty_dir(filesystem, entry.final)
 
 
 def new_partitions(plan: CommitPlan, location: TableLocation) -> list[NewPartition]:
