@@ -8,6 +8,7 @@ a data file" are hcat_notify's (:mod:`hcat_notify.files`: :class:`TableLocation`
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import posixpath
 from collections.abc import Iterable
@@ -88,22 +89,30 @@ def delete_data_file(filesystem: pafs.FileSystem, path: str) -> None:
 
 
 def remove_empty_dir(filesystem: pafs.FileSystem, directory: str) -> bool:
-    """Remove ``directory`` if it is empty; whether it was removed.
+    """Remove ``directory`` if it is empty (pyarrow's ``delete_dir`` is recursive); False
+    when it is not empty, or not there.
 
     On a local filesystem this is one ``rmdir``, which refuses a directory that is not
     empty, so a file that another process moves in at the same moment is never deleted
     with it. Elsewhere (no such call in pyarrow) it checks, then deletes.
+
+    Raises:
+        OSError: any other failure to remove it.
     """
     if isinstance(filesystem, pafs.LocalFileSystem):
         try:
             os.rmdir(directory)
-        except OSError:  # not empty, or gone
+        except FileNotFoundError:
             return False
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return False
+            raise
         return True
-    if exists(filesystem, directory) and not filesystem.get_file_info(pafs.FileSelector(directory)):
-        filesystem.delete_dir(directory)
-        return True
-    return False
+    if not exists(filesystem, directory) or filesystem.get_file_info(pafs.FileSelector(directory)):
+        return False
+    filesystem.delete_dir(directory)
+    return True
 
 
 def delete_files_quietly(filesystem: pafs.FileSystem, paths: Iterable[str]) -> None:

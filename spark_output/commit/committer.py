@@ -236,7 +236,9 @@ class PartitionCommitter:
         # nest the directory inside it).
         new_dir = not exists(self.fs, final)
         whole_dir = new_dir and isinstance(self.fs, pafs.LocalFileSystem)
-        files = [FileMove(stat.path, self._free_name(final, stat.path)) for stat in item.files]
+        files = [
+            FileMove(stat.path, self._target(final, stat.path, new_dir)) for stat in item.files
+        ]
         if move.added:
             move = dataclasses.replace(
                 move, added=tuple(posixpath.basename(file.target) for file in files)
@@ -274,11 +276,12 @@ class PartitionCommitter:
             return default
         return where.path
 
-    def _free_name(self, final: str, source: str) -> str:
+    def _target(self, final: str, source: str, new_dir: bool) -> str:
         # Spark's part-file names carry a UUID; if one is taken anyway, add the job id.
+        # (In a partition that does not exist yet none is: no need to look.)
         name = posixpath.basename(source)
         target = posixpath.join(final, name)
-        if not exists(self.fs, target):
+        if new_dir or not exists(self.fs, target):
             return target
         stem, dot, ext = name.partition(".")
         return posixpath.join(final, f"{stem}-{self.job_id}{dot}{ext}")

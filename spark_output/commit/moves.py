@@ -123,6 +123,5 @@ def remove_job_dirs(filesystem: pafs.FileSystem, table_path: str, *directories: 
             logger.warning("could not remove %s: %s", directory, exc)
     for parent in (STAGING_DIR, TRASH_DIR):
         path = posixpath.join(table_path, parent)
-        with contextlib.suppress(OSError):
-            if exists(filesystem, path) and not filesystem.get_file_info(pafs.FileSelector(path)):
-                filesystem.delete_dir(path)
+        with contextlib.suppress(OSError):  # another job's directory may be in it
+            remove_empty_dir(filesystem, path)

@@ -25,7 +25,7 @@ import pyarrow.fs as pafs
 from hcat_notify import Catalog, InvalidInputError, PartitionInfo, PartitionSpec, TableInfo
 from spark_output.compaction.har import archive_storage_location
 from spark_output.errors import CompactionError
-from spark_output.fs import TableLocation, is_hidden, split_location
+from spark_output.fs import TableLocation, is_hidden, remove_empty_dir, split_location
 from spark_output.maintenance.compact import COMPACTED_DIR, ProgressCallback
 from spark_output.maintenance.marker import SUPERSEDED_MARKER, Marker, MarkerError, read_marker
 
@@ -332,14 +332,10 @@ def _judge(
 
 
 def _remove_empty_dir(fs: pafs.FileSystem, directory: str) -> None:
-    """Remove ``directory`` only if it is empty (pyarrow's ``delete_dir`` is recursive)."""
-    if isinstance(fs, pafs.LocalFileSystem):
-        os.rmdir(directory)  # atomic: fails if anything appeared in it
-        return
-    left = fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
-    if left:
+    """Remove ``directory`` only if it is empty; else say what is left in it."""
+    if not remove_empty_dir(fs, directory):
+        left = fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
         raise OSError(f"{directory} is not empty: {', '.join(i.base_name for i in left[:3])}")
-    fs.delete_dir(directory)
 
 
 def _delete_superseded(fs: pafs.FileSystem, directory: str, marker: Marker) -> str | None:
