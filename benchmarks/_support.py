@@ -30,15 +30,15 @@ from pathlib import Path
 from typing import IO, Any
 
 import stomp
-from sqlalchemy import Engine, create_engine, delete, insert, select, update
+from sqlalchemy import Engine, create_engine, delete, insert, select
 
 from hcat_notify.config import Settings, load_settings
 from hcat_notify.model.names import TableName
 from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
 from hcat_notify.model.wire import build_mark_set_done
 from hcat_notify.store import Catalog, TableInfo
+from hcat_notify.store.event_ids import allocate_event_ids
 from hcat_notify.store.models import (
-    EventCounterRow,
     OutboxRow,
     RetentionRow,
     TableRow,
@@ -224,15 +224,9 @@ def make_settings(home: Path, broker_url: str, db_url: str | None) -> Settings:
 CHUNK = 2_000
 
 
-def allocate_ids(conn: Any, count: int) -> int:
-    """Take ``count`` event ids from the counter, as Catalog does; return the first."""
-    last = conn.execute(
-        update(EventCounterRow)
-        .where(EventCounterRow.id == 1)
-        .values(last_event_id=EventCounterRow.last_event_id + count)
-        .returning(EventCounterRow.last_event_id)
-    ).scalar_one()
-    return int(last) - count + 1
+def allocate_ids(conn: Any, count: int) -> list[int]:
+    """Take ``count`` event ids as Catalog does (counter or sequence), in order."""
+    return allocate_event_ids(conn, count)
 
 
 def table_id(engine: Engine, name: str) -> int:
@@ -280,8 +274,7 @@ def bulk_dones(
     wanted = [info.spec(spec, partial=True).sorted() for spec in specs]
     try:
         with engine.begin() as conn:
-            first = allocate_ids(conn, len(wanted))
-            ids = list(range(first, first + len(wanted)))
+            ids = allocate_ids(conn, len(wanted))
 
             def retention() -> Iterator[dict[str, Any]]:
                 for event_id, spec in zip(ids, wanted, strict=True):

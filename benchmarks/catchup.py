@@ -2,7 +2,7 @@
 
 (a) A table with 100,000 retained MARK_SET_DONE messages (bulk-inserted, not timed, as
     ``Catalog.mark_set_done`` writes them: retention row + published outbox row with the
-    same event id, ids taken from ``hcat_event_counter``). Timed: from
+    same event id, ids taken as the catalog takes them). Timed: from
     ``NotificationConsumer(...)`` and ``.start()`` (subscribe, then catch up) to the
     100,000th notification handed out by ``consumer.notifications(timeout=...)``.
     Reference: the same rows fetched with one plain SELECT on the driver (sqlite3 or
@@ -252,36 +252,34 @@ def bulk_lookup_dones(env: BenchEnv, name: str, days: int, regions: int, day_lev
     if sample.to_path() != f"datestamp={day(3)}/region={region(7)}":
         raise RuntimeError(f"unexpected canonical spec {sample.to_path()}")
 
-    def rows(first: int) -> Iterator[dict[str, Any]]:
-        event_id = first
+    def rows(ids: list[int]) -> Iterator[dict[str, Any]]:
+        taken = iter(ids)
         for d in range(days):
             ds = day(d)
             for r in range(regions):
                 rs = region(r)
                 yield {
-                    "event_id": event_id,
+                    "event_id": next(taken),
                     "table_id": tid,
                     "spec": f"datestamp={ds}/region={rs}",
                     "spec_json": {"datestamp": ds, "region": rs},
                     "created_at": now,
                     "expires_at": expires,
                 }
-                event_id += 1
             if d < day_level:
                 yield {
-                    "event_id": event_id,
+                    "event_id": next(taken),
                     "table_id": tid,
                     "spec": f"datestamp={ds}",
                     "spec_json": {"datestamp": ds},
                     "created_at": now,
                     "expires_at": expires,
                 }
-                event_id += 1
 
     try:
         with engine.begin() as conn:
-            first = allocate_ids(conn, count)
-            inserted = insert_chunks(conn, RetentionRow.__table__, rows(first))
+            ids = allocate_ids(conn, count)
+            inserted = insert_chunks(conn, RetentionRow.__table__, rows(ids))
     finally:
         engine.dispose()
     return inserted

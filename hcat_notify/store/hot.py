@@ -10,8 +10,9 @@ pool with no transaction around it: a single statement reads one consistent snap
 both backends (SQLite in autocommit mode, PostgreSQL with ``autocommit`` set for it).
 
 The writer's call (``send_mark_set_done``) is the same kind of path: the table row, the
-event-id counter, the retention row and the outbox row, as Core statements compiled once
-per dialect with the columns' own bind processors, in one driver transaction (SQLite
+event id (counter or sequence), the retention row and the outbox row, as Core statements
+compiled once per dialect with the columns' own bind processors, in one driver
+transaction (SQLite
 ``BEGIN IMMEDIATE``; PostgreSQL's implicit transaction, ``pg_notify`` at commit), where
 the session path costs several times the statements.
 
@@ -37,6 +38,7 @@ from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import topic_bucket
 from hcat_notify.model.wire import build_mark_set_done
 from hcat_notify.store.engine import begin_immediate
+from hcat_notify.store.event_ids import ALLOCATE_POSTGRESQL
 from hcat_notify.store.models import EventCounterRow, OutboxRow, RetentionRow, TableRow
 from hcat_notify.store.records import RetainedDone, as_datetime, table_not_found, trusted_json
 from hcat_notify.store.tx import OUTBOX_CHANNEL
@@ -198,11 +200,14 @@ class HotReads:
             table_id, keys, topic, retention_seconds = found
             canonical = given.for_table(trusted_json(keys), table=str(name), partial=True)
             canonical = canonical.sorted()
-            # The counter's row lock is held from here to the commit: events become
-            # visible in id order (see EventCounterRow).
-            counter = statements["counter"]
-            cursor.execute(counter.sql, counter.params({"count": 1}))
-            (event_id,) = cursor.fetchone()
+            # Readers in id order stay below this id until the commit (event_ids).
+            if self._postgres:
+                cursor.execute(ALLOCATE_POSTGRESQL, (1,))
+                ((event_id,),) = cursor.fetchone()
+            else:
+                counter = statements["counter"]
+                cursor.execute(counter.sql, counter.params({"count": 1}))
+                (event_id,) = cursor.fetchone()
             message = build_mark_set_done(
                 event_id=event_id,
                 table=name,

@@ -210,12 +210,12 @@ class OutboxActionRow(Base):
 
 
 class EventCounterRow(Base):
-    """The single row that hands out event ids.
+    """The single row that hands out event ids on SQLite.
 
     Allocating ids by updating one row serialises the writers of events until they
-    commit, so events become visible in event-id order on every backend. A database
-    sequence would not: a transaction holding id 10 could commit after one holding 11,
-    and a relay reading in between would publish 11 first.
+    commit, so events become visible in event-id order. PostgreSQL uses a sequence
+    instead, with readers bounded by a horizon (:mod:`hcat_notify.store.event_ids`);
+    there this row keeps the value it had when the catalog was migrated.
     """
 
     __tablename__ = "hcat_event_counter"

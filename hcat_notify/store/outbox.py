@@ -10,7 +10,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Executable, String, Text, cast, func, or_, select, type_coerce, update
+from sqlalchemy import (
+    ColumnElement,
+    Executable,
+    String,
+    Text,
+    cast,
+    func,
+    or_,
+    select,
+    true,
+    type_coerce,
+    update,
+)
 
 from hcat_notify.errors import InvalidInputError, TableDroppedError
 from hcat_notify.model.cursor import Cursor
@@ -66,6 +78,14 @@ def _outbox_events(tx: Tx, query: Executable) -> list[OutboxEvent]:
     return [outbox_event(*row) for row in _plain_rows(tx, query)]
 
 
+def _in_id_order(tx: Tx, bound: int | None = None) -> ColumnElement[bool]:
+    """The condition that bounds a read of events in id order (after a position) to
+    what no later commit can still add to (:mod:`hcat_notify.store.event_ids`);
+    ``bound`` when the caller read it already. Always true on SQLite."""
+    bound = tx.id_order_bound() if bound is None else bound
+    return true() if bound is None else OutboxRow.event_id <= bound
+
+
 def _plain_rows(tx: Tx, query: Executable) -> list[tuple[Any, ...]]:
     """The rows of a query of plain columns as the driver returns them (tuples).
 
@@ -109,7 +129,7 @@ def pending_events(
     )
     if exclude_topics:
         query = query.where(OutboxRow.topic.not_in(list(exclude_topics)))
-    return _outbox_events(tx, query)
+    return _outbox_events(tx, query.where(_in_id_order(tx)))
 
 
 def events_in_buckets(
@@ -134,7 +154,7 @@ def events_in_buckets(
         .order_by(OutboxRow.event_id)
         .limit(limit)
     )
-    return _outbox_events(tx, query)
+    return _outbox_events(tx, query.where(_in_id_order(tx)))
 
 
 def backlog_in_buckets(
@@ -157,12 +177,9 @@ def backlog_in_buckets(
 
 def events(tx: Tx, *, after_event_id: int = 0, limit: int = 500) -> list[OutboxEvent]:
     """All outbox events (published or not) after an event id, in order."""
+    query = select(*_OUTBOX_COLUMNS).where(OutboxRow.event_id > after_event_id)
     return _outbox_events(
-        tx,
-        select(*_OUTBOX_COLUMNS)
-        .where(OutboxRow.event_id > after_event_id)
-        .order_by(OutboxRow.event_id)
-        .limit(limit),
+        tx, query.where(_in_id_order(tx)).order_by(OutboxRow.event_id).limit(limit)
     )
 
 
@@ -273,6 +290,8 @@ def catch_up(
             if scope.through is not None:
                 query = query.where(OutboxRow.event_id <= scope.through)
             queries.append(query.order_by(OutboxRow.event_id))
+    bound = tx.id_order_bound()
+    queries = [query.where(_in_id_order(tx, bound)) for query in queries]
     if limit is not None:
         queries = [query.limit(limit) for query in queries]
     # The driver's own row tuples (the page builds each event when it is handed out).

@@ -64,6 +64,9 @@ def retained_dones(
         )
         .order_by(RetentionRow.event_id)
     )
+    bound = tx.id_order_bound()  # a later page must not find an id it passed
+    if bound is not None:
+        query = query.where(RetentionRow.event_id <= bound)
     if limit is not None:
         query = query.limit(limit)
     return [_retained(rrow, by_id[rrow.table_id]) for rrow in tx.session.scalars(query)]

@@ -27,7 +27,8 @@ from hcat_notify.errors import ConflictError, StoreError, StoreUnavailableError
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.topics import topic_bucket
-from hcat_notify.store.models import EventCounterRow, OutboxRow, PartitionRow, TableRow
+from hcat_notify.store.event_ids import allocate_event_ids, visible_through
+from hcat_notify.store.models import OutboxRow, PartitionRow, TableRow
 from hcat_notify.store.records import TableDrop, table_dropped, table_not_found
 
 __all__ = ["OUTBOX_CHANNEL", "RELAY_CHANNEL", "Tx", "transaction"]
@@ -121,24 +122,24 @@ class Tx:
         return self.session.connection().execute(query)
 
     def allocate_event_ids(self, count: int) -> list[int]:
-        """``count`` new event ids, in order.
-
-        The counter row's lock is held until commit (see :class:`EventCounterRow`), so
-        events become visible in id order.
-        """
-        last = self.session.execute(
-            update(EventCounterRow)
-            .where(EventCounterRow.id == 1)
-            .values(last_event_id=EventCounterRow.last_event_id + count)
-            .returning(EventCounterRow.last_event_id)
-        ).scalar_one()
+        """``count`` new event ids, in order (see :mod:`hcat_notify.store.event_ids`:
+        readers in id order do not pass them before this transaction ends)."""
+        ids = allocate_event_ids(self.session.connection(), count)
         self.notify(OUTBOX_CHANNEL)
-        return list(range(last - count + 1, last + 1))
+        return ids
 
     def last_event_id(self) -> int:
-        """The highest event id handed out so far."""
-        row = self.session.get(EventCounterRow, 1)
-        return 0 if row is None else int(row.last_event_id)
+        """The highest event id at or below which every event is committed or rolled
+        back: where a reader that starts now is complete up to."""
+        return visible_through(self.session.connection())
+
+    def id_order_bound(self) -> int | None:
+        """The id a read of events in id order must stop at (a position passed is never
+        revisited), or None where every committed event is already below any later one
+        (SQLite, whose writers hold the counter to commit)."""
+        if self.dialect != "postgresql":
+            return None
+        return visible_through(self.session.connection())
 
     def notify(self, channel: str) -> None:
         """Wake the processes listening on ``channel`` when this transaction commits.

@@ -15,14 +15,15 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import create_engine, insert, select, update
+from sqlalchemy import create_engine, insert, select
 
 from hcat_notify.config import Settings
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
 from hcat_notify.model.wire import build_mark_set_done, with_event_id
 from hcat_notify.store import Catalog, TableInfo
-from hcat_notify.store.models import EventCounterRow, OutboxActionRow, OutboxRow
+from hcat_notify.store.event_ids import allocate_event_ids
+from hcat_notify.store.models import OutboxActionRow, OutboxRow
 from tests.integration.delivery import CliProcess, Recorder, changes, run_cli, running_relay
 
 pytestmark = pytest.mark.integration
@@ -46,11 +47,7 @@ def _poison(settings: Settings, table: TableInfo) -> int:
     engine = create_engine(settings.database_url)
     try:
         with engine.begin() as connection:
-            event_id = connection.execute(
-                update(EventCounterRow)
-                .values(last_event_id=EventCounterRow.last_event_id + 1)
-                .returning(EventCounterRow.last_event_id)
-            ).scalar_one()
+            event_id = allocate_event_ids(connection, 1)[0]
             headers, body = with_event_id(message.headers, message.body, event_id)
             connection.execute(
                 insert(OutboxRow).values(

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import create_engine, insert, update
+from sqlalchemy import create_engine, insert
 
 from hcat_notify.broker import consumer_connection
 from hcat_notify.config import Settings
@@ -27,7 +27,8 @@ from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
 from hcat_notify.model.wire import build_mark_set_done
 from hcat_notify.store import Catalog, TableInfo
-from hcat_notify.store.models import EventCounterRow, OutboxRow, RetentionRow
+from hcat_notify.store.event_ids import allocate_event_ids
+from hcat_notify.store.models import OutboxRow, RetentionRow
 from tests.integration.delivery import CliProcess, run_cli, running_relay
 
 pytestmark = pytest.mark.integration
@@ -319,8 +320,10 @@ def test_writers_committing_out_of_order_skip_nothing(
     delivery_settings: Settings, delivery_catalog: Catalog, clicks: TableInfo
 ):
     """A writer holds its transaction (its event id taken) open for 5 s while another
-    writes: the other waits for it (the counter row's lock is held to commit, so ids
-    become visible in id order), and the relay and the consumer skip neither event."""
+    writes. On PostgreSQL the other commits meanwhile (ids from a sequence), but no
+    reader in id order passes the held id: the relay does not publish the later event,
+    a catch-up does not return it, until the held one commits. On SQLite the other
+    waits (one writer at a time). Either way nothing is skipped, and order holds."""
     engine = create_engine(delivery_settings.database_url)
     message = build_mark_set_done(
         event_id=0,
@@ -336,11 +339,7 @@ def test_writers_committing_out_of_order_skip_nothing(
     ):
         first = delivery_catalog.mark_set_done(clicks.name, {"datestamp": "0"})
         with engine.begin() as connection:  # the slow writer
-            held = connection.execute(
-                update(EventCounterRow)
-                .values(last_event_id=EventCounterRow.last_event_id + 1)
-                .returning(EventCounterRow.last_event_id)
-            ).scalar_one()
+            held = allocate_event_ids(connection, 1)[0]
             now = datetime.now(UTC)
             connection.execute(
                 insert(OutboxRow).values(
@@ -372,14 +371,28 @@ def test_writers_committing_out_of_order_skip_nothing(
                 )
             )
             fast.start()
-            time.sleep(5)
-            assert second == [], "the fast writer committed past a held event id"
+            if connection.dialect.name == "postgresql":
+                _wait_for(
+                    lambda: bool(second), 10, lambda: "the fast writer waited for the held id"
+                )
+            else:
+                fast.join(5)
+                assert second == [], "the fast writer committed while SQLite's lock was held"
+            # the relay had time for several batches: nothing after the held id went out
+            # (on SQLite the relay's own writes may wait for the held lock too)
+            early = [n.event_id for n in consumer.notifications(timeout=3)]
+            assert early in ([first], [])
+            assert list(delivery_catalog.catch_up([clicks.name], cursor=first)) == []
+            assert delivery_catalog.last_event_id() < held
         fast.join(60)
         got = [n.event_id for n in consumer.notifications(timeout=5)]
+        after = [e.event_id for e in delivery_catalog.catch_up([clicks.name], cursor=first)]
     engine.dispose()
     assert held > first
     assert len(second) == 1
-    assert got == [first, held, second[0]]  # nothing skipped, in order
+    assert second[0] > held
+    assert early + got == [first, held, second[0]]  # nothing skipped, in order
+    assert after == [held, second[0]]
 
 
 def test_status_shows_the_controller_members_and_their_buckets(

@@ -1,0 +1,123 @@
+"""Event ids: increasing, and never visible out of order to a reader in id order."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError
+
+from hcat_notify.config import load_settings
+from hcat_notify.store import Catalog
+from hcat_notify.store.engine import alembic_config, open_engine
+from hcat_notify.store.event_ids import allocate_event_ids, visible_through
+
+
+@pytest.fixture
+def engine(catalog: Catalog, db_url: str) -> Iterator[Engine]:
+    """The migrated catalog's database, for transactions held open by hand."""
+    opened = open_engine(db_url)
+    yield opened
+    opened.dispose()
+
+
+def test_ids_increase_and_are_visible_after_commit(engine: Engine):
+    with engine.begin() as connection:
+        first = allocate_event_ids(connection, 3)
+    with engine.begin() as connection:
+        second = allocate_event_ids(connection, 1)
+    assert first == sorted(set(first))
+    assert len(first) == 3
+    assert second[0] > first[-1]
+    with engine.connect() as connection:
+        assert visible_through(connection) == second[0]
+
+
+def test_a_held_transaction_keeps_readers_below_its_ids(engine: Engine, db_url: str):
+    """The horizon stays below an open writer's ids, whatever commits after them."""
+    held = engine.connect()
+    transaction = held.begin()
+    try:
+        (mine,) = allocate_event_ids(held, 1)
+        # another writer, meanwhile (on SQLite it waits for the held lock: no later id)
+        later: list[int] = []
+
+        def write() -> None:
+            with engine.begin() as connection:
+                later.extend(allocate_event_ids(connection, 2))
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        writer.join(5)
+        if db_url.startswith("postgresql"):
+            assert later, "the sequence made the other writer wait"
+            assert later[0] > mine
+            with engine.connect() as reader:
+                assert visible_through(reader) == mine - 1
+        else:
+            assert later == [], "SQLite let a second writer allocate past a held id"
+        transaction.commit()
+    finally:
+        held.close()
+    writer.join(30)
+    assert later
+    assert later[0] > mine
+    with engine.connect() as reader:
+        assert visible_through(reader) == later[-1]
+
+
+def test_a_rolled_back_transaction_leaves_no_hole_for_readers(engine: Engine, db_url: str):
+    with engine.connect() as connection:
+        with connection.begin() as transaction:
+            (lost,) = allocate_event_ids(connection, 1)
+            transaction.rollback()
+        with connection.begin():
+            (kept,) = allocate_event_ids(connection, 1)
+        # SQLite's counter rolls back with the transaction; a sequence leaves a gap,
+        # which the horizon passes (nothing waits for the rolled-back id).
+        assert kept == (lost + 1 if db_url.startswith("postgresql") else lost)
+        assert visible_through(connection) == kept
+
+
+def test_a_count_below_one_is_refused_and_takes_nothing(engine: Engine):
+    with engine.connect() as connection:
+        before = visible_through(connection)
+        with pytest.raises(ValueError, match="at least 1, got 0"):
+            allocate_event_ids(connection, 0)
+        assert visible_through(connection) == before
+
+
+def test_the_database_function_refuses_a_bad_count(fresh_postgres_url: str, tmp_path: Path):
+    with Catalog.open(load_settings(home=tmp_path, db_url=fresh_postgres_url)):
+        pass
+    engine = open_engine(fresh_postgres_url)
+    try:
+        with engine.connect() as connection, pytest.raises(DBAPIError, match="at least 1"):
+            connection.execute(text("SELECT hcat_allocate_event_ids(0)"))
+        with engine.connect() as connection:
+            assert visible_through(connection) == 0
+    finally:
+        engine.dispose()
+
+
+def test_ids_continue_after_the_counter_when_a_catalog_is_migrated(db_url: str, tmp_path: Path):
+    """A catalog at 0009 with events: the sequence starts after the counter's last id."""
+    from alembic import command
+
+    engine = open_engine(db_url)
+    try:
+        with engine.begin() as connection:
+            command.upgrade(alembic_config(connection, None), "0009")
+            connection.execute(text("UPDATE hcat_event_counter SET last_event_id = 41"))
+    finally:
+        engine.dispose()
+    settings = load_settings(home=tmp_path, db_url=db_url)
+    with Catalog.open(settings) as catalog:
+        assert catalog.last_event_id() == 41
+        catalog.create_table("web.clicks", location=str(tmp_path / "c"), partition_keys=["ds"])
+        assert catalog.mark_set_done("web.clicks", {"ds": "1"}) > 42
+        done = catalog.mark_set_done("web.clicks", {"ds": "2"})
+        assert catalog.last_event_id() == done
