@@ -119,5 +119,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestMetrics, metrics=state.metrics)
     for module in (monitor, dones, tables, events, status_page):
         app.include_router(module.router)
+    app.router.routes.insert(0, dones.check_route())
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -170,6 +170,28 @@ def _format_item(key: str, value: str | None) -> str:
     return f"{escape_path_name(key)}={escaped}"
 
 
+def _of_valid(items: tuple[tuple[str, str | None], ...]) -> PartitionSpec:
+    """A spec of items that are valid already (another spec's, reordered or cut; a
+    path the catalog wrote): the checks of ``PartitionSpec.__post_init__`` skipped."""
+    spec = object.__new__(PartitionSpec)
+    object.__setattr__(spec, "items", items)
+    return spec
+
+
+def _partition_keys(keys: Sequence[str]) -> tuple[str, ...]:
+    """A table's partition keys, each checked (and lower-cased); once per process for
+    the same keys."""
+    try:
+        return _checked_keys(tuple(keys))
+    except TypeError:  # an unhashable key: not a name, as the check will say
+        return tuple(validate_identifier(k, what="partition key") for k in keys)
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_keys(keys: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(validate_identifier(k, what="partition key") for k in keys)
+
+
 @functools.lru_cache(maxsize=65_536)
 def _trusted_item(segment: str) -> tuple[str, str | None]:
     """``(key, value)`` of one ``key=value`` segment written by :meth:`PartitionSpec.to_path`.
@@ -305,10 +327,7 @@ class PartitionSpec:
         100,000s of them); anything from outside goes through :meth:`parse`. The result
         equals ``parse(path)`` for every path ``to_path`` produces.
         """
-        pairs = tuple(map(_trusted_item, path.split("/")))
-        spec = object.__new__(cls)
-        object.__setattr__(spec, "items", pairs)
-        return spec
+        return _of_valid(tuple(map(_trusted_item, path.split("/"))))
 
     @classmethod
     def from_args(cls, args: Sequence[str]) -> PartitionSpec:
@@ -372,7 +391,7 @@ class PartitionSpec:
 
     def sorted(self) -> PartitionSpec:
         """Return the same spec with keys in lexical order."""
-        return PartitionSpec(tuple(sorted(self.items, key=lambda item: item[0])))
+        return _of_valid(tuple(sorted(self.items, key=lambda item: item[0])))
 
     def canonical(self) -> str:
         """Return the canonical string: :meth:`to_path` of :meth:`sorted`.
@@ -452,7 +471,7 @@ class PartitionSpec:
             raise InvalidSpecError(
                 f"partition_keys must be a sequence of key names, not one string {partition_keys!r}"
             )
-        table_keys = [validate_identifier(k, what="partition key") for k in partition_keys]
+        table_keys = _partition_keys(partition_keys)
         of_table = f"table {table}" if table else "the table"
         mine = self.as_dict()
         unknown = [key for key in mine if key not in table_keys]
@@ -472,7 +491,7 @@ class PartitionSpec:
                     f"partition key(s) {', '.join(missing)}; a full spec needs "
                     f"{', '.join(table_keys)}"
                 )
-        ordered = PartitionSpec(tuple((key, mine[key]) for key in table_keys if key in mine))
+        ordered = _of_valid(tuple((key, mine[key]) for key in table_keys if key in mine))
         return ordered.check_limits()
 
     def check_limits(self) -> PartitionSpec:

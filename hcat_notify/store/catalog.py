@@ -144,6 +144,7 @@ class Catalog:
         return self._clock()
 
     def close(self) -> None:
+        self._hot.close()
         self._engine.dispose()
 
     def __enter__(self) -> Catalog:

@@ -1,13 +1,15 @@
-"""Hot reads: one statement on a pooled driver connection, compiled once per shape.
+"""Hot reads: one statement on a driver connection, compiled once per shape.
 
 "Is this spec done?" is asked per task by schedulers and per request by the HTTP API.
 Through a session it costs four statements (BEGIN, the table row, the retention rows,
 COMMIT) and SQLAlchemy's per-statement work, about a millisecond; the lookup itself
 takes tens of microseconds. Here it is one ``SELECT`` (table row joined with the
 candidate retention rows), written with SQLAlchemy Core, compiled to the driver's SQL
-once per dialect and number of covering specs, and run on a connection of the engine's
-pool with no transaction around it: a single statement reads one consistent snapshot on
-both backends (SQLite in autocommit mode, PostgreSQL with ``autocommit`` set for it).
+once per dialect and number of covering specs, and run with no transaction around it:
+a single statement reads one consistent snapshot on both backends (SQLite in autocommit
+mode, PostgreSQL with ``autocommit`` set for it). PostgreSQL reads on a connection of
+the engine's pool; SQLite on the calling thread's own connection, kept out of the pool
+(a check-out and its reset cost more than the lookup) and closed with the catalog.
 
 The writer's call (``send_mark_set_done``) is the same kind of path: the table row, the
 event id (counter or sequence), the retention row and the outbox row, as Core statements
@@ -22,6 +24,7 @@ Driver errors are mapped as :func:`hcat_notify.store.tx.transaction` maps them.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
@@ -120,7 +123,7 @@ def _covering_statement(dialect: Dialect, specs: int) -> _Compiled:
             TableRow.id,
             TableRow.partition_keys,
             RetentionRow.event_id,
-            RetentionRow.spec_json,
+            RetentionRow.spec,
             RetentionRow.created_at,
             RetentionRow.expires_at,
         )
@@ -141,6 +144,22 @@ class HotReads:
         self._engine = engine
         self._url = url
         self._postgres = engine.dialect.name == "postgresql"
+        # SQLite: one reading connection per thread, kept out of the pool (its
+        # check-out and reset cost a lookup more than the lookup itself).
+        self._local = threading.local()
+        self._readers: list[Any] = []
+        self._readers_lock = threading.Lock()
+        self._generation = 0
+
+    def close(self) -> None:
+        """Close the SQLite reading connections (the pool's close with the engine); a
+        later read opens new ones, as the pool would."""
+        with self._readers_lock:
+            readers, self._readers = self._readers, []
+            self._generation += 1
+        for driver in readers:
+            with suppress(Exception):
+                driver.close()
 
     def covering_done(
         self, name: TableName, given: PartitionSpec, now: datetime
@@ -157,7 +176,7 @@ class HotReads:
         params: dict[str, Any] = {f"spec{index}": spec for index, spec in enumerate(canonicals)}
         params["db"] = name.db
         params["table"] = name.table
-        with self._cursor() as cursor:
+        with self._read_cursor() as cursor:
             cursor.execute(statement.sql, statement.params(params))
             rows: Sequence[Any] = cursor.fetchall()
         if not rows:
@@ -175,7 +194,7 @@ class HotReads:
         return RetainedDone(
             event_id=best[2],
             table=name,
-            spec=PartitionSpec.from_mapping(trusted_json(best[3])),
+            spec=PartitionSpec.parse_trusted(best[3]),
             created_at=as_datetime(best[4]),
             expires_at=best[5],
         )
@@ -251,6 +270,48 @@ class HotReads:
         return int(event_id), canonical
 
     @contextmanager
+    def _read_cursor(self) -> Iterator[Any]:
+        """A cursor for one reading statement: on SQLite, of this thread's own
+        connection (autocommit: each statement reads the latest commit)."""
+        if self._postgres:
+            with self._cursor() as cursor:
+                yield cursor
+            return
+        mine: tuple[int, Any] | None = getattr(self._local, "reader", None)
+        if mine is None or mine[0] != self._generation:  # none yet, or the catalog closed
+            mine = None
+        try:
+            if mine is None:
+                pooled = self._engine.raw_connection()  # connected as the pool's are
+                mine = (self._generation, pooled.driver_connection)
+                pooled.detach()
+                with self._readers_lock:
+                    self._readers.append(mine[1])
+                self._local.reader = mine
+            cursor = mine[1].cursor()
+            try:
+                yield cursor
+            finally:
+                cursor.close()
+        except self._engine.dialect.loaded_dbapi.Error as exc:
+            if mine is not None:  # a new connection next time
+                self._local.reader = None
+                with self._readers_lock, suppress(ValueError):
+                    self._readers.remove(mine[1])
+                with suppress(Exception):
+                    mine[1].close()
+            raise self._store_error(exc) from exc
+
+    def _store_error(self, exc: Exception) -> StoreError:
+        dbapi = self._engine.dialect.loaded_dbapi
+        unavailable = isinstance(exc, dbapi.OperationalError | dbapi.InterfaceError) or (
+            type(exc) is dbapi.DatabaseError
+        )
+        error = StoreUnavailableError if unavailable else StoreError
+        reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        return error(f"database {self._url} failed: {reason or type(exc).__name__}")
+
+    @contextmanager
     def _cursor(self, *, write: bool = False) -> Iterator[Any]:
         dbapi = self._engine.dialect.loaded_dbapi
         connection = self._engine.raw_connection()
@@ -282,12 +343,7 @@ class HotReads:
         except dbapi.Error as exc:
             if self._engine.dialect.is_disconnect(exc, connection, None):
                 connection.invalidate(exc)
-            unavailable = isinstance(exc, dbapi.OperationalError | dbapi.InterfaceError) or (
-                type(exc) is dbapi.DatabaseError
-            )
-            error = StoreUnavailableError if unavailable else StoreError
-            reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-            raise error(f"database {self._url} failed: {reason or type(exc).__name__}") from exc
+            raise self._store_error(exc) from exc
         finally:
             connection.close()
 

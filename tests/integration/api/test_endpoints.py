@@ -192,6 +192,8 @@ def test_metrics(anonymous: httpx.Client, reader: httpx.Client, new_table, api_c
     name = new_table()
     api_catalog.mark_set_done(name, {"datestamp": "1"})
     reader.get(f"/v1/tables/{name}")
+    assert reader.get(f"/v1/tables/{name}/done", params={"datestamp": "1"}).status_code == 200
+    assert reader.get(f"/v1/tables/{name}/done", params={"datestamp": "2"}).status_code == 404
     text = anonymous.get("/metrics").text
     assert "hcat_notify_catalog_up 1.0" in text
     for metric in (
@@ -211,6 +213,12 @@ def test_metrics(anonymous: httpx.Client, reader: httpx.Client, new_table, api_c
         in text
     )
     assert "hcat_notify_api_request_duration_seconds_bucket" in text
+    # the check is a plain route in front of the others: still counted by its template
+    for status in ("200", "404"):
+        assert (
+            'hcat_notify_api_requests_total{method="GET",route="/v1/tables/{table}/done",'
+            f'status="{status}"}}'
+        ) in text
 
 
 def test_status_page_html(reader: httpx.Client, new_table, api_catalog: Catalog):
