@@ -96,6 +96,20 @@ $$
 """
 
 
+# A process of an older version still running would go on taking ids from the counter,
+# the same ids as the sequence's: it fails instead, saying why.
+_RETIRED = """
+CREATE FUNCTION hcat_event_counter_retired() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'event ids come from hcat_allocate_event_ids() since catalog migration '
+        '0010, not from hcat_event_counter: this process runs an older hcat-notify; '
+        'restart it with the version that migrated the catalog';
+END
+$$
+"""
+
+
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
@@ -106,11 +120,18 @@ def upgrade() -> None:
     )
     op.execute(_ALLOCATE)
     op.execute(_HORIZON)
+    op.execute(_RETIRED)
+    op.execute(
+        "CREATE TRIGGER hcat_event_counter_retired BEFORE UPDATE ON hcat_event_counter "
+        "FOR EACH ROW EXECUTE FUNCTION hcat_event_counter_retired()"
+    )
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
+    op.execute("DROP TRIGGER hcat_event_counter_retired ON hcat_event_counter")
+    op.execute("DROP FUNCTION hcat_event_counter_retired()")
     op.execute(
         "UPDATE hcat_event_counter SET last_event_id = "
         "(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM hcat_event_id_seq) "

@@ -121,3 +121,48 @@ def test_ids_continue_after_the_counter_when_a_catalog_is_migrated(db_url: str, 
         assert catalog.mark_set_done("web.clicks", {"ds": "1"}) > 42
         done = catalog.mark_set_done("web.clicks", {"ds": "2"})
         assert catalog.last_event_id() == done
+
+
+def test_an_older_process_taking_ids_from_the_counter_fails_and_says_why(
+    fresh_postgres_url: str, tmp_path: Path
+):
+    """On PostgreSQL the counter is retired: its ids would collide with the sequence's."""
+    with Catalog.open(load_settings(home=tmp_path, db_url=fresh_postgres_url)) as catalog:
+        catalog.create_table("web.clicks", location=str(tmp_path / "c"), partition_keys=["ds"])
+        before = catalog.last_event_id()
+    engine = open_engine(fresh_postgres_url)
+    try:
+        with pytest.raises(DBAPIError, match="runs an older hcat-notify"), engine.begin() as c:
+            c.execute(text("UPDATE hcat_event_counter SET last_event_id = last_event_id + 1"))
+        with engine.connect() as connection:
+            assert visible_through(connection) == before
+    finally:
+        engine.dispose()
+
+
+def test_a_downgrade_hands_the_sequence_back_to_the_counter(
+    fresh_postgres_url: str, tmp_path: Path
+):
+    from alembic import command
+
+    settings = load_settings(home=tmp_path, db_url=fresh_postgres_url)
+    with Catalog.open(settings) as catalog:
+        catalog.create_table("web.clicks", location=str(tmp_path / "c"), partition_keys=["ds"])
+        last = catalog.mark_set_done("web.clicks", {"ds": "1"})
+    engine = open_engine(fresh_postgres_url)
+    try:
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection, None), "0009")
+        with engine.begin() as connection:
+            taken = connection.execute(
+                text(
+                    "UPDATE hcat_event_counter SET last_event_id = last_event_id + 1"
+                    " RETURNING last_event_id"
+                )
+            ).scalar_one()
+            assert taken == last + 1  # the counter, continued
+            command.upgrade(alembic_config(connection, None), "head")
+        with engine.begin() as connection:
+            assert allocate_event_ids(connection, 1) == [last + 2]  # the sequence, continued
+    finally:
+        engine.dispose()
