@@ -75,7 +75,9 @@ class CatalogCollector(Collector):
             "hcat_notify_outbox_parked_events", "Events parked as undeliverable.", len(parked)
         )
         yield _gauge(
-            "hcat_notify_last_event_id", "The highest event id handed out.", catalog.last_event_id()
+            "hcat_notify_last_event_id",
+            "The highest event id at or below which every event is committed.",
+            catalog.last_event_id(),
         )
         yield from self._relays(catalog)
         yield from self._subscribers(catalog)

@@ -575,7 +575,9 @@ class Catalog:
             )
 
     def last_event_id(self) -> int:
-        """The highest event id handed out so far (0 for a new catalog)."""
+        """The highest event id at or below which every event is committed or rolled back
+        (0 for a new catalog): on SQLite the last one handed out; on PostgreSQL it stays
+        below the ids of transactions still open."""
         with self._transaction() as tx:
             return tx.last_event_id()
 

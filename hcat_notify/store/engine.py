@@ -159,6 +159,9 @@ def open_engine(url: str, *, create: bool = True) -> Engine:
     if parsed.get_backend_name() == "postgresql":
         kwargs["pool_pre_ping"] = True
         kwargs["connect_args"] = {"connect_timeout": 10}
+        # Readers in id order rely on it (store/event_ids.py): a statement after the
+        # horizon sees every commit made before it, whatever the server's default.
+        kwargs["isolation_level"] = "READ COMMITTED"
     try:
         engine = create_engine(parsed, **kwargs)
     except (NoSuchModuleError, ImportError) as exc:

@@ -41,24 +41,30 @@ BEGIN
     IF n IS NULL OR n < 1 THEN
         RAISE EXCEPTION 'hcat_allocate_event_ids: count must be at least 1, got %', n;
     END IF;
-    -- Shared: writers do not wait for each other; a reader computing the horizon takes
-    -- it exclusively, so it never sees an id handed out but not locked yet.
-    PERFORM pg_advisory_lock_shared({GATE}, 0);
+    -- The gate is a session lock: taken and released inside the guarded block, so that
+    -- a cancel arriving between any two statements cannot leave it held.
     BEGIN
+        -- Shared: writers do not wait for each other; a reader computing the horizon
+        -- takes it exclusively, so it never sees an id handed out but not locked yet.
+        PERFORM pg_advisory_lock_shared({GATE}, 0);
         SELECT array_agg(nextval('hcat_event_id_seq') ORDER BY g) INTO ids
           FROM generate_series(1, n) AS g;
         SELECT min(v), max(v) INTO lowest, highest FROM unnest(ids) AS v;
         IF highest >= (1::bigint << 48) THEN
             RAISE EXCEPTION 'hcat_allocate_event_ids: event id % is past 2^48', highest;
         END IF;
-        -- Held to the end of the transaction: the horizon stays below this id until
-        -- the transaction has committed (or rolled back).
-        PERFORM pg_advisory_xact_lock(({ID_SPACE}::bigint << 48) | lowest);
+        -- Held to the end of the transaction: the horizon stays below this id until the
+        -- transaction has committed (or rolled back). One lock per transaction: its
+        -- first ids are its lowest, and a lock per call would fill the lock table.
+        IF coalesce(current_setting('hcat.event_id_locked', true), '') = '' THEN
+            PERFORM pg_advisory_xact_lock(({ID_SPACE}::bigint << 48) | lowest);
+            PERFORM set_config('hcat.event_id_locked', lowest::text, true);
+        END IF;
+        PERFORM pg_advisory_unlock_shared({GATE}, 0);
     EXCEPTION WHEN query_canceled OR others THEN
         PERFORM pg_advisory_unlock_shared({GATE}, 0);
         RAISE;
     END;
-    PERFORM pg_advisory_unlock_shared({GATE}, 0);
     RETURN ids;
 END
 $$
@@ -71,8 +77,8 @@ DECLARE
     handed_out bigint;
     oldest bigint;
 BEGIN
-    PERFORM pg_advisory_lock({GATE}, 0);
     BEGIN
+        PERFORM pg_advisory_lock({GATE}, 0);
         SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END
           INTO handed_out FROM hcat_event_id_seq;
         SELECT min(((l.classid::bigint & 65535) << 32) | l.objid::bigint)
@@ -82,11 +88,11 @@ BEGIN
            AND l.objsubid = 1
            AND (l.classid::bigint >> 16) = {ID_SPACE}
            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database());
+        PERFORM pg_advisory_unlock({GATE}, 0);
     EXCEPTION WHEN query_canceled OR others THEN
         PERFORM pg_advisory_unlock({GATE}, 0);
         RAISE;
     END;
-    PERFORM pg_advisory_unlock({GATE}, 0);
     IF oldest IS NULL THEN
         RETURN handed_out;
     END IF;
@@ -113,6 +119,9 @@ $$
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
+    # Wait for, then hold off, older writers still updating the counter: the sequence
+    # starts after their ids (the trigger below then refuses theirs).
+    op.execute("LOCK TABLE hcat_event_counter IN SHARE ROW EXCLUSIVE MODE")
     op.execute("CREATE SEQUENCE hcat_event_id_seq AS bigint MINVALUE 1 START 1 CACHE 1")
     op.execute(
         "SELECT setval('hcat_event_id_seq', greatest(last_event_id, 1), last_event_id > 0) "

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from hcat_notify.config import load_settings
@@ -164,5 +164,90 @@ def test_a_downgrade_hands_the_sequence_back_to_the_counter(
             command.upgrade(alembic_config(connection, None), "head")
         with engine.begin() as connection:
             assert allocate_event_ids(connection, 1) == [last + 2]  # the sequence, continued
+    finally:
+        engine.dispose()
+
+
+def _our_id_locks(connection: Connection) -> int:
+    return int(
+        connection.execute(
+            text(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
+                " AND (classid::bigint >> 16) = 18499 AND pid = pg_backend_pid()"
+            )
+        ).scalar_one()
+    )
+
+
+def test_a_transaction_holds_one_id_lock_however_many_allocations(
+    fresh_postgres_url: str, tmp_path: Path
+):
+    """A lock per call would fill PostgreSQL's lock table on a write of many partitions."""
+    with Catalog.open(load_settings(home=tmp_path, db_url=fresh_postgres_url)):
+        pass
+    engine = open_engine(fresh_postgres_url)
+    try:
+        with engine.begin() as connection:
+            first = allocate_event_ids(connection, 1)[0]
+            for _ in range(50):
+                allocate_event_ids(connection, 2)
+            assert _our_id_locks(connection) == 1
+            with engine.connect() as reader:
+                assert visible_through(reader) == first - 1
+        with engine.begin() as connection:  # a new transaction locks again
+            (again,) = allocate_event_ids(connection, 1)
+            assert _our_id_locks(connection) == 1
+            with engine.connect() as reader:
+                assert visible_through(reader) == again - 1
+    finally:
+        engine.dispose()
+
+
+def test_a_failed_allocation_leaves_no_gate_lock_behind(fresh_postgres_url: str, tmp_path: Path):
+    """The gate is a session lock: an error inside the allocation must release it, or
+    every reader of the horizon (and then every writer) would wait for ever."""
+    with Catalog.open(load_settings(home=tmp_path, db_url=fresh_postgres_url)):
+        pass
+    engine = open_engine(fresh_postgres_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text("SELECT setval('hcat_event_id_seq', (1::bigint << 48) - 2)"))
+        writer = engine.connect()
+        try:
+            with pytest.raises(DBAPIError, match="past 2"), writer.begin():
+                allocate_event_ids(writer, 3)
+            with engine.connect() as reader:
+                reader.execute(text("SET statement_timeout = 5000"))
+                # answered (no gate left held); the refused ids are a gap it passes
+                assert visible_through(reader) == 2**48 + 1
+        finally:
+            writer.close()
+    finally:
+        engine.dispose()
+
+
+def test_the_catalog_reads_in_read_committed_whatever_the_server_default(
+    fresh_postgres_url: str, tmp_path: Path
+):
+    """Under REPEATABLE READ a read after the horizon would keep the snapshot taken
+    before it, and could miss a commit the horizon counts."""
+    engine = open_engine(fresh_postgres_url)
+    try:
+        with engine.connect() as connection:
+            database = connection.execute(text("SELECT current_database()")).scalar_one()
+            connection.execute(
+                text(
+                    f'ALTER DATABASE "{database}" SET default_transaction_isolation'
+                    " = 'repeatable read'"
+                )
+            )
+            connection.commit()
+    finally:
+        engine.dispose()
+    engine = open_engine(fresh_postgres_url)
+    try:
+        with engine.connect() as connection:
+            level = connection.execute(text("SHOW transaction_isolation")).scalar_one()
+        assert level == "read committed"
     finally:
         engine.dispose()
