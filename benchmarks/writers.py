@@ -57,6 +57,7 @@ from hcat_notify.writer import close_catalogs, send_mark_set_done
 
 TARGET_RATIO = 0.5
 WRITERS = 8
+BARRIER_TIMEOUT = 120.0  # a writer that failed to start must not hang the others
 
 
 def sqlite_time(value: datetime) -> str:
@@ -114,19 +115,20 @@ class RawWriter:
             f" body, created_at, attempts) VALUES ({m}, {m}, {m}, {m}, {m}, {m}{json_cast},"
             f" {m}, {m}, 0)"
         )
-        if ids != "catalog" and self.postgres:
-            # Far above the catalog's ids, so every kind of writer can share a catalog.
-            self.conn.execute(
-                "CREATE SEQUENCE IF NOT EXISTS hcat_bench_ids START WITH 1000000000000"
-            )
-            self.conn.execute(
-                "CREATE TABLE IF NOT EXISTS hcat_bench_counter"
-                " (id integer PRIMARY KEY, last_event_id bigint NOT NULL)"
-            )
-            self.conn.execute(
-                "INSERT INTO hcat_bench_counter VALUES (1, 2000000000000) ON CONFLICT DO NOTHING"
-            )
-            self.conn.commit()
+
+    def prepare(self) -> None:
+        """Create the context kinds' own id sources (PostgreSQL), once, before any
+        writer process starts: concurrent CREATE ... IF NOT EXISTS can fail."""
+        # Far above the catalog's ids, so every kind of writer can share a catalog.
+        self.conn.execute("CREATE SEQUENCE IF NOT EXISTS hcat_bench_ids START WITH 1000000000000")
+        self.conn.execute(
+            "CREATE TABLE IF NOT EXISTS hcat_bench_counter"
+            " (id integer PRIMARY KEY, last_event_id bigint NOT NULL)"
+        )
+        self.conn.execute(
+            "INSERT INTO hcat_bench_counter VALUES (1, 2000000000000) ON CONFLICT DO NOTHING"
+        )
+        self.conn.commit()
 
     def write(self, name: str, spec: dict[str, str]) -> int:
         db, table = name.split(".")
@@ -269,7 +271,7 @@ def writer_process(args: tuple[str, Settings, str, int, Any]) -> tuple[float, fl
     wanted = specs(f"p{kind[:3]}", calls)
     if kind == "ours":
         send_mark_set_done(name, {"datestamp": "warm", "region": kind}, settings=settings)
-        barrier.wait()
+        barrier.wait(BARRIER_TIMEOUT)
         started = time.monotonic()
         for spec in wanted:
             send_mark_set_done(name, spec, settings=settings)
@@ -279,7 +281,7 @@ def writer_process(args: tuple[str, Settings, str, int, Any]) -> tuple[float, fl
     raw = RawWriter(settings, ids=kind.removeprefix("raw-") if kind != "raw" else "catalog")
     try:
         raw.write(name, {"datestamp": "warm", "region": kind})
-        barrier.wait()
+        barrier.wait(BARRIER_TIMEOUT)
         started = time.monotonic()
         for spec in wanted:
             raw.write(name, spec)
@@ -307,6 +309,11 @@ def part_b(settings: Settings, calls: int, rounds: int) -> tuple[list[Row], list
         names = [unique_table(f"w{index}") for index in range(WRITERS)]
         for name in names:
             create_table(catalog, name, ("datestamp", "region"))
+    preparer = RawWriter(settings)
+    try:
+        preparer.prepare()
+    finally:
+        preparer.close()
     kinds = ("raw", "ours", "raw-counter", "raw-nextval")
     results: dict[str, list[float]] = {kind: [] for kind in (*kinds, "raw-1")}
     for index in range(rounds):
