@@ -78,11 +78,10 @@ def _outbox_events(tx: Tx, query: Executable) -> list[OutboxEvent]:
     return [outbox_event(*row) for row in _plain_rows(tx, query)]
 
 
-def _in_id_order(tx: Tx, bound: int | None = None) -> ColumnElement[bool]:
+def _in_id_order(bound: int | None) -> ColumnElement[bool]:
     """The condition that bounds a read of events in id order (after a position) to
-    what no later commit can still add to (:mod:`hcat_notify.store.event_ids`);
-    ``bound`` when the caller read it already. Always true on SQLite."""
-    bound = tx.id_order_bound() if bound is None else bound
+    ``bound``, :meth:`Tx.id_order_bound` (what no later commit can still add to); always
+    true where there is none (SQLite)."""
     return true() if bound is None else OutboxRow.event_id <= bound
 
 
@@ -129,7 +128,7 @@ def pending_events(
     )
     if exclude_topics:
         query = query.where(OutboxRow.topic.not_in(list(exclude_topics)))
-    return _outbox_events(tx, query.where(_in_id_order(tx)))
+    return _outbox_events(tx, query.where(_in_id_order(tx.id_order_bound())))
 
 
 def events_in_buckets(
@@ -154,7 +153,7 @@ def events_in_buckets(
         .order_by(OutboxRow.event_id)
         .limit(limit)
     )
-    return _outbox_events(tx, query.where(_in_id_order(tx)))
+    return _outbox_events(tx, query.where(_in_id_order(tx.id_order_bound())))
 
 
 def backlog_in_buckets(
@@ -179,7 +178,7 @@ def events(tx: Tx, *, after_event_id: int = 0, limit: int = 500) -> list[OutboxE
     """All outbox events (published or not) after an event id, in order."""
     query = select(*_OUTBOX_COLUMNS).where(OutboxRow.event_id > after_event_id)
     return _outbox_events(
-        tx, query.where(_in_id_order(tx)).order_by(OutboxRow.event_id).limit(limit)
+        tx, query.where(_in_id_order(tx.id_order_bound())).order_by(OutboxRow.event_id).limit(limit)
     )
 
 
@@ -291,7 +290,7 @@ def catch_up(
                 query = query.where(OutboxRow.event_id <= scope.through)
             queries.append(query.order_by(OutboxRow.event_id))
     bound = tx.id_order_bound()
-    queries = [query.where(_in_id_order(tx, bound)) for query in queries]
+    queries = [query.where(_in_id_order(bound)) for query in queries]
     if limit is not None:
         queries = [query.limit(limit) for query in queries]
     # The driver's own row tuples (the page builds each event when it is handed out).
