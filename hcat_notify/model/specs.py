@@ -387,7 +387,13 @@ class PartitionSpec:
 
     def to_path(self) -> str:
         """Return ``k1=v1/k2=v2`` in this spec's key order, keys and values escaped."""
-        return "/".join(_format_item(key, value) for key, value in self.items)
+        # Computed once per spec (a commit asks for each partition's path several times);
+        # kept outside the fields, so equality, hashing and repr are unchanged.
+        path: str | None = self.__dict__.get("_path")
+        if path is None:
+            path = "/".join(_format_item(key, value) for key, value in self.items)
+            self.__dict__["_path"] = path
+        return path
 
     def sorted(self) -> PartitionSpec:
         """Return the same spec with keys in lexical order."""

@@ -23,7 +23,7 @@ from hcat_notify.model.events import EventType
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import validate_topic_name
 from hcat_notify.model.wire import Message, PartitionDetails, build_add_partition
-from hcat_notify.store.outbox import outbox_row
+from hcat_notify.store.outbox import add_outbox_rows, outbox_row
 from hcat_notify.store.records import TableInfo
 from hcat_notify.store.tx import Tx
 
@@ -88,6 +88,7 @@ def announce_partitions(
         groups = [[change] for change in changes]
     ids = tx.allocate_event_ids(len(groups))
     per_change: list[int] = []
+    messages: list[Message] = []
     for part, (group, event_id) in enumerate(zip(groups, ids, strict=True), start=1):
         if event_type is EventType.ADD_PARTITION and mode is AnnounceMode.PARTITION:
             (change,) = group
@@ -113,8 +114,9 @@ def announce_partitions(
                 total=len(changes),
                 job_id=job_id,
             )
-        _add(tx, message, info)
+        messages.append(message)
         per_change.extend([event_id] * len(group))
+    add_outbox_rows(tx, messages, info.name)
     return per_change
 
 

@@ -348,6 +348,8 @@ class CommitJournal:
             ConflictError: the entry is not pending (completed, aborted or unknown).
             TableExistsError: the entry creates its table, and another process registered
                 a table of that name meanwhile.
+            PartitionExistsError: another process registered one of its new partitions
+                meanwhile (nothing is written).
         """
         with self._transaction(write=True) as tx:
             journal = tx.session.get(CommitJournalRow, job_id)
@@ -382,9 +384,11 @@ class CommitJournal:
             ]
             inserted = insert_partitions(tx, row, info, fresh, job_id=job_id, mode=announce)
             event_ids = list(
-                dict.fromkeys(prow.event_id for prow in inserted if prow.event_id is not None)
+                dict.fromkeys(
+                    partition.event_id for partition in inserted if partition.event_id is not None
+                )
             )
-            created_specs = [prow.path_spec for prow in inserted]
+            created_specs = [partition.spec.to_path() for partition in inserted]
             overwrite = journal.mode == WriteMode.OVERWRITE.value
             changed = {
                 "replaced" if overwrite else "appended": [

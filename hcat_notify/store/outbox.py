@@ -17,6 +17,7 @@ from sqlalchemy import (
     Text,
     cast,
     func,
+    insert,
     or_,
     select,
     true,
@@ -43,6 +44,7 @@ from hcat_notify.store.tx import Tx
 
 __all__ = [
     "CatchUpScope",
+    "add_outbox_rows",
     "backlog_in_buckets",
     "catch_up",
     "catch_up_scope",
@@ -98,18 +100,31 @@ def _plain_rows(tx: Tx, query: Executable) -> list[tuple[Any, ...]]:
         result.close()
 
 
+def _outbox_values(tx: Tx, message: Message, table: TableName) -> dict[str, Any]:
+    return {
+        "event_id": message.event_id,
+        "topic": message.topic,
+        "bucket": tx.bucket_of(message.topic),
+        "event_type": message.event_type.value,
+        "table_name": str(table),
+        "headers": dict(message.headers),
+        "body": message.body,
+        "created_at": tx.now,
+    }
+
+
 def outbox_row(tx: Tx, message: Message, table: TableName) -> OutboxRow:
     """The outbox row of a built message, in the bucket of its topic."""
-    return OutboxRow(
-        event_id=message.event_id,
-        topic=message.topic,
-        bucket=tx.bucket_of(message.topic),
-        event_type=message.event_type.value,
-        table_name=str(table),
-        headers=dict(message.headers),
-        body=message.body,
-        created_at=tx.now,
-    )
+    return OutboxRow(**_outbox_values(tx, message, table))
+
+
+def add_outbox_rows(tx: Tx, messages: Sequence[Message], table: TableName) -> None:
+    """Write the outbox rows of built messages in one statement (a write of 1,000
+    partitions announces 1,000 events: no ORM object each)."""
+    if messages:
+        tx.session.execute(
+            insert(OutboxRow), [_outbox_values(tx, message, table) for message in messages]
+        )
 
 
 def pending_events(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
 from hcat_notify.errors import InvalidInputError, PartitionExistsError
@@ -70,7 +70,7 @@ def insert_partitions(
     job_id: str | None,
     announce: bool = True,
     mode: AnnounceMode | str | None = None,
-) -> list[PartitionRow]:
+) -> list[PartitionInfo]:
     """Partition rows and, if ``announce``, their ADD_PARTITION events, in one go.
 
     ``mode`` overrides the table's announce mode (one message per partition, or per
@@ -100,24 +100,34 @@ def insert_partitions(
                 job_id=job_id,
             )
         )
-    rows = []
+    values: list[dict[str, Any]] = []
+    inserted: list[PartitionInfo] = []
     for (spec, item), event_id in zip(items, event_ids, strict=True):
-        prow = PartitionRow(
-            table_id=row.id,
-            partition_values=list(spec.values),
-            path_spec=spec.to_path(),
-            location=item.location,
-            job_id=job_id,
-            file_count=item.file_count,
-            total_bytes=item.total_bytes,
-            archived=item.archived,
-            event_id=event_id,
-            created_at=tx.now,
-            updated_at=tx.now,
-        )
-        rows.append(prow)
-        tx.session.add(prow)
-    return rows
+        fields: dict[str, Any] = {
+            "location": item.location,
+            "job_id": job_id,
+            "file_count": item.file_count,
+            "total_bytes": item.total_bytes,
+            "archived": item.archived,
+            "event_id": event_id,
+            "created_at": tx.now,
+            "updated_at": tx.now,
+            "version": 1,
+        }
+        path = {"partition_values": list(spec.values), "path_spec": spec.to_path()}
+        values.append({"table_id": row.id, **path, **fields})
+        inserted.append(PartitionInfo(table=info.name, spec=spec, **fields))
+    if values:
+        # One statement for the lot (no ORM object per partition); a row that another
+        # writer registered meanwhile fails it on the (table, path) unique constraint.
+        try:
+            tx.session.execute(insert(PartitionRow), values)
+        except IntegrityError as exc:
+            raise PartitionExistsError(
+                f"a partition of {info.name} was registered concurrently: "
+                f"{values[0]['path_spec']}..."
+            ) from exc
+    return inserted
 
 
 def add_partitions(
@@ -143,7 +153,7 @@ def add_partitions(
     ).first()
     if existing is not None:
         raise PartitionExistsError(f"partition {existing} of {info.name} is already registered")
-    rows = insert_partitions(
+    return insert_partitions(
         tx,
         row,
         info,
@@ -152,13 +162,6 @@ def add_partitions(
         announce=announce,
         mode=mode,
     )
-    try:
-        tx.session.flush()
-    except IntegrityError as exc:  # lost a race with another writer
-        raise PartitionExistsError(
-            f"a partition of {info.name} was registered concurrently: {paths[0]}..."
-        ) from exc
-    return [partition_info(info, prow) for prow in rows]
 
 
 def _path_prefix(info: TableInfo, wanted: PartitionSpec) -> str | None:
