@@ -10,7 +10,6 @@ announce="write" (one per write, split under the cap).
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import shutil
@@ -51,14 +50,6 @@ def _frame(spark, rows: int, datestamps: int, regions: int):
     )
 
 
-def _settle(spark) -> None:
-    """A full collection in the JVM and in Python before each timed write, ours and the
-    reference alike: a write should not pay for the garbage of the one before (the
-    rounds' spread was as large as the difference measured)."""
-    gc.collect()
-    spark.sparkContext._jvm.java.lang.System.gc()  # no public API for it
-
-
 def _ours(env, catalog, df, partitions: int, round_no: int, mode: str):
     """One write_partitions of ``df`` into a new table with ``announce=mode``; (wall time,
     result, job end -> the subscriber has every partition announced, or None)."""
@@ -74,7 +65,6 @@ def _ours(env, catalog, df, partitions: int, round_no: int, mode: str):
     last: float | None = None
     with consumer_connection(env.settings) as subscriber:
         subscriber.subscribe(destination_for(info.topic), "bench")
-        _settle(df.sparkSession)
         started = time.monotonic()
         result = write_partitions(
             df, table, settings=env.settings, max_partitions=partitions, announce=mode
@@ -121,7 +111,6 @@ def main() -> None:
             shutil.rmtree(warm)
             for round_no in range(rounds):
                 target = env.workdir / f"plain-{round_no}"
-                _settle(spark)
                 started = time.monotonic()
                 df.write.partitionBy("datestamp", "region").parquet(str(target))
                 plain_times.append(time.monotonic() - started)
@@ -191,8 +180,7 @@ def main() -> None:
                 "moves, registry transaction and cleanup; reference = the same cached DataFrame "
                 "written plainly by the same session (warm JVM), best and median of each, "
                 "alternating",
-                "commit phase = ours minus the Spark job (staging write); before every timed "
-                "write, ours and the reference, a full GC in the JVM and in Python",
+                "commit phase = ours minus the Spark job (staging write)",
                 "subscriber: a STOMP subscription (reader principal) made before the write counts "
                 "the partitions listed in ADD_PARTITION bodies; relay in a thread; "
                 'announce="write" splits under max_message_bytes (64 KiB)',
