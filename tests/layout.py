@@ -1,0 +1,148 @@
+"""The project's layout rules, read from the source (nothing is imported): import cycles,
+``hcat_notify`` importing ``spark_output``, private names imported across modules, and
+modules over the line cap. Used by ``tests/test_layout.py`` on the real tree and on
+small trees built to break each rule."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PACKAGES = ("hcat_notify", "spark_output")
+LINE_CAP = 700
+
+
+@dataclass
+class Layout:
+    """What the rules found (every list empty: the layout holds)."""
+
+    modules: dict[str, Path] = field(default_factory=dict)
+    cycles: list[list[str]] = field(default_factory=list)
+    back_edges: list[tuple[str, str]] = field(default_factory=list)
+    private_imports: list[tuple[str, str]] = field(default_factory=list)
+    oversized: list[tuple[str, int]] = field(default_factory=list)
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            relative = path.relative_to(root)
+            if "migrations" in relative.parts:
+                continue
+            parts = list(relative.with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, package: str) -> Iterator[tuple[str, list[str]]]:
+    """(module named, names taken from it) of every import, at any depth, outside
+    ``if TYPE_CHECKING:`` blocks."""
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, ast.If) and _type_checking(child.test):
+            for node in child.orelse:
+                yield from _imports(node, package)
+            continue
+        if isinstance(child, ast.Import):
+            for alias in child.names:
+                yield alias.name, []
+        elif isinstance(child, ast.ImportFrom):
+            base = child.module or ""
+            if child.level:
+                up = package.split(".")[: len(package.split(".")) - (child.level - 1)]
+                base = ".".join([*up, base] if base else up)
+            yield base, [alias.name for alias in child.names]
+        yield from _imports(child, package)
+
+
+def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(edges[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def check_layout(root: Path, line_cap: int = LINE_CAP) -> Layout:
+    """Apply the rules to the packages under ``root``."""
+    layout = Layout(modules=_modules(root))
+    modules = layout.modules
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        source = path.read_text(encoding="utf-8")
+        lines = source.count("\n") + (not source.endswith("\n") and bool(source))
+        if lines > line_cap:
+            layout.oversized.append((name, lines))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for imported, names in _imports(ast.parse(source), package):
+            targets: set[str] = set()
+            for taken in names:
+                submodule = resolve(f"{imported}.{taken}")
+                if submodule is not None and submodule != resolve(imported):
+                    targets.add(submodule)
+                elif taken.startswith("_") and not taken.startswith("__"):
+                    owner = resolve(imported)
+                    if owner is not None and owner != name:
+                        layout.private_imports.append((name, f"{imported}.{taken}"))
+            if not names or len(targets) < len(names):
+                owner = resolve(imported)
+                if owner is not None:
+                    targets.add(owner)
+            targets.discard(name)
+            edges[name] |= targets
+            if name.startswith("hcat_notify"):
+                layout.back_edges.extend(
+                    (name, target)
+                    for target in sorted(targets)
+                    if target.startswith("spark_output")
+                )
+    for component in _strongly_connected(edges):
+        # A package's __init__ re-exporting its own submodules is not a cycle that
+        # matters: only components with two or more plain modules are.
+        plain = [member for member in component if modules[member].name != "__init__.py"]
+        if len(plain) > 1 or len(plain) == len(component):
+            layout.cycles.append(component)
+    return layout
