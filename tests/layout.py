@@ -59,7 +59,8 @@ def _imports(tree: ast.AST, package: str) -> Iterator[tuple[str, list[str]]]:
         elif isinstance(child, ast.ImportFrom):
             base = child.module or ""
             if child.level:
-                up = package.split(".")[: len(package.split(".")) - (child.level - 1)]
+                parts = package.split(".")
+                up = parts[: len(parts) - (child.level - 1)]
                 base = ".".join([*up, base] if base else up)
             yield base, [alias.name for alias in child.names]
         yield from _imports(child, package)
@@ -113,7 +114,7 @@ def check_layout(root: Path, line_cap: int = LINE_CAP) -> Layout:
     edges: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         source = path.read_text(encoding="utf-8")
-        lines = source.count("\n") + (not source.endswith("\n") and bool(source))
+        lines = len(source.splitlines())
         if lines > line_cap:
             layout.oversized.append((name, lines))
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]

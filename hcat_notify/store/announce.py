@@ -23,7 +23,7 @@ from hcat_notify.model.events import EventType
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import validate_topic_name
 from hcat_notify.model.wire import Message, PartitionDetails, build_add_partition
-from hcat_notify.store.outbox import add_outbox_rows, outbox_row
+from hcat_notify.store.outbox import add_outbox_rows
 from hcat_notify.store.records import TableInfo
 from hcat_notify.store.tx import Tx
 
@@ -52,11 +52,6 @@ def prefix_topic(tx: Tx, info: TableInfo) -> str:
     """The topic of the table's CREATE_TABLE and DROP_TABLE: the one stored with the table
     (the creating process's prefix), else this process's prefix."""
     return validate_topic_name(info.prefix_topic or tx.settings.topic_prefix)
-
-
-def _add(tx: Tx, message: Message, info: TableInfo) -> int:
-    tx.session.add(outbox_row(tx, message, info.name))
-    return message.event_id
 
 
 def announce_partitions(
@@ -144,7 +139,8 @@ def announce_insert(
         bytes_added=bytes_added,
         max_message_bytes=tx.settings.max_message_bytes,
     )
-    return _add(tx, message, info)
+    add_outbox_rows(tx, [message], info.name)
+    return event_id
 
 
 def announce_table(
@@ -170,9 +166,9 @@ def announce_table(
         purged=purged,
     )
     ids = tx.allocate_event_ids(len(topics))
-    for topic, event_id in zip(topics, ids, strict=True):
-        message = build_table_event(
-            event_type, event_context(tx, info, topic), facts, event_id=event_id
-        )
-        _add(tx, message, info)
+    messages = [
+        build_table_event(event_type, event_context(tx, info, topic), facts, event_id=event_id)
+        for topic, event_id in zip(topics, ids, strict=True)
+    ]
+    add_outbox_rows(tx, messages, info.name)
     return ids

@@ -53,7 +53,6 @@ __all__ = [
     "events_in_buckets",
     "last_published_by_topic",
     "outbox_backlog",
-    "outbox_row",
     "pending_events",
     "record_refusal",
     "refused_events",
@@ -100,30 +99,25 @@ def _plain_rows(tx: Tx, query: Executable) -> list[tuple[Any, ...]]:
         result.close()
 
 
-def _outbox_values(tx: Tx, message: Message, table: TableName) -> dict[str, Any]:
-    return {
-        "event_id": message.event_id,
-        "topic": message.topic,
-        "bucket": tx.bucket_of(message.topic),
-        "event_type": message.event_type.value,
-        "table_name": str(table),
-        "headers": dict(message.headers),
-        "body": message.body,
-        "created_at": tx.now,
-    }
-
-
-def outbox_row(tx: Tx, message: Message, table: TableName) -> OutboxRow:
-    """The outbox row of a built message, in the bucket of its topic."""
-    return OutboxRow(**_outbox_values(tx, message, table))
-
-
 def add_outbox_rows(tx: Tx, messages: Sequence[Message], table: TableName) -> None:
-    """Write the outbox rows of built messages in one statement (a write of 1,000
-    partitions announces 1,000 events: no ORM object each)."""
+    """Write the outbox rows of built messages, each in the bucket of its topic, in one
+    statement (a write of 1,000 partitions announces 1,000 events: no ORM object each)."""
     if messages:
         tx.session.execute(
-            insert(OutboxRow), [_outbox_values(tx, message, table) for message in messages]
+            insert(OutboxRow),
+            [
+                {
+                    "event_id": message.event_id,
+                    "topic": message.topic,
+                    "bucket": tx.bucket_of(message.topic),
+                    "event_type": message.event_type.value,
+                    "table_name": str(table),
+                    "headers": dict(message.headers),
+                    "body": message.body,
+                    "created_at": tx.now,
+                }
+                for message in messages
+            ],
         )
 
 

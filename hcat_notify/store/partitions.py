@@ -114,8 +114,14 @@ def insert_partitions(
             "updated_at": tx.now,
             "version": 1,
         }
-        path = {"partition_values": list(spec.values), "path_spec": spec.to_path()}
-        values.append({"table_id": row.id, **path, **fields})
+        values.append(
+            {
+                "table_id": row.id,
+                "partition_values": list(spec.values),
+                "path_spec": spec.to_path(),
+                **fields,
+            }
+        )
         inserted.append(PartitionInfo(table=info.name, spec=spec, **fields))
     if values:
         # One statement for the lot (no ORM object per partition); a row that another

@@ -10,7 +10,7 @@ from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.wire import build_mark_set_done
 from hcat_notify.store.models import RetentionRow, TableRow
-from hcat_notify.store.outbox import outbox_row
+from hcat_notify.store.outbox import add_outbox_rows
 from hcat_notify.store.records import RetainedDone, TableInfo
 from hcat_notify.store.tx import Tx
 
@@ -47,7 +47,7 @@ def add_mark_set_done(tx: Tx, row: TableRow, info: TableInfo, canonical: Partiti
             expires_at=tx.now + info.retention,
         )
     )
-    tx.session.add(outbox_row(tx, message, info.name))
+    add_outbox_rows(tx, [message], info.name)
     return event_id
 
 
