@@ -142,6 +142,8 @@ class Relay:
         self._topic_progress: dict[str, int] = {}  # what is published, per topic
         self._cursor = 0  # every event of the owned buckets up to here was handled
         self._blocked: dict[str, _Blocked] = {}  # topics the broker refuses, retried later
+        # (buckets, after event id, page): read during the last COMMIT's wait
+        self._ahead: tuple[frozenset[int], int, list[OutboxEvent]] | None = None
         self._recent: deque[tuple[float, int, int]] = deque()  # (time, bucket, events)
         self._lock = threading.Lock()
         self.stats = RelayStats()
@@ -371,9 +373,7 @@ class Relay:
         if not self._owned:
             return 0, 0
         blocked = self._unblocked()
-        events = self._catalog.events_in_buckets(
-            list(self._owned), after_event_id=self._cursor, limit=self._config.batch_size
-        )
+        events = self._read_batch()
         if not events:
             return 0, 0
         fresh = [
@@ -384,7 +384,10 @@ class Relay:
             and event.bucket in self._owned
         ]
         started = time.monotonic()
-        result = self._sender.send(fresh) if fresh else None
+        limit = self._config.batch_size
+        # A full batch says more is waiting: read it while the broker stores this one.
+        meanwhile = self._read_ahead(events[-1].event_id) if len(events) == limit else None
+        result = self._sender.send(fresh, meanwhile=meanwhile) if fresh else None
         sent = result.sent if result is not None else []
         for event in sent:
             if event.event_id > self._topic_progress.get(event.topic, 0):
@@ -418,6 +421,35 @@ class Relay:
                 (time.monotonic() - started) * 1000,
             )
         return len(events), len(sent)
+
+    def _read_batch(self) -> list[OutboxEvent]:
+        """The next events of the owned buckets after the cursor: the page read ahead
+        during the last COMMIT when it was read for these buckets from this cursor."""
+        owned = frozenset(self._owned)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == owned and ahead[1] == self._cursor:
+            return ahead[2]
+        return self._catalog.events_in_buckets(
+            list(owned), after_event_id=self._cursor, limit=self._config.batch_size
+        )
+
+    def _read_ahead(self, after: int) -> Callable[[], None]:
+        """Reads the page after ``after`` for :meth:`_read_batch` (an empty page or a
+        failed read is not kept: the next batch reads again)."""
+        owned = frozenset(self._owned)
+
+        def read() -> None:
+            try:
+                page = self._catalog.events_in_buckets(
+                    list(owned), after_event_id=after, limit=self._config.batch_size
+                )
+            except HcatNotifyError as exc:
+                logger.debug("relay read-ahead failed, reading again next batch: %s", exc)
+                return
+            if page:
+                self._ahead = (owned, after, page)
+
+        return read
 
     def _record(self, sent: list[OutboxEvent], unsent: dict[str, int]) -> None:
         """Queue the progress of this batch: per bucket, its topics and how far it is

@@ -108,8 +108,16 @@ class BatchSender:
         if self._connection is not None:
             self._connection.close()
 
-    def send(self, events: Sequence[OutboxEvent]) -> SendResult:
+    def send(
+        self, events: Sequence[OutboxEvent], *, meanwhile: Callable[[], None] | None = None
+    ) -> SendResult:
         """Send ``events``; what has a receipt is in the result's ``sent``.
+
+        Args:
+            events: the batch, in event-id order.
+            meanwhile: work to do while the broker stores a transaction, between writing
+                its COMMIT and receiving the RECEIPT (not called without transactions);
+                it must not raise.
 
         Raises:
             BrokerError: the broker cannot be reached (nothing in this pass is known sent).
@@ -118,7 +126,7 @@ class BatchSender:
         if not self._use_transactions:
             return self._send_individually(connection, events)
         try:
-            self._send_transaction(connection, events)
+            self._send_transaction(connection, events, meanwhile)
         except BrokerError as exc:
             if not (_refused_or_rolled_back(exc) or isinstance(exc, BrokerUnavailableError)):
                 raise
@@ -131,7 +139,10 @@ class BatchSender:
         return SendResult(sent=list(events))
 
     def _send_transaction(
-        self, connection: BrokerConnection, events: Sequence[OutboxEvent]
+        self,
+        connection: BrokerConnection,
+        events: Sequence[OutboxEvent],
+        meanwhile: Callable[[], None] | None,
     ) -> None:
         errors_before = len(connection.errors)
         transaction = connection.begin()
@@ -142,7 +153,7 @@ class BatchSender:
                 ((destination_for(event.topic), event.body, event.headers) for event in events),
             )
             committing = True
-            connection.commit(transaction)
+            connection.commit(transaction, meanwhile=meanwhile)
         except BrokerError as exc:
             if not committing:
                 connection.abort(transaction)

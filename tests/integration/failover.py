@@ -8,7 +8,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,17 +113,24 @@ class _RecordingConnection(BrokerConnection):
         def noted() -> Iterator[tuple[str, str, Mapping[str, str]]]:
             for message in messages:
                 yield message
-                # Resumed once the frame was written: it left, as in send().
+                # Resumed once the frame was encoded; every frame has left by the time
+                # send_in_transaction returns (before the COMMIT), as in send().
                 event_id = int(message[2]["HCAT_EVENT_ID"])
                 self._log.note_sent(event_id, str(self.address))
                 ids.append(event_id)
 
         super().send_in_transaction(transaction, noted())
 
-    def commit(self, transaction: str, *, timeout: float | None = None) -> None:
+    def commit(
+        self,
+        transaction: str,
+        *,
+        timeout: float | None = None,
+        meanwhile: Callable[[], None] | None = None,
+    ) -> None:
         ids = self._transactions.pop(transaction, [])
         self._log._before_commit(ids)
-        super().commit(transaction, timeout=timeout)
+        super().commit(transaction, timeout=timeout, meanwhile=meanwhile)
         self._log.note(ids, str(self.address))
 
 

@@ -60,6 +60,51 @@ def test_drain_publishes_in_event_id_order_as_persistent_text_messages(
     assert delivery_catalog.outbox_backlog() == (0, None)
 
 
+def test_the_next_page_is_read_while_the_broker_stores_a_full_batch(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
+):
+    """After a full batch the relay reads the next page between writing the COMMIT and
+    its RECEIPT, and publishes that page next instead of reading it again."""
+    from hcat_notify.broker import BrokerConnection
+
+    recorder = Recorder(delivery_settings, clicks.topic)
+    ids = [
+        send_mark_set_done(clicks.name, {"datestamp": f"{n:03d}"}, settings=delivery_settings)
+        for n in range(110)
+    ]
+    reads: list[str] = []  # where each outbox read happened
+    committing = False
+    original_read = Catalog.events_in_buckets
+    original_commit = BrokerConnection.commit
+
+    def read(self, *args, **kwargs):
+        reads.append("in COMMIT" if committing else "in loop")
+        return original_read(self, *args, **kwargs)
+
+    def commit(self, *args, **kwargs):
+        nonlocal committing
+        committing = True
+        try:
+            return original_commit(self, *args, **kwargs)
+        finally:
+            committing = False
+
+    monkeypatch.setattr(Catalog, "events_in_buckets", read)
+    monkeypatch.setattr(BrokerConnection, "commit", commit)
+    try:
+        with Relay(delivery_settings, config=RelayConfig(batch_size=20)) as relay:
+            # five full batches and a short one
+            assert relay.drain() == 110
+        messages = recorder.wait_for(110, timeout=20)
+    finally:
+        recorder.close()
+    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == ids
+    # The first page and the last (empty) read in the loop; each full batch read the
+    # next page during its COMMIT, the sixth (short) batch read nothing ahead.
+    assert reads == ["in loop"] + ["in COMMIT"] * 5 + ["in loop"]
+    assert delivery_catalog.outbox_backlog() == (0, None)
+
+
 def test_nothing_is_marked_published_without_a_receipt(
     delivery_settings, delivery_catalog: Catalog, clicks
 ):
