@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import stomp
 from stomp import utils
 
@@ -43,6 +44,20 @@ def _parsed(frame: bytes) -> tuple[str, dict[str, str], bytes]:
     # stomp.py's parser decodes the body as UTF-8 text when it can; compare bytes.
     body = parsed.body if isinstance(parsed.body, bytes) else parsed.body.encode()
     return parsed.cmd, parsed.headers, body
+
+
+PLAIN = {"HCAT_EVENT": "MARK_SET_DONE", "HCAT_EVENT_ID": "7", "HCAT_SPEC": "ds=2026-11-26"}
+
+
+@pytest.mark.parametrize("headers", [TRICKY, PLAIN], ids=["escaped", "nothing-to-escape"])
+def test_frames_parse_as_stomp_py_s_own(headers):
+    body = '{"partition": "größe"}'
+    ours = encode_send("/topic/hcat.db.tbl", body, {**headers, **FIXED})
+    theirs = _stomp_bytes("/topic/hcat.db.tbl", body, headers)
+    assert _parsed(ours) == _parsed(theirs)
+    assert _parsed(ours)[1]["HCAT_EVENT_ID" if headers is PLAIN else "X_LINES"] == (
+        "7" if headers is PLAIN else "one\ntwo\r\nthree"
+    )
 
 
 def test_a_frame_parses_to_what_stomp_py_would_have_sent():
