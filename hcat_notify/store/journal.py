@@ -38,7 +38,7 @@ from hcat_notify.model.wire import PartitionDetails
 from hcat_notify.store import tables as table_ops
 from hcat_notify.store.announce import announce_insert, announce_table
 from hcat_notify.store.models import CommitJournalRow, PartitionRow, TableRow
-from hcat_notify.store.partitions import insert_partitions
+from hcat_notify.store.partitions import insert_partitions, unique_paths
 from hcat_notify.store.records import (
     DEFAULT_RETENTION,
     CommitRecord,
@@ -350,6 +350,8 @@ class CommitJournal:
                 a table of that name meanwhile.
             PartitionExistsError: another process registered one of its new partitions
                 meanwhile (nothing is written).
+            InvalidInputError: a partition is given twice, or a spec does not fit the
+                table (nothing is written).
         """
         with self._transaction(write=True) as tx:
             journal = tx.session.get(CommitJournalRow, job_id)
@@ -373,7 +375,7 @@ class CommitJournal:
                 for prow in tx.session.scalars(
                     select(PartitionRow).where(
                         PartitionRow.table_id == row.id,
-                        PartitionRow.path_spec.in_([spec.to_path() for spec in specs]),
+                        PartitionRow.path_spec.in_(unique_paths(specs)),
                     )
                 )
             }

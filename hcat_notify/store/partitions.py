@@ -61,6 +61,21 @@ def partition_row(tx: Tx, table_id: int, full: PartitionSpec) -> PartitionRow | 
     ).scalar_one_or_none()
 
 
+def unique_paths(specs: Sequence[PartitionSpec]) -> list[str]:
+    """The specs' paths, in order.
+
+    Raises:
+        InvalidInputError: a partition is given twice (named).
+    """
+    paths = [spec.to_path() for spec in specs]
+    seen: set[str] = set()
+    for path in paths:
+        if path in seen:
+            raise InvalidInputError(f"partition {path} is given twice")
+        seen.add(path)
+    return paths
+
+
 def insert_partitions(
     tx: Tx,
     row: TableRow,
@@ -148,10 +163,7 @@ def add_partitions(
     """Register new partitions and their ADD_PARTITION events (see the Catalog method)."""
     info = info_of(row)
     specs = [info.spec(item.spec, partial=False) for item in partitions]
-    paths = [spec.to_path() for spec in specs]
-    if len(set(paths)) != len(paths):
-        duplicate = next(path for path in paths if paths.count(path) > 1)
-        raise InvalidInputError(f"partition {duplicate} is given twice")
+    paths = unique_paths(specs)
     existing = tx.session.scalars(
         select(PartitionRow.path_spec).where(
             PartitionRow.table_id == row.id, PartitionRow.path_spec.in_(paths)

@@ -241,6 +241,34 @@ def test_writes_to_existing_partitions_announce_an_insert(
     assert (body["filesAdded"], body["bytesAdded"]) == (1, 5)
 
 
+def test_a_partition_given_twice_to_complete_is_named_and_nothing_is_written(
+    catalog: Catalog, tmp_path: Path
+):
+    _table(catalog, tmp_path / "t")
+    catalog.commits.begin(
+        "job-dup",
+        "web.clicks",
+        mode="append",
+        partitions=["datestamp=1/region=a"],
+        plan={},
+        started_at=datetime.now(UTC),
+    )
+    spec = {"datestamp": "1", "region": "a"}
+    before = _events(catalog)
+    with pytest.raises(InvalidInputError, match=r"partition datestamp=1/region=a is given twice"):
+        catalog.commits.complete(
+            "job-dup", [NewPartition(spec, "/w/a", 1, 5), NewPartition(spec, "/w/a", 1, 5)]
+        )
+    assert catalog.list_partitions("web.clicks") == []
+    assert _events(catalog) == before
+    # the entry is still pending: completed right, it registers the partition once
+    assert [e.job_id for e in catalog.commits.pending("web.clicks")] == ["job-dup"]
+    catalog.commits.complete("job-dup", [NewPartition(spec, "/w/a", 1, 5)])
+    assert [p.spec.to_path() for p in catalog.list_partitions("web.clicks")] == [
+        "datestamp=1/region=a"
+    ]
+
+
 def test_a_write_announced_per_write_is_one_message_caught_up_once(
     catalog: Catalog, tmp_path: Path
 ):
