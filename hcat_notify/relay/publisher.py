@@ -443,8 +443,10 @@ class Relay:
                 page = self._catalog.events_in_buckets(
                     list(owned), after_event_id=after, limit=self._config.batch_size
                 )
-            except HcatNotifyError as exc:
-                logger.debug("relay read-ahead failed, reading again next batch: %s", exc)
+            except Exception as exc:  # noqa: BLE001 - never fail the COMMIT's wait for it
+                # The next batch makes the same read in the loop, where a failure is
+                # handled (retried with back-off, or raised) like any other.
+                logger.warning("relay read-ahead failed, reading again next batch: %r", exc)
                 return
             if page:
                 self._ahead = (owned, after, page)

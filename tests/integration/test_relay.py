@@ -105,6 +105,50 @@ def test_the_next_page_is_read_while_the_broker_stores_a_full_batch(
     assert delivery_catalog.outbox_backlog() == (0, None)
 
 
+def test_a_failed_read_ahead_is_read_again_and_nothing_is_lost(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
+):
+    from hcat_notify.broker import BrokerConnection
+    from hcat_notify.errors import StoreUnavailableError
+
+    recorder = Recorder(delivery_settings, clicks.topic)
+    ids = [
+        send_mark_set_done(clicks.name, {"datestamp": f"{n:03d}"}, settings=delivery_settings)
+        for n in range(50)
+    ]
+    committing = False
+    failed: list[int] = []
+    original_read = Catalog.events_in_buckets
+    original_commit = BrokerConnection.commit
+
+    def read(self, *args, **kwargs):
+        if committing:
+            failed.append(kwargs["after_event_id"])
+            raise StoreUnavailableError("database went away (test)")
+        return original_read(self, *args, **kwargs)
+
+    def commit(self, *args, **kwargs):
+        nonlocal committing
+        committing = True
+        try:
+            return original_commit(self, *args, **kwargs)
+        finally:
+            committing = False
+
+    monkeypatch.setattr(Catalog, "events_in_buckets", read)
+    monkeypatch.setattr(BrokerConnection, "commit", commit)
+    try:
+        with Relay(delivery_settings, config=RelayConfig(batch_size=20)) as relay:
+            assert relay.drain() == 50
+            assert relay.stats.failures == 0
+        messages = recorder.wait_for(50, timeout=20)
+    finally:
+        recorder.close()
+    assert len(failed) == 2  # after each of the two full batches
+    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == ids
+    assert delivery_catalog.outbox_backlog() == (0, None)
+
+
 def test_nothing_is_marked_published_without_a_receipt(
     delivery_settings, delivery_catalog: Catalog, clicks
 ):
