@@ -35,7 +35,7 @@ from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.member import Membership
 from hcat_notify.relay.progress import ProgressWriter
 from hcat_notify.relay.sender import BatchSender
-from hcat_notify.relay.wakeup import OutboxWaiter, outbox_waiter
+from hcat_notify.relay.wakeup import OutboxWaiter, PostgresNotifyWaiter, outbox_waiter
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.group import BucketProgress, MemberReport, Ownership
 from hcat_notify.store.records import OutboxEvent
@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 LOAD_WINDOW = 60.0
 """Seconds over which a member's events/s (per bucket, in all) are reported."""
+IN_FLIGHT_POLL = 0.05
+"""Seconds between looks at the outbox while an open transaction holds event ids."""
 MAX_MEMBER_ID = 255
 
 
@@ -316,6 +318,10 @@ class Relay:
         if self._blocked:
             soonest = min(item.retry_at for item in self._blocked.values())
             wait = min(wait, max(0.01, soonest - time.monotonic()))
+        if isinstance(waiter, PostgresNotifyWaiter) and self._ids_in_flight():
+            # Events behind an open transaction's ids wait for it; if it rolls back, no
+            # NOTIFY comes: look again soon rather than after idle_wait.
+            wait = min(wait, IN_FLIGHT_POLL)
         deadline = time.monotonic() + wait
         while not self.stopping and not self._member.changed_pending():
             remaining = deadline - time.monotonic()
@@ -324,6 +330,13 @@ class Relay:
             # Short slices so that stop() and ownership changes are honoured promptly.
             if waiter.wait(min(remaining, 0.05)):
                 return
+
+    def _ids_in_flight(self) -> bool:
+        try:
+            return self._catalog.group.ids_in_flight()
+        except HcatNotifyError as exc:  # the next read reports database trouble
+            logger.debug("relay could not check for open writers: %s", exc)
+            return False
 
     # -- ownership ----------------------------------------------------------------------
 

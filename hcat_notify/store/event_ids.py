@@ -14,11 +14,22 @@ from sqlalchemy import Connection, text, update
 
 from hcat_notify.store.models import EventCounterRow
 
-__all__ = ["ALLOCATE_POSTGRESQL", "allocate_event_ids", "visible_through"]
+__all__ = [
+    "ALLOCATE_POSTGRESQL",
+    "ID_LOCK_SPACE",
+    "allocate_event_ids",
+    "ids_in_flight",
+    "visible_through",
+]
 
 ALLOCATE_POSTGRESQL = "SELECT hcat_allocate_event_ids(%s)"
 """The allocation as driver SQL (psycopg's parameter style), for the writer's hot path:
 one row, one column, the ids as a list."""
+
+
+ID_LOCK_SPACE = 0x4843
+"""The top 16 bits of the advisory lock a PostgreSQL transaction holding event ids takes
+(migration 0010's ``ID_SPACE``)."""
 
 
 def allocate_event_ids(connection: Connection, count: int) -> list[int]:
@@ -52,3 +63,23 @@ def visible_through(connection: Connection) -> int:
         text("SELECT last_event_id FROM hcat_event_counter WHERE id = 1")
     ).first()
     return 0 if row is None else int(row[0])
+
+
+def ids_in_flight(connection: Connection) -> bool:
+    """Whether an open transaction holds event ids (PostgreSQL; always False on SQLite,
+    whose writers hold the counter to commit): readers in id order stop below them until
+    they end. A commit raises ``pg_notify``; a rollback (or a writer killed) raises
+    nothing, so a reader held back by one must look again by itself."""
+    if connection.dialect.name != "postgresql":
+        return False
+    return bool(
+        connection.execute(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' "
+                "AND l.objsubid = 1 AND (l.classid::bigint >> 16) = :space "
+                "AND l.database = (SELECT oid FROM pg_database "
+                "WHERE datname = current_database()))"
+            ),
+            {"space": ID_LOCK_SPACE},
+        ).scalar_one()
+    )

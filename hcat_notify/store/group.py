@@ -19,6 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from hcat_notify.errors import InvalidInputError
+from hcat_notify.store.event_ids import ids_in_flight
 from hcat_notify.store.models import (
     OutboxRow,
     RelayBucketRow,
@@ -533,6 +534,12 @@ class RelayGroup:
         """The bucket count and the controller lease, with the database's clock."""
         with self._transaction() as tx:
             return group_info(tx)
+
+    def ids_in_flight(self) -> bool:
+        """Whether an open transaction holds event ids (see
+        :func:`~hcat_notify.store.event_ids.ids_in_flight`)."""
+        with self._transaction() as tx:
+            return ids_in_flight(tx.session.connection())
 
     def join(self, report: MemberReport, *, session_timeout: float) -> float:
         """Register a relay, refusing a member id another live process runs under."""

@@ -149,6 +149,38 @@ def test_a_failed_read_ahead_is_read_again_and_nothing_is_lost(
     assert delivery_catalog.outbox_backlog() == (0, None)
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_an_event_behind_a_rolled_back_writer_goes_out_without_a_notify(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo
+):
+    """PostgreSQL: a committed event waits behind a lower id an open transaction holds.
+    That transaction rolls back, which raises no NOTIFY: the relay, which knows an open
+    transaction held ids, looked again by itself (idle_wait is 60 s here)."""
+    from hcat_notify.store.engine import open_engine
+    from hcat_notify.store.event_ids import allocate_event_ids
+
+    recorder = Recorder(delivery_settings, clicks.topic)
+    engine = open_engine(delivery_settings.database_url)
+    held = engine.connect()
+    transaction = held.begin()
+    try:
+        with running_relay(delivery_settings, idle_wait=60.0):
+            (lower,) = allocate_event_ids(held, 1)
+            done_id = send_mark_set_done(
+                clicks.name, {"datestamp": "1"}, settings=delivery_settings
+            )
+            assert done_id > lower
+            # held back behind the open transaction's id (its commit's NOTIFY was read)
+            assert recorder.wait_for(1, timeout=2) == []
+            transaction.rollback()
+            messages = recorder.wait_for(1, timeout=15)
+    finally:
+        held.close()
+        engine.dispose()
+        recorder.close()
+    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == [done_id]
+
+
 def test_nothing_is_marked_published_without_a_receipt(
     delivery_settings, delivery_catalog: Catalog, clicks
 ):

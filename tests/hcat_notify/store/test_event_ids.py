@@ -13,7 +13,7 @@ from sqlalchemy.exc import DBAPIError
 from hcat_notify.config import load_settings
 from hcat_notify.store import Catalog
 from hcat_notify.store.engine import alembic_config, open_engine
-from hcat_notify.store.event_ids import allocate_event_ids, visible_through
+from hcat_notify.store.event_ids import allocate_event_ids, ids_in_flight, visible_through
 
 
 @pytest.fixture
@@ -251,3 +251,25 @@ def test_the_catalog_reads_in_read_committed_whatever_the_server_default(
         assert level == "read committed"
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("end", ["rollback", "commit"])
+def test_ids_in_flight_while_a_transaction_holds_ids(
+    engine: Engine, db_url: str, catalog: Catalog, end: str
+):
+    with engine.connect() as reader:
+        assert not ids_in_flight(reader)
+    held = engine.connect()
+    transaction = held.begin()
+    try:
+        allocate_event_ids(held, 2)
+        with engine.connect() as reader:
+            # SQLite's writers hold the counter to commit: nothing is ever "in flight"
+            assert ids_in_flight(reader) is db_url.startswith("postgresql")
+        assert catalog.group.ids_in_flight() is db_url.startswith("postgresql")
+    finally:
+        transaction.rollback() if end == "rollback" else transaction.commit()
+        held.close()
+    with engine.connect() as reader:
+        assert not ids_in_flight(reader)
+    assert not catalog.group.ids_in_flight()
