@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,16 @@ pytest_plugins = [
 
 def pytest_configure(config: pytest.Config) -> None:
     """Airflow, imported in-process by the Airflow tests, reads AIRFLOW_HOME when first
-    imported and would otherwise create ~/airflow: give it a throwaway home."""
+    imported and would otherwise create ~/airflow: give it a throwaway home.
+
+    A suite started in the background by a shell without job control (``cmd &``,
+    ``nohup cmd &``) inherits SIGINT ignored, and so would every process the tests start:
+    the tests that interrupt a command with SIGINT, as a terminal's Ctrl-C does, would
+    then wait for nothing. Python's own handler here is reset to the default in each
+    child at exec.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if "AIRFLOW_HOME" not in os.environ:
         home = tempfile.mkdtemp(prefix="hcat-test-airflow-home-")
         os.environ["AIRFLOW_HOME"] = home
