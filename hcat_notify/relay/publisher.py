@@ -442,8 +442,11 @@ class Relay:
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead[0] == owned and ahead[1] == self._cursor:
             return ahead[2]
+        return self._page(owned, self._cursor)
+
+    def _page(self, buckets: frozenset[int], after: int) -> list[OutboxEvent]:
         return self._catalog.events_in_buckets(
-            list(owned), after_event_id=self._cursor, limit=self._config.batch_size
+            list(buckets), after_event_id=after, limit=self._config.batch_size
         )
 
     def _read_ahead(self, after: int) -> Callable[[], None]:
@@ -453,9 +456,7 @@ class Relay:
 
         def read() -> None:
             try:
-                page = self._catalog.events_in_buckets(
-                    list(owned), after_event_id=after, limit=self._config.batch_size
-                )
+                page = self._page(owned, after)
             except Exception as exc:  # noqa: BLE001 - never fail the COMMIT's wait for it
                 # The next batch makes the same read in the loop, where a failure is
                 # handled (retried with back-off, or raised) like any other.

@@ -60,70 +60,21 @@ def test_drain_publishes_in_event_id_order_as_persistent_text_messages(
     assert delivery_catalog.outbox_backlog() == (0, None)
 
 
-def test_the_next_page_is_read_while_the_broker_stores_a_full_batch(
-    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
-):
-    """After a full batch the relay reads the next page between writing the COMMIT and
-    its RECEIPT, and publishes that page next instead of reading it again."""
-    from hcat_notify.broker import BrokerConnection
-
-    recorder = Recorder(delivery_settings, clicks.topic)
-    ids = [
-        send_mark_set_done(clicks.name, {"datestamp": f"{n:03d}"}, settings=delivery_settings)
-        for n in range(110)
-    ]
-    reads: list[str] = []  # where each outbox read happened
-    committing = False
-    original_read = Catalog.events_in_buckets
-    original_commit = BrokerConnection.commit
-
-    def read(self, *args, **kwargs):
-        reads.append("in COMMIT" if committing else "in loop")
-        return original_read(self, *args, **kwargs)
-
-    def commit(self, *args, **kwargs):
-        nonlocal committing
-        committing = True
-        try:
-            return original_commit(self, *args, **kwargs)
-        finally:
-            committing = False
-
-    monkeypatch.setattr(Catalog, "events_in_buckets", read)
-    monkeypatch.setattr(BrokerConnection, "commit", commit)
-    try:
-        with Relay(delivery_settings, config=RelayConfig(batch_size=20)) as relay:
-            # five full batches and a short one
-            assert relay.drain() == 110
-        messages = recorder.wait_for(110, timeout=20)
-    finally:
-        recorder.close()
-    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == ids
-    # The first page and the last (empty) read in the loop; each full batch read the
-    # next page during its COMMIT, the sixth (short) batch read nothing ahead.
-    assert reads == ["in loop"] + ["in COMMIT"] * 5 + ["in loop"]
-    assert delivery_catalog.outbox_backlog() == (0, None)
-
-
-def test_a_failed_read_ahead_is_read_again_and_nothing_is_lost(
-    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
-):
+def _spy_on_reads(monkeypatch, *, fail_ahead: bool = False) -> list[tuple[str, int]]:
+    """Record each outbox read of the relay as (where, after_event_id): "in COMMIT"
+    when made while a COMMIT's receipt is awaited (a read-ahead), else "in loop".
+    ``fail_ahead``: a read-ahead fails as if the database had gone away."""
     from hcat_notify.broker import BrokerConnection
     from hcat_notify.errors import StoreUnavailableError
 
-    recorder = Recorder(delivery_settings, clicks.topic)
-    ids = [
-        send_mark_set_done(clicks.name, {"datestamp": f"{n:03d}"}, settings=delivery_settings)
-        for n in range(50)
-    ]
+    reads: list[tuple[str, int]] = []
     committing = False
-    failed: list[int] = []
     original_read = Catalog.events_in_buckets
     original_commit = BrokerConnection.commit
 
     def read(self, *args, **kwargs):
-        if committing:
-            failed.append(kwargs["after_event_id"])
+        reads.append(("in COMMIT" if committing else "in loop", kwargs["after_event_id"]))
+        if committing and fail_ahead:
             raise StoreUnavailableError("database went away (test)")
         return original_read(self, *args, **kwargs)
 
@@ -137,6 +88,43 @@ def test_a_failed_read_ahead_is_read_again_and_nothing_is_lost(
 
     monkeypatch.setattr(Catalog, "events_in_buckets", read)
     monkeypatch.setattr(BrokerConnection, "commit", commit)
+    return reads
+
+
+def test_the_next_page_is_read_while_the_broker_stores_a_full_batch(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
+):
+    """After a full batch the relay reads the next page between writing the COMMIT and
+    its RECEIPT, and publishes that page next instead of reading it again."""
+    recorder = Recorder(delivery_settings, clicks.topic)
+    ids = [
+        send_mark_set_done(clicks.name, {"datestamp": f"{n:03d}"}, settings=delivery_settings)
+        for n in range(110)
+    ]
+    reads = _spy_on_reads(monkeypatch)
+    try:
+        with Relay(delivery_settings, config=RelayConfig(batch_size=20)) as relay:
+            # five full batches and a short one
+            assert relay.drain() == 110
+        messages = recorder.wait_for(110, timeout=20)
+    finally:
+        recorder.close()
+    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == ids
+    # The first page and the last (empty) read in the loop; each full batch read the
+    # next page during its COMMIT, the sixth (short) batch read nothing ahead.
+    assert [where for where, _ in reads] == ["in loop"] + ["in COMMIT"] * 5 + ["in loop"]
+    assert delivery_catalog.outbox_backlog() == (0, None)
+
+
+def test_a_failed_read_ahead_is_read_again_and_nothing_is_lost(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
+):
+    recorder = Recorder(delivery_settings, clicks.topic)
+    ids = [
+        send_mark_set_done(clicks.name, {"datestamp": f"{n:03d}"}, settings=delivery_settings)
+        for n in range(50)
+    ]
+    reads = _spy_on_reads(monkeypatch, fail_ahead=True)
     try:
         with Relay(delivery_settings, config=RelayConfig(batch_size=20)) as relay:
             assert relay.drain() == 50
@@ -144,6 +132,7 @@ def test_a_failed_read_ahead_is_read_again_and_nothing_is_lost(
         messages = recorder.wait_for(50, timeout=20)
     finally:
         recorder.close()
+    failed = [after for where, after in reads if where == "in COMMIT"]
     assert len(failed) == 2  # after each of the two full batches
     assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == ids
     assert delivery_catalog.outbox_backlog() == (0, None)
