@@ -109,6 +109,10 @@ class Membership:
             return True
         return False
 
+    def wait_changed(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the owned set to change (without clearing it)."""
+        return self._changed.wait(timeout)
+
     def changed_pending(self) -> bool:
         """Whether the owned set changed since last asked (without clearing it)."""
         return self._changed.is_set()

@@ -48,6 +48,9 @@ LOAD_WINDOW = 60.0
 """Seconds over which a member's events/s (per bucket, in all) are reported."""
 IN_FLIGHT_POLL = 0.05
 """Seconds between looks at the outbox while an open transaction holds event ids."""
+IDLE_RECORD_BATCHES = 10
+"""Every owned bucket's position is recorded once the cursor moved this many batch
+sizes (a restarted relay reads at most about that much again)."""
 MAX_MEMBER_ID = 255
 
 
@@ -143,6 +146,7 @@ class Relay:
         self._owned: dict[int, Ownership] = {}
         self._topic_progress: dict[str, int] = {}  # what is published, per topic
         self._cursor = 0  # every event of the owned buckets up to here was handled
+        self._idle_through = 0  # the cursor when every owned bucket's position was queued
         self._blocked: dict[str, _Blocked] = {}  # topics the broker refuses, retried later
         # (buckets, after event id, page): read during the last COMMIT's wait
         self._ahead: tuple[frozenset[int], int, list[OutboxEvent]] | None = None
@@ -210,6 +214,9 @@ class Relay:
             return
         self._joined = False
         if self._progress is not None:
+            if self._cursor > self._idle_through:  # where the next owners start reading
+                blocked = {topic: item.first_event for topic, item in self._blocked.items()}
+                self._record([], blocked, every_bucket=True)
             self._progress.close()  # what has receipts is recorded before the handoff
             self._progress = None
         try:
@@ -269,7 +276,9 @@ class Relay:
         while len(self._member.owned()) < count and time.monotonic() < deadline:
             if self._member.error is not None:
                 raise self._member.error
-            time.sleep(0.02)
+            # woken by the membership thread's first read of what it owns
+            if self._member.wait_changed(0.02):
+                self._member.changed()  # taken in by the sync below
         self._sync_ownership(force=True)
 
     # -- the loop -----------------------------------------------------------------------
@@ -398,6 +407,7 @@ class Relay:
         ]
         started = time.monotonic()
         limit = self._config.batch_size
+        idle_step = IDLE_RECORD_BATCHES * limit
         # A full batch says more is waiting: read it while the broker stores this one.
         meanwhile = self._read_ahead(events[-1].event_id) if len(events) == limit else None
         result = self._sender.send(fresh, meanwhile=meanwhile) if fresh else None
@@ -416,7 +426,7 @@ class Relay:
         if rejected:  # refused, not parked yet: try again from there next time
             cursor = min(cursor, min(rejected) - 1)
         self._cursor = max(self._cursor, cursor)
-        self._record(sent, unsent)
+        self._record(sent, unsent, every_bucket=self._cursor - self._idle_through >= idle_step)
         self.stats.connects = self._sender.connects
         if sent:
             now_utc = datetime.now(UTC)
@@ -467,10 +477,17 @@ class Relay:
 
         return read
 
-    def _record(self, sent: list[OutboxEvent], unsent: dict[str, int]) -> None:
+    def _record(
+        self, sent: list[OutboxEvent], unsent: dict[str, int], *, every_bucket: bool = False
+    ) -> None:
         """Queue the progress of this batch: per bucket, its topics and how far it is
-        published through (short of its first event still held back)."""
-        if not sent or self._progress is None:
+        published through (short of its first event still held back).
+
+        ``every_bucket``: also move the position of the owned buckets that published
+        nothing (it is where a new owner starts reading; left behind, a restart would
+        read the whole outbox since a quiet bucket's last event again).
+        """
+        if self._progress is None or not (sent or every_bucket):
             return
         now = time.monotonic()
         per_bucket: dict[int, dict[str, int]] = {}
@@ -484,12 +501,14 @@ class Relay:
             bucket = self._bucket_of(topic)
             held_by_bucket[bucket] = min(first - 1, held_by_bucket.get(bucket, first - 1))
         updates = {}
-        for bucket, topics in per_bucket.items():
+        for bucket in self._owned if every_bucket else per_bucket:
             ownership = self._owned.get(bucket)
             if ownership is None:
                 continue
             through = min(self._cursor, held_by_bucket.get(bucket, self._cursor))
-            updates[bucket] = BucketProgress(ownership.epoch, through, topics)
+            updates[bucket] = BucketProgress(ownership.epoch, through, per_bucket.get(bucket, {}))
+        if every_bucket:
+            self._idle_through = self._cursor
         self._progress.add(updates, events=len(sent))
         with self._lock:
             for bucket, count in counts.items():

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy import case, delete, func, insert, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -50,6 +50,7 @@ __all__ = [
     "last_publish_by_topic",
     "leave",
     "members",
+    "move_positions",
     "owned",
     "record_progress",
     "release",
@@ -134,6 +135,10 @@ class BucketProgress:
     epoch: int
     published_through: int
     topics: Mapping[str, int]
+
+
+POSITIONS_PER_STATEMENT = 500
+"""Buckets moved by one statement of :func:`move_positions` (two parameters each)."""
 
 
 def bucket_count(session: Session) -> int:
@@ -441,6 +446,34 @@ def _upsert_progress(
     tx.session.execute(statement)
 
 
+def move_positions(tx: Tx, member_id: str, positions: Mapping[int, BucketProgress]) -> None:
+    """Move the published-through position of buckets that published nothing (never
+    backwards), fenced by owner and epoch like :func:`record_progress`; a bucket owned by
+    another member now is left as it is, and not reported.
+
+    One statement per distinct position (usually one for all): in a transaction of its
+    own, its row locks are taken in one scan, like a controller's assignment, so the two
+    cannot deadlock.
+    """
+    by_position: dict[int, list[tuple[int, int]]] = {}
+    for bucket, progress in sorted(positions.items()):
+        by_position.setdefault(progress.published_through, []).append((bucket, progress.epoch))
+    for through, owned in by_position.items():
+        for start in range(0, len(owned), POSITIONS_PER_STATEMENT):
+            tx.session.execute(
+                update(RelayBucketRow)
+                .where(
+                    tuple_(RelayBucketRow.bucket, RelayBucketRow.epoch).in_(
+                        owned[start : start + POSITIONS_PER_STATEMENT]
+                    ),
+                    RelayBucketRow.owner == member_id,
+                    RelayBucketRow.published_through < through,
+                )
+                .values(published_through=through)
+                .execution_options(synchronize_session=False)
+            )
+
+
 def record_progress(tx: Tx, member_id: str, updates: Mapping[int, BucketProgress]) -> set[int]:
     """Record what ``member_id`` published, bucket by bucket, fenced by epoch.
 
@@ -453,7 +486,7 @@ def record_progress(tx: Tx, member_id: str, updates: Mapping[int, BucketProgress
     """
     now = tx.clock()
     lost: set[int] = set()
-    for bucket, progress in updates.items():
+    for bucket, progress in sorted(updates.items()):
         kept = tx.session.execute(
             update(RelayBucketRow)
             .where(
@@ -603,9 +636,17 @@ class RelayGroup:
             return release(tx, member_id, given)
 
     def record_progress(self, member_id: str, updates: Mapping[int, BucketProgress]) -> set[int]:
-        """Record published progress per bucket, fenced by epoch; the buckets lost."""
+        """Record published progress per bucket, fenced by epoch; the buckets lost (of
+        those with topics: the position of a bucket without is only moved)."""
+        positions = {bucket: p for bucket, p in updates.items() if not p.topics}
+        if positions:
+            with self._transaction(write=True) as tx:
+                move_positions(tx, member_id, positions)
+        busy = {bucket: p for bucket, p in updates.items() if p.topics}
+        if not busy:
+            return set()
         with self._transaction(write=True) as tx:
-            return record_progress(tx, member_id, updates)
+            return record_progress(tx, member_id, busy)
 
     def progress(self, in_buckets: Iterable[int] | None = None) -> dict[str, int]:
         """Highest published event id per topic (of some buckets, or all)."""

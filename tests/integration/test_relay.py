@@ -138,6 +138,59 @@ def test_a_failed_read_ahead_is_read_again_and_nothing_is_lost(
     assert delivery_catalog.outbox_backlog() == (0, None)
 
 
+def test_a_restarted_relay_reads_on_from_where_the_last_one_left(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
+):
+    """Every event is in one topic, so 255 of the 256 buckets publish nothing: their
+    positions move too, so the next relay starts reading after what was published, not
+    at the first event of the outbox (which keeps every event it ever had)."""
+    done = [
+        send_mark_set_done(clicks.name, {"datestamp": f"{n:03d}"}, settings=delivery_settings)
+        for n in range(30)
+    ]
+    with Relay(delivery_settings, config=RelayConfig(batch_size=5)) as relay:
+        assert relay.drain() == 30
+    later = send_mark_set_done(clicks.name, {"datestamp": "later"}, settings=delivery_settings)
+    reads = _spy_on_reads(monkeypatch)
+    recorder = Recorder(delivery_settings, clicks.topic)
+    try:
+        with Relay(delivery_settings, config=RelayConfig(batch_size=5)) as relay:
+            assert relay.drain() == 1
+        messages = recorder.wait_for(1, timeout=10)
+    finally:
+        recorder.close()
+    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == [later]
+    assert reads[0] == ("in loop", done[-1])
+    assert {b.published_through for b in delivery_catalog.group.buckets()} == {later}
+
+
+def test_a_running_relay_moves_the_position_of_buckets_that_publish_nothing(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo
+):
+    """Not only at a clean exit: while it runs, every owned bucket's position is
+    recorded every 10 batch sizes, so a relay killed with -9 leaves a restart at most
+    about that much to read again."""
+    from hcat_notify.relay.publisher import IDLE_RECORD_BATCHES
+
+    done = [
+        send_mark_set_done(clicks.name, {"datestamp": f"{n:03d}"}, settings=delivery_settings)
+        for n in range(60)
+    ]
+    step = IDLE_RECORD_BATCHES * 5
+    with running_relay(delivery_settings, batch_size=5):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            positions = {b.published_through for b in delivery_catalog.group.buckets()}
+            published = delivery_catalog.group.progress().get(clicks.topic)
+            if published == done[-1] and min(positions) >= done[-1] - step:
+                break
+            time.sleep(0.05)
+        # read while the relay still runs: nothing recorded at its exit yet
+        positions = {b.published_through for b in delivery_catalog.group.buckets()}
+    assert delivery_catalog.group.progress()[clicks.topic] == done[-1]
+    assert done[-1] - step <= min(positions) <= done[-1]
+
+
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_an_event_behind_a_rolled_back_writer_goes_out_without_a_notify(
     delivery_settings, delivery_catalog: Catalog, clicks: TableInfo

@@ -146,6 +146,28 @@ def test_progress_is_fenced_by_the_bucket_epoch(catalog: Catalog, clicks: str):
     assert catalog.group.buckets()[bucket].owner is None
 
 
+def test_positions_of_buckets_without_topics_move_fenced_and_never_back(catalog: Catalog):
+    _member(catalog, "a")
+    _member(catalog, "b")
+    epoch = catalog.group.claim_controller("a", ttl=30)
+    assert epoch is not None
+    assert catalog.group.assign("a", epoch, {0: "a", 1: "a", 2: "a", 3: "b"})
+    owned = catalog.group.owned("a")
+    moved = {b: BucketProgress(owned[b].epoch, 40, {}) for b in (0, 1)}
+    moved[2] = BucketProgress(owned[2].epoch, 30, {})  # a topic held back there
+    moved[3] = BucketProgress(owned[0].epoch, 40, {})  # b's bucket: a's write is fenced
+    assert catalog.group.record_progress("a", moved) == set()
+    assert catalog.group.progress() == {}  # no topic written
+    positions = {b.bucket: b.published_through for b in catalog.group.buckets()[:5]}
+    assert positions == {0: 40, 1: 40, 2: 30, 3: 0, 4: 0}
+    # never backwards; a stale epoch (bucket 1 moved away and back) changes nothing
+    assert catalog.group.assign("a", epoch, {1: "b"})
+    assert catalog.group.assign("a", epoch, {1: "a"})
+    stale = {0: BucketProgress(owned[0].epoch, 10, {}), 1: BucketProgress(owned[1].epoch, 90, {})}
+    assert catalog.group.record_progress("a", stale) == set()
+    assert [b.published_through for b in catalog.group.buckets()[:2]] == [40, 40]
+
+
 def test_a_leaving_member_gives_everything_up(catalog: Catalog):
     _member(catalog, "a")
     epoch = catalog.group.claim_controller("a", ttl=30)
