@@ -39,7 +39,12 @@ from hcat_notify.store.models import (
     RelayBucketRow,
     RetentionRow,
 )
-from hcat_notify.store.records import OutboxEvent, OutboxPage, RefusedEvent, outbox_event
+from hcat_notify.store.records import (
+    OutboxEvent,
+    OutboxPage,
+    RefusedEvent,
+    outbox_events,
+)
 from hcat_notify.store.tx import Tx
 
 __all__ = [
@@ -76,7 +81,7 @@ _OUTBOX_COLUMNS = (
 
 
 def _outbox_events(tx: Tx, query: Executable) -> list[OutboxEvent]:
-    return [outbox_event(*row) for row in _plain_rows(tx, query)]
+    return outbox_events(_plain_rows(tx, query))
 
 
 def _in_id_order(bound: int | None) -> ColumnElement[bool]:

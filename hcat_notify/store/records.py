@@ -44,6 +44,7 @@ __all__ = [
     "as_json",
     "as_table_name",
     "outbox_event",
+    "outbox_events",
     "stored_mapping",
     "table_dropped",
     "table_info",
@@ -374,6 +375,37 @@ def outbox_event(
             "bucket": bucket,
         }
     )
+
+
+def outbox_events(rows: Sequence[tuple[Any, ...]]) -> list[OutboxEvent]:
+    """:func:`outbox_event` of each row, the headers of all decoded in one go (the relay
+    reads pages of thousands: one ``json.loads`` of them all costs half of one each)."""
+    texts = [row[4] for row in rows]
+    decoded: Any = None
+    if texts and all(isinstance(text, str) for text in texts):
+        try:
+            decoded = json.loads(f"[{','.join(texts)}]")
+        except ValueError:
+            decoded = None  # one is not a single document: each on its own, to say which
+    if decoded is None or len(decoded) != len(rows):
+        return [outbox_event(*row) for row in rows]
+    return [
+        OutboxEvent.trusted(
+            {
+                "event_id": event_id,
+                "topic": topic,
+                "event_type": EVENT_TYPES[event_type],
+                "table": table,
+                "headers": MappingProxyType(headers),
+                "body": body,
+                "_created_at": created_at,
+                "bucket": bucket,
+            }
+        )
+        for (event_id, topic, event_type, table, _, body, created_at, bucket), headers in zip(
+            rows, decoded, strict=True
+        )
+    ]
 
 
 class OutboxPage(Sequence[OutboxEvent]):

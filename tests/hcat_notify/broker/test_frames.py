@@ -107,3 +107,13 @@ def test_chunks_end_on_frame_boundaries_and_keep_every_frame_in_order():
 
 def test_no_messages_no_chunks():
     assert list(send_chunks([], FIXED)) == []
+
+
+@pytest.mark.parametrize("body", ['{"a": 1}', '{"a": "größe 日本"}'], ids=["ascii", "utf-8"])
+def test_content_length_counts_the_body_s_bytes_whatever_the_headers_hold(body):
+    headers = {"X_UNICODE": "größe 日本", "HCAT_EVENT_ID": "1"}
+    frame = next(send_chunks([("/topic/t", body, headers)], FIXED))
+    _, parsed, payload = _parsed(frame)
+    assert parsed["content-length"] == str(len(body.encode())) == str(len(payload))
+    assert parsed["X_UNICODE"] == "größe 日本"
+    assert _parsed(frame) == _parsed(_stomp_bytes("/topic/t", body, headers))
