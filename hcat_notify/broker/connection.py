@@ -25,7 +25,7 @@ import stomp
 from stomp.exception import StompException
 
 from hcat_notify.broker.errors import BrokerFault, classify
-from hcat_notify.broker.frames import send_chunks
+from hcat_notify.broker.frames import PreparedSends, send_chunks
 from hcat_notify.config import BrokerAddress, Settings
 from hcat_notify.errors import (
     BrokerAuthError,
@@ -492,24 +492,59 @@ class BrokerConnection:
             BrokerError: the connection failed; the transaction is not committed.
         """
         conn = self._require()
-        fixed = {**_TEXT_MESSAGE, "transaction": transaction}
-        transport = conn.transport
         with self._writing(f"SEND in {transaction}"):
-            if not transport.blocking:  # stomp.py's own writer thread owns the socket
-                for destination, body, headers in messages:
-                    conn.send(
-                        destination,
-                        body,
-                        content_type="application/json",
-                        headers={**headers, **fixed},
-                    )
+            if not conn.transport.blocking:
+                self._send_each(conn, transaction, messages)
                 return
             # Encoded here and written in large chunks: stomp.py's per-frame path (header
             # merging, listeners, a lock and a system call per frame) was most of the
             # relay's sending time. Frames go out whole, so the heart-beat thread's
             # newlines can only fall between them.
-            for chunk in send_chunks(messages, {**fixed, "content-type": "application/json"}):
-                transport.send(chunk)
+            for chunk in send_chunks(messages, self._fixed_headers(transaction)):
+                conn.transport.send(chunk)
+
+    def prepare_sends(
+        self, messages: Iterable[tuple[str, str, Mapping[str, str]]]
+    ) -> PreparedSends:
+        """Encode the SENDs of a transaction to come (nothing is written): :meth:`begin`
+        it with its ``transaction`` id, then :meth:`send_prepared`."""
+        transaction = f"hcat-tx-{next(_ids)}"
+        listed = tuple(messages)
+        chunks = tuple(send_chunks(listed, self._fixed_headers(transaction)))
+        return PreparedSends(transaction, listed, chunks)
+
+    def send_prepared(self, prepared: PreparedSends) -> None:
+        """Write the frames of a prepared transaction, begun with its id: the same as
+        :meth:`send_in_transaction` of its messages.
+
+        Raises:
+            BrokerError: the connection failed; the transaction is not committed.
+        """
+        conn = self._require()
+        with self._writing(f"SEND in {prepared.transaction}"):
+            if not conn.transport.blocking:
+                self._send_each(conn, prepared.transaction, prepared.messages)
+                return
+            for chunk in prepared.chunks:
+                conn.transport.send(chunk)
+
+    @staticmethod
+    def _fixed_headers(transaction: str) -> dict[str, str]:
+        return {**_TEXT_MESSAGE, "transaction": transaction, "content-type": "application/json"}
+
+    def _send_each(
+        self,
+        conn: stomp.Connection12,
+        transaction: str,
+        messages: Iterable[tuple[str, str, Mapping[str, str]]],
+    ) -> None:
+        """One frame at a time: stomp.py's own writer thread owns a non-blocking (TLS)
+        transport's socket."""
+        fixed = {**_TEXT_MESSAGE, "transaction": transaction}
+        for destination, body, headers in messages:
+            conn.send(
+                destination, body, content_type="application/json", headers={**headers, **fixed}
+            )
 
     def subscribe(
         self,
@@ -546,9 +581,9 @@ class BrokerConnection:
         with self._writing("ACK"):
             self._require().ack(message.ack_id)
 
-    def begin(self) -> str:
-        """Begin a STOMP transaction; return its id."""
-        transaction = f"hcat-tx-{next(_ids)}"
+    def begin(self, transaction: str | None = None) -> str:
+        """Begin a STOMP transaction (a new id, or a prepared one); return its id."""
+        transaction = transaction or f"hcat-tx-{next(_ids)}"
         with self._writing("BEGIN"):
             self._require().begin(transaction)
         # The transaction's SENDs need no answer: let the kernel pack them into full

@@ -11,13 +11,14 @@ out in event-id order from the recorded progress, whoever owns the topic's bucke
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -201,6 +202,8 @@ class Relay:
                 self._catalog, self.member_id, self._lost, max_events=self._config.batch_size
             )
             self._joined = True
+            if self._config.freeze_heap:
+                gc.freeze()
             logger.info(
                 "relay joined member=%s database=%s brokers=%s buckets=%d",
                 self.member_id,
@@ -398,13 +401,7 @@ class Relay:
         events = self._read_batch()
         if not events:
             return 0, 0
-        fresh = [
-            event
-            for event in events
-            if event.event_id > self._topic_progress.get(event.topic, 0)
-            and event.topic not in blocked
-            and event.bucket in self._owned
-        ]
+        fresh = self._fresh(events, blocked)
         started = time.monotonic()
         limit = self._config.batch_size
         idle_step = IDLE_RECORD_BATCHES * limit
@@ -445,6 +442,17 @@ class Relay:
             )
         return len(events), len(sent)
 
+    def _fresh(self, events: list[OutboxEvent], blocked: Collection[str]) -> list[OutboxEvent]:
+        """What of ``events`` to send: not published yet, not held back, still owned."""
+        progress = self._topic_progress
+        return [
+            event
+            for event in events
+            if event.event_id > progress.get(event.topic, 0)
+            and event.topic not in blocked
+            and event.bucket in self._owned
+        ]
+
     def _read_batch(self) -> list[OutboxEvent]:
         """The next events of the owned buckets after the cursor: the page read ahead
         during the last COMMIT when it was read for these buckets from this cursor."""
@@ -467,13 +475,14 @@ class Relay:
         def read() -> None:
             try:
                 page = self._page(owned, after)
+                if page:
+                    self._ahead = (owned, after, page)
+                    # its frames too, for the batch it makes if this one goes out whole
+                    self._sender.prepare(self._fresh(page, set(self._blocked)))
             except Exception as exc:  # noqa: BLE001 - never fail the COMMIT's wait for it
                 # The next batch makes the same read in the loop, where a failure is
                 # handled (retried with back-off, or raised) like any other.
                 logger.warning("relay read-ahead failed, reading again next batch: %r", exc)
-                return
-            if page:
-                self._ahead = (owned, after, page)
 
         return read
 

@@ -10,11 +10,12 @@ nothing after a refused event is sent in that pass.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hcat_notify.broker.connection import BrokerConnection, error_for
 from hcat_notify.broker.errors import BrokerFault, classify
+from hcat_notify.broker.frames import PreparedSends
 from hcat_notify.config import BrokerAddress, Settings
 from hcat_notify.errors import (
     BrokerAuthError,
@@ -75,6 +76,7 @@ class BatchSender:
         self._use_transactions = use_transactions
         self._on_refused = on_refused
         self._connection: BrokerConnection | None = None
+        self._prepared: tuple[list[int], PreparedSends] | None = None  # (event ids, frames)
         self.connects = 0
 
     def connected(self) -> BrokerConnection:
@@ -107,6 +109,16 @@ class BatchSender:
         """Drop the connection (the next send reconnects)."""
         if self._connection is not None:
             self._connection.close()
+
+    def prepare(self, events: Sequence[OutboxEvent]) -> None:
+        """Encode the frames of the batch expected next, while the broker stores this
+        one; :meth:`send` uses them if it is given the same events (by id), and encodes
+        afresh otherwise."""
+        connection = self._connection
+        if connection is None or not self._use_transactions or not events:
+            return
+        ids = [event.event_id for event in events]
+        self._prepared = (ids, connection.prepare_sends(_messages(events)))
 
     def send(
         self, events: Sequence[OutboxEvent], *, meanwhile: Callable[[], None] | None = None
@@ -145,13 +157,16 @@ class BatchSender:
         meanwhile: Callable[[], None] | None,
     ) -> None:
         errors_before = len(connection.errors)
-        transaction = connection.begin()
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and prepared[0] != [event.event_id for event in events]:
+            prepared = None  # not the batch it was prepared for
+        transaction = connection.begin(None if prepared is None else prepared[1].transaction)
         committing = False
         try:
-            connection.send_in_transaction(
-                transaction,
-                ((destination_for(event.topic), event.body, event.headers) for event in events),
-            )
+            if prepared is None:
+                connection.send_in_transaction(transaction, _messages(events))
+            else:
+                connection.send_prepared(prepared[1])
             committing = True
             connection.commit(transaction, meanwhile=meanwhile)
         except BrokerError as exc:
@@ -197,3 +212,7 @@ class BatchSender:
                 raise
             result.sent.append(event)
         return result
+
+
+def _messages(events: Sequence[OutboxEvent]) -> Iterator[tuple[str, str, Mapping[str, str]]]:
+    return ((destination_for(event.topic), event.body, event.headers) for event in events)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hcat_notify.broker import BrokerConnection
+from hcat_notify.broker.frames import PreparedSends
 from hcat_notify.config import Settings
 from hcat_notify.consumer import Notification, NotificationConsumer
 from hcat_notify.relay import Relay
@@ -120,6 +121,13 @@ class _RecordingConnection(BrokerConnection):
                 ids.append(event_id)
 
         super().send_in_transaction(transaction, noted())
+
+    def send_prepared(self, prepared: PreparedSends) -> None:
+        super().send_prepared(prepared)
+        ids = [int(headers["HCAT_EVENT_ID"]) for _, _, headers in prepared.messages]
+        for event_id in ids:
+            self._log.note_sent(event_id, str(self.address))
+        self._transactions.setdefault(prepared.transaction, []).extend(ids)
 
     def commit(
         self,

@@ -102,30 +102,39 @@ def test_selector_filters_on_hcat_headers(settings):
         assert consumer.receive(timeout=0.5) is None
 
 
-def test_a_transaction_of_many_frames_arrives_whole_and_in_order(settings):
-    """send_in_transaction writes many frames per socket write: every one arrives, in
-    order, with its headers unescaped (colons, backslashes, line breaks, non-ASCII) and
-    its body intact, and only after the COMMIT."""
+def _pad(i: int) -> str:
+    return ("é" if i % 2 else "e") * 100  # UTF-8 and ASCII bodies alternate
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["streamed", "prepared"])
+def test_a_transaction_of_many_frames_arrives_whole_and_in_order(settings, prepared):
+    """send_in_transaction writes many frames per socket write (and send_prepared the
+    same frames, encoded before the transaction began): every one arrives, in order, with
+    its headers unescaped (colons, backslashes, line breaks, non-ASCII) and its body
+    intact, and only after the COMMIT."""
     tricky = {
         "HCAT_SERVER_URL": "thrift://metastore:9083",
         "HCAT_PARTITION": "dt=2026-11-26/p=a\\b",
         "HCAT_NOTE": "one\ntwo\r\nthree größe 日本",
     }
     count = 600  # about 150 KiB of frames: several chunks
+    messages = (
+        (
+            "/topic/hcat.client.bulk",
+            json.dumps({"i": i, "pad": _pad(i)}, ensure_ascii=False),
+            {**tricky, "HCAT_EVENT_ID": str(i)},
+        )
+        for i in range(count)
+    )
     with consumer_connection(settings) as consumer, publisher_connection(settings) as publisher:
         consumer.subscribe("/topic/hcat.client.bulk", "bulk")
-        transaction = publisher.begin()
-        publisher.send_in_transaction(
-            transaction,
-            (
-                (
-                    "/topic/hcat.client.bulk",
-                    json.dumps({"i": i, "pad": "é" * 100}),
-                    {**tricky, "HCAT_EVENT_ID": str(i)},
-                )
-                for i in range(count)
-            ),
-        )
+        if prepared:
+            frames = publisher.prepare_sends(messages)
+            transaction = publisher.begin(frames.transaction)
+            publisher.send_prepared(frames)
+        else:
+            transaction = publisher.begin()
+            publisher.send_in_transaction(transaction, messages)
         assert consumer.receive(timeout=0.5) is None  # nothing before the COMMIT
         publisher.commit(transaction)
         received = [consumer.receive(timeout=10) for _ in range(count)]
@@ -135,7 +144,7 @@ def test_a_transaction_of_many_frames_arrives_whole_and_in_order(settings):
     assert ids == list(range(count))
     for i, message in enumerate(received):
         assert message is not None
-        assert json.loads(message.body) == {"i": i, "pad": "é" * 100}
+        assert json.loads(message.body) == {"i": i, "pad": _pad(i)}
         assert {k: message.headers[k] for k in tricky} == tricky
         assert message.headers["persistent"] == "true"
         assert message.headers["amq-msg-type"] == "text"
