@@ -136,6 +136,7 @@ def relay(
         heartbeat_interval=heartbeat_interval,
         session_timeout=session_timeout,
         min_move_interval=min_move_interval,
+        freeze_heap=True,  # this process is the relay's
     )
     settings = obj.settings
     if buckets is not None:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hcat_notify.errors import HcatNotifyError
+from hcat_notify.errors import HcatNotifyError, InvalidInputError
 from hcat_notify.relay.assignment import (
     BucketState,
     bucket_loads,
@@ -55,6 +55,11 @@ def ranges(numbers: list[int]) -> str:
 class _Controller:
     epoch: int
     renew_at: float  # monotonic
+
+
+_JOINED: set[tuple[str, str]] = set()
+"""(catalog URL, member id) of the members of this process that joined and did not leave."""
+_JOINED_LOCK = threading.Lock()
 
 
 class Membership:
@@ -139,8 +144,27 @@ class Membership:
     # -- lifecycle -----------------------------------------------------------------------
 
     def join(self) -> None:
-        """Register the member (first heartbeat) and start the thread."""
-        self._catalog.group.join(self._report(), session_timeout=self._config.session_timeout)
+        """Register the member (first heartbeat) and start the thread.
+
+        Raises:
+            InvalidInputError: another process, or another relay of this one that has not
+                left (not closed), runs under this member id: fencing tells members
+                apart by id, so two with one id would share every bucket.
+        """
+        key = (self._catalog.settings.database_url, self.member_id)
+        with _JOINED_LOCK:
+            if key in _JOINED:
+                raise InvalidInputError(
+                    f"relay member id {self.member_id!r} is in use by another relay of this "
+                    "process: close that one first (Relay.close, or use it in a with "
+                    "block), or give each its own member id"
+                )
+            _JOINED.add(key)
+        try:
+            self._catalog.group.join(self._report(), session_timeout=self._config.session_timeout)
+        except BaseException:
+            self._unregister()
+            raise
         self._thread = threading.Thread(
             target=self._run, name=f"hcat-relay-member-{self.member_id}", daemon=True
         )
@@ -153,9 +177,19 @@ class Membership:
             self._thread.join(30)
             self._thread = None
 
+    def _unregister(self) -> None:
+        with _JOINED_LOCK:
+            _JOINED.discard((self._catalog.settings.database_url, self.member_id))
+
     def leave(self) -> None:
         """Leave the group: hand the buckets over (at once if this member controls the
         group), resign the controller role, delete the member row."""
+        try:
+            self._leave()
+        finally:
+            self._unregister()
+
+    def _leave(self) -> None:
         self.stop()
         if self._controller is not None:
             try:

@@ -91,6 +91,29 @@ def _spy_on_reads(monkeypatch, *, fail_ahead: bool = False) -> list[tuple[str, i
     return reads
 
 
+def _spy_on_sends(monkeypatch) -> list[tuple[str, int]]:
+    """Record how each transaction's frames were written: ("streamed", frames) when
+    encoded as they were written, ("prepared", frames) when encoded beforehand."""
+    from hcat_notify.broker import BrokerConnection
+
+    sends: list[tuple[str, int]] = []
+    streamed = BrokerConnection.send_in_transaction
+    prepared = BrokerConnection.send_prepared
+
+    def send_in_transaction(self, transaction, messages):
+        listed = list(messages)
+        sends.append(("streamed", len(listed)))
+        return streamed(self, transaction, listed)
+
+    def send_prepared(self, frames):
+        sends.append(("prepared", len(frames.messages)))
+        return prepared(self, frames)
+
+    monkeypatch.setattr(BrokerConnection, "send_in_transaction", send_in_transaction)
+    monkeypatch.setattr(BrokerConnection, "send_prepared", send_prepared)
+    return sends
+
+
 def test_the_next_page_is_read_while_the_broker_stores_a_full_batch(
     delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
 ):
@@ -102,6 +125,7 @@ def test_the_next_page_is_read_while_the_broker_stores_a_full_batch(
         for n in range(110)
     ]
     reads = _spy_on_reads(monkeypatch)
+    sends = _spy_on_sends(monkeypatch)
     try:
         with Relay(delivery_settings, config=RelayConfig(batch_size=20)) as relay:
             # five full batches and a short one
@@ -113,7 +137,39 @@ def test_the_next_page_is_read_while_the_broker_stores_a_full_batch(
     # The first page and the last (empty) read in the loop; each full batch read the
     # next page during its COMMIT, the sixth (short) batch read nothing ahead.
     assert [where for where, _ in reads] == ["in loop"] + ["in COMMIT"] * 5 + ["in loop"]
+    # ... and encoded its frames then: each batch after the first went out prepared
+    assert sends == [("streamed", 20)] + [("prepared", 20)] * 4 + [("prepared", 10)]
     assert delivery_catalog.outbox_backlog() == (0, None)
+
+
+def test_frames_prepared_for_another_batch_are_not_what_is_sent(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
+):
+    from hcat_notify.broker import publisher_connection
+    from hcat_notify.relay.sender import BatchSender
+
+    ids = [
+        send_mark_set_done(clicks.name, {"datestamp": f"{n}"}, settings=delivery_settings)
+        for n in range(4)
+    ]
+    events = [e for e in delivery_catalog.pending_events() if e.topic == clicks.topic]
+    sends = _spy_on_sends(monkeypatch)
+    recorder = Recorder(delivery_settings, clicks.topic)
+    sender = BatchSender(
+        delivery_settings, publisher_connection, use_transactions=True, on_refused=lambda *a: False
+    )
+    try:
+        sender.connected()
+        sender.prepare(events[:2])
+        assert sender.send(events[2:]).sent == events[2:]  # not the batch prepared for
+        sender.prepare(events[:2])
+        assert sender.send(events[:2]).sent == events[:2]  # this time it is
+        messages = recorder.wait_for(4, timeout=10)
+    finally:
+        sender.close()
+        recorder.close()
+    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == ids[2:] + ids[:2]
+    assert sends == [("streamed", 2), ("prepared", 2)]
 
 
 def test_a_failed_read_ahead_is_read_again_and_nothing_is_lost(
@@ -321,6 +377,50 @@ def test_a_second_relay_under_a_member_id_in_use_is_refused(
         assert refused.stderr.startswith("hcat-notify: error: relay member id 'twin' is in use by ")
         assert refused.stderr.count("\n") == 1
         assert [(m.member_id, m.pid) for m in delivery_catalog.group.members()] == before
+
+
+def test_a_second_relay_of_one_process_under_a_member_id_in_use_is_refused(
+    delivery_settings, delivery_catalog: Catalog, clicks
+):
+    """Fencing tells members apart by id: a relay left open (not closed) still heartbeats
+    and may take the controller role, so another under its id in the same process would
+    share every bucket with it."""
+    from hcat_notify.errors import InvalidInputError
+
+    send_mark_set_done(clicks.name, {"datestamp": "1"}, settings=delivery_settings)
+    first = Relay(delivery_settings, member_id="twin")
+    second = Relay(delivery_settings, member_id="twin")
+    try:
+        assert first.drain() >= 1  # joined, and not closed
+        members = [(m.member_id, m.pid) for m in delivery_catalog.group.members()]
+        with pytest.raises(InvalidInputError, match="'twin' is in use by another relay of this"):
+            second.drain()
+        assert [(m.member_id, m.pid) for m in delivery_catalog.group.members()] == members
+        first.close()
+        assert second.drain() == 0  # once the first has left
+    finally:
+        first.close()
+        second.close()
+    assert delivery_catalog.group.members() == []
+
+
+def test_only_a_relay_that_owns_its_process_freezes_the_heap(
+    delivery_settings, delivery_catalog: Catalog, clicks
+):
+    import gc
+
+    send_mark_set_done(clicks.name, {"datestamp": "1"}, settings=delivery_settings)
+    gc.unfreeze()
+    try:
+        with Relay(delivery_settings) as relay:
+            assert relay.drain() >= 1
+        assert gc.get_freeze_count() == 0  # a library user's heap is left alone
+        send_mark_set_done(clicks.name, {"datestamp": "2"}, settings=delivery_settings)
+        with Relay(delivery_settings, config=RelayConfig(freeze_heap=True)) as relay:
+            assert relay.drain() == 1
+            assert gc.get_freeze_count() > 0  # as the relay command does
+    finally:
+        gc.unfreeze()
 
 
 def test_relay_once_refuses_to_run_beside_a_running_relay(
