@@ -106,6 +106,7 @@ class ReceivedMessage:
 class _Waiter:
     event: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
+    errors_before: int = 0  # ERROR frames received before the RECEIPT
 
 
 class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
@@ -255,8 +256,11 @@ class BrokerConnection:
             self._connected.set()
 
     def _on_receipt(self, receipt_id: str) -> None:
+        # Answered: an ERROR after it is about later frames and must not touch it.
         with self._lock:
-            waiter = self._receipts.get(receipt_id)
+            waiter = self._receipts.pop(receipt_id, None)
+            if waiter is not None:
+                waiter.errors_before = len(self._errors)
         if waiter is not None:
             waiter.event.set()
 
@@ -407,7 +411,9 @@ class BrokerConnection:
 
     def _await_receipt(
         self, receipt: str, waiter: _Waiter, what: str, timeout: float | None
-    ) -> None:
+    ) -> int:
+        """Wait for the RECEIPT; how many ERROR frames the connection had received
+        before it (the broker answers in order: later ones concern later frames)."""
         deadline = self._timeout if timeout is None else timeout
         try:
             if not waiter.event.wait(deadline):
@@ -423,6 +429,7 @@ class BrokerConnection:
                 fault = classify(waiter.error)
                 verb = "failed at" if fault is BrokerFault.OTHER else "refused by"
                 raise _ERRORS[fault](f"{what} {verb} {self.address}: {waiter.error}")
+            return waiter.errors_before
         finally:
             with self._lock:
                 self._receipts.pop(receipt, None)
@@ -598,8 +605,9 @@ class BrokerConnection:
         *,
         timeout: float | None = None,
         meanwhile: Callable[[], None] | None = None,
-    ) -> None:
-        """COMMIT a transaction and wait for its RECEIPT.
+    ) -> int:
+        """COMMIT a transaction and wait for its RECEIPT; how many ERROR frames had come
+        before the RECEIPT (``errors[:n]``: any of the transaction's are among them).
 
         Args:
             transaction: the id :meth:`begin` returned.
@@ -615,7 +623,7 @@ class BrokerConnection:
             conn.commit(transaction, headers={"receipt": receipt_id})
         if meanwhile is not None:
             meanwhile()
-        self._await_receipt(receipt_id, waiter, what, timeout)
+        return self._await_receipt(receipt_id, waiter, what, timeout)
 
     def abort(self, transaction: str) -> None:
         """ABORT a transaction (best effort)."""

@@ -9,6 +9,7 @@ nothing after a refused event is sent in that pass.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,16 @@ class SendResult:
     broken_at: int | None = None  # the connection broke before this event: not tried
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """A batch whose transaction was begun and sent ahead, not committed yet."""
+
+    ids: list[int]  # its events, in order
+    frames: PreparedSends
+    connects: int  # the connection it was written on (the sender's connect count)
+    errors_before: int = 0  # ERRORs on that connection not about it
+
+
 def _refused_or_rolled_back(exc: BrokerError) -> bool:
     # ActiveMQ answers a COMMIT after a refused SEND with "COMMIT FAILED: Transaction
     # marked rollback only": nothing of the transaction was delivered. A SEND it cannot
@@ -76,7 +87,7 @@ class BatchSender:
         self._use_transactions = use_transactions
         self._on_refused = on_refused
         self._connection: BrokerConnection | None = None
-        self._prepared: tuple[list[int], PreparedSends] | None = None  # (event ids, frames)
+        self._prepared: _Prepared | None = None  # the next batch, sent ahead
         self.connects = 0
 
     def connected(self) -> BrokerConnection:
@@ -111,14 +122,27 @@ class BatchSender:
             self._connection.close()
 
     def prepare(self, events: Sequence[OutboxEvent]) -> None:
-        """Encode the frames of the batch expected next, while the broker stores this
-        one; :meth:`send` uses them if it is given the same events (by id), and encodes
-        afresh otherwise."""
+        """Begin the transaction of the batch expected next and write its SENDs, while
+        the broker stores the one before (called during that COMMIT's wait): the broker
+        takes them in as soon as it has answered, instead of after our next round trip.
+
+        Nothing of it is delivered before its COMMIT, which :meth:`send` writes only
+        once the transaction before has its receipt, and only if it is given exactly
+        these events (by id); otherwise the connection, and with it the open
+        transaction, is dropped. Never raises: a failed write leaves nothing prepared.
+        """
         connection = self._connection
         if connection is None or not self._use_transactions or not events:
             return
         ids = [event.event_id for event in events]
-        self._prepared = (ids, connection.prepare_sends(_messages(events)))
+        frames = connection.prepare_sends(_messages(events))
+        try:
+            connection.begin(frames.transaction)
+            connection.send_prepared(frames)
+        except BrokerError as exc:  # the COMMIT being awaited fails the same way
+            logger.debug("relay could not write the next batch ahead: %s", exc)
+            return
+        self._prepared = _Prepared(ids, frames, self.connects)
 
     def send(
         self, events: Sequence[OutboxEvent], *, meanwhile: Callable[[], None] | None = None
@@ -134,11 +158,24 @@ class BatchSender:
         Raises:
             BrokerError: the broker cannot be reached (nothing in this pass is known sent).
         """
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and not (
+            prepared.connects == self.connects
+            and self._connection is not None
+            and self._connection.is_connected
+        ):
+            prepared = None  # its connection is gone, and the open transaction with it
+        if prepared is not None and prepared.ids != [event.event_id for event in events]:
+            # Not this batch (a topic refused or retried, a bucket lost): a fresh
+            # connection drops the open transaction, and any ERROR about its frames.
+            logger.debug("relay dropping a batch written ahead: the next batch differs")
+            self.close()
+            prepared = None
         connection = self.connected()
         if not self._use_transactions:
             return self._send_individually(connection, events)
         try:
-            self._send_transaction(connection, events, meanwhile)
+            self._send_transaction(connection, events, prepared, meanwhile)
         except BrokerError as exc:
             if not (_refused_or_rolled_back(exc) or isinstance(exc, BrokerUnavailableError)):
                 raise
@@ -154,21 +191,21 @@ class BatchSender:
         self,
         connection: BrokerConnection,
         events: Sequence[OutboxEvent],
+        prepared: _Prepared | None,
         meanwhile: Callable[[], None] | None,
     ) -> None:
-        errors_before = len(connection.errors)
-        prepared, self._prepared = self._prepared, None
-        if prepared is not None and prepared[0] != [event.event_id for event in events]:
-            prepared = None  # not the batch it was prepared for
-        transaction = connection.begin(None if prepared is None else prepared[1].transaction)
+        if prepared is None:
+            errors_before = len(connection.errors)
+            transaction = connection.begin()
+        else:  # begun and sent during the last COMMIT's wait
+            errors_before = prepared.errors_before
+            transaction = prepared.frames.transaction
         committing = False
         try:
             if prepared is None:
                 connection.send_in_transaction(transaction, _messages(events))
-            else:
-                connection.send_prepared(prepared[1])
             committing = True
-            connection.commit(transaction, meanwhile=meanwhile)
+            errors_until = connection.commit(transaction, meanwhile=meanwhile)
         except BrokerError as exc:
             if not committing:
                 connection.abort(transaction)
@@ -179,8 +216,13 @@ class BatchSender:
                 raise cause from exc
             raise
         # The broker answers frames in order, so an ERROR for any SEND of this
-        # transaction arrived before the COMMIT's receipt: then the batch is not whole.
-        cause = error_for(connection.errors[errors_before:], "broker reported errors in a batch")
+        # transaction arrived before the COMMIT's receipt (later ones are about the
+        # batch written ahead meanwhile): then the batch is not whole.
+        cause = error_for(
+            connection.errors[errors_before:errors_until], "broker reported errors in a batch"
+        )
+        if self._prepared is not None:  # written during this wait: its ERRORs come after
+            self._prepared = dataclasses.replace(self._prepared, errors_before=errors_until)
         if cause is not None:
             raise cause
 

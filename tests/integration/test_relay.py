@@ -137,14 +137,17 @@ def test_the_next_page_is_read_while_the_broker_stores_a_full_batch(
     # The first page and the last (empty) read in the loop; each full batch read the
     # next page during its COMMIT, the sixth (short) batch read nothing ahead.
     assert [where for where, _ in reads] == ["in loop"] + ["in COMMIT"] * 5 + ["in loop"]
-    # ... and encoded its frames then: each batch after the first went out prepared
+    # ... and wrote that batch's frames then: each batch after the first went out ahead
     assert sends == [("streamed", 20)] + [("prepared", 20)] * 4 + [("prepared", 10)]
     assert delivery_catalog.outbox_backlog() == (0, None)
 
 
-def test_frames_prepared_for_another_batch_are_not_what_is_sent(
+def test_a_batch_written_ahead_is_committed_only_if_it_is_the_next_batch(
     delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
 ):
+    """A batch written ahead (begun and sent, not committed) that is not what the next
+    send is given never reaches a subscriber: its connection, and the open transaction
+    with it, is dropped, and the batch given is sent afresh."""
     from hcat_notify.broker import publisher_connection
     from hcat_notify.relay.sender import BatchSender
 
@@ -160,16 +163,63 @@ def test_frames_prepared_for_another_batch_are_not_what_is_sent(
     )
     try:
         sender.connected()
+        sender.prepare(events[:2])  # written ahead ...
+        assert sender.send(events[2:]).sent == events[2:]  # ... but another batch comes
+        assert sender.connects == 2
         sender.prepare(events[:2])
-        assert sender.send(events[2:]).sent == events[2:]  # not the batch prepared for
-        sender.prepare(events[:2])
-        assert sender.send(events[:2]).sent == events[:2]  # this time it is
-        messages = recorder.wait_for(4, timeout=10)
+        assert sender.send(events[:2]).sent == events[:2]  # this time it is the batch
+        assert sender.connects == 2
+        messages = recorder.wait_for(5, timeout=3)
     finally:
         sender.close()
         recorder.close()
     assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == ids[2:] + ids[:2]
-    assert sends == [("streamed", 2), ("prepared", 2)]
+    assert sends == [("prepared", 2), ("streamed", 2), ("prepared", 2)]
+
+
+def test_an_error_about_the_batch_written_ahead_does_not_fail_the_one_before(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo
+):
+    """The batch written ahead during a COMMIT's wait has a SEND the broker refuses: its
+    ERROR comes after that COMMIT's receipt, so the committed batch counts as sent (not
+    sent again one by one), and the refused batch is then found out on its own."""
+    from hcat_notify.broker import publisher_connection
+    from hcat_notify.relay.sender import BatchSender
+
+    stray = delivery_catalog.create_table(
+        f"{clicks.name.db}.stray", location="/s", partition_keys=["ds"], topic="elsewhere.stray"
+    )
+    first = [
+        send_mark_set_done(clicks.name, {"datestamp": f"{n}"}, settings=delivery_settings)
+        for n in range(3)
+    ]
+    refused = send_mark_set_done(stray.name, {"ds": "1"}, settings=delivery_settings)
+    after = send_mark_set_done(clicks.name, {"datestamp": "x"}, settings=delivery_settings)
+    pending = {e.event_id: e for e in delivery_catalog.pending_events()}
+    batch = [pending[i] for i in first]
+    ahead = [pending[refused], pending[after]]
+    refusals: list[int] = []
+    recorder = Recorder(delivery_settings, clicks.topic)
+    sender = BatchSender(
+        delivery_settings,
+        publisher_connection,
+        use_transactions=True,
+        on_refused=lambda event, reason, topic: refusals.append(event.event_id) or False,
+    )
+    try:
+        sender.connected()
+        # the receipt and the ERROR after it have both come when the wait begins
+        result = sender.send(batch, meanwhile=lambda: (sender.prepare(ahead), time.sleep(1)))
+        assert result.sent == batch
+        assert refusals == []
+        second = sender.send(ahead)
+        assert [e.event_id for e in second.sent] == [after]
+        assert refusals == [refused]
+        messages = recorder.wait_for(5, timeout=3)
+    finally:
+        sender.close()
+        recorder.close()
+    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == [*first, after]
 
 
 def test_a_failed_read_ahead_is_read_again_and_nothing_is_lost(
