@@ -20,6 +20,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    text,
     true,
     type_coerce,
     update,
@@ -154,6 +155,12 @@ def events_in_buckets(
     """
     if not in_buckets:
         return []
+    if tx.dialect == "postgresql":
+        # Walk the primary key from the position and stop after a page. Without
+        # statistics (an outbox filled faster than autovacuum analyzes it) PostgreSQL
+        # guesses a handful of rows match and collects every row after the position to
+        # sort them: work that grows with the backlog, for each page.
+        tx.session.execute(text("SET LOCAL enable_sort = off"))
     query = (
         select(*_OUTBOX_COLUMNS)
         .where(
