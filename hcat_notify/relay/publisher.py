@@ -477,8 +477,8 @@ class Relay:
                 page = self._page(owned, after)
                 if page:
                     self._ahead = (owned, after, page)
-                    # its frames too, for the batch it makes if this one goes out whole
-                    self._sender.prepare(self._fresh(page, set(self._blocked)))
+                    # and the batch it makes goes on the wire, committed after this one
+                    self._sender.send_ahead(self._fresh(page, set(self._blocked)))
             except Exception as exc:  # noqa: BLE001 - never fail the COMMIT's wait for it
                 # The next batch makes the same read in the loop, where a failure is
                 # handled (retried with back-off, or raised) like any other.

@@ -121,7 +121,7 @@ class BatchSender:
         if self._connection is not None:
             self._connection.close()
 
-    def prepare(self, events: Sequence[OutboxEvent]) -> None:
+    def send_ahead(self, events: Sequence[OutboxEvent]) -> None:
         """Begin the transaction of the batch expected next and write its SENDs, while
         the broker stores the one before (called during that COMMIT's wait): the broker
         takes them in as soon as it has answered, instead of after our next round trip.

@@ -163,10 +163,10 @@ def test_a_batch_written_ahead_is_committed_only_if_it_is_the_next_batch(
     )
     try:
         sender.connected()
-        sender.prepare(events[:2])  # written ahead ...
+        sender.send_ahead(events[:2])  # written ahead ...
         assert sender.send(events[2:]).sent == events[2:]  # ... but another batch comes
         assert sender.connects == 2
-        sender.prepare(events[:2])
+        sender.send_ahead(events[:2])
         assert sender.send(events[:2]).sent == events[:2]  # this time it is the batch
         assert sender.connects == 2
         messages = recorder.wait_for(5, timeout=3)
@@ -209,7 +209,7 @@ def test_an_error_about_the_batch_written_ahead_does_not_fail_the_one_before(
     try:
         sender.connected()
         # the receipt and the ERROR after it have both come when the wait begins
-        result = sender.send(batch, meanwhile=lambda: (sender.prepare(ahead), time.sleep(1)))
+        result = sender.send(batch, meanwhile=lambda: (sender.send_ahead(ahead), time.sleep(1)))
         assert result.sent == batch
         assert refusals == []
         second = sender.send(ahead)
