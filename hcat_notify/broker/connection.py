@@ -547,11 +547,9 @@ class BrokerConnection:
     ) -> None:
         """One frame at a time: stomp.py's own writer thread owns a non-blocking (TLS)
         transport's socket."""
-        fixed = {**_TEXT_MESSAGE, "transaction": transaction}
+        fixed = self._fixed_headers(transaction)
         for destination, body, headers in messages:
-            conn.send(
-                destination, body, content_type="application/json", headers={**headers, **fixed}
-            )
+            conn.send(destination, body, headers={**headers, **fixed})
 
     def subscribe(
         self,

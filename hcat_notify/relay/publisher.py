@@ -218,8 +218,7 @@ class Relay:
         self._joined = False
         if self._progress is not None:
             if self._cursor > self._idle_through:  # where the next owners start reading
-                blocked = {topic: item.first_event for topic, item in self._blocked.items()}
-                self._record([], blocked, every_bucket=True)
+                self._record([], self._blocked_from(), every_bucket=True)
             self._progress.close()  # what has receipts is recorded before the handoff
             self._progress = None
         try:
@@ -418,7 +417,7 @@ class Relay:
         held = dict(result.held) if result is not None else {}
         for topic in result.refused_topics if result is not None else ():
             self._block(topic, held[topic])
-        unsent = {**held, **{t: b.first_event for t, b in self._blocked.items()}}
+        unsent = {**held, **self._blocked_from()}
         rejected = [first for topic, first in held.items() if topic not in self._blocked]
         if rejected:  # refused, not parked yet: try again from there next time
             cursor = min(cursor, min(rejected) - 1)
@@ -441,6 +440,10 @@ class Relay:
                 (time.monotonic() - started) * 1000,
             )
         return len(events), len(sent)
+
+    def _blocked_from(self) -> dict[str, int]:
+        """The first event held back of each blocked topic."""
+        return {topic: item.first_event for topic, item in self._blocked.items()}
 
     def _fresh(self, events: list[OutboxEvent], blocked: Collection[str]) -> list[OutboxEvent]:
         """What of ``events`` to send: not published yet, not held back, still owned."""

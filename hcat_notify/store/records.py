@@ -389,19 +389,8 @@ def outbox_events(rows: Sequence[tuple[Any, ...]]) -> list[OutboxEvent]:
             decoded = None  # one is not a single document: each on its own, to say which
     if decoded is None or len(decoded) != len(rows):
         return [outbox_event(*row) for row in rows]
-    return [
-        OutboxEvent.trusted(
-            {
-                "event_id": event_id,
-                "topic": topic,
-                "event_type": EVENT_TYPES[event_type],
-                "table": table,
-                "headers": MappingProxyType(headers),
-                "body": body,
-                "_created_at": created_at,
-                "bucket": bucket,
-            }
-        )
+    return [  # a decoded mapping goes through outbox_event as it is
+        outbox_event(event_id, topic, event_type, table, headers, body, created_at, bucket)
         for (event_id, topic, event_type, table, _, body, created_at, bucket), headers in zip(
             rows, decoded, strict=True
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -58,6 +59,29 @@ def test_drain_publishes_in_event_id_order_as_persistent_text_messages(
     assert done["spec"] == "datestamp=20110228"
     assert delivery_catalog.pending_events() == []
     assert delivery_catalog.outbox_backlog() == (0, None)
+
+
+def _dones(settings, table: TableInfo, count: int) -> list[int]:
+    """``count`` mark-set-done events of ``table``, one partition each; their ids."""
+    return [
+        send_mark_set_done(table.name, {"datestamp": f"{n:03d}"}, settings=settings)
+        for n in range(count)
+    ]
+
+
+def _drained(
+    settings, topic: str, count: int, *, timeout: float, **config
+) -> tuple[Any, list[int]]:
+    """Drain the outbox with one relay of ``config`` (``count`` events published) while
+    subscribed to ``topic``: the relay's stats and the event ids received."""
+    recorder = Recorder(settings, topic)
+    try:
+        with Relay(settings, config=RelayConfig(**config)) as relay:
+            assert relay.drain() == count
+        recorder.wait_for(count, timeout=timeout)
+        return relay.stats, recorder.event_ids()
+    finally:
+        recorder.close()
 
 
 def _spy_on_reads(monkeypatch, *, fail_ahead: bool = False) -> list[tuple[str, int]]:
@@ -119,21 +143,12 @@ def test_the_next_page_is_read_while_the_broker_stores_a_full_batch(
 ):
     """After a full batch the relay reads the next page between writing the COMMIT and
     its RECEIPT, and publishes that page next instead of reading it again."""
-    recorder = Recorder(delivery_settings, clicks.topic)
-    ids = [
-        send_mark_set_done(clicks.name, {"datestamp": f"{n:03d}"}, settings=delivery_settings)
-        for n in range(110)
-    ]
+    ids = _dones(delivery_settings, clicks, 110)
     reads = _spy_on_reads(monkeypatch)
     sends = _spy_on_sends(monkeypatch)
-    try:
-        with Relay(delivery_settings, config=RelayConfig(batch_size=20)) as relay:
-            # five full batches and a short one
-            assert relay.drain() == 110
-        messages = recorder.wait_for(110, timeout=20)
-    finally:
-        recorder.close()
-    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == ids
+    # five full batches and a short one
+    _, received = _drained(delivery_settings, clicks.topic, 110, timeout=20, batch_size=20)
+    assert received == ids
     # The first page and the last (empty) read in the loop; each full batch read the
     # next page during its COMMIT, the sixth (short) batch read nothing ahead.
     assert [where for where, _ in reads] == ["in loop"] + ["in COMMIT"] * 5 + ["in loop"]
@@ -151,10 +166,7 @@ def test_a_batch_written_ahead_is_committed_only_if_it_is_the_next_batch(
     from hcat_notify.broker import publisher_connection
     from hcat_notify.relay.sender import BatchSender
 
-    ids = [
-        send_mark_set_done(clicks.name, {"datestamp": f"{n}"}, settings=delivery_settings)
-        for n in range(4)
-    ]
+    ids = _dones(delivery_settings, clicks, 4)
     events = [e for e in delivery_catalog.pending_events() if e.topic == clicks.topic]
     sends = _spy_on_sends(monkeypatch)
     recorder = Recorder(delivery_settings, clicks.topic)
@@ -169,11 +181,11 @@ def test_a_batch_written_ahead_is_committed_only_if_it_is_the_next_batch(
         sender.send_ahead(events[:2])
         assert sender.send(events[:2]).sent == events[:2]  # this time it is the batch
         assert sender.connects == 2
-        messages = recorder.wait_for(5, timeout=3)
+        recorder.wait_for(5, timeout=3)
     finally:
         sender.close()
         recorder.close()
-    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == ids[2:] + ids[:2]
+    assert recorder.event_ids() == ids[2:] + ids[:2]
     assert sends == [("prepared", 2), ("streamed", 2), ("prepared", 2)]
 
 
@@ -189,10 +201,7 @@ def test_an_error_about_the_batch_written_ahead_does_not_fail_the_one_before(
     stray = delivery_catalog.create_table(
         f"{clicks.name.db}.stray", location="/s", partition_keys=["ds"], topic="elsewhere.stray"
     )
-    first = [
-        send_mark_set_done(clicks.name, {"datestamp": f"{n}"}, settings=delivery_settings)
-        for n in range(3)
-    ]
+    first = _dones(delivery_settings, clicks, 3)
     refused = send_mark_set_done(stray.name, {"ds": "1"}, settings=delivery_settings)
     after = send_mark_set_done(clicks.name, {"datestamp": "x"}, settings=delivery_settings)
     pending = {e.event_id: e for e in delivery_catalog.pending_events()}
@@ -215,32 +224,23 @@ def test_an_error_about_the_batch_written_ahead_does_not_fail_the_one_before(
         second = sender.send(ahead)
         assert [e.event_id for e in second.sent] == [after]
         assert refusals == [refused]
-        messages = recorder.wait_for(5, timeout=3)
+        recorder.wait_for(5, timeout=3)
     finally:
         sender.close()
         recorder.close()
-    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == [*first, after]
+    assert recorder.event_ids() == [*first, after]
 
 
 def test_a_failed_read_ahead_is_read_again_and_nothing_is_lost(
     delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
 ):
-    recorder = Recorder(delivery_settings, clicks.topic)
-    ids = [
-        send_mark_set_done(clicks.name, {"datestamp": f"{n:03d}"}, settings=delivery_settings)
-        for n in range(50)
-    ]
+    ids = _dones(delivery_settings, clicks, 50)
     reads = _spy_on_reads(monkeypatch, fail_ahead=True)
-    try:
-        with Relay(delivery_settings, config=RelayConfig(batch_size=20)) as relay:
-            assert relay.drain() == 50
-            assert relay.stats.failures == 0
-        messages = recorder.wait_for(50, timeout=20)
-    finally:
-        recorder.close()
+    stats, received = _drained(delivery_settings, clicks.topic, 50, timeout=20, batch_size=20)
+    assert stats.failures == 0
     failed = [after for where, after in reads if where == "in COMMIT"]
     assert len(failed) == 2  # after each of the two full batches
-    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == ids
+    assert received == ids
     assert delivery_catalog.outbox_backlog() == (0, None)
 
 
@@ -250,22 +250,13 @@ def test_a_restarted_relay_reads_on_from_where_the_last_one_left(
     """Every event is in one topic, so 255 of the 256 buckets publish nothing: their
     positions move too, so the next relay starts reading after what was published, not
     at the first event of the outbox (which keeps every event it ever had)."""
-    done = [
-        send_mark_set_done(clicks.name, {"datestamp": f"{n:03d}"}, settings=delivery_settings)
-        for n in range(30)
-    ]
+    done = _dones(delivery_settings, clicks, 30)
     with Relay(delivery_settings, config=RelayConfig(batch_size=5)) as relay:
         assert relay.drain() == 30
     later = send_mark_set_done(clicks.name, {"datestamp": "later"}, settings=delivery_settings)
     reads = _spy_on_reads(monkeypatch)
-    recorder = Recorder(delivery_settings, clicks.topic)
-    try:
-        with Relay(delivery_settings, config=RelayConfig(batch_size=5)) as relay:
-            assert relay.drain() == 1
-        messages = recorder.wait_for(1, timeout=10)
-    finally:
-        recorder.close()
-    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == [later]
+    _, received = _drained(delivery_settings, clicks.topic, 1, timeout=10, batch_size=5)
+    assert received == [later]
     assert reads[0] == ("in loop", done[-1])
     assert {b.published_through for b in delivery_catalog.group.buckets()} == {later}
 
@@ -278,10 +269,7 @@ def test_a_running_relay_moves_the_position_of_buckets_that_publish_nothing(
     about that much to read again."""
     from hcat_notify.relay.publisher import IDLE_RECORD_BATCHES
 
-    done = [
-        send_mark_set_done(clicks.name, {"datestamp": f"{n:03d}"}, settings=delivery_settings)
-        for n in range(60)
-    ]
+    done = _dones(delivery_settings, clicks, 60)
     step = IDLE_RECORD_BATCHES * 5
     with running_relay(delivery_settings, batch_size=5):
         deadline = time.monotonic() + 20
