@@ -69,6 +69,7 @@ class ProgressWriter:
         self._max_events = max_events
         self._pending: dict[int, BucketProgress] = {}
         self._pending_events = 0
+        self._writing_events = 0  # published events the write under way records
         self._pending_since = 0.0  # monotonic time of the oldest pending progress
         self._flushing = 0  # callers waiting in flush(): write without lingering
         self._lock = threading.Condition()
@@ -89,12 +90,22 @@ class ProgressWriter:
 
     def flush(self, timeout: float = 60.0) -> bool:
         """Wait until everything queued is written; False at the timeout."""
+        return self._wait(lambda: not (self._pending or self._writing), timeout)
+
+    def unwritten_at_most(self, events: int, timeout: float) -> bool:
+        """Wait until the progress of at most ``events`` published events is unwritten
+        (what is queued is written at once if need be); False at the timeout."""
+        return self._wait(lambda: self._pending_events + self._writing_events <= events, timeout)
+
+    def _wait(self, done: Callable[[], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         with self._lock:
+            if done():
+                return True
             self._flushing += 1
             self._lock.notify_all()
             try:
-                while self._pending or self._writing:
+                while not done():
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return False
@@ -126,7 +137,7 @@ class ProgressWriter:
                 if not self._pending:
                     return
                 batch, self._pending = self._pending, {}
-                self._pending_events = 0
+                self._writing_events, self._pending_events = self._pending_events, 0
                 self._writing = True
             try:
                 lost = self._catalog.group.record_progress(self._member_id, batch)
@@ -137,6 +148,8 @@ class ProgressWriter:
                     if not self._pending:
                         self._pending_since = time.monotonic()
                     _merge(self._pending, batch)  # again, with whatever came meanwhile
+                    self._pending_events += self._writing_events
+                    self._writing_events = 0
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
@@ -145,4 +158,5 @@ class ProgressWriter:
                 self._on_lost(lost)
             with self._lock:
                 self._writing = False
+                self._writing_events = 0
                 self._lock.notify_all()

@@ -33,7 +33,7 @@ from hcat_notify.errors import (
 )
 from hcat_notify.model.topics import topic_bucket
 from hcat_notify.relay.config import RelayConfig
-from hcat_notify.relay.member import Membership
+from hcat_notify.relay.member import Membership, ranges
 from hcat_notify.relay.progress import ProgressWriter
 from hcat_notify.relay.sender import BatchSender
 from hcat_notify.relay.wakeup import OutboxWaiter, PostgresNotifyWaiter, outbox_waiter
@@ -53,6 +53,8 @@ IDLE_RECORD_BATCHES = 10
 """Every owned bucket's position is recorded once the cursor moved this many batch
 sizes (a restarted relay reads at most about that much again)."""
 MAX_MEMBER_ID = 255
+PROGRESS_WAIT = 30.0
+"""Seconds a batch waits, before its COMMIT, for the progress before it to be written."""
 
 
 def default_member_id() -> str:
@@ -406,7 +408,11 @@ class Relay:
         idle_step = IDLE_RECORD_BATCHES * limit
         # A full batch says more is waiting: read it while the broker stores this one.
         meanwhile = self._read_ahead(events[-1].event_id) if len(events) == limit else None
-        result = self._sender.send(fresh, meanwhile=meanwhile) if fresh else None
+        result = (
+            self._sender.send(fresh, meanwhile=meanwhile, before_commit=self._committable(fresh))
+            if fresh
+            else None
+        )
         sent = result.sent if result is not None else []
         for event in sent:
             if event.event_id > self._topic_progress.get(event.topic, 0):
@@ -440,6 +446,34 @@ class Relay:
                 (time.monotonic() - started) * 1000,
             )
         return len(events), len(sent)
+
+    def _committable(self, events: list[OutboxEvent]) -> Callable[[], bool]:
+        """Whether the batch of ``events`` may be committed: once the progress of the
+        batches before it is written far enough that, with this one, at most a batch
+        size of published events is unrecorded (what a crash leaves the next owner to
+        send again; single events at a trickle still share one write), and only if its
+        buckets are still this member's, under the epochs it was read with (that write
+        may just have found them fenced).
+        """
+        buckets = {event.bucket for event in events}
+        room = max(0, self._config.batch_size - len(events))
+
+        def check() -> bool:
+            progress = self._progress
+            if progress is not None and not progress.unwritten_at_most(room, PROGRESS_WAIT):
+                logger.warning("relay batch withdrawn: progress unwritten in %.0fs", PROGRESS_WAIT)
+                return False
+            now = self._member.owned()
+            gone = sorted(
+                bucket
+                for bucket in buckets
+                if (owned := now.get(bucket)) is None or owned.epoch != self._owned[bucket].epoch
+            )
+            if gone:
+                logger.info("relay batch withdrawn: buckets %s are not this member's", ranges(gone))
+            return not gone
+
+        return check
 
     def _blocked_from(self) -> dict[str, int]:
         """The first event held back of each blocked topic."""

@@ -145,7 +145,11 @@ class BatchSender:
         self._prepared = _Prepared(ids, frames, self.connects)
 
     def send(
-        self, events: Sequence[OutboxEvent], *, meanwhile: Callable[[], None] | None = None
+        self,
+        events: Sequence[OutboxEvent],
+        *,
+        meanwhile: Callable[[], None] | None = None,
+        before_commit: Callable[[], bool] | None = None,
     ) -> SendResult:
         """Send ``events``; what has a receipt is in the result's ``sent``.
 
@@ -154,6 +158,10 @@ class BatchSender:
             meanwhile: work to do while the broker stores a transaction, between writing
                 its COMMIT and receiving the RECEIPT (not called without transactions);
                 it must not raise.
+            before_commit: called once the batch is written, just before its COMMIT
+                (before its first SEND without transactions); False withdraws the batch:
+                its transaction is aborted, nothing of it is sent, and the result's
+                ``broken_at`` is its first event. It must not raise.
 
         Raises:
             BrokerError: the broker cannot be reached (nothing in this pass is known sent).
@@ -173,9 +181,15 @@ class BatchSender:
             prepared = None
         connection = self.connected()
         if not self._use_transactions:
+            if before_commit is not None and not before_commit():
+                return SendResult(broken_at=events[0].event_id)
             return self._send_individually(connection, events)
         try:
-            self._send_transaction(connection, events, prepared, meanwhile)
+            if not self._send_transaction(connection, events, prepared, meanwhile, before_commit):
+                # A fresh connection next time: no ERROR about the withdrawn frames can
+                # then be taken for one about the next batch.
+                self.close()
+                return SendResult(broken_at=events[0].event_id)
         except BrokerError as exc:
             if not (_refused_or_rolled_back(exc) or isinstance(exc, BrokerUnavailableError)):
                 raise
@@ -193,7 +207,9 @@ class BatchSender:
         events: Sequence[OutboxEvent],
         prepared: _Prepared | None,
         meanwhile: Callable[[], None] | None,
-    ) -> None:
+        before_commit: Callable[[], bool] | None,
+    ) -> bool:
+        """Send and commit the batch; False when ``before_commit`` withdrew it."""
         if prepared is None:
             errors_before = len(connection.errors)
             transaction = connection.begin()
@@ -204,6 +220,9 @@ class BatchSender:
         try:
             if prepared is None:
                 connection.send_in_transaction(transaction, _messages(events))
+            if before_commit is not None and not before_commit():
+                connection.abort(transaction)
+                return False
             committing = True
             errors_until = connection.commit(transaction, meanwhile=meanwhile)
         except BrokerError as exc:
@@ -225,6 +244,7 @@ class BatchSender:
             self._prepared = dataclasses.replace(self._prepared, errors_before=errors_until)
         if cause is not None:
             raise cause
+        return True
 
     def _send_individually(
         self, connection: BrokerConnection, events: Sequence[OutboxEvent]

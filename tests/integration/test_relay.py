@@ -285,6 +285,79 @@ def test_a_running_relay_moves_the_position_of_buckets_that_publish_nothing(
     assert done[-1] - step <= min(positions) <= done[-1]
 
 
+def test_a_batch_is_committed_only_once_the_progress_before_it_is_written(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
+):
+    """Progress is written in the background, but however slow the database, no COMMIT
+    goes out while, with its batch, more than a batch size of published events would be
+    unrecorded: a relay killed at any moment leaves at most that many for the next owner
+    to send again."""
+    from hcat_notify.broker import BrokerConnection
+    from hcat_notify.relay.sender import BatchSender
+    from hcat_notify.store.group import RelayGroup
+
+    ids = _dones(delivery_settings, clicks, 35)
+    slow_write, commit, send = RelayGroup.record_progress, BrokerConnection.commit, BatchSender.send
+    committed: list[int] = []  # every event id committed so far
+    batch: list[int] = []  # the batch being sent
+    at_commit: list[tuple[int, int]] = []  # (unrecorded published events, batch size)
+
+    def record_progress(self, *args, **kwargs):
+        time.sleep(0.2)  # a slow database
+        return slow_write(self, *args, **kwargs)
+
+    def spy_commit(self, *args, **kwargs):
+        recorded = delivery_catalog.group.progress().get(clicks.topic, 0)
+        at_commit.append((sum(1 for i in committed if i > recorded), len(batch)))
+        return commit(self, *args, **kwargs)
+
+    def spy_send(self, events, **kwargs):
+        batch[:] = [event.event_id for event in events]
+        result = send(self, events, **kwargs)
+        committed.extend(event.event_id for event in result.sent)
+        return result
+
+    monkeypatch.setattr(RelayGroup, "record_progress", record_progress)
+    monkeypatch.setattr(BrokerConnection, "commit", spy_commit)
+    monkeypatch.setattr(BatchSender, "send", spy_send)
+    _, received = _drained(delivery_settings, clicks.topic, 35, timeout=20, batch_size=10)
+    assert received == ids
+    assert [size for _, size in at_commit] == [10, 10, 10, 5]
+    assert all(unrecorded + size <= 10 for unrecorded, size in at_commit), at_commit
+
+
+def test_a_batch_whose_bucket_was_lost_before_its_commit_is_withdrawn(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
+):
+    """The progress write before a COMMIT finds the batch's bucket fenced (moved to
+    another member meanwhile): the batch is not committed, nothing of it reaches a
+    subscriber, and the relay publishes nothing more of that bucket."""
+    from hcat_notify.relay.publisher import Relay as RelayClass
+
+    ids = _dones(delivery_settings, clicks, 20)
+    bucket = topic_bucket(clicks.topic, DEFAULT_BUCKETS)
+    recorder = Recorder(delivery_settings, clicks.topic)
+    committable = RelayClass._committable
+
+    def fenced_after_first(self, events):
+        check = committable(self, events)
+        if self.stats.batches == 1:  # the second batch: another member took the bucket
+            self.membership.lose({bucket})
+        return check
+
+    monkeypatch.setattr(RelayClass, "_committable", fenced_after_first)
+    try:
+        with Relay(delivery_settings, config=RelayConfig(batch_size=10)) as relay:
+            relay.drain()
+            stats = relay.stats
+        received = [m.headers["HCAT_EVENT_ID"] for m in recorder.drain(quiet=1.0)]
+    finally:
+        recorder.close()
+    assert [int(i) for i in received] == ids[:10]
+    assert stats.published == 10
+    assert stats.batches == 1
+
+
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_an_event_behind_a_rolled_back_writer_goes_out_without_a_notify(
     delivery_settings, delivery_catalog: Catalog, clicks: TableInfo

@@ -6,6 +6,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, cast
 
+from hcat_notify.errors import StoreUnavailableError
 from hcat_notify.relay.progress import ProgressWriter
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.group import BucketProgress
@@ -84,3 +85,47 @@ def test_close_writes_what_is_queued() -> None:
     progress.add({0: BucketProgress(1, 1, {"hcat.db.a": 1})})
     progress.close()
     assert group.writes == [{0: BucketProgress(1, 1, {"hcat.db.a": 1})}]
+
+
+def test_unwritten_at_most_lets_a_few_events_linger_and_writes_the_rest_at_once() -> None:
+    group = RecordingGroup()
+    progress, _ = writer(group, linger=3600.0, max_events=500)
+    try:
+        progress.add({1: BucketProgress(1, 4, {"hcat.db.a": 4})}, events=4)
+        assert progress.unwritten_at_most(4, timeout=30)  # room for them: no write
+        assert group.writes == []
+        assert progress.unwritten_at_most(3, timeout=30)  # not: written now, not lingering
+        assert group.writes == [{1: BucketProgress(1, 4, {"hcat.db.a": 4})}]
+    finally:
+        progress.close()
+
+
+def test_unwritten_at_most_counts_a_failed_write_as_unwritten() -> None:
+    class Failing(RecordingGroup):
+        """Fails every write until ``allowed`` is set."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.allowed = threading.Event()
+            self.failures = 0
+
+        def record_progress(
+            self, member_id: str, updates: Mapping[int, BucketProgress]
+        ) -> set[int]:
+            if not self.allowed.is_set():
+                self.failures += 1
+                raise StoreUnavailableError("database went away (test)")
+            return super().record_progress(member_id, updates)
+
+    group = Failing()
+    progress, _ = writer(group, linger=3600.0)
+    try:
+        progress.add({2: BucketProgress(1, 7, {"hcat.db.a": 7})}, events=2)
+        assert not progress.unwritten_at_most(0, timeout=0.3)
+        assert group.failures >= 1
+        assert group.writes == []
+        group.allowed.set()
+        assert progress.unwritten_at_most(0, timeout=30)
+        assert group.writes == [{2: BucketProgress(1, 7, {"hcat.db.a": 7})}]
+    finally:
+        progress.close()
