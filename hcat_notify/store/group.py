@@ -8,13 +8,25 @@ epoch, on a bucket's owner and epoch), and every lease is judged by the database
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import case, delete, func, insert, select, tuple_, update
+from sqlalchemy import (
+    Executable,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    literal_column,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -417,33 +429,38 @@ def release(tx: Tx, member_id: str, given: Sequence[int] | None) -> list[int]:
     return released
 
 
-def _upsert_progress(
-    tx: Tx, bucket: int, epoch: int, topics: Mapping[str, int], now: float
-) -> None:
-    rows = [
-        {"topic": topic, "bucket": bucket, "last_event_id": last, "epoch": epoch, "updated_at": now}
-        for topic, last in topics.items()
-    ]
-    if not rows:
-        return
-    dialect = postgresql if tx.dialect == "postgresql" else sqlite
-    statement = dialect.insert(TopicProgressRow).values(rows)
+@functools.cache
+def _upsert_statement(dialect_name: str, clock: str) -> Executable:
+    """The upsert of topic progress rows (executed with one parameter set per topic):
+    never backwards, never from an older epoch than the one that wrote the row."""
+    dialect = postgresql if dialect_name == "postgresql" else sqlite
+    row = TopicProgressRow
+    statement = dialect.insert(row).values(updated_at=literal_column(clock))
     excluded = statement.excluded
-    # Never backwards, never from an older epoch than the one that wrote the row.
-    statement = statement.on_conflict_do_update(
-        index_elements=[TopicProgressRow.topic],
+    upsert: Executable = statement.on_conflict_do_update(
+        index_elements=[row.topic],
         set_={
             "last_event_id": case(
-                (excluded.last_event_id > TopicProgressRow.last_event_id, excluded.last_event_id),
-                else_=TopicProgressRow.last_event_id,
+                (excluded.last_event_id > row.last_event_id, excluded.last_event_id),
+                else_=row.last_event_id,
             ),
             "epoch": excluded.epoch,
             "bucket": excluded.bucket,
             "updated_at": excluded.updated_at,
         },
-        where=TopicProgressRow.epoch <= excluded.epoch,
+        where=row.epoch <= excluded.epoch,
     )
-    tx.session.execute(statement)
+    return upsert
+
+
+def _upsert_progress(tx: Tx, bucket: int, epoch: int, topics: Mapping[str, int]) -> None:
+    rows = [
+        {"topic": topic, "bucket": bucket, "last_event_id": last, "epoch": epoch}
+        for topic, last in topics.items()
+    ]
+    if rows:
+        statement = _upsert_statement(tx.dialect, str(tx.clock_sql()))
+        tx.session.connection().execute(statement, rows)
 
 
 def move_positions(tx: Tx, member_id: str, positions: Mapping[int, BucketProgress]) -> None:
@@ -474,6 +491,27 @@ def move_positions(tx: Tx, member_id: str, positions: Mapping[int, BucketProgres
             )
 
 
+_KEEP_BUCKET = (
+    update(RelayBucketRow)
+    .where(
+        RelayBucketRow.bucket == bindparam("keep_bucket"),
+        RelayBucketRow.owner == bindparam("keep_owner"),
+        RelayBucketRow.epoch == bindparam("keep_epoch"),
+    )
+    .values(
+        published_through=case(
+            (
+                RelayBucketRow.published_through < bindparam("keep_through"),
+                bindparam("keep_through"),
+            ),
+            else_=RelayBucketRow.published_through,
+        )
+    )
+)
+"""A bucket's position moved, only while the member owns it at the epoch (run on the
+connection: the session's ORM bulk update costs more than the statement)."""
+
+
 def record_progress(tx: Tx, member_id: str, updates: Mapping[int, BucketProgress]) -> set[int]:
     """Record what ``member_id`` published, bucket by bucket, fenced by epoch.
 
@@ -484,30 +522,22 @@ def record_progress(tx: Tx, member_id: str, updates: Mapping[int, BucketProgress
     Returns:
         The buckets the member no longer owns: it must stop publishing them at once.
     """
-    now = tx.clock()
+    connection = tx.session.connection()
     lost: set[int] = set()
     for bucket, progress in sorted(updates.items()):
-        kept = tx.session.execute(
-            update(RelayBucketRow)
-            .where(
-                RelayBucketRow.bucket == bucket,
-                RelayBucketRow.owner == member_id,
-                RelayBucketRow.epoch == progress.epoch,
-            )
-            .values(
-                published_through=case(
-                    (
-                        RelayBucketRow.published_through < progress.published_through,
-                        progress.published_through,
-                    ),
-                    else_=RelayBucketRow.published_through,
-                )
-            )
+        kept = connection.execute(
+            _KEEP_BUCKET,
+            {
+                "keep_bucket": bucket,
+                "keep_owner": member_id,
+                "keep_epoch": progress.epoch,
+                "keep_through": progress.published_through,
+            },
         )
-        if kept.rowcount == 0:  # type: ignore[attr-defined]
+        if kept.rowcount == 0:
             lost.add(bucket)
             continue
-        _upsert_progress(tx, bucket, progress.epoch, progress.topics, now)
+        _upsert_progress(tx, bucket, progress.epoch, progress.topics)
     return lost
 
 

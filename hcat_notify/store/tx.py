@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Executable, Result, select, text, update
+from sqlalchemy import Engine, Executable, Float, Result, literal_column, select, text, update
 from sqlalchemy.exc import DatabaseError, DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from hcat_notify.config import Settings
 from hcat_notify.errors import ConflictError, StoreError, StoreUnavailableError
@@ -38,6 +39,12 @@ OUTBOX_CHANNEL = "hcat_outbox"
 
 RELAY_CHANNEL = "hcat_relay"
 """PostgreSQL NOTIFY channel raised by changes of the relay group (buckets, controller)."""
+
+_CLOCK = {
+    "postgresql": "extract(epoch from clock_timestamp())",
+    "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
+}
+"""The database's clock, seconds since the epoch, in each dialect's SQL."""
 
 
 @functools.cache
@@ -157,12 +164,12 @@ class Tx:
         clock: PostgreSQL's ``clock_timestamp()``; SQLite, which runs in this process,
         its ``julianday('now')`` (milliseconds).
         """
-        query = (
-            "SELECT extract(epoch from clock_timestamp())"
-            if self.dialect == "postgresql"
-            else "SELECT (julianday('now') - 2440587.5) * 86400.0"
-        )
-        return float(self.session.execute(text(query)).scalar_one())
+        return float(self.session.execute(select(self.clock_sql())).scalar_one())
+
+    def clock_sql(self) -> ColumnElement[float]:
+        """:meth:`clock` as an SQL expression, for a statement that stores the time
+        itself (one round trip fewer)."""
+        return literal_column(_CLOCK[self.dialect], Float)
 
     def server(self) -> str:
         """The ``server`` field of messages: configured, or this host's name."""
