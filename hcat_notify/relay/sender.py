@@ -186,8 +186,8 @@ class BatchSender:
             return self._send_individually(connection, events)
         try:
             if not self._send_transaction(connection, events, prepared, meanwhile, before_commit):
-                # A fresh connection next time: no ERROR about the withdrawn frames can
-                # then be taken for one about the next batch.
+                # Dropping the connection aborts the open transaction, and no ERROR
+                # about the withdrawn frames can then be taken for one about the next.
                 self.close()
                 return SendResult(broken_at=events[0].event_id)
         except BrokerError as exc:
@@ -221,8 +221,7 @@ class BatchSender:
             if prepared is None:
                 connection.send_in_transaction(transaction, _messages(events))
             if before_commit is not None and not before_commit():
-                connection.abort(transaction)
-                return False
+                return False  # the caller drops the connection, and the transaction with it
             committing = True
             errors_until = connection.commit(transaction, meanwhile=meanwhile)
         except BrokerError as exc:

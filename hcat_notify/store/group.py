@@ -22,7 +22,6 @@ from sqlalchemy import (
     delete,
     func,
     insert,
-    literal_column,
     select,
     tuple_,
     update,
@@ -40,7 +39,7 @@ from hcat_notify.store.models import (
     TopicProgressRow,
 )
 from hcat_notify.store.owners import process_gone
-from hcat_notify.store.tx import RELAY_CHANNEL, Tx
+from hcat_notify.store.tx import RELAY_CHANNEL, Tx, clock_sql
 
 __all__ = [
     "BucketInfo",
@@ -430,12 +429,12 @@ def release(tx: Tx, member_id: str, given: Sequence[int] | None) -> list[int]:
 
 
 @functools.cache
-def _upsert_statement(dialect_name: str, clock: str) -> Executable:
+def _upsert_statement(dialect_name: str) -> Executable:
     """The upsert of topic progress rows (executed with one parameter set per topic):
     never backwards, never from an older epoch than the one that wrote the row."""
     dialect = postgresql if dialect_name == "postgresql" else sqlite
     row = TopicProgressRow
-    statement = dialect.insert(row).values(updated_at=literal_column(clock))
+    statement = dialect.insert(row).values(updated_at=clock_sql(dialect_name))
     excluded = statement.excluded
     upsert: Executable = statement.on_conflict_do_update(
         index_elements=[row.topic],
@@ -459,8 +458,7 @@ def _upsert_progress(tx: Tx, bucket: int, epoch: int, topics: Mapping[str, int])
         for topic, last in topics.items()
     ]
     if rows:
-        statement = _upsert_statement(tx.dialect, str(tx.clock_sql()))
-        tx.session.connection().execute(statement, rows)
+        tx.session.connection().execute(_upsert_statement(tx.dialect), rows)
 
 
 def move_positions(tx: Tx, member_id: str, positions: Mapping[int, BucketProgress]) -> None:

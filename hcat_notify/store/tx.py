@@ -32,7 +32,7 @@ from hcat_notify.store.event_ids import allocate_event_ids, visible_through
 from hcat_notify.store.models import OutboxRow, PartitionRow, TableRow
 from hcat_notify.store.records import TableDrop, table_dropped, table_not_found
 
-__all__ = ["OUTBOX_CHANNEL", "RELAY_CHANNEL", "Tx", "transaction"]
+__all__ = ["OUTBOX_CHANNEL", "RELAY_CHANNEL", "Tx", "clock_sql", "transaction"]
 
 OUTBOX_CHANNEL = "hcat_outbox"
 """PostgreSQL NOTIFY channel raised (at commit) by every transaction that adds events."""
@@ -45,6 +45,12 @@ _CLOCK = {
     "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
 }
 """The database's clock, seconds since the epoch, in each dialect's SQL."""
+
+
+def clock_sql(dialect: str) -> ColumnElement[float]:
+    """:meth:`Tx.clock` as an SQL expression of ``dialect``, for a statement that stores
+    the time itself (one round trip fewer)."""
+    return literal_column(_CLOCK[dialect], Float)
 
 
 @functools.cache
@@ -164,12 +170,7 @@ class Tx:
         clock: PostgreSQL's ``clock_timestamp()``; SQLite, which runs in this process,
         its ``julianday('now')`` (milliseconds).
         """
-        return float(self.session.execute(select(self.clock_sql())).scalar_one())
-
-    def clock_sql(self) -> ColumnElement[float]:
-        """:meth:`clock` as an SQL expression, for a statement that stores the time
-        itself (one round trip fewer)."""
-        return literal_column(_CLOCK[self.dialect], Float)
+        return float(self.session.execute(select(clock_sql(self.dialect))).scalar_one())
 
     def server(self) -> str:
         """The ``server`` field of messages: configured, or this host's name."""
