@@ -29,6 +29,7 @@ from hcat_notify.errors import (
     InvalidInputError,
     InvalidSpecError,
     LocationNotFoundError,
+    LocationOutsideWarehouseError,
     PartitionExistsError,
     PartitionNotFoundError,
     StoreError,
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
         discover_partitions,
         drop_partitions,
         drop_table,
+        reason_to_keep,
     )
     from hcat_notify.model.changes import ANNOUNCE_PROPERTY, AnnounceMode
     from hcat_notify.model.events import EventType
@@ -127,6 +129,7 @@ __all__ = [
     "JournalEntry",
     "JournalState",
     "LocationNotFoundError",
+    "LocationOutsideWarehouseError",
     "NewPartition",
     "Notification",
     "NotificationConsumer",
@@ -163,6 +166,7 @@ __all__ = [
     "list_data_files",
     "load_settings",
     "path_exists",
+    "reason_to_keep",
     "resolve_topic",
     "send_mark_set_done",
     "split_location",
@@ -189,7 +193,14 @@ __getattr__, __dir__ = lazy_exports(
         "EventType": "hcat_notify.model.events",
         "ANNOUNCE_PROPERTY": "hcat_notify.model.changes",
         **dict.fromkeys(
-            ["Discovery", "Purge", "discover_partitions", "drop_partitions", "drop_table"],
+            [
+                "Discovery",
+                "Purge",
+                "discover_partitions",
+                "drop_partitions",
+                "drop_table",
+                "reason_to_keep",
+            ],
             "hcat_notify.lifecycle",
         ),
         "AnnounceMode": "hcat_notify.model.changes",

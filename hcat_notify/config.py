@@ -45,6 +45,7 @@ __all__ = [
     "DEFAULT_PUBLISHER_PASSWORD",
     "DEFAULT_PUBLISHER_USER",
     "DEFAULT_TOPIC_PREFIX",
+    "DEFAULT_WAREHOUSE_DIR",
     "BrokerAddress",
     "Settings",
     "TopicStrategy",
@@ -58,6 +59,8 @@ CONFIG_ENV = "HCAT_NOTIFY_CONFIG"
 CONFIG_FILE_NAME = "hcat-notify.toml"
 
 DEFAULT_HOME = "~/.hcat-notify"
+DEFAULT_WAREHOUSE_DIR = "warehouse"
+"""The default warehouse root, under the home (``~/.hcat-notify/warehouse``)."""
 DEFAULT_BROKER_PORT = 61613
 DEFAULT_BROKER_URL = f"stomp://127.0.0.1:{DEFAULT_BROKER_PORT}"
 # Dev-only credentials of deploy/activemq/activemq.xml; real ones come from config.
@@ -222,6 +225,24 @@ def _message_cap(value: int) -> int:
     return value
 
 
+def _warehouse_roots(value: tuple[str, ...]) -> tuple[str, ...]:
+    roots = []
+    for raw in value:
+        root = raw.strip().rstrip("/") if raw.strip() != "/" else "/"
+        if not root:
+            raise ValueError("a warehouse root is empty")
+        parts = urlsplit(root) if "://" in root else None
+        path = parts.path if parts is not None else root
+        if parts is None and not root.startswith(("/", "~")):
+            raise ValueError(f"warehouse root {raw!r} is not an absolute path or a URI")
+        if ".." in path.split("/"):
+            raise ValueError(f"warehouse root {raw!r} has a '..' segment")
+        if parts is None or parts.scheme == "file":
+            root = os.path.abspath(os.path.expanduser(path))
+        roots.append(root)
+    return tuple(dict.fromkeys(roots))
+
+
 def _check(func: Callable[[Any], Any]) -> dict[str, Any]:
     return {"check": func}
 
@@ -252,6 +273,7 @@ class Settings:
     api_timeout: float = field(default=DEFAULT_API_TIMEOUT, metadata=_check(_positive))
     api_principals: tuple[Principal, ...] = field(default=DEFAULT_API_PRINCIPALS, repr=False)
     max_message_bytes: int = field(default=DEFAULT_MAX_MESSAGE_BYTES, metadata=_check(_message_cap))
+    warehouse_roots: tuple[str, ...] = field(default=(), metadata=_check(_warehouse_roots))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).expanduser())
@@ -262,6 +284,14 @@ class Settings:
         if self.db_url:
             return self.db_url
         return f"sqlite:///{self.home / 'catalog.db'}"
+
+    @property
+    def warehouse(self) -> tuple[str, ...]:
+        """The warehouse roots: configured, or ``<home>/warehouse``
+        (:mod:`hcat_notify.warehouse`)."""
+        if self.warehouse_roots:
+            return self.warehouse_roots
+        return (os.path.abspath(self.home / DEFAULT_WAREHOUSE_DIR),)
 
     @property
     def broker_addresses(self) -> tuple[BrokerAddress, ...]:
@@ -313,6 +343,11 @@ def _convert(kind: Any, value: Any) -> Any:
             raise ValueError(f"{value!r} is not a whole number") from None
     if kind == tuple[Principal, ...]:
         return parse_principals(value)
+    if kind == tuple[str, ...]:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+            raise ValueError("expected a list of strings, or one comma-separated string")
+        return tuple(items)
     if kind is str:
         if not isinstance(value, str):
             raise ValueError(f"expected a string, not {type(value).__name__}")

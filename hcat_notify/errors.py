@@ -11,6 +11,7 @@ pydantic) are mapped to these at one boundary each and chained with ``from``.
     │   ├── InvalidSpecError        malformed partition spec or value
     │   ├── UnknownPartitionKeyError  spec names a key the table does not have
     │   ├── LocationNotFoundError   a location does not exist or holds no data files
+    │   ├── LocationOutsideWarehouseError  a managed location outside the warehouse roots
     │   └── PartitionNotFoundError  no registered partition matches the spec (a drop)
     ├── TableNotFoundError          no such table in the catalog
     │   └── TableDroppedError       the table was dropped (its DROP_TABLE names the event)
@@ -53,6 +54,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidSpecError",
     "LocationNotFoundError",
+    "LocationOutsideWarehouseError",
     "PartitionExistsError",
     "PartitionNotFoundError",
     "StoreError",
@@ -92,6 +94,12 @@ class UnknownPartitionKeyError(InvalidInputError):
 
 class LocationNotFoundError(InvalidInputError, FileNotFoundError):
     """A partition's location does not exist, is not a directory, or holds no data files."""
+
+
+class LocationOutsideWarehouseError(InvalidInputError):
+    """A managed table's or partition's location lies outside the warehouse roots (or
+    resolves through a symlink to outside them): register it under a root, or as an
+    external table."""
 
 
 class PartitionNotFoundError(InvalidInputError, LookupError):

@@ -12,12 +12,17 @@ touch files load.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyarrow import fs as pafs
 
 from hcat_notify.errors import InvalidInputError, LocationNotFoundError
+from hcat_notify.model.locations import split_location, storage_location
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.store.records import NewPartition, TableInfo
+from hcat_notify.warehouse import Warehouse
 
 __all__ = [
     "FileStat",
@@ -25,6 +30,7 @@ __all__ = [
     "is_hidden",
     "list_data_files",
     "measure_partition",
+    "measure_partitions",
     "path_exists",
     "split_location",
     "storage_location",
@@ -38,22 +44,6 @@ class FileStat:
     name: str
     path: str
     size: int
-
-
-def split_location(location: str) -> tuple[str, str, str]:
-    """``(scheme, authority, path)`` of a Hadoop path string, as ``org.apache.hadoop.fs.Path``
-    splits it: the scheme ends at the first ``:`` before any ``/``, an authority follows
-    ``//``; nothing is decoded. A plain path has scheme and authority ``""``."""
-    colon = location.find(":")
-    slash = location.find("/")
-    if colon <= 1 or (slash != -1 and slash < colon):  # no scheme (or a drive letter)
-        return "", "", location
-    scheme, rest = location[:colon], location[colon + 1 :]
-    if rest.startswith("//"):
-        end = rest.find("/", 2)
-        authority, path = (rest[2:], "/") if end == -1 else (rest[2:end], rest[end:])
-        return scheme, authority, path
-    return scheme, "", rest
 
 
 @dataclass(frozen=True)
@@ -101,20 +91,6 @@ class TableLocation:
         """The location string of a path under this location (for Spark and the registry)."""
         relative = posixpath.relpath(path, self.path)
         return self.uri if relative == "." else f"{self.uri}/{relative}"
-
-
-def storage_location(location: str) -> str:
-    """Where a location's files are stored: for ``har://<scheme>-<authority>/…/x.har[/inner]``
-    (a Hadoop Archive, as ``HarFileSystem`` names it) the archive directory on the
-    underlying filesystem, else ``location`` itself."""
-    scheme, authority, path = split_location(location)
-    if scheme != "har":
-        return location
-    under, _, host = authority.partition("-")
-    segments = path.split("/")
-    archive = next((i for i, s in enumerate(segments) if s.endswith(".har")), len(segments) - 1)
-    path = "/".join(segments[: archive + 1])
-    return f"file://{path}" if under == "file" else f"{under}://{host}{path}"
 
 
 def is_hidden(name: str) -> bool:
@@ -168,3 +144,36 @@ def measure_partition(location: str) -> tuple[TableLocation, list[FileStat]]:
             ".crc do not count)"
         )
     return where, files
+
+
+def measure_partitions(
+    table: TableInfo,
+    located: Sequence[tuple[PartitionSpec | Mapping[str, str | None] | str, str]],
+    warehouse: Warehouse,
+    *,
+    outside_warehouse: bool = False,
+) -> list[NewPartition]:
+    """Partitions to register from (full spec, location) pairs: each location checked
+    against the warehouse roots before it is listed at all (any place for an external
+    table), then measured (:func:`measure_partition`).
+
+    Raises:
+        InvalidInputError: a spec that is not a full spec of the table; a ``..`` segment
+            or a filesystem's root.
+        LocationOutsideWarehouseError: a managed table's location outside the roots.
+        LocationNotFoundError: see :func:`measure_partition`.
+    """
+    new = []
+    for raw_spec, location in located:
+        spec = PartitionSpec.parse(raw_spec) if isinstance(raw_spec, str) else raw_spec
+        full = table.spec(spec, partial=False)
+        warehouse.check(
+            location,
+            external=table.table_type == "EXTERNAL_TABLE",
+            outside_warehouse=outside_warehouse,
+            what=f"location of partition {full.to_path()} of {table.name}",
+        )
+        where, files = measure_partition(location)
+        size = sum(stat.size for stat in files)
+        new.append(NewPartition(full, where.uri, file_count=len(files), total_bytes=size))
+    return new

@@ -5,7 +5,10 @@ for ``k=v/...`` directories (decoded exactly as Spark names them) that hold data
 and are not registered, and registers and announces them in one transaction.
 :func:`drop_partitions` and :func:`drop_table` unregister and announce first, then (with
 ``purge``) delete the files: a failed delete leaves files nobody reads, never a registry
-that points at nothing. The registry work itself is :mod:`hcat_notify.store.lifecycle`.
+that points at nothing. A purge deletes a directory only inside the warehouse roots
+(:mod:`hcat_notify.warehouse`) and only when no table or partition still registered uses
+it (:func:`location_holders`): what it keeps it says, with why. The registry work itself is
+:mod:`hcat_notify.store.lifecycle`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.lifecycle import DroppedPartitions, DroppedTable, Registration
 from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
+from hcat_notify.store.usage import LocationUse
+from hcat_notify.warehouse import Warehouse, location_key
 
 __all__ = [
     "Discovery",
@@ -31,7 +36,9 @@ __all__ = [
     "discover_partitions",
     "drop_partitions",
     "drop_table",
+    "location_holders",
     "purge_partitions",
+    "reason_to_keep",
 ]
 
 logger = logging.getLogger(__name__)
@@ -65,10 +72,13 @@ class Discovery:
 
 @dataclass
 class Purge:
-    """What a purge deleted, and what it could not."""
+    """What a purge deleted, what it kept on purpose (``kept``: a location and why: outside
+    the warehouse roots, or still used by a registered table or partition), and what it
+    could not delete (``errors``)."""
 
     deleted: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
 
 
 def _walk(
@@ -182,17 +192,56 @@ def _partition_directory(location: str) -> TableLocation:
     return where
 
 
+def location_holders(catalog: Catalog, directory: str) -> list[LocationUse]:
+    """The registered tables and partitions that use ``directory``: their location is it
+    or lies inside it (in any spelling, symlinks resolved). A purge must not delete it.
+    """
+    wanted = location_key(directory)
+    written = location_key(directory, resolve=False)
+    uses = catalog.lifecycle.locations_mentioning(sorted({wanted.path, written.path}))
+    return [
+        use
+        for use in uses
+        if location_key(use.location).within(wanted)
+        or location_key(use.location, resolve=False).within(written)
+    ]
+
+
+def reason_to_keep(
+    catalog: Catalog, location: str, warehouse: Warehouse | None = None
+) -> str | None:
+    """Why no purge may delete the directory ``location``, or None: it is outside the
+    warehouse roots (symlinks resolved), or a registered table or partition uses it
+    (:func:`location_holders`). Every purge asks this right before it deletes."""
+    warehouse = warehouse or Warehouse.of(catalog.settings)
+    if not warehouse.contains(location):
+        return f"outside the warehouse roots ({', '.join(warehouse.roots)})"
+    holders = location_holders(catalog, location)
+    if holders:
+        more = f" and {len(holders) - 1} more" if len(holders) > 1 else ""
+        return f"still used by {holders[0]}{more}"
+    return None
+
+
 def purge_partitions(
-    partitions: Sequence[PartitionInfo], progress: Progress = _no_progress
+    catalog: Catalog, partitions: Sequence[PartitionInfo], progress: Progress = _no_progress
 ) -> Purge:
-    """Delete the directories of dropped partitions; report what could not be deleted."""
+    """Delete the directories of dropped (already unregistered) partitions, except where
+    that is not safe (:func:`location_holders`, the warehouse roots): those are ``kept``,
+    with why; what could not be deleted is in ``errors``."""
     outcome = Purge()
+    warehouse = Warehouse.of(catalog.settings)
     for done, partition in enumerate(partitions, start=1):
         try:
             where = _partition_directory(partition.location)
-            if where.fs.get_file_info(where.path).type != pafs.FileType.NotFound:
-                where.fs.delete_dir(where.path)
-            outcome.deleted.append(partition.location)
+            why = reason_to_keep(catalog, where.uri, warehouse)
+            if why is not None:
+                outcome.kept.append(f"{partition.location}: {why}")
+                logger.warning("purge kept %s: %s", partition.location, why)
+            else:
+                if where.fs.get_file_info(where.path).type != pafs.FileType.NotFound:
+                    where.fs.delete_dir(where.path)
+                outcome.deleted.append(partition.location)
         except (OSError, ValueError) as exc:
             outcome.errors.append(f"{partition.location}: {exc}")
         progress(done, len(partitions), partition.spec.to_path())
@@ -226,7 +275,7 @@ def drop_partitions(
     if purge:
         _check_purge(catalog.get_table(table))
     dropped = catalog.lifecycle.drop_partitions(table, spec)
-    return dropped, purge_partitions(dropped.partitions, progress) if purge else Purge()
+    return dropped, purge_partitions(catalog, dropped.partitions, progress) if purge else Purge()
 
 
 def drop_table(
@@ -245,12 +294,19 @@ def drop_table(
     if not purge:
         return dropped, Purge()
     root = TableLocation.parse(info.location)
-    outside = [
+    why = reason_to_keep(catalog, root.uri)
+    inside = [
         partition
         for partition in dropped.partitions
-        if not _partition_directory(partition.location).path.startswith(root.path + "/")
+        if _partition_directory(partition.location).path.startswith(root.path + "/")
     ]
-    outcome = purge_partitions(outside, progress)
+    outside = [partition for partition in dropped.partitions if partition not in inside]
+    # A root that must stay: its partitions are deleted one by one, each checked.
+    outcome = purge_partitions(catalog, outside if why is None else [*outside, *inside], progress)
+    if why is not None:
+        outcome.kept.append(f"{info.location}: {why}")
+        logger.warning("purge kept %s: %s", info.location, why)
+        return dropped, outcome
     try:
         if root.fs.get_file_info(root.path).type != pafs.FileType.NotFound:
             root.fs.delete_dir(root.path)

@@ -24,6 +24,13 @@ pytest_plugins = [
 ]
 
 
+TEST_WAREHOUSE = "/"
+"""The suite's warehouse root. Most tests are not about the boundary and register
+made-up locations (``/data/clicks``) as well as ``tmp_path`` ones: their operator chose
+``/`` (every local directory but ``/`` itself). The boundary's own tests
+(``test_warehouse*.py``) configure narrow roots."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Airflow, imported in-process by the Airflow tests, reads AIRFLOW_HOME when first
     imported and would otherwise create ~/airflow: give it a throwaway home.
@@ -34,6 +41,7 @@ def pytest_configure(config: pytest.Config) -> None:
     then wait for nothing. Python's own handler here is reset to the default in each
     child at exec.
     """
+    os.environ["HCAT_NOTIFY_WAREHOUSE_ROOTS"] = TEST_WAREHOUSE  # module fixtures' settings too
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if "AIRFLOW_HOME" not in os.environ:
@@ -58,11 +66,13 @@ def _root_logger_restored() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No test sees the developer's HCAT_NOTIFY_* settings or ~/.hcat-notify."""
+    """No test sees the developer's HCAT_NOTIFY_* settings or ~/.hcat-notify; the
+    warehouse root is the temporary directory (:data:`TEST_WAREHOUSE`)."""
     for name in list(os.environ):
         if name.startswith("HCAT_NOTIFY_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("HCAT_NOTIFY_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HCAT_NOTIFY_WAREHOUSE_ROOTS", TEST_WAREHOUSE)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -147,7 +147,9 @@ def _partitions(data: Mapping[str, Any]) -> tuple[PartitionInfo, ...]:
 def _purge(data: Mapping[str, Any]) -> Purge:
     from hcat_notify.lifecycle import Purge
 
-    return Purge(deleted=list(data["deleted"]), errors=list(data["errors"]))
+    return Purge(
+        deleted=list(data["deleted"]), errors=list(data["errors"]), kept=list(data.get("kept", []))
+    )
 
 
 def _registration(data: Mapping[str, Any]) -> Registration:

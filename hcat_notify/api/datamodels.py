@@ -290,6 +290,10 @@ class Registered(_Model):
 class _Purged(_Model):
     purged: bool = Field(description="Files were to be deleted (purge=true).")
     deleted: list[str] = Field(description="Locations whose files the purge deleted.")
+    kept: list[str] = Field(
+        description="Locations the purge did not delete on purpose, each with why: outside "
+        "the warehouse roots, or still used by a registered table or partition."
+    )
     errors: list[str] = Field(
         description="What the purge could not delete. The drop itself stands: the files "
         "are left for nobody to read."
@@ -320,6 +324,7 @@ class PartitionsDropped(_Purged):
             event_ids=list(event_ids),
             purged=purge is not None,
             deleted=[] if purge is None else list(purge.deleted),
+            kept=[] if purge is None else list(purge.kept),
             errors=[] if purge is None else list(purge.errors),
         )
 

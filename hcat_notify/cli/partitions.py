@@ -75,11 +75,22 @@ def list_partitions(obj: CliContext, name: str, spec: tuple[str, ...]) -> None:
 @click.argument("spec", nargs=-1, required=True, metavar="K=V...")
 @click.option("--location", required=True, help="Directory (path or URI) holding the files.")
 @click.option("--announce", type=_ANNOUNCE, help="Override the table's announce mode.")
+@click.option(
+    "--outside-warehouse",
+    is_flag=True,
+    help="Operators only: allow a managed table's partition outside the warehouse roots "
+    "(logged; never purged).",
+)
 @output_option
 @click.pass_obj
 @handle_errors
 def add_partition(
-    obj: CliContext, name: str, spec: tuple[str, ...], location: str, announce: str | None
+    obj: CliContext,
+    name: str,
+    spec: tuple[str, ...],
+    location: str,
+    announce: str | None,
+    outside_warehouse: bool,
 ) -> None:
     """Register a partition whose files are already at --location, and announce it.
 
@@ -90,7 +101,9 @@ def add_partition(
     if full is None:  # pragma: no cover - click requires the argument
         raise InvalidInputError("give the partition as K=V...")
     with obj.catalog() as catalog:
-        registration = catalog.register_partitions(name, [(full, location)], announce=announce)
+        registration = catalog.register_partitions(
+            name, [(full, location)], announce=announce, outside_warehouse=outside_warehouse
+        )
     found = list(registration.partitions)
     emit(
         obj,
@@ -130,13 +143,19 @@ def drop_partitions(obj: CliContext, name: str, spec: tuple[str, ...], purge: bo
         "event_ids": list(dropped.event_ids),
         "purged": purge,
         "deleted": purged.deleted,
+        "kept": purged.kept,
         "errors": purged.errors,
     }
 
     def text() -> str:
-        verb = "dropped and purged" if purge else "dropped"
-        lines = [f"{verb} {item.spec}\t{item.location}" for item in dropped.partitions]
-        return "\n".join(lines + [f"error: {error}" for error in purged.errors])
+        gone = set(purged.deleted)
+        lines = [
+            f"{'dropped and purged' if item.location in gone else 'dropped'} "
+            f"{item.spec}\t{item.location}"
+            for item in dropped.partitions
+        ]
+        kept = [f"kept (not deleted): {kept}" for kept in purged.kept]
+        return "\n".join(lines + kept + [f"error: {error}" for error in purged.errors])
 
     emit(obj, data, text)
     if purged.errors:

@@ -110,7 +110,17 @@ def table() -> None:
     "--retention", default="7d", show_default=True, help="How long mark-set-done messages are kept."
 )
 @click.option("--topic", help="Topic name for this table (hcat.msgbus.topic.name).")
-@click.option("--external", is_flag=True, help="Register as EXTERNAL_TABLE.")
+@click.option(
+    "--external",
+    is_flag=True,
+    help="Register as EXTERNAL_TABLE: any location, and no purge ever deletes its data.",
+)
+@click.option(
+    "--outside-warehouse",
+    is_flag=True,
+    help="Operators only: allow a managed table's location outside the warehouse roots "
+    "(logged; its data is never purged).",
+)
 @click.option(
     "--announce",
     type=click.Choice(["partition", "write"]),
@@ -129,6 +139,7 @@ def table_create(
     retention: str,
     topic: str | None,
     external: bool,
+    outside_warehouse: bool,
     announce: str | None,
 ) -> None:
     """Register a partitioned table and announce it (CREATE_TABLE on the prefix topic)."""
@@ -146,6 +157,7 @@ def table_create(
             retention=period,
             topic=topic,
             properties={"hcat.notify.announce": announce} if announce else None,
+            outside_warehouse=outside_warehouse,
         )
     emit(obj, table_dict(info), lambda: f"created {info.name} (topic {info.topic})")
 
@@ -223,6 +235,7 @@ def table_drop(obj: CliContext, name: str, purge: bool) -> None:
         "event_ids": list(dropped.event_ids),
         "purged": purge,
         "deleted": purged.deleted,
+        "kept": purged.kept,
         "errors": purged.errors,
     }
     emit(
@@ -233,6 +246,7 @@ def table_drop(obj: CliContext, name: str, purge: bool) -> None:
                 f"dropped {dropped.table.name} with {len(dropped.partitions)} partition(s)"
                 + (f", deleted {', '.join(purged.deleted)}" if purged.deleted else "")
             ]
+            + [f"kept (not deleted): {kept}" for kept in purged.kept]
             + [f"error: {error}" for error in purged.errors]
         ),
     )

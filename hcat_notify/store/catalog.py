@@ -51,6 +51,7 @@ from hcat_notify.store.records import (
 )
 from hcat_notify.store.subscriptions import Subscriptions
 from hcat_notify.store.tx import Tx, transaction
+from hcat_notify.warehouse import Warehouse
 
 __all__ = ["Catalog"]
 
@@ -187,10 +188,12 @@ class Catalog:
         mark_set_done: SpecLike | None = None,
         announce: str | None = None,
         job_id: str | None = None,
+        outside_warehouse: bool = False,
     ) -> Registration:
         """Register partitions whose files a writer other than Spark already put in place.
 
-        Each location's data files are counted and measured (through ``pyarrow.fs``, so
+        Each location is checked against the warehouse roots (any place for an external
+        table), then its data files are counted and measured (through ``pyarrow.fs``, so
         HDFS and S3 locations work); then, in one transaction, the partitions are
         registered and announced (ADD_PARTITION, per partition or per write), with the
         MARK_SET_DONE if asked.
@@ -201,33 +204,30 @@ class Catalog:
             mark_set_done: a (partial) spec to announce as complete in the same transaction.
             announce: ``partition`` or ``write``; default the table's property.
             job_id: recorded on each partition and message.
+            outside_warehouse: the operator's explicit, logged exception for a managed
+                table's location outside the warehouse roots (never purged).
 
         Raises:
             TableNotFoundError: no such table.
+            LocationOutsideWarehouseError: a managed table's location outside the roots.
             LocationNotFoundError: a location does not exist or holds no data files.
             InvalidInputError: a spec is not a full spec of the table (unknown key, ...).
             PartitionExistsError: a partition is registered already.
             (Nothing is registered when any of these is raised.)
         """
-        from hcat_notify.files import measure_partition
+        from hcat_notify.files import measure_partitions
 
         pairs = list(locations.items()) if isinstance(locations, Mapping) else list(locations)
         info = self.get_table(table)
-        new = []
-        for raw_spec, location in pairs:
-            spec = PartitionSpec.parse(raw_spec) if isinstance(raw_spec, str) else raw_spec
-            full = info.spec(spec, partial=False)
-            where, files = measure_partition(location)
-            new.append(
-                NewPartition(
-                    full,
-                    where.uri,
-                    file_count=len(files),
-                    total_bytes=sum(stat.size for stat in files),
-                )
-            )
+        roots = Warehouse.of(self._settings)
+        new = measure_partitions(info, pairs, roots, outside_warehouse=outside_warehouse)
         return self.lifecycle.register_partitions(
-            info.name, new, mark_set_done=mark_set_done, announce=announce, job_id=job_id
+            info.name,
+            new,
+            mark_set_done=mark_set_done,
+            announce=announce,
+            job_id=job_id,
+            outside_warehouse=outside_warehouse,
         )
 
     # -- tables -----------------------------------------------------------------------
@@ -243,6 +243,7 @@ class Catalog:
         properties: Mapping[str, str] | None = None,
         retention: timedelta = DEFAULT_RETENTION,
         topic: str | None = None,
+        outside_warehouse: bool = False,
     ) -> TableInfo:
         """Register a partitioned table.
 
@@ -258,10 +259,15 @@ class Catalog:
             properties: table properties (``hcat.msgbus.topic.name`` overrides the topic).
             retention: how long MARK_SET_DONE messages are retained (1 s to 100 years).
             topic: shorthand for the ``hcat.msgbus.topic.name`` property.
+            outside_warehouse: the operator's explicit, logged exception for a managed
+                table's location outside the warehouse roots (its data is never purged).
 
         Raises:
             InvalidInputError: a name, key, format, type, location or retention is
-                invalid, or another table has that location.
+                invalid (a ``..`` segment, a filesystem's root), or another table has
+                that location.
+            LocationOutsideWarehouseError: a managed table's location outside the
+                warehouse roots, or resolving through a symlink to outside them.
             TableExistsError: the table is already registered.
         """
         name = as_table_name(table)
@@ -276,6 +282,7 @@ class Catalog:
                 properties=properties,
                 retention=retention,
                 topic=topic,
+                outside_warehouse=outside_warehouse,
             )
 
     def get_table(self, table: TableName | str) -> TableInfo:

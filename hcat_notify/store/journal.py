@@ -38,7 +38,11 @@ from hcat_notify.model.wire import PartitionDetails
 from hcat_notify.store import tables as table_ops
 from hcat_notify.store.announce import announce_insert, announce_table
 from hcat_notify.store.models import CommitJournalRow, PartitionRow, TableRow
-from hcat_notify.store.partitions import insert_partitions, unique_paths
+from hcat_notify.store.partitions import (
+    check_partition_locations,
+    insert_partitions,
+    unique_paths,
+)
 from hcat_notify.store.records import (
     DEFAULT_RETENTION,
     CommitRecord,
@@ -103,7 +107,9 @@ def _table_row_or_none(tx: Tx, name: TableName) -> TableRow | None:
 def _check_new_table(tx: Tx, name: TableName, definition: Mapping[str, Any]) -> None:
     """Refuse, before anything moves, a definition that could not be registered later."""
     arguments = _definition_arguments(definition)
-    where = table_ops.normalise_location(arguments["location"])
+    where = table_ops.check_table_location(
+        tx, name, arguments["location"], table_type=arguments["table_type"]
+    )
     other = tx.session.execute(
         select(TableRow.db_name, TableRow.table_name).where(TableRow.location == where)
     ).first()
@@ -128,6 +134,7 @@ def _update_existing(
 ) -> tuple[str, int]:
     """Apply a write to an existing partition and announce it (INSERT); (path, event id)."""
     if overwrite:
+        check_partition_locations(tx, info, [(spec, item.location)])
         values: dict[str, Any] = {
             "location": item.location,
             "file_count": item.file_count,
@@ -275,6 +282,9 @@ class CommitJournal:
                 raise table_not_found(name)
             if row is None and create_table is not None:
                 _check_new_table(tx, name, create_table)
+            if row is not None:  # the write's partitions go under the table's location
+                info = info_of(row)
+                table_ops.check_table_location(tx, name, info.location, table_type=info.table_type)
             previous = tx.session.get(CommitJournalRow, job_id)
             if previous is not None:
                 raise InvalidInputError(f"job id {job_id} was already used ({previous.state})")

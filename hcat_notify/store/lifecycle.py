@@ -34,6 +34,7 @@ from hcat_notify.store.records import (
 from hcat_notify.store.retention import add_mark_set_done
 from hcat_notify.store.tables import info_of
 from hcat_notify.store.tx import Tx
+from hcat_notify.store.usage import LocationUse, locations_mentioning
 
 __all__ = [
     "DroppedPartitions",
@@ -116,16 +117,20 @@ class TableLifecycle:
         mark_set_done: SpecLike | None = None,
         announce: AnnounceMode | str | None = None,
         job_id: str | None = None,
+        outside_warehouse: bool = False,
     ) -> Registration:
         """Register partitions whose files exist already, announce them (and the done).
 
         One transaction: the rows, their ADD_PARTITION events (per partition or per
         write: ``announce`` overrides the table's property) and the MARK_SET_DONE.
+        Locations are checked against the warehouse roots (``outside_warehouse``: the
+        operator's logged exception, :meth:`hcat_notify.warehouse.Warehouse.check`).
 
         Raises:
             TableNotFoundError: no such table.
             InvalidInputError: no partitions, a spec that is not a full spec of the table,
-                a bad done spec or announce mode.
+                a bad done spec or announce mode, a location a table may not use.
+            LocationOutsideWarehouseError: a managed table's location outside the roots.
             PartitionExistsError: a partition is registered already (nothing is written).
         """
         name = as_table_name(table)
@@ -136,7 +141,12 @@ class TableLifecycle:
             info = info_of(row)
             done = info.spec(mark_set_done, partial=True).sorted() if mark_set_done else None
             registered = partition_ops.add_partitions(
-                tx, row, new, job_id=job_id, mode=announce_mode(info.properties, announce)
+                tx,
+                row,
+                new,
+                job_id=job_id,
+                mode=announce_mode(info.properties, announce),
+                outside_warehouse=outside_warehouse,
             )
             done_id = add_mark_set_done(tx, row, info, done) if done is not None else None
         logger.info("registered %d partition(s) of %s", len(registered), name)
@@ -234,3 +244,10 @@ class TableLifecycle:
             drop_table_rows(tx, row)
         logger.info("dropped table %s with %d partition(s)", name, len(dropped))
         return DroppedTable(info, tuple(dropped), tuple(event_ids))
+
+    def locations_mentioning(self, fragments: Sequence[str]) -> list[LocationUse]:
+        """Every registered table and partition whose location's text contains one of
+        ``fragments`` (:func:`hcat_notify.lifecycle.location_holders` decides which of
+        them use a directory a purge would delete)."""
+        with self._transaction() as tx:
+            return locations_mentioning(tx, fragments)

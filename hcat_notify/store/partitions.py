@@ -16,11 +16,13 @@ from hcat_notify.model.wire import PartitionDetails
 from hcat_notify.store.announce import announce_partitions
 from hcat_notify.store.models import PartitionRow, TableRow
 from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
-from hcat_notify.store.tables import info_of
+from hcat_notify.store.tables import EXTERNAL_TABLE, info_of
 from hcat_notify.store.tx import Tx
+from hcat_notify.warehouse import Warehouse
 
 __all__ = [
     "add_partitions",
+    "check_partition_locations",
     "insert_partitions",
     "list_partitions",
     "partition_info",
@@ -76,6 +78,31 @@ def unique_paths(specs: Sequence[PartitionSpec]) -> list[str]:
     return paths
 
 
+def check_partition_locations(
+    tx: Tx,
+    info: TableInfo,
+    located: Iterable[tuple[PartitionSpec, str]],
+    *,
+    outside_warehouse: bool = False,
+) -> None:
+    """Refuse partition locations the warehouse boundary does not allow
+    (:meth:`hcat_notify.warehouse.Warehouse.check`; any place for an external table).
+
+    Raises:
+        InvalidInputError: a ``..`` segment or a filesystem's root.
+        LocationOutsideWarehouseError: a managed table's partition outside the roots.
+    """
+    warehouse = Warehouse.of(tx.settings)
+    external = info.table_type == EXTERNAL_TABLE
+    for spec, location in located:
+        warehouse.check(
+            location,
+            external=external,
+            outside_warehouse=outside_warehouse,
+            what=f"location of partition {spec.to_path()} of {info.name}",
+        )
+
+
 def insert_partitions(
     tx: Tx,
     row: TableRow,
@@ -85,12 +112,19 @@ def insert_partitions(
     job_id: str | None,
     announce: bool = True,
     mode: AnnounceMode | str | None = None,
+    outside_warehouse: bool = False,
 ) -> list[PartitionInfo]:
     """Partition rows and, if ``announce``, their ADD_PARTITION events, in one go.
 
     ``mode`` overrides the table's announce mode (one message per partition, or per
-    write).
+    write). Every location is checked first (:func:`check_partition_locations`).
     """
+    check_partition_locations(
+        tx,
+        info,
+        ((spec, item.location) for spec, item in items),
+        outside_warehouse=outside_warehouse,
+    )
     event_ids: list[int | None] = [None] * len(items)
     if announce and items:
         changes = [
@@ -159,6 +193,7 @@ def add_partitions(
     job_id: str | None = None,
     announce: bool = True,
     mode: AnnounceMode | str | None = None,
+    outside_warehouse: bool = False,
 ) -> list[PartitionInfo]:
     """Register new partitions and their ADD_PARTITION events (see the Catalog method)."""
     info = info_of(row)
@@ -179,6 +214,7 @@ def add_partitions(
         job_id=job_id,
         announce=announce,
         mode=mode,
+        outside_warehouse=outside_warehouse,
     )
 
 
@@ -267,5 +303,7 @@ def update_partition(
     prow = partition_row(tx, row.id, full)
     if prow is None:
         raise InvalidInputError(f"partition {full} of {info.name} is not registered")
+    if "location" in changes:
+        check_partition_locations(tx, info, [(full, changes["location"])])
     tx.compare_and_set(prow, expected_version, f"partition {full} of {info.name}", **changes)
     return partition_info(info, prow)

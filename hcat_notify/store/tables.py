@@ -28,11 +28,14 @@ from hcat_notify.store.records import (
     table_info,
 )
 from hcat_notify.store.tx import Tx
+from hcat_notify.warehouse import Warehouse, check_location_shape
 
 __all__ = [
+    "EXTERNAL_TABLE",
     "MAX_PARTITION_KEYS",
     "STORAGE_FORMATS",
     "TABLE_TYPES",
+    "check_table_location",
     "create_table",
     "info_of",
     "list_tables",
@@ -43,7 +46,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STORAGE_FORMATS = ("parquet", "orc", "csv", "json")
-TABLE_TYPES = ("MANAGED_TABLE", "EXTERNAL_TABLE")
+EXTERNAL_TABLE = "EXTERNAL_TABLE"
+TABLE_TYPES = ("MANAGED_TABLE", EXTERNAL_TABLE)
 MAX_PARTITION_KEYS = 16
 MIN_RETENTION = timedelta(seconds=1)
 
@@ -61,13 +65,15 @@ def normalise_location(location: str) -> str:
     catalog sees the same place.
 
     Raises:
-        InvalidInputError: empty, or a URI without a path.
+        InvalidInputError: empty, a URI without a path, a ``..`` segment, or a
+            filesystem's root.
     """
     stripped = location.strip() if isinstance(location, str) else ""
     if not stripped:
         raise InvalidInputError("a table needs a location (a directory path or URI)")
     if "\x00" in stripped:
         raise InvalidInputError("table location contains a NUL character")
+    check_location_shape(stripped, what="table location")
     if "://" in stripped:
         parts = urlsplit(stripped)
         if not parts.scheme or not parts.path.strip("/"):
@@ -75,6 +81,32 @@ def normalise_location(location: str) -> str:
         return stripped.rstrip("/")
     absolute = os.path.abspath(os.path.expanduser(stripped))
     return posixpath.normpath(absolute)
+
+
+def check_table_location(
+    tx: Tx,
+    name: TableName,
+    location: str,
+    *,
+    table_type: str,
+    outside_warehouse: bool = False,
+) -> str:
+    """The table location as stored (:func:`normalise_location`), checked against the
+    warehouse roots (:class:`~hcat_notify.warehouse.Warehouse`) unless the table is
+    external.
+
+    Raises:
+        InvalidInputError: see :func:`normalise_location`.
+        LocationOutsideWarehouseError: a managed table's location outside the roots.
+    """
+    where = normalise_location(location)
+    Warehouse.of(tx.settings).check(
+        where,
+        external=table_type == EXTERNAL_TABLE,
+        outside_warehouse=outside_warehouse,
+        what=f"location of table {name}",
+    )
+    return where
 
 
 def create_table(
@@ -89,6 +121,7 @@ def create_table(
     retention: timedelta = DEFAULT_RETENTION,
     topic: str | None = None,
     announce: bool = True,
+    outside_warehouse: bool = False,
 ) -> TableInfo:
     """Register a partitioned table and announce it with a CREATE_TABLE on the prefix
     topic (see :meth:`Catalog.create_table`)."""
@@ -118,7 +151,9 @@ def create_table(
         raise InvalidInputError(
             f"retention must be between 1 second and {MAX_RETENTION.days} days, got {retention}"
         )
-    where = normalise_location(location)
+    where = check_table_location(
+        tx, name, location, table_type=table_type, outside_warehouse=outside_warehouse
+    )
     props = {str(key): str(value) for key, value in (properties or {}).items()}
     if topic is not None:
         props[TOPIC_NAME_PROPERTY] = topic

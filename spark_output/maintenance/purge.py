@@ -22,7 +22,14 @@ from typing import Literal
 
 import pyarrow.fs as pafs
 
-from hcat_notify import Catalog, InvalidInputError, PartitionInfo, PartitionSpec, TableInfo
+from hcat_notify import (
+    Catalog,
+    InvalidInputError,
+    PartitionInfo,
+    PartitionSpec,
+    TableInfo,
+    reason_to_keep,
+)
 from spark_output.compaction.har import archive_storage_location
 from spark_output.errors import CompactionError
 from spark_output.fs import TableLocation, is_hidden, remove_empty_dir, split_location
@@ -452,13 +459,16 @@ def purge_superseded(
         if not dry_run:
             if _before_delete is not None:
                 _before_delete(results[number].location)
-            results[number] = _purge_one(root.fs, directory, marker, results[number], registry)
+            results[number] = _purge_one(
+                catalog, root.fs, directory, marker, results[number], registry
+            )
         if progress is not None:
             progress(done, len(deletable), results[number].location)
     return _purge_summary(str(info.name), results, dry_run, older_than, started)
 
 
 def _purge_one(
+    catalog: Catalog,
     fs: pafs.FileSystem,
     directory: str,
     marker: Marker,
@@ -472,6 +482,9 @@ def _purge_one(
             status="kept",
             reason=f"registered again (partition {holders[0]}) although it is superseded",
         )
+    why = reason_to_keep(catalog, planned.location)  # any table's, and the warehouse roots
+    if why is not None:
+        return dataclasses.replace(planned, status="kept", reason=why)
     try:
         problem = _delete_superseded(fs, directory, marker)
     except OSError as exc:

@@ -129,6 +129,7 @@ def cli_env(settings: Settings) -> dict[str, str]:
         HCAT_NOTIFY_CONSUMER_USER=settings.consumer_user,
         HCAT_NOTIFY_CONSUMER_PASSWORD=settings.consumer_password,
         HCAT_NOTIFY_BROKER_TIMEOUT="5",
+        HCAT_NOTIFY_WAREHOUSE_ROOTS=",".join(settings.warehouse),
     )
     if settings.api_url:
         env["HCAT_NOTIFY_API_URL"] = settings.api_url

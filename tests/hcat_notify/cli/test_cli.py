@@ -243,7 +243,7 @@ def test_processes_with_different_prefixes_agree_on_a_tables_topic(tmp_path: Pat
         "create",
         "web.t",
         "--location",
-        str(tmp_path / "t"),
+        str(tmp_path / "warehouse" / "t"),  # under the default root, <home>/warehouse
         "--partition-keys",
         "ds",
     )
