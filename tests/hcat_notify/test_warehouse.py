@@ -1,0 +1,78 @@
+"""The warehouse roots: settings, and which locations lie inside them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hcat_notify.config import load_settings
+from hcat_notify.errors import ConfigError, InvalidInputError, LocationOutsideWarehouseError
+from hcat_notify.warehouse import Warehouse, location_key
+
+
+def test_the_default_root_is_the_warehouse_under_the_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.delenv("HCAT_NOTIFY_WAREHOUSE_ROOTS")
+    settings = load_settings(home=tmp_path / "home")
+    assert settings.warehouse == (str(tmp_path / "home" / "warehouse"),)
+
+
+def test_roots_from_the_environment_a_file_and_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("HCAT_NOTIFY_WAREHOUSE_ROOTS", "/w/a, hdfs://nn:8020/warehouse/")
+    assert load_settings().warehouse == ("/w/a", "hdfs://nn:8020/warehouse")
+    config = tmp_path / "hcat-notify.toml"
+    config.write_text('warehouse_roots = ["/srv/wh", "s3://bucket/wh"]\n')
+    monkeypatch.delenv("HCAT_NOTIFY_WAREHOUSE_ROOTS")
+    assert load_settings(config_file=config).warehouse == ("/srv/wh", "s3://bucket/wh")
+    assert load_settings(config_file=config, warehouse_roots=["/x/y"]).warehouse == ("/x/y",)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("relative/dir", "is not an absolute path or a URI"),
+        ("/w/../etc", "has a '..' segment"),
+        (" ", "a warehouse root is empty"),
+    ],
+)
+def test_bad_roots_are_one_clear_error(value: str, problem: str):
+    with pytest.raises(ConfigError, match="warehouse_roots") as caught:
+        load_settings(warehouse_roots=[value])
+    assert problem in str(caught.value)
+
+
+def test_spellings_of_one_directory_have_one_key(tmp_path: Path):
+    assert location_key("/w/t") == location_key("file:/w/t") == location_key("file:///w/t")
+    assert location_key("s3a://bucket/t") == location_key("s3://bucket/t")
+    assert location_key("har://file-localhost/w/t/p/a.har/inner") == location_key("/w/t/p/a.har")
+    assert location_key("hdfs://nn:8020/w/t").within(location_key("hdfs://nn/w"))
+    assert not location_key("hdfs://other/w/t").within(location_key("hdfs://nn/w"))
+    assert not location_key("/w/tx").within(location_key("/w/t"))
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    assert location_key(str(tmp_path / "link" / "t")) == location_key(str(real / "t"))
+
+
+def test_what_lies_strictly_inside(tmp_path: Path):
+    root = tmp_path / "wh"
+    root.mkdir()
+    (root / "escape").symlink_to(tmp_path)
+    warehouse = Warehouse((str(root), "s3://bucket/wh"))
+    assert warehouse.contains(str(root / "db" / "t"))
+    assert warehouse.contains(f"file://{root}/t")
+    assert warehouse.contains("s3a://bucket/wh/t")
+    assert not warehouse.contains(str(root))  # the root itself: a table would own it all
+    assert not warehouse.contains(str(tmp_path / "other"))
+    assert not warehouse.contains(str(root / "escape" / "t"))
+    assert not warehouse.contains("s3://other/wh/t")
+    warehouse.check(str(tmp_path / "other"), external=True)
+    with pytest.raises(LocationOutsideWarehouseError, match="symlink"):
+        warehouse.check(str(root / "escape" / "t"))
+    for bad in ("/", "file:///", "s3://bucket", "s3://bucket/", "/a/../b"):
+        with pytest.raises(InvalidInputError):
+            warehouse.check(bad, external=True)
