@@ -218,6 +218,9 @@ def make_settings(home: Path, broker_url: str, db_url: str | None) -> Settings:
         consumer_password=READER[1],
         server_name="bench.local",
         broker_timeout=30.0,
+        # The run's data lives in its temporary directory; some catalogs name made-up
+        # locations under /data (never touched on disk).
+        warehouse_roots=[str(home), "/data"],
     )
 
 

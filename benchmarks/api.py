@@ -113,6 +113,7 @@ def _serve(workdir: Path, db_url: str | None) -> tuple[subprocess.Popen[bytes], 
     _PORT = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
     env["HCAT_NOTIFY_HOME"] = str(workdir)
+    env["HCAT_NOTIFY_WAREHOUSE_ROOTS"] = str(workdir)
     if db_url:
         env["HCAT_NOTIFY_DB_URL"] = db_url
     cli = str(Path(sys.executable).with_name("hcat-notify"))
@@ -136,7 +137,7 @@ def main() -> None:
     args = parser(__doc__.splitlines()[0]).parse_args()
     seconds = QUICK_SECONDS if args.quick else SECONDS
     workdir = Path(tempfile.mkdtemp(prefix="hcat-bench-api-"))
-    settings = load_settings(home=str(workdir), db_url=args.db_url)
+    settings = load_settings(home=str(workdir), db_url=args.db_url, warehouse_roots=[str(workdir)])
     print(f"# HTTP API: GET .../done vs GET /healthz{' (--quick)' if args.quick else ''}")
     print(f"# {machine_line()}")
     print(f"# catalog {settings.database_url}; {CLIENTS} clients, {seconds:g} s per run")

@@ -37,6 +37,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hcat-cli-bench-") as workdir:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
         env["HCAT_NOTIFY_HOME"] = workdir
+        env["HCAT_NOTIFY_WAREHOUSE_ROOTS"] = workdir
         subprocess.run(
             [
                 CLI,
