@@ -174,3 +174,63 @@ def test_export_and_import_commands(db_url: str, export: Path, tmp_path: Path, c
     code = main(["--db-url", db_url, "import", str(tmp_path / "none")])
     assert code == 2
     assert "is missing" in capsys.readouterr().err
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
+
+
+def _cli(capsys, db_url: str, *args: str) -> tuple[int, str, str]:
+    code = main(["--db-url", db_url, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _refused(capsys, db_url: str, *args: str) -> str:
+    """Run a command that must be refused: exit 2, one line on stderr, nothing on stdout."""
+    code, out, err = _cli(capsys, db_url, *args)
+    assert (code, out) == (2, ""), err
+    assert err.startswith("hcat-notify: error: ")
+    assert err.count("\n") == 1, err
+    return err
+
+
+def test_export_refuses_a_file_a_spec_matching_nothing_and_the_table_itself(
+    capsys, db_url: str, export: Path, tmp_path: Path
+):
+    source = tmp_path / "src"
+    table_files = _files(source)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep me")
+    err = _refused(capsys, db_url, "export", "web.src", "--to", str(a_file))
+    assert "it is a file, not a directory" in err
+    assert a_file.read_text() == "keep me"
+    err = _refused(capsys, db_url, "export", "web.src", "--to", str(a_file / "sub"))
+    assert "cannot export to" in err
+
+    # a spec matching nothing: the same answer into a new and into an existing directory
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    new = _refused(capsys, db_url, "export", "web.src", "ds=9", "--to", str(tmp_path / "new"))
+    old = _refused(capsys, db_url, "export", "web.src", "ds=9", "--to", str(existing))
+    assert (
+        new == old == "hcat-notify: error: no partition of web.src matches ds=9; nothing exported\n"
+    )
+    assert not (tmp_path / "new").exists()
+    assert list(existing.iterdir()) == []
+
+    # into the table's location, inside it, or around it
+    for inside in (source, source / "exports", source / "ds=1" / "x", tmp_path):
+        err = _refused(capsys, db_url, "export", "web.src", "--to", str(inside))
+        assert f"overlaps {source}, where web.src keeps its files" in err
+    assert _files(source) == table_files
+    code, _, err = _cli(capsys, db_url, "partitions", "discover", "web.src")
+    assert code == 0, err
+
+    # a new directory, even a nested one, is created
+    code, out, err = _cli(
+        capsys, db_url, "export", "web.src", "ds=1", "--to", str(tmp_path / "n" / "e")
+    )
+    assert code == 0, err
+    assert out.startswith("exported 2 partition(s) of web.src, 2 file(s)")
+    assert (tmp_path / "n" / "e" / "_hcat_export.json").is_file()
