@@ -41,6 +41,7 @@ from spark_output.commit.recovery import recover
 from spark_output.transfer.manifest import (
     ExportedPartition,
     Manifest,
+    check_inside,
     copy_with_checksum,
     file_checksum,
 )
@@ -91,6 +92,7 @@ def _verify(root: TableLocation, manifest: Manifest, source: str, progress: Prog
         for item in partition.files:
             path = root.join(partition.data_dir, item.path)
             name = f"{source}/{partition.data_dir}/{item.path}"
+            check_inside(root.fs, root.path, f"{partition.data_dir}/{item.path}", source)
             if root.fs.get_file_info(path).type != pafs.FileType.File:
                 raise ChecksumMismatchError(f"{name} is missing from the export; nothing imported")
             size, digest = file_checksum(root.fs, path)
@@ -216,6 +218,8 @@ def _stage(
         directory = posixpath.join(committer.staging, partition.spec.to_path())
         committer.fs.create_dir(directory, recursive=True)
         for item in partition.files:
+            # Again: an entry may have been swapped for a link since it was verified.
+            check_inside(root.fs, root.path, f"{partition.data_dir}/{item.path}", source)
             size, digest = copy_with_checksum(
                 root.fs,
                 root.join(partition.data_dir, item.path),

@@ -234,3 +234,113 @@ def test_export_refuses_a_file_a_spec_matching_nothing_and_the_table_itself(
     assert code == 0, err
     assert out.startswith("exported 2 partition(s) of web.src, 2 file(s)")
     assert (tmp_path / "n" / "e" / "_hcat_export.json").is_file()
+
+
+def _refused_import(capsys, catalog: Catalog, db_url: str, export: Path, *args: str) -> str:
+    """An import that must be refused: one line, exit 2, and nothing registered,
+    announced or journalled."""
+    before = _counts(catalog)
+    err = _refused(capsys, db_url, "import", str(export), *args)
+    assert _counts(catalog) == before
+    return err
+
+
+def test_an_export_entry_that_is_a_link_is_refused_and_nothing_copied(
+    capsys, catalog: Catalog, db_url: str, export: Path, tmp_path: Path
+):
+    source = tmp_path / "src"
+    table_files = _files(source)
+    outside = tmp_path / "outside"
+    (outside / "region=us").mkdir(parents=True)
+    (outside / "region=us" / "part-0.csv").write_text("a,1\n")  # the manifest's checksum
+    data = export / "data" / "ds=1"
+    target = tmp_path / "dst"
+
+    # a file that is a link to a file outside the export, with a matching checksum
+    (data / "region=us" / "part-0.csv").unlink()
+    (data / "region=us" / "part-0.csv").symlink_to(outside / "region=us" / "part-0.csv")
+    err = _refused_import(
+        capsys, catalog, db_url, export, "--as", "web.dst", "--location", str(target)
+    )
+    assert "data/ds=1/region=us/part-0.csv is a symbolic link" in err
+    assert not target.exists()
+    with pytest.raises(TableNotFoundError):
+        catalog.get_table("web.dst")
+
+    # a directory that is a link out of the export; into the existing table, --replace
+    (data / "region=us").rename(tmp_path / "moved-away")
+    (data / "region=us").symlink_to(outside / "region=us", target_is_directory=True)
+    err = _refused_import(capsys, catalog, db_url, export, "--replace")
+    assert "data/ds=1/region=us is a symbolic link" in err
+    assert _files(source) == table_files
+
+    # the manifest itself
+    (data / "region=us").unlink()
+    (tmp_path / "moved-away").rename(data / "region=us")
+    (outside / "_hcat_export.json").write_bytes((export / "_hcat_export.json").read_bytes())
+    (export / "_hcat_export.json").unlink()
+    (export / "_hcat_export.json").symlink_to(outside / "_hcat_export.json")
+    err = _refused_import(
+        capsys, catalog, db_url, export, "--as", "web.dst", "--location", str(target)
+    )
+    assert "_hcat_export.json is a symbolic link" in err
+    assert not target.exists()
+    assert [e.table for e in catalog.events(limit=100) if e.table == "web.dst"] == []
+
+
+def _rewrite(export: Path, change) -> None:
+    manifest = export / "_hcat_export.json"
+    data = json.loads(manifest.read_text())
+    change(data)
+    manifest.write_text(json.dumps(data))
+
+
+def test_a_manifest_with_repeated_or_inconsistent_entries_is_refused_up_front(
+    capsys, catalog: Catalog, db_url: str, export: Path, tmp_path: Path
+):
+    original = (export / "_hcat_export.json").read_text()
+    target = tmp_path / "dst"
+    new_table = ("--as", "web.dst", "--location", str(target))
+
+    def same_file_three_times(data):
+        files = data["partitions"][1]["files"]
+        files[:] = files * 3
+        data["partitions"][1]["fileCount"] = 3
+        data["partitions"][1]["bytes"] *= 3
+
+    def same_partition(times: int):
+        def change(data):
+            data["partitions"] = data["partitions"][:1] * times + data["partitions"][1:]
+
+        return change
+
+    def values_disagree(data):
+        data["partitions"][1]["values"] = {"ds": "2", "region": "us"}
+
+    def count_disagrees(data):
+        data["partitions"][1]["fileCount"] = 2
+
+    def file_and_directory(data):
+        files = data["partitions"][1]["files"]
+        files.append({**files[0], "path": "part-0.csv/inner"})
+        data["partitions"][1]["fileCount"] = 2
+        data["partitions"][1]["bytes"] *= 2
+
+    cases = [
+        (same_file_three_times, "file ds=1/region=us/part-0.csv is listed 3 times"),
+        (same_partition(3), r"partition ds=1/region=a%2Fb is listed 3 times"),
+        (same_partition(100_000), r"partition ds=1/region=a%2Fb is listed 100000 times"),
+        (values_disagree, 'partition ds=1/region=us has values {"ds": "2", "region": "us"}'),
+        (count_disagrees, "partition ds=1/region=us says 2 file(s)"),
+        (file_and_directory, "ds=1/region=us/part-0.csv is listed both as a file and as a"),
+    ]
+    for change, message in cases:
+        (export / "_hcat_export.json").write_text(original)
+        _rewrite(export, change)
+        for args in (new_table, ("--replace",)):
+            err = _refused_import(capsys, catalog, db_url, export, *args)
+            assert err.startswith("hcat-notify: error: corrupt export manifest: "), err
+            assert message in err
+            assert not target.exists()
+    assert catalog.commits.pending() == []
+    assert _cli(capsys, db_url, "recover")[1] == "nothing to recover\n"
