@@ -106,7 +106,9 @@ def recover(
 
     A write whose moves all completed is rolled forward: its partitions are registered
     and announced. Any other is rolled back: its moves are undone and nothing is
-    announced. Writes whose process is still alive are left alone unless ``force``.
+    announced. The staging of a job that died filling it (an import copying files,
+    :attr:`CommitPlan.stages_for`) before it journalled its plan is removed. Writes whose
+    process is still alive are left alone unless ``force``.
 
     Args:
         catalog: the open catalog.
@@ -130,6 +132,16 @@ def recover(
         plan = CommitPlan.from_json(entry.plan)
         location = TableLocation.parse(plan.table_uri)
         filesystem = location.fs
+        if plan.stages_for is not None:
+            if catalog.commits.get(plan.stages_for) is not None:
+                # The job journalled its own plan: that entry owns the staging now.
+                catalog.commits.abort(entry.job_id, reason=f"staging of {plan.stages_for}")
+                continue
+            remove_job_dirs(filesystem, location.path, plan.staging, plan.trash)
+            catalog.commits.abort(entry.job_id, reason="staging removed by recovery")
+            logger.warning("recovered job=%s table=%s: staging removed", entry.job_id, entry.table)
+            outcomes.append(Recovery(entry.job_id, str(entry.table), RecoveryAction.ROLLED_BACK))
+            continue
         record: CommitRecord | None = None
         if all(moves_done(filesystem, item) for item in plan.partitions):
             record = catalog.commits.complete(

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import select
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,6 +148,7 @@ def test_an_import_interrupted_after_its_moves_is_finished_by_recover(
     assert len(catalog.list_partitions("web.dst")) == 2
     kinds = [e.event_type for e in catalog.events(limit=100) if e.table == "web.dst"]
     assert kinds == [EventType.CREATE_TABLE, EventType.ADD_PARTITION, EventType.ADD_PARTITION]
+    assert catalog.commits.pending() == []  # the staging entry went with it
 
 
 def test_export_and_import_commands(db_url: str, export: Path, tmp_path: Path, capsys):
@@ -344,3 +350,69 @@ def test_a_manifest_with_repeated_or_inconsistent_entries_is_refused_up_front(
             assert not target.exists()
     assert catalog.commits.pending() == []
     assert _cli(capsys, db_url, "recover")[1] == "nothing to recover\n"
+
+
+# Runs the real command line in a process that stops for good after its first copy, so
+# that the test can kill -9 it mid-copy: the copies are otherwise too quick to catch.
+_IMPORT_THAT_HANGS = """
+import sys, threading
+from spark_output.transfer import importer
+real = importer.copy_with_checksum
+def copy_then_hang(*args):
+    result = real(*args)
+    print("copied", flush=True)
+    threading.Event().wait()
+    return result
+importer.copy_with_checksum = copy_then_hang
+from hcat_notify.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _hcat_notify(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hcat_notify.cli", "--db-url", db_url, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_staging_of_an_import_killed_mid_copy_is_removed_by_recover(
+    catalog: Catalog, db_url: str, export: Path, tmp_path: Path
+):
+    target = tmp_path / "dst"
+    command = [sys.executable, "-c", _IMPORT_THAT_HANGS, "--db-url", db_url, "import"]
+    args = [str(export), "--as", "web.dst", "--location", str(target)]
+    with subprocess.Popen([*command, *args], stdout=subprocess.PIPE, text=True) as importing:
+        assert importing.stdout is not None
+        ready, _, _ = select.select([importing.stdout], [], [], 120)
+        assert ready, "the import did not copy its first file within 120 s"
+        assert importing.stdout.readline() == "copied\n"
+        os.kill(importing.pid, signal.SIGKILL)
+        assert importing.wait(timeout=60) == -signal.SIGKILL
+    staged = [path for path in target.rglob("*") if path.is_file()]
+    assert [path.name for path in staged] == ["part-0.csv"]  # one copied, in staging
+    assert "_hcat_staging" in staged[0].parts
+
+    recovered = _hcat_notify(db_url, "-o", "json", "recover")
+    assert recovered.returncode == 0, recovered.stderr
+    [outcome] = json.loads(recovered.stdout)
+    assert (outcome["table"], outcome["action"]) == ("web.dst", "rolled back")
+    assert [path for path in target.rglob("*") if not path.is_dir()] == []
+    assert not (target / "_hcat_staging").exists()
+    with pytest.raises(TableNotFoundError):
+        catalog.get_table("web.dst")
+    assert [e for e in catalog.events(limit=100) if e.table == "web.dst"] == []
+    assert _hcat_notify(db_url, "recover").stdout == "nothing to recover\n"
+
+    # the import runs again, from the start
+    again = _hcat_notify(db_url, "-o", "json", "import", *args)
+    assert again.returncode == 0, again.stderr
+    assert sorted(json.loads(again.stdout)["partitions_created"]) == [
+        "ds=1/region=a%2Fb",
+        "ds=1/region=us",
+    ]
+    assert (target / "ds=1" / "region=us" / "part-0.csv").read_text() == "a,1\n"
+    assert not (target / "_hcat_staging").exists()
