@@ -416,3 +416,22 @@ def test_the_staging_of_an_import_killed_mid_copy_is_removed_by_recover(
     ]
     assert (target / "ds=1" / "region=us" / "part-0.csv").read_text() == "a,1\n"
     assert not (target / "_hcat_staging").exists()
+
+
+def test_recover_removes_the_staging_an_import_left_after_its_commit(
+    catalog: Catalog, export: Path, tmp_path: Path, monkeypatch, db_url: str, capsys
+):
+    def crash(self) -> None:
+        raise SimulatedCrash("killed while removing the staging")
+
+    monkeypatch.setattr(committer_module.PartitionCommitter, "cleanup", crash)
+    with pytest.raises(SimulatedCrash):
+        import_table(catalog, str(export), target="web.dst", location=str(tmp_path / "dst"))
+    monkeypatch.undo()
+    assert len(catalog.list_partitions("web.dst")) == 2  # committed
+    assert (tmp_path / "dst" / "_hcat_staging").exists()
+    code, out, err = _cli(capsys, db_url, "recover", "--force")
+    assert (code, out) == (0, "nothing to recover\n"), err  # nothing to roll either way
+    assert not (tmp_path / "dst" / "_hcat_staging").exists()
+    assert catalog.commits.pending() == []
+    assert len(catalog.list_partitions("web.dst")) == 2
