@@ -102,7 +102,9 @@ def _check_destination(
     export could be overwritten by its own copy)."""
     kind = destination.fs.get_file_info(destination.path).type
     if kind not in (pafs.FileType.Directory, pafs.FileType.NotFound):
-        raise InvalidInputError(f"cannot export to {to}: it is a file, not a directory")
+        raise InvalidInputError(
+            f"cannot export to {to}: it is a file, not a directory; nothing written"
+        )
     for location in locations:
         try:
             where = TableLocation.parse(storage_location(location))
@@ -185,9 +187,8 @@ def export_table(
     temporary = destination.join(f".{MANIFEST_NAME}.{manifest.export_id}")
     with destination.fs.open_output_stream(temporary) as stream:
         stream.write(text)
-    destination.fs.move(
-        temporary, destination.join(MANIFEST_NAME)
-    )  # last: the export is complete now
+    # Last: the export is complete now.
+    destination.fs.move(temporary, destination.join(MANIFEST_NAME))
     return ExportSummary(
         table=str(info.name),
         destination=destination.uri,

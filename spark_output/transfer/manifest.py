@@ -196,8 +196,9 @@ def _partition(item: Mapping[str, Any], keys: tuple[str, ...]) -> ExportedPartit
     path = spec.to_path()
     values = item["values"]
     if not isinstance(values, Mapping) or dict(values) != spec.as_strings():
+        given = json.dumps(values, default=str)
         raise ManifestError(
-            f"corrupt export manifest: partition {path} has values {json.dumps(values)}, "
+            f"corrupt export manifest: partition {path} has values {given}, "
             f"not those of its spec ({json.dumps(spec.as_strings())}); nothing imported"
         )
     files = tuple(
