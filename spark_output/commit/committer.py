@@ -42,9 +42,16 @@ __all__ = [
     "CompactHook",
     "PartitionCommitter",
     "StagedPartition",
+    "staging_entry_id",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+def staging_entry_id(job_id: str) -> str:
+    """The id of the journal entry that records ``job_id``'s staging while it is filled
+    (:meth:`PartitionCommitter.journal_staging`)."""
+    return f"{job_id}.staging"
 
 
 @dataclass(frozen=True)
@@ -369,6 +376,45 @@ class PartitionCommitter:
             archived_files=len(inside),
             archived_bytes=sum(entry.length for entry in inside),
         )
+
+    # -- staging filled by this process ---------------------------------------------------
+
+    def journal_staging(self, *, started_at: datetime) -> None:
+        """Journal the staging directory before this process puts files in it itself (an
+        import copies them; Spark's own task commit is not covered): should the process
+        die before :meth:`commit` journals its plan, ``recover`` finds the staging
+        through this entry and removes it. Claims no partition. Close the entry with
+        :meth:`end_staging` once the commit is over, whatever its outcome; call both
+        within :func:`~spark_output.commit.recovery.writing` of
+        :func:`staging_entry_id`, so that recovery in this process leaves it alone.
+
+        Raises:
+            hcat_notify.InvalidInputError: the entry exists already, or the new table's
+                location is another table's.
+        """
+        plan = CommitPlan(
+            owner=Owner.current(),
+            staging=self.staging,
+            trash=self.trash,
+            table_path=self.location.path,
+            table_uri=self.location.uri,
+            partitions=(),
+            stages_for=self.job_id,
+        )
+        self.catalog.commits.begin(
+            staging_entry_id(self.job_id),
+            self.table.name,
+            mode=WriteMode.APPEND,
+            partitions=[],
+            plan=plan.to_json(),
+            started_at=started_at,
+            create_table=self.create_table,
+        )
+
+    def end_staging(self, reason: str) -> None:
+        """Close the entry of :meth:`journal_staging` (the staging is gone, or the job's
+        own journal entry answers for it now)."""
+        self.catalog.commits.abort(staging_entry_id(self.job_id), reason=reason)
 
     def cleanup(self) -> None:
         """Remove this job's staging and trash directories."""

@@ -144,6 +144,10 @@ class CommitPlan:
         partitions: one move per partition, in spec order.
         mark_set_done: the partial spec announced with the commit, if any.
         announce: ``partition`` or ``write`` when the writer chose one (None: the table's).
+        stages_for: set on the entry a job journals before it puts files in its staging
+            directory itself (an import copies them): the job id whose staging this is.
+            Such an entry moves nothing; recovery removes the staging unless that job
+            journalled its own plan since (which then owns it).
     """
 
     owner: Owner
@@ -154,6 +158,7 @@ class CommitPlan:
     partitions: tuple[PartitionMove, ...]
     mark_set_done: Mapping[str, str | None] | None = None
     announce: str | None = None
+    stages_for: str | None = None
 
     @property
     def specs(self) -> list[str]:
@@ -161,7 +166,7 @@ class CommitPlan:
         return [move.spec for move in self.partitions]
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "owner": {"host": self.owner.host, "pid": self.owner.pid},
             "staging": self.staging,
             "trash": self.trash,
@@ -171,6 +176,9 @@ class CommitPlan:
             "mark_set_done": dict(self.mark_set_done) if self.mark_set_done is not None else None,
             "announce": self.announce,
         }
+        if self.stages_for is not None:
+            data["stages_for"] = self.stages_for
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CommitPlan:
@@ -189,4 +197,5 @@ class CommitPlan:
             partitions=tuple(PartitionMove.from_json(item) for item in data["partitions"]),
             mark_set_done=data.get("mark_set_done"),
             announce=data.get("announce"),
+            stages_for=data.get("stages_for"),
         )

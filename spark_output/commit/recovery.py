@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from hcat_notify import Catalog, CommitRecord, JournalEntry
+from hcat_notify import Catalog, CommitRecord, JournalEntry, JournalState
 from spark_output.commit.moves import moves_done, new_partitions, remove_job_dirs, undo_moves
 from spark_output.commit.plan import CommitPlan
 from spark_output.fs import TableLocation
@@ -106,7 +106,9 @@ def recover(
 
     A write whose moves all completed is rolled forward: its partitions are registered
     and announced. Any other is rolled back: its moves are undone and nothing is
-    announced. Writes whose process is still alive are left alone unless ``force``.
+    announced. The staging of a job that died filling it (an import copying files,
+    :attr:`CommitPlan.stages_for`) before it journalled its plan is removed. Writes whose
+    process is still alive are left alone unless ``force``.
 
     Args:
         catalog: the open catalog.
@@ -130,6 +132,22 @@ def recover(
         plan = CommitPlan.from_json(entry.plan)
         location = TableLocation.parse(plan.table_uri)
         filesystem = location.fs
+        if plan.stages_for is not None:
+            job = catalog.commits.get(plan.stages_for)
+            if job is None or job.state is not JournalState.PENDING:
+                # Never journalled: the staging is all the job left. Closed: what is left
+                # is what its cleanup did not get to.
+                remove_job_dirs(filesystem, location.path, plan.staging, plan.trash)
+            # else the job's own entry (recovered next: it is younger) owns the staging
+            catalog.commits.abort(entry.job_id, reason="staging closed by recovery")
+            if job is None:
+                logger.warning(
+                    "recovered job=%s table=%s: staging removed", entry.job_id, entry.table
+                )
+                outcomes.append(
+                    Recovery(entry.job_id, str(entry.table), RecoveryAction.ROLLED_BACK)
+                )
+            continue
         record: CommitRecord | None = None
         if all(moves_done(filesystem, item) for item in plan.partitions):
             record = catalog.commits.complete(

@@ -17,7 +17,7 @@ from hcat_notify.lazy import lazy_exports
 if TYPE_CHECKING:
     from spark_output.transfer.export import ExportSummary, export_table
     from spark_output.transfer.importer import ChecksumMismatchError, ImportSummary, import_table
-    from spark_output.transfer.manifest import Manifest, ManifestError
+    from spark_output.transfer.manifest import Manifest, ManifestError, OutsideExportError
 
 __all__ = [
     "ChecksumMismatchError",
@@ -25,6 +25,7 @@ __all__ = [
     "ImportSummary",
     "Manifest",
     "ManifestError",
+    "OutsideExportError",
     "export_table",
     "import_table",
 ]
@@ -40,5 +41,6 @@ __getattr__, __dir__ = lazy_exports(
         "import_table": "spark_output.transfer.importer",
         "Manifest": "spark_output.transfer.manifest",
         "ManifestError": "spark_output.transfer.manifest",
+        "OutsideExportError": "spark_output.transfer.manifest",
     },
 )

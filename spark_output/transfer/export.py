@@ -8,6 +8,8 @@ manifest exists. A partition archived in a Hadoop Archive is exported as its arc
 
 from __future__ import annotations
 
+import json
+import os
 import posixpath
 import uuid
 from collections.abc import Callable, Mapping
@@ -23,6 +25,7 @@ from hcat_notify import (
     PartitionSpec,
     TableLocation,
     list_data_files,
+    split_location,
     storage_location,
 )
 from spark_output.transfer.manifest import (
@@ -75,6 +78,49 @@ def _source_files(partition: PartitionInfo) -> tuple[TableLocation, list[tuple[s
     return where, [(stat.path, stat.name) for stat in list_data_files(where.fs, where.path)]
 
 
+def _comparable(where: TableLocation) -> tuple[str, str, str]:
+    """(scheme, authority, path) of a location, symlinks resolved on the local filesystem."""
+    if isinstance(where.fs, pafs.LocalFileSystem):
+        return "file", "", os.path.realpath(where.path)
+    scheme, authority, _ = split_location(where.uri)
+    return scheme, authority, where.path
+
+
+def _overlap(first: TableLocation, second: TableLocation) -> bool:
+    """Whether one location is the other or inside it."""
+    (*one, a), (*other, b) = _comparable(first), _comparable(second)
+    if one != other:
+        return False
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
+
+
+def _check_destination(
+    destination: TableLocation, to: str, table: str, locations: list[str]
+) -> None:
+    """Refuse a destination that is a file, or where the export would mix with the
+    table's own files (an export inside its table breaks ``discover``; a table inside the
+    export could be overwritten by its own copy)."""
+    kind = destination.fs.get_file_info(destination.path).type
+    if kind not in (pafs.FileType.Directory, pafs.FileType.NotFound):
+        raise InvalidInputError(
+            f"cannot export to {to}: it is a file, not a directory; nothing written"
+        )
+    for location in locations:
+        try:
+            where = TableLocation.parse(storage_location(location))
+        except (OSError, ValueError):
+            continue  # not a location this export could write into
+        if _overlap(destination, where):
+            raise InvalidInputError(
+                f"cannot export to {to}: it overlaps {location}, where {table} keeps its "
+                "files; choose a directory outside the table; nothing written"
+            )
+    if destination.fs.get_file_info(destination.join(MANIFEST_NAME)).type != (
+        pafs.FileType.NotFound
+    ):
+        raise InvalidInputError(f"{to} already holds an export ({MANIFEST_NAME}); nothing written")
+
+
 def export_table(
     catalog: Catalog,
     table: str,
@@ -87,18 +133,26 @@ def export_table(
 
     Raises:
         hcat_notify.TableNotFoundError: no such table.
-        hcat_notify.InvalidInputError: ``to`` already holds an export, or cannot be used.
+        hcat_notify.InvalidInputError: ``to`` already holds an export, is a file,
+            overlaps the table's location or a partition's, or cannot be created;
+            ``spec`` matches no partition.
         OSError: a partition's files cannot be read or the destination written.
     """
     info = catalog.get_table(table)
-    chosen = catalog.list_partitions(info.name, spec)
+    wanted = info.spec(spec, partial=True) if spec is not None else None
+    chosen = catalog.list_partitions(info.name, wanted)
+    if wanted and not chosen:
+        raise InvalidInputError(f"no partition of {info.name} matches {wanted}; nothing exported")
     try:
         destination = TableLocation.parse(to)
     except (OSError, ValueError) as exc:
         raise InvalidInputError(f"cannot export to {to!r}: {exc}") from exc
-    manifest_path = destination.join(MANIFEST_NAME)
-    if destination.fs.get_file_info(manifest_path).type != pafs.FileType.NotFound:
-        raise InvalidInputError(f"{to} already holds an export ({MANIFEST_NAME}); nothing written")
+    locations = [info.location, *(partition.location for partition in chosen)]
+    _check_destination(destination, to, str(info.name), locations)
+    try:
+        destination.fs.create_dir(destination.path, recursive=True)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot export to {to}: {exc}") from exc
     sources = [(partition, *_source_files(partition)) for partition in chosen]
     total = sum(len(files) for _, _, files in sources)
     done = 0
@@ -129,13 +183,12 @@ def export_table(
         partition_keys=info.partition_keys,
         partitions=tuple(exported),
     )
-    import json
-
     text = json.dumps(manifest.to_json(), indent=1, ensure_ascii=False).encode("utf-8")
     temporary = destination.join(f".{MANIFEST_NAME}.{manifest.export_id}")
     with destination.fs.open_output_stream(temporary) as stream:
         stream.write(text)
-    destination.fs.move(temporary, manifest_path)  # last: the export is complete now
+    # Last: the export is complete now.
+    destination.fs.move(temporary, destination.join(MANIFEST_NAME))
     return ExportSummary(
         table=str(info.name),
         destination=destination.uri,

@@ -36,11 +36,12 @@ from hcat_notify import (
     TableNotFoundError,
     table_definition,
 )
-from spark_output.commit.committer import PartitionCommitter, StagedPartition
-from spark_output.commit.recovery import recover
+from spark_output.commit.committer import PartitionCommitter, StagedPartition, staging_entry_id
+from spark_output.commit.recovery import recover, writing
 from spark_output.transfer.manifest import (
     ExportedPartition,
     Manifest,
+    check_inside,
     copy_with_checksum,
     file_checksum,
 )
@@ -91,6 +92,7 @@ def _verify(root: TableLocation, manifest: Manifest, source: str, progress: Prog
         for item in partition.files:
             path = root.join(partition.data_dir, item.path)
             name = f"{source}/{partition.data_dir}/{item.path}"
+            check_inside(root.fs, root.path, f"{partition.data_dir}/{item.path}", source)
             if root.fs.get_file_info(path).type != pafs.FileType.File:
                 raise ChecksumMismatchError(f"{name} is missing from the export; nothing imported")
             size, digest = file_checksum(root.fs, path)
@@ -191,11 +193,12 @@ def _job_id(catalog: Catalog, manifest: Manifest, name: TableName) -> tuple[str,
     for attempt in range(1, _MAX_ATTEMPTS):
         job = base if attempt == 1 else f"{base}-{attempt}"
         entry = catalog.commits.get(job)
-        if entry is None:
+        staging = catalog.commits.get(staging_entry_id(job))
+        if entry is None and staging is None:
             return job, False
-        if entry.state is JournalState.COMMITTED:
+        if entry is not None and entry.state is JournalState.COMMITTED:
             return job, True
-        if entry.state is JournalState.PENDING:
+        if any(e is not None and e.state is JournalState.PENDING for e in (entry, staging)):
             raise ConcurrentWriteError(
                 f"an import of this export into {name} is in progress (job {job}); if its "
                 "process is gone, run 'hcat-notify recover'"
@@ -216,6 +219,8 @@ def _stage(
         directory = posixpath.join(committer.staging, partition.spec.to_path())
         committer.fs.create_dir(directory, recursive=True)
         for item in partition.files:
+            # Again: an entry may have been swapped for a link since it was verified.
+            check_inside(root.fs, root.path, f"{partition.data_dir}/{item.path}", source)
             size, digest = copy_with_checksum(
                 root.fs,
                 root.join(partition.data_dir, item.path),
@@ -246,6 +251,7 @@ def import_table(
     Raises:
         ManifestError: no manifest, or a corrupt one.
         ChecksumMismatchError: a data file is missing or differs (the error names it).
+        OutsideExportError: an entry is a symbolic link or resolves outside the export.
         hcat_notify.InvalidInputError: the table has other partition keys or format, a
             bad done spec, or ``location`` given for an existing table.
         hcat_notify.PartitionExistsError: a partition is registered and not ``replace``.
@@ -297,20 +303,30 @@ def import_table(
         create_table=definition,
     )
     started_at = catalog.now()
-    try:
-        _stage(root, manifest.partitions, committer, source, progress)
-    except BaseException:
-        committer.cleanup()  # nothing journalled yet: the staged copies just go
-        raise
     archives = any(partition.archived for partition in manifest.partitions)
-    # From here the committer's protocol: journal, moves, one transaction, or undo.
-    record, _ = committer.commit(
-        started_at=started_at,
-        max_partitions=max(1, len(manifest.partitions)),
-        mark_set_done=done_spec.as_dict() if done_spec is not None else None,
-        compact=_keep if archives else None,
-        phases={},
-    )
+    with writing(staging_entry_id(job)):
+        # Journalled before the first copy: 'recover' removes what a crash leaves staged.
+        committer.journal_staging(started_at=started_at)
+        try:
+            _stage(root, manifest.partitions, committer, source, progress)
+        except BaseException:
+            committer.cleanup()
+            committer.end_staging("the copy failed; staging removed")
+            raise
+        try:
+            # From here the committer's protocol: journal, moves, one transaction, or undo.
+            record, _ = committer.commit(
+                started_at=started_at,
+                max_partitions=max(1, len(manifest.partitions)),
+                mark_set_done=done_spec.as_dict() if done_spec is not None else None,
+                compact=_keep if archives else None,
+                phases={},
+            )
+        except Exception:
+            committer.cleanup()  # a commit refused before its journal entry left it
+            committer.end_staging("the commit failed; its moves were undone")
+            raise
+        committer.end_staging(f"published by job {job}")
     return ImportSummary(
         table=str(name),
         source=source,

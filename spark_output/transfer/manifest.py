@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import posixpath
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,8 @@ __all__ = [
     "ExportedPartition",
     "Manifest",
     "ManifestError",
+    "OutsideExportError",
+    "check_inside",
     "copy_with_checksum",
     "file_checksum",
 ]
@@ -42,6 +46,10 @@ _CHUNK = 4 * 1024 * 1024
 
 class ManifestError(InvalidInputError):
     """The export's manifest is missing, unreadable or not one this version understands."""
+
+
+class OutsideExportError(InvalidInputError):
+    """An entry of an export is a symbolic link, or resolves outside the export."""
 
 
 @dataclass(frozen=True)
@@ -130,20 +138,9 @@ class Manifest:
                 "properties": dict(table.get("properties") or {}),
                 "retentionSeconds": int(table["retentionSeconds"]),
             }
-            partitions = []
-            for item in data["partitions"]:
-                spec = PartitionSpec.parse(str(item["spec"])).for_table(keys, partial=False)
-                files = tuple(
-                    ExportedFile(str(f["path"]), int(f["size"]), str(f["sha256"]))
-                    for f in item["files"]
-                )
-                for exported in files:
-                    parts = exported.path.split("/")
-                    if exported.path.startswith("/") or ".." in parts or "" in parts:
-                        raise ManifestError(f"file path {exported.path!r} leaves its partition")
-                partitions.append(
-                    ExportedPartition(spec, str(item["location"]), bool(item["archived"]), files)
-                )
+            _refuse_repeats("partition key", keys)
+            partitions = [_partition(item, keys) for item in data["partitions"]]
+            _refuse_repeats("partition", [partition.spec.to_path() for partition in partitions])
             return cls(
                 export_id=str(data["exportId"]),
                 exported_at=str(data["exportedAt"]),
@@ -165,6 +162,7 @@ class Manifest:
             ManifestError: no manifest (an incomplete or no export), or a corrupt one.
         """
         path = posixpath.join(root, MANIFEST_NAME)
+        check_inside(filesystem, root, MANIFEST_NAME, where)
         if filesystem.get_file_info(path).type != pafs.FileType.File:
             raise ManifestError(
                 f"no export at {where}: {MANIFEST_NAME} is missing (an export writes it "
@@ -177,6 +175,85 @@ class Manifest:
         except (UnicodeDecodeError, ValueError) as exc:
             raise ManifestError(f"corrupt export manifest {where}/{MANIFEST_NAME}: {exc}") from exc
         return cls.from_json(data)
+
+
+def _refuse_repeats(what: str, names: Sequence[str]) -> None:
+    # Each entry of a manifest stands for one thing to copy and register: a repeated one
+    # would be counted, checked and copied again, yet land once.
+    repeated = [(name, count) for name, count in Counter(names).items() if count > 1]
+    if repeated:
+        name, count = repeated[0]
+        more = f" ({len(repeated) - 1} more repeated)" if len(repeated) > 1 else ""
+        raise ManifestError(
+            f"corrupt export manifest: {what} {name} is listed {count} times{more}; "
+            "nothing imported"
+        )
+
+
+def _partition(item: Mapping[str, Any], keys: tuple[str, ...]) -> ExportedPartition:
+    """One entry of ``partitions``, checked against itself: values, file count, bytes."""
+    spec = PartitionSpec.parse(str(item["spec"])).for_table(keys, partial=False)
+    path = spec.to_path()
+    values = item["values"]
+    if not isinstance(values, Mapping) or dict(values) != spec.as_strings():
+        given = json.dumps(values, default=str)
+        raise ManifestError(
+            f"corrupt export manifest: partition {path} has values {given}, "
+            f"not those of its spec ({json.dumps(spec.as_strings())}); nothing imported"
+        )
+    files = tuple(
+        ExportedFile(str(f["path"]), int(f["size"]), str(f["sha256"])) for f in item["files"]
+    )
+    for exported in files:
+        parts = exported.path.split("/")
+        if exported.path.startswith("/") or ".." in parts or "" in parts or "." in parts:
+            raise ManifestError(f"file path {exported.path!r} leaves its partition")
+    names = [exported.path for exported in files]
+    _refuse_repeats("file", [f"{path}/{name}" for name in names])
+    directories = {
+        "/".join(name.split("/")[:end]) for name in names for end in range(1, name.count("/") + 1)
+    }
+    clash = sorted(directories.intersection(names))
+    if clash:
+        raise ManifestError(
+            f"corrupt export manifest: {path}/{clash[0]} is listed both as a file and as "
+            "a directory of another; nothing imported"
+        )
+    size = sum(exported.size for exported in files)
+    if (int(item["fileCount"]), int(item["bytes"])) != (len(files), size):
+        raise ManifestError(
+            f"corrupt export manifest: partition {path} says {item['fileCount']} file(s), "
+            f"{item['bytes']} bytes, but lists {len(files)} file(s), {size} bytes; nothing "
+            "imported"
+        )
+    return ExportedPartition(spec, str(item["location"]), bool(item["archived"]), files)
+
+
+def check_inside(filesystem: pafs.FileSystem, root: str, relative: str, where: str) -> None:
+    """Refuse an entry of the export at ``root`` that is, or lies under, a symbolic link,
+    or that resolves outside the export: an import copies only what the export holds.
+
+    ``where`` names the export in errors. Only the local filesystem is checked: object
+    stores have no links, and pyarrow does not report HDFS's (off by default in Hadoop).
+
+    Raises:
+        OutsideExportError: the entry is a link, under one, or outside ``root``.
+    """
+    if not isinstance(filesystem, pafs.LocalFileSystem):
+        return
+    name = f"{where}/{relative}"
+    path = root
+    for part in relative.split("/"):
+        path = posixpath.join(path, part)
+        if os.path.islink(path):
+            raise OutsideExportError(
+                f"{where}/{posixpath.relpath(path, root)} is a symbolic link (to "
+                f"{os.readlink(path)}); an import reads only files inside the export, "
+                "never through a link; nothing imported"
+            )
+    real_root = os.path.realpath(root)
+    if os.path.commonpath([os.path.realpath(path), real_root]) != real_root:
+        raise OutsideExportError(f"{name} resolves outside the export; nothing imported")
 
 
 def file_checksum(filesystem: pafs.FileSystem, path: str) -> tuple[int, str]:
