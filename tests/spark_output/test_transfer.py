@@ -435,3 +435,37 @@ def test_recover_removes_the_staging_an_import_left_after_its_commit(
     assert not (tmp_path / "dst" / "_hcat_staging").exists()
     assert catalog.commits.pending() == []
     assert len(catalog.list_partitions("web.dst")) == 2
+
+
+def test_an_import_outside_the_warehouse_roots_is_refused_before_anything_is_copied(
+    catalog: Catalog, export: Path, db_url: str, tmp_path: Path, monkeypatch
+):
+    monkeypatch.setenv("HCAT_NOTIFY_WAREHOUSE_ROOTS", str(tmp_path / "wh"))
+    narrow = load_settings(home=tmp_path / "home", db_url=db_url)
+    before = _counts(catalog)
+    with Catalog.open(narrow) as restricted:
+        for location, problem in [
+            (tmp_path / "finance", "is outside the warehouse roots"),
+            (f"{tmp_path}/wh/../finance", "has a '..' segment"),
+        ]:
+            with pytest.raises(InvalidInputError, match=problem):
+                import_table(restricted, str(export), target="web.x", location=str(location))
+        # into the existing source table, registered before the roots were narrowed
+        with pytest.raises(InvalidInputError, match="is outside the warehouse roots"):
+            import_table(restricted, str(export), replace=True)
+    assert _counts(catalog) == before
+    assert not (tmp_path / "finance").exists()
+    code = main(
+        [
+            "--db-url",
+            db_url,
+            "import",
+            str(export),
+            "--as",
+            "web.x",
+            "--location",
+            str(tmp_path / "finance"),
+        ]
+    )
+    assert code == 2
+    assert not (tmp_path / "finance").exists()
