@@ -24,7 +24,7 @@ from hcat_notify.api.datamodels import Problem
 from hcat_notify.api.metrics import RequestMetrics
 from hcat_notify.api.problems import install_handlers, problem_response
 from hcat_notify.api.routes import dones, events, monitor, status_page, tables
-from hcat_notify.api.state import ApiState
+from hcat_notify.api.state import DRAIN_STATE_KEY, ApiState
 from hcat_notify.config import Settings, load_settings
 
 __all__ = ["MAX_BODY_BYTES", "BodyLimit", "Utf8Query", "create_app"]
@@ -135,9 +135,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     state = ApiState.build(settings if settings is not None else load_settings())
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         try:
-            yield
+            # The server calls it as it begins to stop, before it waits for requests.
+            yield {DRAIN_STATE_KEY: state.drain}
         finally:
             state.close()
 
