@@ -23,6 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from hcat_notify.api.contract import NOT_DONE, PROBLEM_JSON, PROBLEM_PREFIX, problem_type
@@ -256,8 +257,16 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _client_gone(request: Request, exc: Exception) -> JSONResponse:
+    # The client left (or the server cut off its stalled body) while the body was read:
+    # nobody reads this answer, and nothing failed on our side.
+    logger.info("api %s %s: the client went away mid-request", request.method, request.url.path)
+    return problem_response(408, "the client went away before its body arrived", request=request)
+
+
 def install_handlers(app: FastAPI) -> None:
     """Make every error of ``app`` a problem document."""
+    app.add_exception_handler(ClientDisconnect, _client_gone)
     app.add_exception_handler(HcatNotifyError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)

@@ -89,6 +89,7 @@ def test_slow_heads_bodies_and_silent_connections_are_cut_off(server: ApiServer)
             assert problem["error"] == "InvalidInputError"
             assert "did not arrive" in problem["detail"] or "paused" in problem["detail"]
         assert httpx.get(f"{server.url}/healthz", timeout=30).status_code == 200
+        assert "Traceback" not in server.log()
     finally:
         for sock in answers:
             sock.close()
