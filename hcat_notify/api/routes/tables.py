@@ -57,6 +57,7 @@ SPEC_ERRORS: dict[int | str, dict[str, Any]] = {
 WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     403: problem_doc("The principal is a reader."),
     413: problem_doc("The body is over 1 MiB."),
+    415: problem_doc("The body is not JSON sent as application/json (UTF-8)."),
 }
 _DROP_ERRORS: dict[int | str, dict[str, Any]] = {
     403: problem_doc("The principal is a reader."),
