@@ -100,23 +100,33 @@ RETRY_AFTER_SECONDS = 1
 that is failing over) is usually gone by then, or another instance answers."""
 
 
+_HTTP_KINDS = {
+    404: "not-found",
+    405: "method-not-allowed",
+    408: "request-timeout",
+    413: "content-too-large",
+    414: "uri-too-long",
+    415: "unsupported-media-type",
+    431: "request-header-fields-too-large",
+}
+"""Problem types of the HTTP layer's own 4xx, fixed here (Python renames status phrases)."""
+
+
 def http_problem(status: int) -> tuple[str, str]:
     """The problem ``type`` and ``error`` class of an error the HTTP layer answers
     itself (no domain exception behind it): a malformed request is an
-    :class:`InvalidInputError` (nothing was changed), a 503 an
-    :class:`ApiUnavailableError` (ask again, or another instance)."""
+    :class:`InvalidInputError` (nothing was changed) whose type names the status, a 503
+    an :class:`ApiUnavailableError` (ask again, or another instance)."""
     if status in (401, 403):
         error = ApiAuthError.__name__
     elif status == 503:
         error = ApiUnavailableError.__name__
-    elif 400 <= status < 500:
-        error = InvalidInputError.__name__
-        if status != 400:
-            slug = HTTPStatus(status).phrase.lower().replace(" ", "-").replace("'", "")
-            return PROBLEM_PREFIX + slug, error
+    elif status >= 500:
+        return PROBLEM_PREFIX + "internal-server-error", HcatNotifyError.__name__
+    elif status in _HTTP_KINDS:
+        return PROBLEM_PREFIX + _HTTP_KINDS[status], InvalidInputError.__name__
     else:
-        error = HcatNotifyError.__name__
-        return PROBLEM_PREFIX + "internal-server-error", error
+        error = InvalidInputError.__name__
     return problem_type(error), error
 
 

@@ -106,7 +106,7 @@ def test_405_allows_every_method_of_the_path(api: ApiServer, method, path, allow
     response = httpx.request(method, f"{api.url}{path}", auth=WRITER, timeout=30)
     problem = _problem(response, 405, method)
     assert response.headers["allow"] == allowed
-    assert problem["instance"] == path
+    assert (problem["instance"], problem["type"]) == (path, PREFIX + "method-not-allowed")
 
 
 @pytest.mark.usefixtures("unchanged")
@@ -137,7 +137,9 @@ def test_too_large_content_length_names_the_path(api: ApiServer, table: str):
         f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         f"Content-Length: {2 << 20}\r\nConnection: close\r\n\r\n".encode(),
     )
-    assert _problem(response, 413, "over 1,048,576 bytes")["instance"] == path
+    problem = _problem(response, 413, "over 1,048,576 bytes")
+    assert problem["instance"] == path
+    assert problem["type"] == PREFIX + "content-too-large"
 
 
 def test_protocol_errors_are_problem_documents(api: ApiServer):
@@ -145,11 +147,13 @@ def test_protocol_errors_are_problem_documents(api: ApiServer):
     the application sees them, still get problem documents."""
     query = b"q=" + b"a" * 100_000
     long = _raw(api, b"GET /healthz?" + query + b" HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert _problem(long, 414, "request target")["instance"] == "/healthz"
+    problem = _problem(long, 414, "request target")
+    assert (problem["instance"], problem["type"]) == ("/healthz", PREFIX + "uri-too-long")
     unknown = httpx.request("FROB", f"{api.url}/healthz", timeout=30)
     _problem(unknown, 400, "method")
     headers = httpx.get(f"{api.url}/healthz", headers={"x-big": "b" * 70_000}, timeout=30)
-    _problem(headers, 431, "headers")
+    problem = _problem(headers, 431, "headers")
+    assert problem["type"] == PREFIX + "request-header-fields-too-large"
     assert httpx.get(f"{api.url}/healthz", timeout=30).status_code == 200
 
 
