@@ -28,6 +28,8 @@ MODULES = [
     "hcat_notify.api.contract",
     "hcat_notify.api.datamodels",
     "hcat_notify.api.problems",
+    "hcat_notify.api.protocol",
+    "hcat_notify.api.routing",
     "hcat_notify.broker",
     "hcat_notify.broker.backoff",
     "hcat_notify.broker.connection",

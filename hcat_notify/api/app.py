@@ -2,7 +2,8 @@
 
 :func:`create_app` builds a FastAPI app from the settings: the routers (one module per
 resource under :mod:`hcat_notify.api.routes`), the problem-document handlers
-(:mod:`hcat_notify.api.problems`), a 1 MiB request body limit and the request metrics.
+(:mod:`hcat_notify.api.problems`), a 1 MiB request body limit, a check that the query
+is UTF-8, and the request metrics.
 The app keeps nothing between requests that another instance would not have, so any
 number run behind any load balancer. The design is in docs/api.md.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -22,10 +24,10 @@ from hcat_notify.api.datamodels import Problem
 from hcat_notify.api.metrics import RequestMetrics
 from hcat_notify.api.problems import install_handlers, problem_response
 from hcat_notify.api.routes import dones, events, monitor, status_page, tables
-from hcat_notify.api.state import ApiState
+from hcat_notify.api.state import DRAIN_STATE_KEY, ApiState
 from hcat_notify.config import Settings, load_settings
 
-__all__ = ["MAX_BODY_BYTES", "BodyLimit", "create_app"]
+__all__ = ["MAX_BODY_BYTES", "BodyLimit", "Utf8Query", "create_app"]
 
 MAX_BODY_BYTES = 1 << 20
 """The largest request body taken (1 MiB); a larger one gets 413 and changes nothing."""
@@ -46,13 +48,16 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         too_large = f"the request body is over {self.limit:,} bytes"
+        path: str = scope["path"]
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if not value.isdigit():
-                    await problem_response(400, "malformed Content-Length")(scope, receive, send)
+                    await problem_response(400, "malformed Content-Length", instance=path)(
+                        scope, receive, send
+                    )
                     return
                 if int(value) > self.limit:
-                    await problem_response(413, too_large)(scope, receive, send)
+                    await problem_response(413, too_large, instance=path)(scope, receive, send)
                     return
         received = 0
 
@@ -66,6 +71,42 @@ class BodyLimit:
             return message
 
         await self.app(scope, limited, send)
+
+
+def _not_utf8(query: bytes) -> str | None:
+    """What of ``query`` is not UTF-8 once percent-decoded (a parameter's name or its
+    value, as sent); None when all is."""
+    for field in query.split(b"&"):
+        name, _, value = field.partition(b"=")
+        for part, what in ((name, "name"), (value, "value")):
+            try:
+                unquote_to_bytes(part.replace(b"+", b" ")).decode("utf-8")
+            except UnicodeDecodeError:
+                sent = name.decode("latin-1")
+                if what == "name":
+                    return f"the query parameter name {sent!r} is not UTF-8"
+                given = value.decode("latin-1")
+                return f"the value {given!r} of query parameter {sent!r} is not UTF-8"
+    return None
+
+
+class Utf8Query:
+    """ASGI middleware: refuses a query string that is not UTF-8 with 400, as a bad key
+    name is refused. Starlette would decode it with U+FFFD in place of each bad byte,
+    and a spec of such a value would be looked up."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        query: bytes = scope.get("query_string", b"")
+        if scope["type"] == "http" and (b"%" in query or not query.isascii()):
+            bad = _not_utf8(query)
+            if bad is not None:
+                detail = f"malformed request: {bad}"
+                await problem_response(400, detail, instance=scope["path"])(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -94,9 +135,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     state = ApiState.build(settings if settings is not None else load_settings())
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         try:
-            yield
+            # The server calls it as it begins to stop, before it waits for requests.
+            yield {DRAIN_STATE_KEY: state.drain}
         finally:
             state.close()
 
@@ -116,6 +158,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.hcat = state
     install_handlers(app)
     app.add_middleware(BodyLimit)
+    app.add_middleware(Utf8Query)
     app.add_middleware(RequestMetrics, metrics=state.metrics)
     for module in (monitor, dones, tables, events, status_page):
         app.include_router(module.router)

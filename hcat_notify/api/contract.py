@@ -10,6 +10,7 @@ __all__ = [
     "MAX_WAIT_SECONDS",
     "NOT_DONE",
     "PROBLEM_JSON",
+    "PROBLEM_PREFIX",
     "problem_type",
 ]
 

@@ -93,9 +93,14 @@ class Problem(BaseModel):
     title: str = Field(description="The HTTP status phrase.")
     status: int
     detail: str = Field(description="What went wrong, naming the input at fault.")
-    instance: str | None = Field(None, description="The request path.")
+    instance: str | None = Field(
+        None, description="The request path (absent when the request line was unreadable)."
+    )
     error: str | None = Field(
-        None, description="The hcat_notify exception class (clients raise the same type)."
+        None,
+        description="The hcat_notify exception class (clients raise the same type); for "
+        "an error of the HTTP layer itself, InvalidInputError (4xx) or ApiUnavailableError "
+        "(503).",
     )
 
 

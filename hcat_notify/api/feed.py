@@ -7,6 +7,9 @@ is the relay's own signal (:mod:`hcat_notify.relay.wakeup`): ``LISTEN`` on Postg
 while some request waits; it bumps a generation number and wakes the waiting
 coroutines, each of which then reads the catalog once. A waiter also re-checks every
 :data:`RECHECK_SECONDS` on its own, so a lost signal costs latency, never an answer.
+When the server starts to stop (:meth:`ChangeFeed.drain`), every waiting request answers
+at once: what it waits for if the catalog has it, else 503 (ask again, or another
+instance), so that a shutdown never cuts a long poll off without an answer.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from hcat_notify.errors import ApiUnavailableError
 from hcat_notify.relay.wakeup import OutboxWaiter, outbox_waiter
 
 __all__ = ["RECHECK_SECONDS", "ChangeFeed"]
@@ -35,6 +39,8 @@ class ChangeFeed:
     Args:
         database_url: the catalog (its backend chooses how changes are signalled).
         waiter_factory: builds the change waiter (tests pass a double).
+        on_waiting: called with the number of waiting requests whenever it changes
+            (the long-poll gauge of ``/metrics``).
     """
 
     def __init__(
@@ -42,9 +48,11 @@ class ChangeFeed:
         database_url: str,
         *,
         waiter_factory: Callable[[str], OutboxWaiter] = outbox_waiter,
+        on_waiting: Callable[[int], object] | None = None,
     ) -> None:
         self._url = database_url
         self._factory = waiter_factory
+        self._on_waiting = on_waiting
         self._lock = threading.Lock()
         self._waiting = 0
         self._wanted = threading.Event()  # some request waits: watch
@@ -102,6 +110,7 @@ class ChangeFeed:
     def _enter(self) -> None:
         with self._lock:
             self._waiting += 1
+            self._count_waiting()
             self._wanted.set()
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -109,9 +118,14 @@ class ChangeFeed:
                 )
                 self._thread.start()
 
+    def _count_waiting(self) -> None:
+        if self._on_waiting is not None:
+            self._on_waiting(self._waiting)
+
     def _leave(self) -> None:
         with self._lock:
             self._waiting -= 1
+            self._count_waiting()
             if self._waiting == 0:
                 self._wanted.clear()
 
@@ -120,6 +134,10 @@ class ChangeFeed:
 
         ``check`` runs at once, then after each possible change (and at least every
         :data:`RECHECK_SECONDS`) until the deadline or the server's shutdown.
+
+        Raises:
+            ApiUnavailableError: the server began to stop (:meth:`drain`) before the
+                deadline, and ``check`` found nothing.
         """
         found = await check()
         if found is not None or timeout <= 0:
@@ -139,12 +157,21 @@ class ChangeFeed:
                     await asyncio.wait_for(changed.wait(), min(remaining, RECHECK_SECONDS))
         finally:
             self._leave()
-        return found
+        # Drained while waiting: the last check found nothing.
+        raise ApiUnavailableError(
+            "this server is stopping: ask again (another instance answers, or this one "
+            "once restarted)"
+        )
 
-    def close(self) -> None:
-        """Stop the watcher; waiting requests answer with what the catalog holds now."""
+    def drain(self) -> None:
+        """Wake every waiting request to answer now, and make later ones answer at once;
+        for the event loop's thread, when the server begins to stop. Never blocks."""
         self._closed.set()
         self._wake()
+
+    def close(self) -> None:
+        """Stop the watcher (after :meth:`drain`, if not drained yet)."""
+        self.drain()
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join(5)

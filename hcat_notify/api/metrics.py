@@ -6,8 +6,8 @@ Two kinds of figures:
   same): the outbox backlog and the age of its oldest unpublished event, parked events,
   the last event id, the relay members with their buckets and publish rates, unassigned
   buckets, and each durable subscriber's lag;
-* counted by this server: requests by method, route template and status, and their
-  latency.
+* counted by this server: requests by method, route template and status, their
+  latency, and the long polls waiting now.
 
 With ``--workers N`` the request figures of the worker processes are summed through
 prometheus-client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, which
@@ -23,7 +23,13 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -151,6 +157,12 @@ class ApiMetrics:
             ["method", "route"],
             buckets=_LATENCY_BUCKETS,
             registry=own,
+        )
+        self.long_polls = Gauge(
+            "hcat_notify_api_long_polls_waiting",
+            "Requests waiting in a long poll now (wait=S), summed over the workers.",
+            registry=own,
+            multiprocess_mode="livesum",
         )
 
     def render(self) -> tuple[bytes, str]:

@@ -6,7 +6,10 @@ of :data:`STATUS` (the most specific class wins), a ``detail`` that is the excep
 message, and an ``error`` member naming the class, so that a client raises the same type
 (:mod:`hcat_notify.api.client`). Request validation errors, unknown routes and
 unexpected failures become problem documents too; an unexpected failure's detail is an
-id to find it in the server's log, never its traceback.
+id to find it in the server's log, never its traceback. Errors the HTTP layer itself
+answers (an unknown route or method, a body it cannot take, a request too slow or too
+large for the server) name a class as well (:func:`http_problem`): every error a client
+gets has the same members.
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
-from hcat_notify.api.contract import NOT_DONE, PROBLEM_JSON, problem_type
+from hcat_notify.api.contract import NOT_DONE, PROBLEM_JSON, PROBLEM_PREFIX, problem_type
 from hcat_notify.errors import (
     ApiAuthError,
+    ApiUnavailableError,
     BrokerError,
     ConfigError,
     ConflictError,
@@ -45,8 +51,12 @@ __all__ = [
     "NOT_DONE",
     "PROBLEM_JSON",
     "PROBLEM_RESPONSES",
+    "RETRY_AFTER_SECONDS",
     "STATUS",
+    "allowed_methods",
+    "http_problem",
     "install_handlers",
+    "problem_body",
     "problem_doc",
     "problem_response",
     "problem_type",
@@ -69,6 +79,7 @@ STATUS: dict[type[HcatNotifyError], int] = {
     ApiAuthError: 403,
     StoreUnavailableError: 503,
     BrokerError: 503,
+    ApiUnavailableError: 503,
     StoreError: 500,
     ConfigError: 500,
     HcatNotifyError: 500,
@@ -84,25 +95,84 @@ def status_of(exc: HcatNotifyError) -> int:
     return 500  # pragma: no cover - HcatNotifyError is listed
 
 
-def problem_response(
+RETRY_AFTER_SECONDS = 1
+"""``Retry-After`` of every 503: the cause (a stopping instance, a database or broker
+that is failing over) is usually gone by then, or another instance answers."""
+
+
+_HTTP_KINDS = {
+    404: "not-found",
+    405: "method-not-allowed",
+    408: "request-timeout",
+    413: "content-too-large",
+    414: "uri-too-long",
+    415: "unsupported-media-type",
+    431: "request-header-fields-too-large",
+}
+"""Problem types of the HTTP layer's own 4xx, fixed here (Python renames status phrases)."""
+
+
+def http_problem(status: int) -> tuple[str, str]:
+    """The problem ``type`` and ``error`` class of an error the HTTP layer answers
+    itself (no domain exception behind it): a malformed request is an
+    :class:`InvalidInputError` (nothing was changed) whose type names the status, a 503
+    an :class:`ApiUnavailableError` (ask again, or another instance)."""
+    if status in (401, 403):
+        error = ApiAuthError.__name__
+    elif status == 503:
+        error = ApiUnavailableError.__name__
+    elif status >= 500:
+        return PROBLEM_PREFIX + "internal-server-error", HcatNotifyError.__name__
+    elif status in _HTTP_KINDS:
+        return PROBLEM_PREFIX + _HTTP_KINDS[status], InvalidInputError.__name__
+    else:
+        error = InvalidInputError.__name__
+    return problem_type(error), error
+
+
+def problem_body(
     status: int,
     detail: str,
     *,
-    request: Request | None = None,
-    type_: str = "about:blank",
+    instance: str | None,
+    type_: str | None = None,
     error: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
-    """A problem document response."""
+) -> dict[str, Any]:
+    """A problem document; ``type_`` and ``error`` default to the status's
+    (:func:`http_problem`). ``instance`` is left out when None (the server could not
+    read the request's path)."""
+    if type_ is None:
+        type_, error = http_problem(status)
     body: dict[str, Any] = {
         "type": type_,
         "title": HTTPStatus(status).phrase,
         "status": status,
         "detail": detail,
-        "instance": request.url.path if request is not None else None,
     }
+    if instance is not None:
+        body["instance"] = instance
     if error is not None:
         body["error"] = error
+    return body
+
+
+def problem_response(
+    status: int,
+    detail: str,
+    *,
+    request: Request | None = None,
+    instance: str | None = None,
+    type_: str | None = None,
+    error: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """A problem document response; ``type_`` and ``error`` default to the status's
+    (:func:`http_problem`), ``instance`` to the request's path."""
+    if instance is None and request is not None:
+        instance = request.url.path
+    body = problem_body(status, detail, instance=instance, type_=type_, error=error)
+    if status == 503:
+        headers = {"Retry-After": str(RETRY_AFTER_SECONDS), **(headers or {})}
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
@@ -135,9 +205,18 @@ def _location(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "request"
 
 
+def _validation_problem(item: dict[str, Any]) -> str:
+    if item.get("type") == "json_invalid":
+        # The parser's own words say what is wrong and where; pydantic's msg does not.
+        where = item["loc"][-1]
+        reason = item.get("ctx", {}).get("error", "invalid")
+        return f"the body is not JSON: {reason} at character {where}"
+    return f"{_location(tuple(item['loc']))}: {item['msg']}"
+
+
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    problems = [f"{_location(tuple(item['loc']))}: {item['msg']}" for item in exc.errors()]
+    problems = [_validation_problem(item) for item in exc.errors()]
     return problem_response(
         400,
         "malformed request: " + "; ".join(problems[:10]),
@@ -147,18 +226,35 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app answers at the request's path (HEAD wherever
+    GET is), for the ``Allow`` of a 405: the router itself names only the first route
+    that matched the path."""
+    allowed: set[str] = set()
+    for route in request.app.router.routes:
+        methods = getattr(route, "methods", None)
+        if methods and route.matches(request.scope)[0] is not Match.NONE:
+            allowed |= methods
+    if "GET" in allowed:
+        allowed.add("HEAD")
+    return sorted(allowed)
+
+
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
-    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
-    error = "ApiAuthError" if exc.status_code in (401, 403) else None
-    return problem_response(
-        exc.status_code,
-        detail,
-        request=request,
-        type_=problem_type(error) if error else "about:blank",
-        error=error,
-        headers=dict(exc.headers) if exc.headers else None,
-    )
+    if isinstance(exc.__cause__, HcatNotifyError):
+        # A body the parser refused (hcat_notify.api.routing), wrapped by FastAPI.
+        return await _domain_error(request, exc.__cause__)
+    status = exc.status_code
+    headers = dict(exc.headers) if exc.headers else {}
+    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(status).phrase
+    if status == 404 and detail == HTTPStatus(404).phrase:
+        detail = f"Not Found: {request.url.path} is no route of this API"
+    elif status == 405:
+        allowed = allowed_methods(request)
+        headers["Allow"] = ", ".join(allowed)
+        detail = f"{request.url.path} answers {', '.join(allowed)}, not {request.method}"
+    return problem_response(status, detail, request=request, headers=headers or None)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -171,8 +267,16 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _client_gone(request: Request, exc: Exception) -> JSONResponse:
+    # The client left (or the server cut off its stalled body) while the body was read:
+    # nobody reads this answer, and nothing failed on our side.
+    logger.info("api %s %s: the client went away mid-request", request.method, request.url.path)
+    return problem_response(408, "the client went away before its body arrived", request=request)
+
+
 def install_handlers(app: FastAPI) -> None:
     """Make every error of ``app`` a problem document."""
+    app.add_exception_handler(ClientDisconnect, _client_gone)
     app.add_exception_handler(HcatNotifyError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)

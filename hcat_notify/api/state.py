@@ -24,13 +24,23 @@ from hcat_notify.errors import HcatNotifyError
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.revision import SCHEMA_REVISION
 
-__all__ = ["CATALOG_THREADS", "READINESS_TTL", "ApiState", "in_thread", "state_of"]
+__all__ = [
+    "CATALOG_THREADS",
+    "DRAIN_STATE_KEY",
+    "READINESS_TTL",
+    "ApiState",
+    "in_thread",
+    "state_of",
+]
 
 READINESS_TTL = 2.0
 """Seconds a readiness answer is reused: load balancers probe often, a probe of the
 broker is a STOMP connection."""
 _BROKER_PROBE_TIMEOUT = 3.0
 CATALOG_THREADS = 4
+DRAIN_STATE_KEY = "hcat_notify.drain"
+"""The lifespan state entry (ASGI ``state``) the server calls, without arguments, when
+it begins to stop: :meth:`ApiState.drain` (:mod:`hcat_notify.api.protocol`)."""
 T = TypeVar("T")
 
 
@@ -82,12 +92,13 @@ class ApiState:
     @classmethod
     def build(cls, settings: Settings) -> ApiState:
         catalog = CatalogHandle(settings)
+        metrics = ApiMetrics(catalog)
         return cls(
             settings=settings,
             catalog=catalog,
             authenticator=Authenticator(settings.api_principals),
-            feed=ChangeFeed(settings.database_url),
-            metrics=ApiMetrics(catalog),
+            feed=ChangeFeed(settings.database_url, on_waiting=metrics.long_polls.set),
+            metrics=metrics,
         )
 
     async def read(self, func: Callable[[Catalog], T]) -> T:
@@ -139,6 +150,10 @@ class ApiState:
         finally:
             connection.close()
         return "ok"
+
+    def drain(self) -> None:
+        """The server begins to stop: answer every long poll now (non-blocking)."""
+        self.feed.drain()
 
     def close(self) -> None:
         self.feed.close()

@@ -72,12 +72,13 @@ def serve(
     """Serve the HTTP API: tables, partitions, dones, events, health, metrics, status page.
 
     Stateless: run as many as you like behind a load balancer. SIGTERM or SIGINT stop it
-    after the requests in flight.
+    after the requests in flight; waiting long polls answer at once.
     """
     try:
         import uvicorn
 
         from hcat_notify.api.app import create_app
+        from hcat_notify.api.protocol import ApiHttpProtocol
     except ImportError as exc:
         raise click.ClickException(_MISSING_EXTRA.format(error=exc)) from None
     settings = obj.settings
@@ -89,7 +90,11 @@ def serve(
         "ssl_keyfile": ssl_keyfile,
         "access_log": access_log,
         "log_level": "info" if access_log else "warning",
+        # Long polls answer as the server begins to stop (ApiHttpProtocol.shutdown); this
+        # bounds only the other requests still running.
         "timeout_graceful_shutdown": 5,
+        "timeout_keep_alive": 5,
+        "http": ApiHttpProtocol,
         "server_header": False,
     }
     click.echo(

@@ -22,6 +22,7 @@ from hcat_notify.api.routes.tables import (
     State,
     TablePath,
 )
+from hcat_notify.api.routing import ApiRoute
 from hcat_notify.api.state import in_thread, state_of
 from hcat_notify.errors import InvalidSpecError
 from hcat_notify.model.principals import Role
@@ -30,7 +31,9 @@ from hcat_notify.store.records import RetainedDone
 
 __all__ = ["check_route", "router"]
 
-router = APIRouter(prefix="/v1/tables", tags=["tables"], responses=PROBLEM_RESPONSES)
+router = APIRouter(
+    prefix="/v1/tables", tags=["tables"], responses=PROBLEM_RESPONSES, route_class=ApiRoute
+)
 
 
 @router.get(

@@ -12,6 +12,7 @@ from hcat_notify.api.contract import MAX_PAGE
 from hcat_notify.api.datamodels import Event, EventPage, LastEvent
 from hcat_notify.api.params import wait_query
 from hcat_notify.api.problems import PROBLEM_RESPONSES, problem_doc
+from hcat_notify.api.routing import ApiRoute
 from hcat_notify.api.state import ApiState, in_thread, state_of
 from hcat_notify.model.cursor import MAX_EVENT_ID, Cursor
 from hcat_notify.model.names import TableName
@@ -22,7 +23,9 @@ __all__ = ["MAX_TABLES", "read_events", "router"]
 MAX_TABLES = 100
 State = Annotated[ApiState, Depends(state_of)]
 
-router = APIRouter(prefix="/v1/events", tags=["events"], responses=PROBLEM_RESPONSES)
+router = APIRouter(
+    prefix="/v1/events", tags=["events"], responses=PROBLEM_RESPONSES, route_class=ApiRoute
+)
 
 
 def read_events(

@@ -13,12 +13,13 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from hcat_notify.api.datamodels import Health, Readiness
+from hcat_notify.api.routing import ApiRoute
 from hcat_notify.api.state import ApiState, in_thread, state_of
 
 __all__ = ["router"]
 
 State = Annotated[ApiState, Depends(state_of)]
-router = APIRouter(tags=["monitoring"])
+router = APIRouter(tags=["monitoring"], route_class=ApiRoute)
 
 
 @router.get("/healthz")

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import HTMLResponse
 
 from hcat_notify.api.auth import require_reader
+from hcat_notify.api.routing import ApiRoute
 from hcat_notify.api.state import ApiState, in_thread, state_of
 from hcat_notify.relay.config import RelayConfig
 from hcat_notify.store.catalog import Catalog
@@ -26,7 +27,7 @@ __all__ = ["LAST_EVENTS", "MAX_TABLES", "router"]
 MAX_TABLES = 200
 LAST_EVENTS = 20
 State = Annotated[ApiState, Depends(state_of)]
-router = APIRouter(tags=["status page"])
+router = APIRouter(tags=["status page"], route_class=ApiRoute)
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }

@@ -27,6 +27,7 @@ from hcat_notify.api.datamodels import (
 )
 from hcat_notify.api.params import query_spec, spec_openapi
 from hcat_notify.api.problems import PROBLEM_RESPONSES, problem_doc
+from hcat_notify.api.routing import ApiRoute
 from hcat_notify.api.state import ApiState, in_thread, state_of
 from hcat_notify.errors import InvalidSpecError
 from hcat_notify.model.specs import PartitionSpec
@@ -45,7 +46,9 @@ TABLE_PARAMETER = {  # TablePath's OpenAPI form, for a route that reads it itsel
     "description": _TABLE_DOC,
 }
 
-router = APIRouter(prefix="/v1/tables", tags=["tables"], responses=PROBLEM_RESPONSES)
+router = APIRouter(
+    prefix="/v1/tables", tags=["tables"], responses=PROBLEM_RESPONSES, route_class=ApiRoute
+)
 _TABLE_ERRORS: dict[int | str, dict[str, Any]] = {404: problem_doc("No such table.")}
 SPEC_ERRORS: dict[int | str, dict[str, Any]] = {
     **_TABLE_ERRORS,
@@ -54,6 +57,7 @@ SPEC_ERRORS: dict[int | str, dict[str, Any]] = {
 WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     403: problem_doc("The principal is a reader."),
     413: problem_doc("The body is over 1 MiB."),
+    415: problem_doc("The body is not JSON sent as application/json (UTF-8)."),
 }
 _DROP_ERRORS: dict[int | str, dict[str, Any]] = {
     403: problem_doc("The principal is a reader."),

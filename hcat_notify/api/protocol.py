@@ -1,0 +1,222 @@
+"""The HTTP/1.1 protocol ``hcat-notify serve`` runs uvicorn with: uvicorn's httptools
+protocol, plus what it lacks at the edge of the server.
+
+* **A deadline for the request head.** uvicorn times out only an idle keep-alive
+  connection: a client that opens a connection and sends nothing, or sends its headers a
+  byte at a time, holds the connection (and a file descriptor) for ever. Here the whole
+  head (request line and headers) must arrive within :data:`HEAD_TIMEOUT` seconds of the
+  connection or of the request's first byte, whatever trickles in meanwhile.
+* **A read timeout for the body**: :data:`BODY_IDLE_TIMEOUT` seconds without a byte of
+  an announced body ends the request.
+* **Bounds on the head**: :data:`MAX_URL_BYTES` for the request target (httptools
+  cannot parse a longer one), :data:`MAX_HEAD_BYTES` for it and the headers together
+  (httptools has no bound of its own).
+* **Problem documents** for what the server refuses before the application sees the
+  request (an unreadable request line, an unknown method, the bounds above), instead
+  of uvicorn's ``text/plain``. A timed-out request gets 408, a target too long 414, a
+  head too large 431, an unknown method or a malformed request 400.
+* **Long polls answered on shutdown**: as uvicorn begins to stop it asks each
+  connection to close; the first such call also calls the application's drain
+  (:data:`~hcat_notify.api.state.DRAIN_STATE_KEY`), so every waiting long poll answers
+  at once instead of being cut off when the graceful-shutdown timeout runs out.
+
+These bound one connection each. They do not bound how many connections a client
+opens: a reverse proxy in front (docs/api.md) should limit connections per client and
+buffer requests, as it can for every backend at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from hcat_notify.api.contract import PROBLEM_JSON
+from hcat_notify.api.problems import problem_body
+from hcat_notify.api.state import DRAIN_STATE_KEY
+
+__all__ = [
+    "BODY_IDLE_TIMEOUT",
+    "HEAD_TIMEOUT",
+    "MAX_HEAD_BYTES",
+    "MAX_URL_BYTES",
+    "ApiHttpProtocol",
+]
+
+logger = logging.getLogger(__name__)
+
+HEAD_TIMEOUT = 10.0
+"""Seconds a request's line and headers may take to arrive, all of them."""
+BODY_IDLE_TIMEOUT = 10.0
+"""Seconds a request body may pause between two reads."""
+MAX_HEAD_BYTES = 64 * 1024
+"""The largest request line and headers taken together (a query string included)."""
+MAX_URL_BYTES = 60 * 1024
+"""The longest request target (path and query); httptools parses none over 64 KiB."""
+
+
+class _RefusedError(Exception):
+    """Raised in a parser callback: the parser stops, and :meth:`send_400_response`
+    (uvicorn's handler of the parser's error) answers this instead."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+class ApiHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a head deadline, a body read timeout, a bound
+    on the head, problem documents for what it refuses, and long polls drained as the
+    server begins to stop. For ``uvicorn.run(..., http=ApiHttpProtocol)``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._timer: asyncio.TimerHandle | None = None
+        self._head_bytes: int | None = 0  # None: the head is read, the body may follow
+        self._body_pending = False
+        self._field_bytes = 0  # of the headers parsed so far
+
+    # ------------------------------------------------------------------ timers
+
+    def _arm(self, seconds: float, what: str) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(seconds, self._timed_out, what)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _timed_out(self, what: str) -> None:
+        self._timer = None
+        logger.info("api: closing a connection from %s: %s", self.client, what)
+        self._refuse(408, what)
+
+    # ------------------------------------------------------------------ protocol
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(HEAD_TIMEOUT, f"the request's head did not arrive within {HEAD_TIMEOUT:g} s")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._body_pending:
+            self._arm(BODY_IDLE_TIMEOUT, _body_idle())
+        super().data_received(data)
+        # Counted once parsed: a chunk that completes the head may hold body bytes too.
+        if self._head_bytes is not None and not self.transport.is_closing():
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._refuse(431, f"the request line and headers are over {MAX_HEAD_BYTES:,} bytes")
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._field_bytes = 0
+        if self._head_bytes is None:  # the next request on a kept-alive connection
+            self._head_bytes = 0
+            self._arm(HEAD_TIMEOUT, f"the request's head did not arrive within {HEAD_TIMEOUT:g} s")
+
+    def on_headers_complete(self) -> None:
+        self._head_bytes = None
+        self._disarm()
+        super().on_headers_complete()
+        self._body_pending = any(
+            (name == b"content-length" and value.strip() not in (b"", b"0"))
+            or name == b"transfer-encoding"
+            for name, value in self.headers
+        )
+        if self._body_pending:
+            self._arm(BODY_IDLE_TIMEOUT, _body_idle())
+
+    def on_message_complete(self) -> None:
+        self._body_pending = False
+        self._disarm()
+        super().on_message_complete()
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        if len(self.url) > MAX_URL_BYTES:
+            raise _RefusedError(414, f"the request target is over {MAX_URL_BYTES:,} bytes")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        self._field_bytes += len(name) + len(value) + 4
+        if self._field_bytes + len(self.url) > MAX_HEAD_BYTES:
+            raise _RefusedError(431, _head_too_large())
+
+    def send_400_response(self, msg: str) -> None:
+        # Called by uvicorn inside its ``except`` for the parser's error: name it.
+        error = sys.exception()
+        refused = error.__context__ if error is not None else None
+        if isinstance(refused, _RefusedError):
+            self._refuse(refused.status, refused.detail)
+        elif isinstance(error, httptools.HttpParserInvalidMethodError):
+            self._refuse(400, "malformed request: a method this server does not know")
+        else:
+            self._refuse(400, f"malformed request: {error or msg}")
+
+    def shutdown(self) -> None:
+        drain = self.app_state.get(DRAIN_STATE_KEY)
+        if callable(drain):
+            drain()  # idempotent: every connection calls it
+        super().shutdown()
+
+    # ------------------------------------------------------------------ refusals
+
+    def _refuse(self, status: int, detail: str) -> None:
+        """Answer ``status`` with a problem document, unless a response is under way,
+        and close the connection; the application, if it runs, sees a disconnect."""
+        self._disarm()
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        running = cycle is not None and not cycle.response_complete
+        if running:
+            cycle.disconnected = True
+            cycle.message_event.set()
+        # While the head is read, a running cycle is the previous (pipelined) request's.
+        head = self._head_bytes is not None
+        if not (cycle is not None and (cycle.response_started if not head else running)):
+            self.transport.write(self._problem(status, detail))
+        self.transport.close()
+
+    def _problem(self, status: int, detail: str) -> bytes:
+        body = json.dumps(
+            problem_body(status, detail, instance=self._path()), ensure_ascii=False
+        ).encode()
+        head = [STATUS_LINE[status]]
+        for name, value in self.server_state.default_headers:
+            head.extend([name, b": ", value, b"\r\n"])
+        head.extend(
+            [
+                b"content-type: " + PROBLEM_JSON.encode() + b"\r\n",
+                b"content-length: " + str(len(body)).encode() + b"\r\n",
+                b"connection: close\r\n\r\n",
+            ]
+        )
+        return b"".join(head) + body
+
+    def _path(self) -> str | None:
+        """The request's path (without its query), if its line was read."""
+        url: bytes = getattr(self, "url", b"")
+        path = url.split(b"?", 1)[0]
+        if not path.startswith(b"/") or len(path) > 2048:
+            return None
+        return path.decode("latin-1")
+
+
+def _body_idle() -> str:
+    return f"the request's body paused for over {BODY_IDLE_TIMEOUT:g} s"
+
+
+def _head_too_large() -> str:
+    return f"the request line and headers are over {MAX_HEAD_BYTES:,} bytes"
