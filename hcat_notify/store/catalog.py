@@ -100,8 +100,9 @@ class Catalog:
         Args:
             settings: the deployment's settings (``database_url``).
             upgrade: apply pending migrations (the default; safe from many processes).
-            create: create the SQLite file if it does not exist; with False a missing
-                catalog is an error (for commands that only read).
+            create: create the catalog (a SQLite file, the schema) if there is none; with
+                False a missing file or an empty database is an error and nothing is
+                created (for commands that only read).
 
         Raises:
             ConfigError: the database URL is malformed.
@@ -110,12 +111,16 @@ class Catalog:
             StoreError: the migrations failed.
         """
         engine = engines.open_engine(settings.database_url, create=create)
-        if upgrade:
-            try:
+        try:
+            if not create:
+                # An empty database (a new PostgreSQL one, an empty SQLite file) is no
+                # catalog: migrating it would create every table for a command that reads.
+                engines.require_catalog(engine)
+            if upgrade:
                 engines.upgrade(engine, settings)
-            except BaseException:
-                engine.dispose()
-                raise
+        except BaseException:
+            engine.dispose()
+            raise
         return cls(engine, settings)
 
     @property
