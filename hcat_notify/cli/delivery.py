@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import select
 import signal
+import stat
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -226,8 +231,48 @@ class _Stdout:
         try:
             click.echo(line)
         except BrokenPipeError:
+            self.reader_gone()
+
+    def reader_gone(self) -> None:
+        """Print nothing more and stop the consumer (from any thread)."""
+        if not self.closed:
             self.closed = True
             self.on_closed()
+
+
+@contextlib.contextmanager
+def _noticing_reader_gone(on_gone: Callable[[], None]) -> Iterator[None]:
+    """Call ``on_gone`` as soon as standard output's reader goes away, not at the next
+    line: a quiet table may print nothing for hours (``watch ... | head -1``).
+
+    Only for a pipe or a socket, whose write end reports POLLERR / POLLHUP once nobody
+    reads; a file or a terminal never goes away so.
+    """
+    try:
+        fd = sys.stdout.fileno()
+        mode = os.fstat(fd).st_mode
+    except (OSError, ValueError, AttributeError):  # no real descriptor (captured)
+        mode = 0
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        yield
+        return
+    done = threading.Event()
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLERR, POLLHUP and POLLNVAL come whatever the mask
+
+    def look() -> None:
+        while not done.is_set():
+            if poller.poll(200):
+                on_gone()
+                return
+
+    thread = threading.Thread(target=look, name="hcat-watch-stdout", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 @click.command()
@@ -278,7 +323,8 @@ def watch(
         )
         previous = signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
         try:
-            consumer.run(out.show, max_messages=max_messages, timeout=timeout)
+            with _noticing_reader_gone(out.reader_gone):
+                consumer.run(out.show, max_messages=max_messages, timeout=timeout)
         finally:
             signal.signal(signal.SIGTERM, previous)
     if out.closed:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import subprocess
 import time
@@ -131,6 +132,36 @@ def test_watch_into_a_closed_pipe_ends_quietly(delivery_settings, clicks: TableI
     out, err = pipeline.communicate(timeout=60)
     first = f"2\tMARK_SET_DONE\t{clicks.name}\tdatestamp=1\t(retained)"
     assert [printed.rstrip("\n"), *out.splitlines()] == [first, "status=141"]
+    assert err == ""
+
+
+def test_watch_on_a_quiet_table_ends_when_its_reader_goes(
+    delivery_settings, clicks: TableInfo, hcat
+):
+    """``watch ... | head -1`` with nothing more to come: watch notices that head has
+    gone while it waits, not at a next line that may never arrive, and exits 141."""
+    hcat("mark-done", str(clicks.name), "datestamp=1")
+    pipeline = subprocess.Popen(
+        [
+            "bash",
+            "-c",
+            f'"{CLI}" watch {clicks.name} | head -1; echo "status=${{PIPESTATUS[0]}}"',
+        ],
+        env=cli_env(delivery_settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, to end it if watch hangs
+    )
+    try:
+        # Within a second is the promise; the deadline is generous for a busy machine.
+        out, err = pipeline.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(pipeline.pid, signal.SIGKILL)
+        pipeline.communicate()
+        pytest.fail("watch still ran 20 s after head, its reader, had gone")
+    first = f"2\tMARK_SET_DONE\t{clicks.name}\tdatestamp=1\t(retained)"
+    assert out.splitlines() == [first, "status=141"]
     assert err == ""
 
 
