@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from hcat_notify.cli.common import (
+    EXIT_INTERRUPTED,
     EXIT_TIMEOUT,
     SECONDS,
     CliContext,
@@ -127,7 +128,7 @@ def relay(
     buckets: int | None,
 ) -> None:
     """Publish the outbox as a member of the relay group (long-running; SIGTERM/SIGINT
-    hand its buckets over and stop it)."""
+    hand its buckets over and stop it, exit 0 / 130)."""
     import dataclasses
 
     from hcat_notify.errors import BrokerCredentialsError
@@ -151,7 +152,7 @@ def relay(
             if once:
                 _drain(obj, publisher)
                 return
-            stats = _run_until_signalled(publisher)
+            stats, interrupted = _run_until_signalled(publisher)
     except BrokerCredentialsError as exc:
         fail(
             f"{exc} (a wrong user or password is not retried; fix the settings)",
@@ -167,6 +168,8 @@ def relay(
         },
         lambda: f"relay stopped after publishing {stats.published} events",
     )
+    if interrupted:
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def _drain(obj: CliContext, publisher: Relay) -> None:
@@ -192,16 +195,22 @@ def _drain(obj: CliContext, publisher: Relay) -> None:
         sys.exit(EXIT_UNDELIVERABLE)
 
 
-def _run_until_signalled(publisher: Relay) -> RelayStats:
-    previous = {
-        sig: signal.signal(sig, lambda *_: publisher.stop())
-        for sig in (signal.SIGTERM, signal.SIGINT)
-    }
+def _run_until_signalled(publisher: Relay) -> tuple[RelayStats, bool]:
+    """Run until SIGTERM or SIGINT, either a graceful stop (buckets handed over);
+    (stats, whether it was SIGINT: Ctrl-C exits 130 as for every command)."""
+    received: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        received.append(signum)
+        publisher.stop()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return publisher.run()
+        stats = publisher.run()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    return stats, signal.SIGINT in received
 
 
 class _Stdout:

@@ -249,6 +249,19 @@ def test_reading_commands_on_an_empty_database_create_nothing(run, db_url: str, 
     assert not (tmp_path / "export").exists()
 
 
+@pytest.mark.parametrize("given", ["3000000d", "36501d", "0.5s"])
+def test_a_retention_out_of_range_is_named_as_given(run, db_url: str, given: str):
+    code, out, err = run(
+        "table", "create", "web.r", "--location", "/r", "--partition-keys", "ds",
+        "--retention", given,
+    )  # fmt: skip
+    assert (code, out) == (2, "")
+    assert err == (
+        f"hcat-notify: error: retention must be between 1 second and 36500 days, got {given}\n"
+    )
+    assert _user_tables(db_url) == []  # refused before the catalog was opened
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("7d", 604800), ("12h", 43200), ("30m", 1800), ("1d12h", 129600), ("2w", 1209600)],
