@@ -101,8 +101,7 @@ class Catalog:
             settings: the deployment's settings (``database_url``).
             upgrade: apply pending migrations (the default; safe from many processes).
             create: create the catalog (a SQLite file, the schema) if there is none; with
-                False a missing file or an empty database is an error and nothing is
-                created (for commands that only read).
+                False no catalog (a missing file, an empty database) is an error.
 
         Raises:
             ConfigError: the database URL is malformed.
@@ -218,6 +217,8 @@ class Catalog:
 
         pairs = list(locations.items()) if isinstance(locations, Mapping) else list(locations)
         info = self.get_table(table)
+        if mark_set_done:
+            info.done_spec(mark_set_done)  # refused before any location is measured
         new = []
         for raw_spec, location in pairs:
             spec = PartitionSpec.parse(raw_spec) if isinstance(raw_spec, str) else raw_spec
@@ -446,14 +447,15 @@ class Catalog:
 
         Args:
             table: the table.
-            spec: any non-empty subset of the table's partition keys, any order.
+            spec: a non-empty prefix of the table's partition keys, in any order.
 
         Returns:
             The event id.
 
         Raises:
             TableNotFoundError: no such table.
-            InvalidInputError: empty spec, or a key that is not a partition key.
+            InvalidInputError: empty spec, a key that is not a partition key, or one
+                that skips a leading key (``region`` without ``datestamp``).
         """
         name = as_table_name(table)
         given = _lookup_spec(spec)
@@ -473,8 +475,7 @@ class Catalog:
             with self._transaction(write=True) as tx:
                 row = tx.table_row(name)
                 info = table_ops.info_of(row)
-                canonical = info.spec(spec, partial=True).sorted()
-                event_id = retention.add_mark_set_done(tx, row, info, canonical)
+                event_id, canonical = retention.add_mark_set_done(tx, row, info, spec)
         logger.info("mark-set-done %s %s as event %d", name, canonical, event_id)
         return event_id
 
