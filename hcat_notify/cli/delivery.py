@@ -196,8 +196,8 @@ def _drain(obj: CliContext, publisher: Relay) -> None:
 
 
 def _run_until_signalled(publisher: Relay) -> tuple[RelayStats, bool]:
-    """Run until SIGTERM or SIGINT, either a graceful stop (buckets handed over);
-    (stats, whether it was SIGINT: Ctrl-C exits 130 as for every command)."""
+    """Run until SIGTERM or SIGINT, each a graceful stop (buckets handed over); return
+    the stats and whether SIGINT stopped it (Ctrl-C exits 130, as any command does)."""
     received: list[int] = []
 
     def stop(signum: int, _frame: object) -> None:
