@@ -65,8 +65,9 @@ def send_mark_set_done(
 
     Args:
         table: ``db.table``.
-        spec: any non-empty subset of the table's partition keys, in any order, e.g.
-            ``{"datestamp": "20110228"}``.
+        spec: a non-empty prefix of the table's partition keys, in any order, e.g.
+            ``{"datestamp": "20110228"}`` on keys ``datestamp, region`` (``region``
+            alone would cover that region of every day, future ones too: refused).
         settings: deployment settings (default: :func:`load_settings`).
 
     Returns:
@@ -74,7 +75,8 @@ def send_mark_set_done(
 
     Raises:
         TableNotFoundError: the table is not registered.
-        InvalidInputError: empty spec, or a key that is not a partition key.
+        InvalidInputError: empty spec, a key that is not a partition key, or a spec
+            that skips a leading key (the message names it).
         StoreUnavailableError: the catalog database cannot be reached.
     """
     return _catalog(settings or load_settings()).mark_set_done(table, spec)

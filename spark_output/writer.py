@@ -201,7 +201,8 @@ def write_partitions(
         mode: ``append`` adds files (existing partitions keep theirs); ``overwrite``
             replaces exactly the partitions written, never others.
         partition_by: must equal the table's partition keys if given.
-        mark_set_done: a partial spec to announce after every partition is committed.
+        mark_set_done: a partial spec (a prefix of the table's keys, as every done's) to
+            announce after every partition is committed.
         compaction: a policy object (``spark_output.CompactionPolicy``) or a callable run
             on each staged partition before publication.
         max_partitions: refuse a write that produces more partitions than this.
@@ -240,7 +241,7 @@ def write_partitions(
     with Catalog.open(settings) as catalog:
         info = catalog.get_table(table)
         if mark_set_done is not None:
-            info.spec(mark_set_done, partial=True)  # validate before any work
+            info.done_spec(mark_set_done)  # validate before any work
         _check_columns(df, info, partition_by)
         job = job_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
         previous = catalog.commits.get(job)

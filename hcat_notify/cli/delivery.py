@@ -3,17 +3,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import select
 import signal
+import stat
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from hcat_notify.cli.common import (
+    EXIT_INTERRUPTED,
     EXIT_TIMEOUT,
     SECONDS,
     CliContext,
@@ -122,7 +128,7 @@ def relay(
     buckets: int | None,
 ) -> None:
     """Publish the outbox as a member of the relay group (long-running; SIGTERM/SIGINT
-    hand its buckets over and stop it)."""
+    hand its buckets over and stop it, exit 0 / 130)."""
     import dataclasses
 
     from hcat_notify.errors import BrokerCredentialsError
@@ -146,7 +152,7 @@ def relay(
             if once:
                 _drain(obj, publisher)
                 return
-            stats = _run_until_signalled(publisher)
+            stats, interrupted = _run_until_signalled(publisher)
     except BrokerCredentialsError as exc:
         fail(
             f"{exc} (a wrong user or password is not retried; fix the settings)",
@@ -162,6 +168,8 @@ def relay(
         },
         lambda: f"relay stopped after publishing {stats.published} events",
     )
+    if interrupted:
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def _drain(obj: CliContext, publisher: Relay) -> None:
@@ -187,16 +195,22 @@ def _drain(obj: CliContext, publisher: Relay) -> None:
         sys.exit(EXIT_UNDELIVERABLE)
 
 
-def _run_until_signalled(publisher: Relay) -> RelayStats:
-    previous = {
-        sig: signal.signal(sig, lambda *_: publisher.stop())
-        for sig in (signal.SIGTERM, signal.SIGINT)
-    }
+def _run_until_signalled(publisher: Relay) -> tuple[RelayStats, bool]:
+    """Run until SIGTERM or SIGINT, each a graceful stop (buckets handed over); return
+    the stats and whether SIGINT stopped it (Ctrl-C exits 130, as any command does)."""
+    received: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        received.append(signum)
+        publisher.stop()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return publisher.run()
+        stats = publisher.run()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    return stats, signal.SIGINT in received
 
 
 class _Stdout:
@@ -226,8 +240,48 @@ class _Stdout:
         try:
             click.echo(line)
         except BrokenPipeError:
+            self.reader_gone()
+
+    def reader_gone(self) -> None:
+        """Print nothing more and stop the consumer (from any thread)."""
+        if not self.closed:
             self.closed = True
             self.on_closed()
+
+
+@contextlib.contextmanager
+def _noticing_reader_gone(on_gone: Callable[[], None]) -> Iterator[None]:
+    """Call ``on_gone`` as soon as standard output's reader goes away, not at the next
+    line: a quiet table may print nothing for hours (``watch ... | head -1``).
+
+    Only for a pipe or a socket, whose write end reports POLLERR / POLLHUP once nobody
+    reads; a file or a terminal never goes away so.
+    """
+    try:
+        fd = sys.stdout.fileno()
+        mode = os.fstat(fd).st_mode
+    except (OSError, ValueError, AttributeError):  # no real descriptor (captured)
+        mode = 0
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        yield
+        return
+    done = threading.Event()
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLERR, POLLHUP and POLLNVAL come whatever the mask
+
+    def look() -> None:
+        while not done.is_set():
+            if poller.poll(200):
+                on_gone()
+                return
+
+    thread = threading.Thread(target=look, name="hcat-watch-stdout", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 @click.command()
@@ -278,7 +332,8 @@ def watch(
         )
         previous = signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
         try:
-            consumer.run(out.show, max_messages=max_messages, timeout=timeout)
+            with _noticing_reader_gone(out.reader_gone):
+                consumer.run(out.show, max_messages=max_messages, timeout=timeout)
         finally:
             signal.signal(signal.SIGTERM, previous)
     if out.closed:

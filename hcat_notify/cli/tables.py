@@ -147,6 +147,14 @@ def table_create(
     if any(not key for key in keys):
         raise InvalidInputError(f"empty partition key in {partition_keys!r}")
     period = parse_duration(retention)
+    from hcat_notify.store.records import MAX_RETENTION
+    from hcat_notify.store.tables import MIN_RETENTION
+
+    if not MIN_RETENTION <= period <= MAX_RETENTION:
+        # Named as given: the store would show the timedelta ("3000000 days, 0:00:00").
+        raise InvalidInputError(
+            f"retention must be between 1 second and {MAX_RETENTION.days} days, got {retention}"
+        )
     with obj.catalog() as catalog:
         info = catalog.create_table(
             name,

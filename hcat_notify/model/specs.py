@@ -500,6 +500,41 @@ class PartitionSpec:
         ordered = _of_valid(tuple((key, mine[key]) for key in table_keys if key in mine))
         return ordered.check_limits()
 
+    def for_done(self, partition_keys: Sequence[str], *, table: str = "") -> PartitionSpec:
+        """Check this spec as a mark-set-done's; return it in the wire's (sorted) form.
+
+        A done's spec is a non-empty prefix of the table's keys in key order, as
+        HCatalog's partial specs are: ``datestamp=X`` on keys ``datestamp, region``
+        covers every region of day X. One that skips a leading key (``region=us``
+        alone) would cover ``region=us`` of every day, those not written yet too, so
+        it is refused. Every path that records a done goes through here.
+
+        Args:
+            partition_keys: the table's partition keys, in table order.
+            table: the table's name, used in error messages only.
+
+        Returns:
+            The spec with keys in lexical order (``MARK_SET_DONE``'s ``spec``).
+
+        Raises:
+            UnknownPartitionKeyError: the spec names a key the table does not have.
+            InvalidSpecError: the spec skips a leading key (the message names it).
+        """
+        ordered = self.for_table(partition_keys, table=table, partial=True)
+        table_keys = _partition_keys(partition_keys)
+        given = ordered.keys
+        if given != table_keys[: len(given)]:
+            leading = table_keys[: table_keys.index(given[-1])]
+            missing = [key for key in leading if key not in given]
+            of_table = f"table {table}" if table else "the table"
+            noun = "key" if len(missing) == 1 else "keys"
+            raise InvalidSpecError(
+                f"mark-set-done spec {ordered.to_path()!r} for {of_table} skips the leading "
+                f"partition {noun} {', '.join(missing)}: a done's spec must be a prefix of "
+                f"its partition keys ({', '.join(table_keys)})"
+            )
+        return ordered.sorted()
+
     def check_limits(self) -> PartitionSpec:
         """Check that this spec fits where it goes: directory names, Hive, broker headers.
 

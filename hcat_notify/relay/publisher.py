@@ -126,7 +126,8 @@ class Relay:
     ) -> None:
         self._settings = settings
         self._config = config or RelayConfig()
-        self.member_id = _check_member_id(member_id or default_member_id())
+        # An empty id is a mistake to refuse, not a request for the default.
+        self.member_id = _check_member_id(default_member_id() if member_id is None else member_id)
         self._joined = False
         self._own_catalog = catalog is None
         self._catalog = catalog or Catalog.open(settings)

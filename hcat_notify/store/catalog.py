@@ -65,8 +65,7 @@ def _utcnow() -> datetime:
 
 
 def _lookup_spec(spec: SpecLike) -> PartitionSpec | None:
-    """``spec`` as a spec the single-statement paths can take, or None: then the
-    session path raises the error, after checking that the table exists."""
+    """``spec`` for the single-statement paths, or None (the session path raises)."""
     try:
         given = spec if isinstance(spec, PartitionSpec) else PartitionSpec.from_mapping(spec)
     except HcatNotifyError:
@@ -101,8 +100,8 @@ class Catalog:
         Args:
             settings: the deployment's settings (``database_url``).
             upgrade: apply pending migrations (the default; safe from many processes).
-            create: create the SQLite file if it does not exist; with False a missing
-                catalog is an error (for commands that only read).
+            create: create the catalog (a SQLite file, the schema) if there is none; with
+                False no catalog (a missing file, an empty database) is an error.
 
         Raises:
             ConfigError: the database URL is malformed.
@@ -111,12 +110,15 @@ class Catalog:
             StoreError: the migrations failed.
         """
         engine = engines.open_engine(settings.database_url, create=create)
-        if upgrade:
-            try:
+        try:
+            if not create:
+                # An empty database is no catalog: migrating would create every table.
+                engines.require_catalog(engine)
+            if upgrade:
                 engines.upgrade(engine, settings)
-            except BaseException:
-                engine.dispose()
-                raise
+        except BaseException:
+            engine.dispose()
+            raise
         return cls(engine, settings)
 
     @property
@@ -192,11 +194,10 @@ class Catalog:
     ) -> Registration:
         """Register partitions whose files a writer other than Spark already put in place.
 
-        Each location is checked against the warehouse roots (any place for an external
-        table), then its data files are counted and measured (through ``pyarrow.fs``, so
-        HDFS and S3 locations work); then, in one transaction, the partitions are
-        registered and announced (ADD_PARTITION, per partition or per write), with the
-        MARK_SET_DONE if asked.
+        Each location is checked against the warehouse roots, then its data files are
+        counted and measured (through ``pyarrow.fs``, so HDFS and S3 work); then, in one
+        transaction, the partitions are registered and announced (ADD_PARTITION, per
+        partition or per write), with the MARK_SET_DONE if asked.
 
         Args:
             table: ``db.table``.
@@ -204,8 +205,7 @@ class Catalog:
             mark_set_done: a (partial) spec to announce as complete in the same transaction.
             announce: ``partition`` or ``write``; default the table's property.
             job_id: recorded on each partition and message.
-            outside_warehouse: the operator's explicit, logged exception for a managed
-                table's location outside the warehouse roots (never purged).
+            outside_warehouse: the operator's logged exception to the warehouse roots.
 
         Raises:
             TableNotFoundError: no such table.
@@ -219,8 +219,11 @@ class Catalog:
 
         pairs = list(locations.items()) if isinstance(locations, Mapping) else list(locations)
         info = self.get_table(table)
-        roots = Warehouse.of(self._settings)
-        new = measure_partitions(info, pairs, roots, outside_warehouse=outside_warehouse)
+        if mark_set_done:
+            info.done_spec(mark_set_done)  # refused before any location is measured
+        new = measure_partitions(
+            info, pairs, Warehouse.of(self._settings), outside_warehouse=outside_warehouse
+        )
         return self.lifecycle.register_partitions(
             info.name,
             new,
@@ -259,15 +262,13 @@ class Catalog:
             properties: table properties (``hcat.msgbus.topic.name`` overrides the topic).
             retention: how long MARK_SET_DONE messages are retained (1 s to 100 years).
             topic: shorthand for the ``hcat.msgbus.topic.name`` property.
-            outside_warehouse: the operator's explicit, logged exception for a managed
-                table's location outside the warehouse roots (its data is never purged).
+            outside_warehouse: the operator's logged exception to the warehouse roots.
 
         Raises:
             InvalidInputError: a name, key, format, type, location or retention is
                 invalid (a ``..`` segment, a filesystem's root), or another table has
                 that location.
-            LocationOutsideWarehouseError: a managed table's location outside the
-                warehouse roots, or resolving through a symlink to outside them.
+            LocationOutsideWarehouseError: a managed table's location outside the roots.
             TableExistsError: the table is already registered.
         """
         name = as_table_name(table)
@@ -448,14 +449,14 @@ class Catalog:
 
         Args:
             table: the table.
-            spec: any non-empty subset of the table's partition keys, any order.
+            spec: a non-empty prefix of the table's partition keys, in any order.
 
         Returns:
             The event id.
 
         Raises:
             TableNotFoundError: no such table.
-            InvalidInputError: empty spec, or a key that is not a partition key.
+            InvalidInputError: empty spec, an unknown key, or one skipping a leading key.
         """
         name = as_table_name(table)
         given = _lookup_spec(spec)
@@ -475,8 +476,7 @@ class Catalog:
             with self._transaction(write=True) as tx:
                 row = tx.table_row(name)
                 info = table_ops.info_of(row)
-                canonical = info.spec(spec, partial=True).sorted()
-                event_id = retention.add_mark_set_done(tx, row, info, canonical)
+                event_id, canonical = retention.add_mark_set_done(tx, row, info, spec)
         logger.info("mark-set-done %s %s as event %d", name, canonical, event_id)
         return event_id
 

@@ -35,6 +35,7 @@ __all__ = [
     "head_revision",
     "open_engine",
     "redact",
+    "require_catalog",
     "upgrade",
     "upgrade_database",
 ]
@@ -56,16 +57,20 @@ def redact(url: str | URL) -> str:
         return "<unparseable database URL>"
 
 
+def _no_catalog(where: object) -> StoreUnavailableError:
+    return StoreUnavailableError(
+        f"no catalog at {where}: register a table first ('hcat-notify table create') "
+        "or point HCAT_NOTIFY_HOME / HCAT_NOTIFY_DB_URL at an existing catalog"
+    )
+
+
 def _prepare_sqlite(url: URL, *, create: bool) -> None:
     path = sqlite_file(url.render_as_string(hide_password=False))
     if path is None:
         return
     if not create:
         if not path.is_file():
-            raise StoreUnavailableError(
-                f"no catalog at {path}: register a table first ('hcat-notify table create') "
-                "or point HCAT_NOTIFY_HOME / HCAT_NOTIFY_DB_URL at an existing catalog"
-            )
+            raise _no_catalog(path)
         return
     parent = path.parent
     try:
@@ -214,6 +219,20 @@ def current_revision(engine: Engine) -> str | None:
             connection.rollback()
             return None  # no version table: an empty database
     return None if row is None else str(row[0])
+
+
+def require_catalog(engine: Engine) -> None:
+    """Check that ``engine``'s database holds a catalog (any revision), creating nothing.
+
+    Raises:
+        StoreUnavailableError: an empty database (no ``alembic_version`` row), such as
+            a PostgreSQL database nobody has written a catalog into yet.
+    """
+    if engine.url.render_as_string(hide_password=False) in _AT_HEAD:
+        return
+    if current_revision(engine) is None:
+        path = sqlite_file(engine.url.render_as_string(hide_password=False))
+        raise _no_catalog(path if path is not None else redact(engine.url))
 
 
 def upgrade(engine: Engine, settings: Settings | None = None) -> tuple[str | None, str]:

@@ -217,8 +217,7 @@ class HotReads:
             if found is None:
                 raise table_not_found(name)
             table_id, keys, topic, retention_seconds = found
-            canonical = given.for_table(trusted_json(keys), table=str(name), partial=True)
-            canonical = canonical.sorted()
+            canonical = given.for_done(trusted_json(keys), table=str(name))
             # Readers in id order stay below this id until the commit (event_ids).
             if self._postgres:
                 cursor.execute(ALLOCATE_POSTGRESQL, (1,))

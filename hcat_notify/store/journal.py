@@ -413,8 +413,7 @@ class CommitJournal:
             }
             done_event_id: int | None = None
             if mark_set_done is not None:
-                canonical = info.spec(mark_set_done, partial=True).sorted()
-                done_event_id = add_mark_set_done(tx, row, info, canonical)
+                done_event_id, _ = add_mark_set_done(tx, row, info, mark_set_done)
             record = CommitRecord(
                 job_id=job_id,
                 created=tuple(created_specs),

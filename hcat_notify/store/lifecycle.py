@@ -139,7 +139,8 @@ class TableLifecycle:
         with self._transaction(write=True) as tx:
             row = tx.table_row(name, lock=True)
             info = info_of(row)
-            done = info.spec(mark_set_done, partial=True).sorted() if mark_set_done else None
+            if mark_set_done:
+                info.done_spec(mark_set_done)  # refused before any partition is added
             registered = partition_ops.add_partitions(
                 tx,
                 row,
@@ -148,7 +149,7 @@ class TableLifecycle:
                 mode=announce_mode(info.properties, announce),
                 outside_warehouse=outside_warehouse,
             )
-            done_id = add_mark_set_done(tx, row, info, done) if done is not None else None
+            done_id = add_mark_set_done(tx, row, info, mark_set_done)[0] if mark_set_done else None
         logger.info("registered %d partition(s) of %s", len(registered), name)
         return Registration(tuple(registered), done_id)
 

@@ -197,6 +197,12 @@ class TableInfo:
         spec = values if isinstance(values, PartitionSpec) else PartitionSpec.from_mapping(values)
         return spec.for_table(self.partition_keys, table=str(self.name), partial=partial)
 
+    def done_spec(self, values: Mapping[str, str | None] | PartitionSpec) -> PartitionSpec:
+        """Validate ``values`` as a mark-set-done of this table (a prefix of its keys, see
+        :meth:`PartitionSpec.for_done`); return it with keys sorted, as on the wire."""
+        spec = values if isinstance(values, PartitionSpec) else PartitionSpec.from_mapping(values)
+        return spec.for_done(self.partition_keys, table=str(self.name))
+
 
 TABLE_COLUMNS = (
     "id",

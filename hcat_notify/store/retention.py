@@ -27,8 +27,17 @@ def _retained(row: RetentionRow, name: TableName) -> RetainedDone:
     )
 
 
-def add_mark_set_done(tx: Tx, row: TableRow, info: TableInfo, canonical: PartitionSpec) -> int:
-    """Retention row and outbox event of a MARK_SET_DONE, in ``tx``; the event id."""
+def add_mark_set_done(
+    tx: Tx, row: TableRow, info: TableInfo, spec: PartitionSpec | Mapping[str, str | None]
+) -> tuple[int, PartitionSpec]:
+    """Retention row and outbox event of a MARK_SET_DONE, in ``tx``; (event id, spec as
+    recorded, keys sorted).
+
+    Raises:
+        UnknownPartitionKeyError, InvalidSpecError: ``spec`` is not a done of the table
+            (:meth:`TableInfo.done_spec`); nothing is added.
+    """
+    canonical = info.done_spec(spec)
     (event_id,) = tx.allocate_event_ids(1)
     message = build_mark_set_done(
         event_id=event_id,
@@ -48,7 +57,7 @@ def add_mark_set_done(tx: Tx, row: TableRow, info: TableInfo, canonical: Partiti
         )
     )
     add_outbox_rows(tx, [message], info.name)
-    return event_id
+    return event_id, canonical
 
 
 def retained_dones(

@@ -268,7 +268,7 @@ def import_table(
         info = catalog.get_table(name)
     except TableNotFoundError:
         info, definition = _new_table(name, manifest, location)
-    done_spec = info.spec(mark_done, partial=True) if mark_done is not None else None
+    done_spec = info.done_spec(mark_done) if mark_done is not None else None
     recover(catalog, str(name))  # what a crashed import or write of the table left
     job, already = _job_id(catalog, manifest, name)
     files = sum(len(p.files) for p in manifest.partitions)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import subprocess
 import time
@@ -66,6 +67,51 @@ def test_bad_input_is_one_line_and_writes_nothing(
     assert result.stderr.count("\n") == 1
     assert changes(delivery_catalog) == []
     assert delivery_catalog.retained_dones([clicks.name]) == []
+
+
+def test_a_done_must_name_a_prefix_of_the_tables_keys(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, hcat, tmp_path
+):
+    """``region=us`` on keys (datestamp, region) would cover region us of every day, the
+    days not written yet too: the command line and every Python path refuse it alike."""
+    from hcat_notify.errors import InvalidSpecError
+    from spark_output import register_partitions, send_mark_set_done
+
+    table = str(clicks.name)
+    message = (
+        f"mark-set-done spec 'region=us' for table {table} skips the leading partition key "
+        "datestamp: a done's spec must be a prefix of its partition keys (datestamp, region)"
+    )
+    refused = hcat("mark-done", table, "region=us")
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == f"hcat-notify: error: {message}\n"
+    landed = tmp_path / "landed"
+    landed.mkdir()
+    (landed / "part-00000.parquet").write_bytes(b"x")
+    locations = {"datestamp=1/region=us": str(landed)}
+    for record in (
+        lambda: delivery_catalog.mark_set_done(table, {"region": "us"}),
+        lambda: send_mark_set_done(table, {"region": "us"}, settings=delivery_settings),
+        lambda: delivery_catalog.register_partitions(
+            table, locations, mark_set_done={"region": "us"}
+        ),
+        lambda: register_partitions(
+            table, locations, mark_set_done={"region": "us"}, settings=delivery_settings
+        ),
+    ):
+        with pytest.raises(InvalidSpecError) as caught:
+            record()
+        assert str(caught.value) == message
+    assert changes(delivery_catalog) == []
+    assert delivery_catalog.retained_dones([table]) == []
+    assert delivery_catalog.list_partitions(table) == []
+    # A prefix is a done, and it covers its own day only.
+    assert hcat("mark-done", table, "region=us", "datestamp=20110228").returncode == 0
+    assert hcat("mark-done", table, "datestamp=20110301").returncode == 0
+    covered = hcat("wait", table, "datestamp=20110301", "region=us", "--timeout", "1")
+    assert covered.returncode == 0, covered.stderr
+    later = hcat("wait", table, "datestamp=20990101", "region=us", "--timeout", "1")
+    assert later.returncode == 1, later.stderr
 
 
 def test_watch_prints_catch_up_then_live_as_json_lines(delivery_settings, clicks: TableInfo, hcat):
@@ -131,6 +177,36 @@ def test_watch_into_a_closed_pipe_ends_quietly(delivery_settings, clicks: TableI
     out, err = pipeline.communicate(timeout=60)
     first = f"2\tMARK_SET_DONE\t{clicks.name}\tdatestamp=1\t(retained)"
     assert [printed.rstrip("\n"), *out.splitlines()] == [first, "status=141"]
+    assert err == ""
+
+
+def test_watch_on_a_quiet_table_ends_when_its_reader_goes(
+    delivery_settings, clicks: TableInfo, hcat
+):
+    """``watch ... | head -1`` with nothing more to come: watch notices that head has
+    gone while it waits, not at a next line that may never arrive, and exits 141."""
+    hcat("mark-done", str(clicks.name), "datestamp=1")
+    pipeline = subprocess.Popen(
+        [
+            "bash",
+            "-c",
+            f'"{CLI}" watch {clicks.name} | head -1; echo "status=${{PIPESTATUS[0]}}"',
+        ],
+        env=cli_env(delivery_settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, to end it if watch hangs
+    )
+    try:
+        # Within a second is the promise; the deadline is generous for a busy machine.
+        out, err = pipeline.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(pipeline.pid, signal.SIGKILL)
+        pipeline.communicate()
+        pytest.fail("watch still ran 20 s after head, its reader, had gone")
+    first = f"2\tMARK_SET_DONE\t{clicks.name}\tdatestamp=1\t(retained)"
+    assert out.splitlines() == [first, "status=141"]
     assert err == ""
 
 

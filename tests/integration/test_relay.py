@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import time
 from typing import Any
 
@@ -14,7 +15,7 @@ from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
 from hcat_notify.relay import Relay, RelayConfig
 from hcat_notify.store import Catalog, NewPartition, TableInfo
 from hcat_notify.writer import send_mark_set_done
-from tests.integration.delivery import Recorder, run_cli, running_relay
+from tests.integration.delivery import CliProcess, Recorder, run_cli, running_relay
 from tests.wire import validate_message
 
 pytestmark = pytest.mark.integration
@@ -486,6 +487,41 @@ def test_a_second_relay_under_a_member_id_in_use_is_refused(
         assert refused.stderr.startswith("hcat-notify: error: relay member id 'twin' is in use by ")
         assert refused.stderr.count("\n") == 1
         assert [(m.member_id, m.pid) for m in delivery_catalog.group.members()] == before
+
+
+def test_ctrl_c_hands_the_relays_buckets_over_and_exits_130(
+    delivery_settings, delivery_catalog: Catalog, clicks
+):
+    """SIGINT stops a relay as SIGTERM does (batch, progress, buckets handed over), and
+    it exits 130 as every interrupted command does."""
+    send_mark_set_done(clicks.name, {"datestamp": "1"}, settings=delivery_settings)
+    relay = CliProcess(delivery_settings, "relay", "--member-id", "ctrl-c")
+    try:
+        deadline = time.monotonic() + 30
+        while delivery_catalog.outbox_backlog()[0] or not delivery_catalog.group.owned("ctrl-c"):
+            assert time.monotonic() < deadline, f"the relay never published: {relay.stderr}"
+            time.sleep(0.05)
+        relay.proc.send_signal(signal.SIGINT)
+        code, err = relay.finish(timeout=60)
+    finally:
+        if relay.proc.poll() is None:
+            relay.proc.kill()
+    assert code == 130, err
+    assert relay.remaining() == ["relay stopped after publishing 1 events\n"]
+    assert "Traceback" not in err
+    assert delivery_catalog.group.members() == []  # it left the group
+    assert delivery_catalog.group.owned("ctrl-c") == {}
+
+
+@pytest.mark.parametrize("member_id", ["", "   "])
+def test_an_empty_member_id_is_refused(delivery_settings, delivery_catalog: Catalog, member_id):
+    refused = run_cli(delivery_settings, "relay", "--member-id", member_id)
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        f"hcat-notify: error: invalid member id {member_id!r}: 1 to 255 printable "
+        "characters, no spaces\n"
+    )
+    assert delivery_catalog.group.members() == []
 
 
 def test_a_second_relay_of_one_process_under_a_member_id_in_use_is_refused(

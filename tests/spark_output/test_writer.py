@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hcat_notify.config import Settings, load_settings
-from hcat_notify.errors import ConcurrentWriteError, UnknownPartitionKeyError
+from hcat_notify.errors import ConcurrentWriteError, InvalidSpecError, UnknownPartitionKeyError
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog, TableInfo
 from spark_output import (
@@ -407,6 +407,18 @@ def test_bad_mark_set_done_spec_fails_before_writing(spark, settings, catalog, t
             mark_set_done={"hour": "1"},
         )
     assert not Path(table.location).exists()
+
+
+def test_a_done_that_skips_a_leading_key_fails_before_writing(spark, settings, catalog, table):
+    with pytest.raises(InvalidSpecError, match="skips the leading partition key datestamp"):
+        write_partitions(
+            _frame(spark, _rows(["d"], ["r"])),
+            "web.clicks",
+            settings=settings,
+            mark_set_done={"region": "r"},
+        )
+    assert not Path(table.location).exists()
+    assert [e for e in catalog.events(limit=100) if not e.event_type.about_table] == []
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

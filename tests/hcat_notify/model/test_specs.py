@@ -372,6 +372,24 @@ def test_for_table_reorders_in_table_key_order() -> None:
     assert partial.as_dict() == {"region": "us"}
 
 
+def test_a_done_is_a_prefix_of_the_keys_sorted_for_the_wire() -> None:
+    keys = ["datestamp", "region", "hour"]
+    done = PartitionSpec.from_mapping({"region": "us", "datestamp": "1"}).for_done(keys)
+    assert done.keys == ("datestamp", "region")
+    assert PartitionSpec.from_mapping({"region": "us", "hour": "01", "datestamp": "1"}).for_done(
+        keys
+    ).keys == ("datestamp", "hour", "region")
+    with pytest.raises(InvalidSpecError) as info:
+        PartitionSpec.from_mapping({"hour": "01", "datestamp": "1"}).for_done(keys, table="w.t")
+    assert str(info.value) == (
+        "mark-set-done spec 'datestamp=1/hour=01' for table w.t skips the leading partition "
+        "key region: a done's spec must be a prefix of its partition keys (datestamp, region, "
+        "hour)"
+    )
+    with pytest.raises(InvalidSpecError, match="partition keys datestamp, region: "):
+        PartitionSpec.from_mapping({"hour": "01"}).for_done(keys)
+
+
 def test_for_table_unknown_key_names_key_table_and_keys() -> None:
     spec = PartitionSpec.from_mapping({"datestamp": "1", "hour": "01"})
     with pytest.raises(UnknownPartitionKeyError) as info:

@@ -76,6 +76,44 @@ class TestRejectedWritesChangeNothing:
         )
         assert problem["error"] == "UnknownPartitionKeyError"
 
+    def test_done_that_skips_a_leading_key(
+        self, api: ApiServer, writer: httpx.Client, table: str, tmp_path: Path
+    ):
+        """A done's spec is a prefix of the table's keys: ``region=us`` alone (keys
+        datestamp, region) would cover region us of every day, future ones too."""
+        from hcat_notify.api.client import ApiClient
+        from hcat_notify.errors import InvalidSpecError
+        from tests.integration.api.support import WRITER
+
+        message = (
+            f"mark-set-done spec 'region=us' for table {table} skips the leading partition "
+            "key datestamp: a done's spec must be a prefix of its partition keys "
+            "(datestamp, region)"
+        )
+        problem = _check(
+            writer.post(f"/v1/tables/{table}/done", json={"spec": {"region": "us"}}), 400
+        )
+        assert (problem["detail"], problem["error"]) == (message, "InvalidSpecError")
+        landed = tmp_path / "landed"
+        landed.mkdir()
+        (landed / "part-00000.parquet").write_bytes(b"x")
+        problem = _check(
+            writer.post(
+                f"/v1/tables/{table}/partitions:register",
+                json={
+                    "partitions": [
+                        {"spec": {"datestamp": "1", "region": "us"}, "location": str(landed)}
+                    ],
+                    "markSetDone": {"region": "us"},
+                },
+            ),
+            400,
+        )
+        assert problem["detail"] == message
+        with ApiClient(api.url, auth=WRITER) as client, pytest.raises(InvalidSpecError) as caught:
+            client.mark_set_done(table, {"region": "us"})
+        assert str(caught.value) == message
+
     def test_malformed_spec(self, writer: httpx.Client, table: str):
         name = table
         _check(
