@@ -408,7 +408,8 @@ class MarkDone(_Request):
     """A (partial) spec whose partitions are complete."""
 
     spec: SpecValues = Field(
-        description="Any non-empty subset of the table's partition keys with raw values.",
+        description="A non-empty prefix of the table's partition keys (in any order), "
+        "with raw values: a done for datestamp covers every region of that day.",
         examples=[{"datestamp": "20110228"}],
     )
 

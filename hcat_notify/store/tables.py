@@ -52,6 +52,15 @@ MAX_PARTITION_KEYS = 16
 MIN_RETENTION = timedelta(seconds=1)
 
 
+def _duration_text(value: object) -> str:
+    """``3000000d``, ``90s``: a retention as a person writes it (not ``timedelta``'s
+    ``3000000 days, 0:00:00``)."""
+    if not isinstance(value, timedelta):
+        return repr(value)
+    seconds = value.total_seconds()
+    return f"{int(seconds // 86400)}d" if seconds % 86400 == 0 else f"{seconds:g}s"
+
+
 def info_of(row: TableRow) -> TableInfo:
     """The record of an ORM table row."""
     return table_info({column: getattr(row, column) for column in TABLE_COLUMNS})
@@ -149,7 +158,8 @@ def create_table(
         )
     if not isinstance(retention, timedelta) or not (MIN_RETENTION <= retention <= MAX_RETENTION):
         raise InvalidInputError(
-            f"retention must be between 1 second and {MAX_RETENTION.days} days, got {retention}"
+            f"retention must be between 1 second and {MAX_RETENTION.days} days, "
+            f"got {_duration_text(retention)}"
         )
     where = check_table_location(
         tx, name, location, table_type=table_type, outside_warehouse=outside_warehouse
