@@ -24,7 +24,7 @@ pytest_plugins = [
 ]
 
 
-TEST_WAREHOUSE = "/"
+TEST_WAREHOUSE = "/,hdfs://nn:8020/warehouse"
 """The suite's warehouse root. Most tests are not about the boundary and register
 made-up locations (``/data/clicks``) as well as ``tmp_path`` ones: their operator chose
 ``/`` (every local directory but ``/`` itself). The boundary's own tests

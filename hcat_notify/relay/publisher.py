@@ -152,6 +152,7 @@ class Relay:
         self._cursor = 0  # every event of the owned buckets up to here was handled
         self._idle_through = 0  # the cursor when every owned bucket's position was queued
         self._blocked: dict[str, _Blocked] = {}  # topics the broker refuses, retried later
+        self._was_in_flight = False  # an open transaction held ids at the last idle check
         # (buckets, after event id, page): read during the last COMMIT's wait
         self._ahead: tuple[frozenset[int], int, list[OutboxEvent]] | None = None
         self._recent: deque[tuple[float, int, int]] = deque()  # (time, bucket, events)
@@ -332,10 +333,15 @@ class Relay:
         if self._blocked:
             soonest = min(item.retry_at for item in self._blocked.values())
             wait = min(wait, max(0.01, soonest - time.monotonic()))
-        if isinstance(waiter, PostgresNotifyWaiter) and self._ids_in_flight():
+        if isinstance(waiter, PostgresNotifyWaiter):
             # Events behind an open transaction's ids wait for it; if it rolls back, no
-            # NOTIFY comes: look again soon rather than after idle_wait.
-            wait = min(wait, IN_FLIGHT_POLL)
+            # NOTIFY comes: look again soon rather than after idle_wait. Once more after
+            # it has gone too: it may have rolled back between the read it held back and
+            # this check.
+            in_flight = self._ids_in_flight()
+            if in_flight or self._was_in_flight:
+                wait = min(wait, IN_FLIGHT_POLL)
+            self._was_in_flight = in_flight
         deadline = time.monotonic() + wait
         while not self.stopping and not self._member.changed_pending():
             remaining = deadline - time.monotonic()

@@ -389,6 +389,54 @@ def test_an_event_behind_a_rolled_back_writer_goes_out_without_a_notify(
     assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == [done_id]
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_rollback_between_a_held_back_read_and_the_check_does_not_stall_the_relay(
+    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
+):
+    """The writer holding ids rolls back after the relay's read was held back by it but
+    before the relay looks for open writers: that check finds none, and no NOTIFY will
+    come. The relay looks once more soon, because the check before found one (it slept
+    idle_wait, 60 s here, instead: seen in full suite runs on a loaded machine)."""
+    from hcat_notify.relay import publisher
+    from hcat_notify.store.engine import open_engine
+    from hcat_notify.store.event_ids import allocate_event_ids
+
+    engine = open_engine(delivery_settings.database_url)
+    held = engine.connect()
+    transaction = held.begin()
+    seen = {"open": 0, "rolled_back": False}
+    original = publisher.Relay._ids_in_flight
+
+    def rolled_back_just_before_the_check(relay) -> bool:
+        answer = original(relay)
+        if answer and seen["open"] >= 2 and not seen["rolled_back"]:
+            transaction.rollback()  # as if it happened between the read and this check
+            seen["rolled_back"] = True
+            return original(relay)
+        seen["open"] += answer
+        return answer
+
+    monkeypatch.setattr(publisher.Relay, "_ids_in_flight", rolled_back_just_before_the_check)
+    recorder = Recorder(delivery_settings, clicks.topic)
+    try:
+        with running_relay(delivery_settings, idle_wait=60.0) as relay:
+            deadline = time.monotonic() + 30
+            while len(delivery_catalog.group.owned(relay.member_id)) < 256:
+                assert time.monotonic() < deadline, "the relay never owned its buckets"
+                time.sleep(0.05)
+            allocate_event_ids(held, 1)
+            done_id = send_mark_set_done(
+                clicks.name, {"datestamp": "1"}, settings=delivery_settings
+            )
+            messages = recorder.wait_for(1, timeout=15)
+    finally:
+        held.close()
+        engine.dispose()
+        recorder.close()
+    assert seen["rolled_back"]
+    assert [int(m.headers["HCAT_EVENT_ID"]) for m in messages] == [done_id]
+
+
 def test_nothing_is_marked_published_without_a_receipt(
     delivery_settings, delivery_catalog: Catalog, clicks
 ):

@@ -17,16 +17,6 @@ from hcat_notify.store import Catalog, NewPartition
 from hcat_notify.store.engine import head_revision
 
 
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str], db_url: str):
-    def _run(*args: str) -> tuple[int, str, str]:
-        code = main(["--db-url", db_url, *args])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return _run
-
-
 def _create(run):
     code, out, err = run(
         "table",

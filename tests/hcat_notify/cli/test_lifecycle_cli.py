@@ -7,19 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hcat_notify.cli import main
 from hcat_notify.config import load_settings
 from hcat_notify.store import Catalog
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str], db_url: str):
-    def _run(*args: str) -> tuple[int, str, str]:
-        code = main(["--db-url", db_url, *args])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return _run
 
 
 @pytest.fixture

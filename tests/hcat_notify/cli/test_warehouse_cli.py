@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from hcat_notify.cli import main
 from hcat_notify.config import load_settings
 from hcat_notify.store import Catalog
 
@@ -23,16 +22,6 @@ def roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root.mkdir()
     monkeypatch.setenv("HCAT_NOTIFY_WAREHOUSE_ROOTS", str(root))
     return root
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str], db_url: str):
-    def _run(*args: str) -> tuple[int, str, str]:
-        code = main(["--db-url", db_url, *args])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return _run
 
 
 def _precious(directory: Path) -> Path:

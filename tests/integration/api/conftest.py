@@ -93,3 +93,25 @@ def new_table(api_catalog: Catalog) -> Callable[..., str]:
         return name
 
     return create
+
+
+@pytest.fixture
+def table(new_table) -> str:
+    """A new table of the module's catalog."""
+    return new_table()
+
+
+@pytest.fixture
+def unchanged(api_catalog: Catalog, table: str) -> Iterator[None]:
+    """Asserts, after the test, that no event, table or partition was written."""
+
+    def state() -> tuple[int, int, int]:
+        return (
+            api_catalog.last_event_id(),
+            len(api_catalog.list_tables()),
+            len(api_catalog.list_partitions(table)),
+        )
+
+    before = state()
+    yield
+    assert state() == before

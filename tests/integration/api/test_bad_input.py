@@ -26,27 +26,6 @@ def _check(response: httpx.Response, status: int, *words: str) -> dict:
     return problem
 
 
-@pytest.fixture
-def table(new_table) -> str:
-    return new_table()
-
-
-@pytest.fixture
-def unchanged(api_catalog: Catalog, table: str):
-    """Asserts, after the test, that no event, table or partition was written."""
-
-    def state():
-        return (
-            api_catalog.last_event_id(),
-            len(api_catalog.list_tables()),
-            len(api_catalog.list_partitions(table)),
-        )
-
-    before = state()
-    yield
-    assert state() == before
-
-
 @pytest.mark.usefixtures("unchanged")
 class TestRejectedWritesChangeNothing:
     def test_malformed_table_name(self, writer: httpx.Client):
