@@ -18,7 +18,14 @@ log "mypy"
 "$HCAT_VENV/bin/mypy"
 log "pytest"
 status=0
-"$HCAT_VENV/bin/python" -m pytest "$@" || status=$?
+# Parallel workers (pytest-xdist): the suite mostly waits (brokers starting, Spark,
+# receipts, relays taking over), so more workers than cores pay off; each worker starts
+# its own broker, PostgreSQL and Spark session on ports of its own (tests/README.md).
+# A module's tests stay on one worker (--dist loadscope), so a module's server starts
+# once. HCAT_TEST_WORKERS=0 runs in this process; arguments given here come last, so
+# they win (-n 0, -m "not integration", a test's path).
+"$HCAT_VENV/bin/python" -m pytest -n "${HCAT_TEST_WORKERS:-4}" --dist loadscope "$@" \
+    || status=$?
 if [ "$status" -eq 5 ]; then
     log "pytest collected no tests: that is a failure"
     exit 1

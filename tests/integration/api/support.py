@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -11,17 +10,12 @@ from pathlib import Path
 import httpx
 
 from hcat_notify.config import Settings
+from tests.fixtures.ports import free_port
 from tests.integration.delivery import CLI, cli_env
 
 READER = ("hcat-reader", "hcat-reader-dev")
 WRITER = ("hcat-publisher", "hcat-publisher-dev")
 START_TIMEOUT = 60.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ApiServer:
