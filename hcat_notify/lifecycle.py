@@ -192,19 +192,39 @@ def _partition_directory(location: str) -> TableLocation:
     return where
 
 
-def location_holders(catalog: Catalog, directory: str) -> list[LocationUse]:
-    """The registered tables and partitions that use ``directory``: their location is it
-    or lies inside it (in any spelling, symlinks resolved). A purge must not delete it.
-    """
-    wanted = location_key(directory)
-    written = location_key(directory, resolve=False)
-    uses = catalog.lifecycle.locations_mentioning(sorted({wanted.path, written.path}))
-    return [
-        use
-        for use in uses
-        if location_key(use.location).within(wanted)
-        or location_key(use.location, resolve=False).within(written)
-    ]
+def location_holders(catalog: Catalog, directories: Sequence[str]) -> dict[str, list[LocationUse]]:
+    """For each directory, the registered tables and partitions that use it: their
+    location is it or lies inside it (in any spelling, symlinks resolved). A purge must
+    not delete such a directory. One read of the catalog's locations for them all."""
+    wanted = {d: (location_key(d), location_key(d, resolve=False)) for d in directories}
+    fragments = sorted({key.path for pair in wanted.values() for key in pair})
+    uses = catalog.lifecycle.locations_mentioning(fragments) if fragments else []
+    keyed = [(use, location_key(use.location), location_key(use.location, resolve=False))
+             for use in uses]  # fmt: skip
+    return {
+        directory: [
+            use for use, real, text in keyed if real.within(resolved) or text.within(written)
+        ]
+        for directory, (resolved, written) in wanted.items()
+    }
+
+
+def _reasons_to_keep(
+    catalog: Catalog, locations: Sequence[str], warehouse: Warehouse
+) -> dict[str, str | None]:
+    reasons: dict[str, str | None] = {}
+    inside = [location for location in locations if warehouse.contains(location)]
+    holders = location_holders(catalog, inside)
+    for location in locations:
+        users = holders.get(location)
+        if users is None:
+            reasons[location] = f"outside the warehouse roots ({', '.join(warehouse.roots)})"
+        elif users:
+            more = f" and {len(users) - 1} more" if len(users) > 1 else ""
+            reasons[location] = f"still used by {users[0]}{more}"
+        else:
+            reasons[location] = None
+    return reasons
 
 
 def reason_to_keep(
@@ -212,38 +232,40 @@ def reason_to_keep(
 ) -> str | None:
     """Why no purge may delete the directory ``location``, or None: it is outside the
     warehouse roots (symlinks resolved), or a registered table or partition uses it
-    (:func:`location_holders`). Every purge asks this right before it deletes."""
+    (:func:`location_holders`). Every purge asks this before it deletes."""
     warehouse = warehouse or Warehouse.of(catalog.settings)
-    if not warehouse.contains(location):
-        return f"outside the warehouse roots ({', '.join(warehouse.roots)})"
-    holders = location_holders(catalog, location)
-    if holders:
-        more = f" and {len(holders) - 1} more" if len(holders) > 1 else ""
-        return f"still used by {holders[0]}{more}"
-    return None
+    return _reasons_to_keep(catalog, [location], warehouse)[location]
 
 
 def purge_partitions(
     catalog: Catalog, partitions: Sequence[PartitionInfo], progress: Progress = _no_progress
 ) -> Purge:
     """Delete the directories of dropped (already unregistered) partitions, except where
-    that is not safe (:func:`location_holders`, the warehouse roots): those are ``kept``,
-    with why; what could not be deleted is in ``errors``."""
+    that is not safe (:func:`reason_to_keep`, asked for all of them in one read of the
+    catalog): those are ``kept``, with why; what could not be deleted is in ``errors``."""
     outcome = Purge()
-    warehouse = Warehouse.of(catalog.settings)
-    for done, partition in enumerate(partitions, start=1):
+    places: dict[int, TableLocation] = {}
+    for number, partition in enumerate(partitions):
         try:
-            where = _partition_directory(partition.location)
-            why = reason_to_keep(catalog, where.uri, warehouse)
-            if why is not None:
-                outcome.kept.append(f"{partition.location}: {why}")
-                logger.warning("purge kept %s: %s", partition.location, why)
-            else:
+            places[number] = _partition_directory(partition.location)
+        except (OSError, ValueError) as exc:
+            outcome.errors.append(f"{partition.location}: {exc}")
+    reasons = _reasons_to_keep(
+        catalog, sorted({where.uri for where in places.values()}), Warehouse.of(catalog.settings)
+    )
+    for done, partition in enumerate(partitions, start=1):
+        where = places.get(done - 1)  # None: could not be resolved, in errors already
+        why = reasons[where.uri] if where is not None else None
+        if where is not None and why is not None:
+            outcome.kept.append(f"{partition.location}: {why}")
+            logger.warning("purge kept %s: %s", partition.location, why)
+        elif where is not None:
+            try:
                 if where.fs.get_file_info(where.path).type != pafs.FileType.NotFound:
                     where.fs.delete_dir(where.path)
                 outcome.deleted.append(partition.location)
-        except (OSError, ValueError) as exc:
-            outcome.errors.append(f"{partition.location}: {exc}")
+            except OSError as exc:
+                outcome.errors.append(f"{partition.location}: {exc}")
         progress(done, len(partitions), partition.spec.to_path())
     return outcome
 
