@@ -34,8 +34,8 @@ from hcat_notify.model.wire import DEFAULT_TABLE_TYPE
 from hcat_notify.store import activity, group, outbox, partitions, retention
 from hcat_notify.store import engine as engines
 from hcat_notify.store import tables as table_ops
+from hcat_notify.store.fast_path import FastPath
 from hcat_notify.store.group import RelayGroup
-from hcat_notify.store.hot import HotReads
 from hcat_notify.store.journal import CommitJournal
 from hcat_notify.store.lifecycle import Registration, TableLifecycle
 from hcat_notify.store.records import (
@@ -91,7 +91,7 @@ class Catalog:
         self._settings = settings
         self._clock = clock
         self._bucket_count: int | None = None  # fixed when the catalog was created
-        self._hot = HotReads(engine, engines.redact(engine.url))
+        self._fast = FastPath(engine, engines.redact(engine.url))
 
     @classmethod
     def open(cls, settings: Settings, *, upgrade: bool = True, create: bool = True) -> Catalog:
@@ -147,7 +147,7 @@ class Catalog:
         return self._clock()
 
     def close(self) -> None:
-        self._hot.close()
+        self._fast.close()
         self._engine.dispose()
 
     def __enter__(self) -> Catalog:
@@ -466,7 +466,7 @@ class Catalog:
                     self._buckets(tx.session)
             assert self._bucket_count is not None
             try:
-                event_id, canonical = self._hot.mark_set_done(
+                event_id, canonical = self._fast.mark_set_done(
                     name, given, self._clock(), self._bucket_count
                 )
             except TableNotFoundError:
@@ -512,7 +512,7 @@ class Catalog:
         given = _lookup_spec(spec)
         if given is not None:
             try:
-                return self._hot.covering_done(name, given, self._clock())
+                return self._fast.covering_done(name, given, self._clock())
             except TableNotFoundError:
                 self._why_absent(name)
                 raise

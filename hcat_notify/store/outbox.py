@@ -32,6 +32,7 @@ from hcat_notify.model.events import EVENT_TYPES
 from hcat_notify.model.names import TableName
 from hcat_notify.model.wire import Message, with_event_id
 from hcat_notify.store import group
+from hcat_notify.store.event_rows import outbox_row
 from hcat_notify.store.group import unpublished_filter
 from hcat_notify.store.models import (
     OutboxActionRow,
@@ -112,16 +113,7 @@ def add_outbox_rows(tx: Tx, messages: Sequence[Message], table: TableName) -> No
         tx.session.execute(
             insert(OutboxRow),
             [
-                {
-                    "event_id": message.event_id,
-                    "topic": message.topic,
-                    "bucket": tx.bucket_of(message.topic),
-                    "event_type": message.event_type.value,
-                    "table_name": str(table),
-                    "headers": dict(message.headers),
-                    "body": message.body,
-                    "created_at": tx.now,
-                }
+                outbox_row(message, table, tx.bucket_of(message.topic), tx.now)
                 for message in messages
             ],
         )

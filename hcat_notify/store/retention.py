@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, insert, select
 
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.model.wire import build_mark_set_done
-from hcat_notify.store.models import RetentionRow, TableRow
-from hcat_notify.store.outbox import add_outbox_rows
+from hcat_notify.store.event_rows import done_rows
+from hcat_notify.store.models import OutboxRow, RetentionRow, TableRow
 from hcat_notify.store.records import RetainedDone, TableInfo
 from hcat_notify.store.tx import Tx
 
@@ -39,24 +38,18 @@ def add_mark_set_done(
     """
     canonical = info.done_spec(spec)
     (event_id,) = tx.allocate_event_ids(1)
-    message = build_mark_set_done(
+    rows = done_rows(
         event_id=event_id,
+        table_id=row.id,
         table=info.name,
         topic=info.topic,
+        bucket=tx.bucket_of(info.topic),
         spec=canonical,
-        timestamp=int(tx.now.timestamp()),
+        retention=info.retention,
+        now=tx.now,
     )
-    tx.session.add(
-        RetentionRow(
-            event_id=event_id,
-            table_id=row.id,
-            spec=canonical.to_path(),
-            spec_json=canonical.as_dict(),
-            created_at=tx.now,
-            expires_at=tx.now + info.retention,
-        )
-    )
-    add_outbox_rows(tx, [message], info.name)
+    tx.session.execute(insert(RetentionRow), [rows.retention])
+    tx.session.execute(insert(OutboxRow), [rows.outbox])
     return event_id, canonical
 
 

@@ -1,24 +1,14 @@
-"""Hot reads: one statement on a driver connection, compiled once per shape.
+"""The fast path: the two calls that schedulers and writers make per task, each one
+driver round trip.
 
-"Is this spec done?" is asked per task by schedulers and per request by the HTTP API.
-Through a session it costs four statements (BEGIN, the table row, the retention rows,
-COMMIT) and SQLAlchemy's per-statement work, about a millisecond; the lookup itself
-takes tens of microseconds. Here it is one ``SELECT`` (table row joined with the
-candidate retention rows), written with SQLAlchemy Core, compiled to the driver's SQL
-once per dialect and number of covering specs, and run with no transaction around it:
-a single statement reads one consistent snapshot on both backends (SQLite in autocommit
-mode, PostgreSQL with ``autocommit`` set for it). PostgreSQL reads on a connection of
-the engine's pool; SQLite on the calling thread's own connection, kept out of the pool
-(a check-out and its reset cost more than the lookup) and closed with the catalog.
-
-The writer's call (``send_mark_set_done``) is the same kind of path: the table row, the
-event id (counter or sequence), the retention row and the outbox row, as Core statements
-compiled once per dialect with the columns' own bind processors, in one driver
-transaction (SQLite
-``BEGIN IMMEDIATE``; PostgreSQL's implicit transaction, ``pg_notify`` at commit), where
-the session path costs several times the statements.
-
-Driver errors are mapped as :func:`hcat_notify.store.tx.transaction` maps them.
+"Is this spec done?" (the covering-done lookup) is one ``SELECT`` of the table row
+joined with the candidate retention rows, and ``send_mark_set_done`` is one driver
+transaction (the table row, the event id, then the rows that
+:func:`hcat_notify.store.event_rows.done_rows` builds, as the session path writes them).
+Both are SQLAlchemy Core statements compiled once per dialect (and number of covering
+specs) and run on the pool's driver connections; why, and what each costs, is in
+docs/architecture.md ("Hot paths"). Driver errors are mapped as
+:func:`hcat_notify.store.tx.transaction` maps them.
 """
 
 from __future__ import annotations
@@ -39,14 +29,14 @@ from hcat_notify.errors import StoreError, StoreUnavailableError
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import topic_bucket
-from hcat_notify.model.wire import build_mark_set_done
 from hcat_notify.store.engine import begin_immediate
 from hcat_notify.store.event_ids import ALLOCATE_POSTGRESQL
+from hcat_notify.store.event_rows import OUTBOX_COLUMNS, RETENTION_COLUMNS, done_rows
 from hcat_notify.store.models import EventCounterRow, OutboxRow, RetentionRow, TableRow
 from hcat_notify.store.records import RetainedDone, as_datetime, table_not_found, trusted_json
 from hcat_notify.store.tx import OUTBOX_CHANNEL
 
-__all__ = ["HotReads"]
+__all__ = ["FastPath"]
 
 
 class _Compiled:
@@ -76,14 +66,14 @@ class _Compiled:
         return values if self.order is None else [values[name] for name in self.order]
 
 
-def _values(table: Any) -> dict[str, BindParameter[Any]]:
-    return {column.name: bindparam(column.name, type_=column.type) for column in table.columns}
+def _values(table: Any, names: Sequence[str]) -> dict[str, BindParameter[Any]]:
+    return {name: bindparam(name, type_=table.c[name].type) for name in names}
 
 
 @functools.lru_cache(maxsize=16)
 def _write_statements(dialect: Dialect) -> dict[str, _Compiled]:
-    """The statements of a MARK_SET_DONE, compiled for ``dialect``."""
-    outbox = OutboxRow.__table__
+    """The statements of a MARK_SET_DONE, compiled for ``dialect``: the inserts take
+    exactly the columns :mod:`hcat_notify.store.event_rows` fills."""
     return {
         "table": _Compiled(
             select(
@@ -99,16 +89,11 @@ def _write_statements(dialect: Dialect) -> dict[str, _Compiled]:
             dialect,
         ),
         "retention": _Compiled(
-            insert(RetentionRow).values(_values(RetentionRow.__table__)), dialect
+            insert(RetentionRow).values(_values(RetentionRow.__table__, RETENTION_COLUMNS)),
+            dialect,
         ),
         "outbox": _Compiled(
-            insert(OutboxRow).values(
-                {
-                    name: bind
-                    for name, bind in _values(outbox).items()
-                    if name not in ("last_error", "parked_at", "dropped_at")
-                }
-            ),
+            insert(OutboxRow).values(_values(OutboxRow.__table__, OUTBOX_COLUMNS)),
             dialect,
         ),
     }
@@ -137,8 +122,9 @@ def _covering_statement(dialect: Dialect, specs: int) -> _Compiled:
     return _Compiled(statement, dialect)
 
 
-class HotReads:
-    """Single-statement reads of the catalog on the pool's driver connections."""
+class FastPath:
+    """The covering-done lookup and the MARK_SET_DONE write, each one driver round trip
+    on the pool's connections (SQLite reads on a connection of the calling thread's)."""
 
     def __init__(self, engine: Engine, url: str) -> None:
         self._engine = engine
@@ -202,8 +188,8 @@ class HotReads:
     def mark_set_done(
         self, name: TableName, given: PartitionSpec, now: datetime, buckets: int
     ) -> tuple[int, PartitionSpec]:
-        """Record a MARK_SET_DONE of ``given`` in one transaction, as
-        :func:`hcat_notify.store.retention.add_mark_set_done` does; (event id, spec).
+        """Record a MARK_SET_DONE of ``given`` in one transaction, the rows
+        :func:`~hcat_notify.store.event_rows.done_rows` builds; (event id, spec).
 
         Raises:
             TableNotFoundError: no such table.
@@ -226,44 +212,21 @@ class HotReads:
                 counter = statements["counter"]
                 cursor.execute(counter.sql, counter.params({"count": 1}))
                 (event_id,) = cursor.fetchone()
-            message = build_mark_set_done(
+            rows = done_rows(
                 event_id=event_id,
+                table_id=table_id,
                 table=name,
                 topic=topic,
+                bucket=topic_bucket(topic, buckets),
                 spec=canonical,
-                timestamp=int(now.timestamp()),
+                retention=timedelta(seconds=retention_seconds),
+                now=now,
             )
-            retention = statements["retention"]
-            cursor.execute(
-                retention.sql,
-                retention.params(
-                    {
-                        "event_id": event_id,
-                        "table_id": table_id,
-                        "spec": canonical.to_path(),
-                        "spec_json": canonical.as_dict(),
-                        "created_at": now,
-                        "expires_at": now + timedelta(seconds=retention_seconds),
-                    }
-                ),
-            )
-            outbox = statements["outbox"]
-            cursor.execute(
-                outbox.sql,
-                outbox.params(
-                    {
-                        "event_id": event_id,
-                        "topic": topic,
-                        "bucket": topic_bucket(topic, buckets),
-                        "event_type": message.event_type.value,
-                        "table_name": str(name),
-                        "headers": dict(message.headers),
-                        "body": message.body,
-                        "created_at": now,
-                        "attempts": 0,
-                    }
-                ),
-            )
+            for statement, values in (
+                (statements["retention"], rows.retention),
+                (statements["outbox"], rows.outbox),
+            ):
+                cursor.execute(statement.sql, statement.params(dict(values)))
             if self._postgres:
                 cursor.execute("SELECT pg_notify(%s, '')", (OUTBOX_CHANNEL,))
         return int(event_id), canonical
