@@ -87,7 +87,6 @@ def _register(catalog: Catalog, name: str, root: Path, directories: list[Path]) 
             )
             for d in directories
         ],
-        announce=False,
     )
 
 

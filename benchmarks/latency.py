@@ -337,12 +337,12 @@ def main() -> None:
             create_table(catalog, probe_table)
             # A body of the same size as the real ones, for the raw floor.
             probe_id = catalog.mark_set_done(probe_table, {"datestamp": "probe"})
-            body = catalog.events(after_event_id=probe_id - 1, limit=1)[0].body
+            body = catalog.outbox.events(after_event_id=probe_id - 1, limit=1)[0].body
 
             relay = RelayUnderTest(env, args.relay)
             # Let the relay join and publish the probe event before the measured runs.
             deadline = time.monotonic() + 60
-            while catalog.outbox_backlog()[0] and time.monotonic() < deadline:
+            while catalog.outbox.backlog()[0] and time.monotonic() < deadline:
                 time.sleep(0.05)
 
             settings = env.settings

@@ -77,7 +77,7 @@ def load_events(catalog: Catalog, first: int, count: int) -> list[OutboxEvent]:
     events: list[OutboxEvent] = []
     after = first - 1
     while len(events) < count:
-        page = catalog.events(after_event_id=after, limit=min(2000, count - len(events)))
+        page = catalog.outbox.events(after_event_id=after, limit=min(2000, count - len(events)))
         if not page:
             break
         events.extend(page)
@@ -230,7 +230,7 @@ def main() -> None:
             insert_s = time.perf_counter() - started
             first, last = ids[0], ids[-1]
             events = load_events(catalog, first, n)
-            backlog, _ = catalog.outbox_backlog()
+            backlog, _ = catalog.outbox.backlog()
         finally:
             catalog.close()
         if backlog != n:

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         drop_partitions,
         drop_table,
         reason_to_keep,
+        register_partitions,
     )
     from hcat_notify.model.changes import ANNOUNCE_PROPERTY, AnnounceMode
     from hcat_notify.model.events import EventType
@@ -167,6 +168,7 @@ __all__ = [
     "load_settings",
     "path_exists",
     "reason_to_keep",
+    "register_partitions",
     "resolve_topic",
     "send_mark_set_done",
     "split_location",
@@ -200,6 +202,7 @@ __getattr__, __dir__ = lazy_exports(
                 "drop_partitions",
                 "drop_table",
                 "reason_to_keep",
+                "register_partitions",
             ],
             "hcat_notify.lifecycle",
         ),

@@ -274,6 +274,9 @@ class Settings:
     api_principals: tuple[Principal, ...] = field(default=DEFAULT_API_PRINCIPALS, repr=False)
     max_message_bytes: int = field(default=DEFAULT_MAX_MESSAGE_BYTES, metadata=_check(_message_cap))
     warehouse_roots: tuple[str, ...] = field(default=(), metadata=_check(_warehouse_roots))
+    db_auto_upgrade: bool = False
+    """Let writers migrate a catalog that is not a SQLite file (PostgreSQL is migrated by
+    ``hcat-notify db upgrade`` otherwise: docs/operations.md)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).expanduser())
@@ -327,6 +330,15 @@ def _convert(kind: Any, value: Any) -> Any:
         except ValueError:
             choices = ", ".join(repr(member.value) for member in kind)
             raise ValueError(f"{value!r} is not one of {choices}") from None
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        word = str(value).strip().lower() if isinstance(value, str | int) else None
+        if word in ("1", "true", "yes", "on"):
+            return True
+        if word in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{value!r} is not true or false")
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise ValueError(f"expected a number, not {type(value).__name__}")

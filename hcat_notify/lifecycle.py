@@ -8,7 +8,7 @@ and are not registered, and registers and announces them in one transaction.
 that points at nothing. A purge deletes a directory only inside the warehouse roots
 (:mod:`hcat_notify.warehouse`) and only when no table or partition still registered uses
 it (:func:`location_holders`): what it keeps it says, with why. The registry work itself is
-:mod:`hcat_notify.store.lifecycle`.
+:mod:`hcat_notify.store.table_changes`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,19 @@ from dataclasses import dataclass, field
 from pyarrow import fs as pafs
 
 from hcat_notify.errors import InvalidInputError, InvalidSpecError
-from hcat_notify.files import TableLocation, is_hidden, list_data_files, storage_location
+from hcat_notify.files import (
+    TableLocation,
+    is_hidden,
+    list_data_files,
+    measure_partitions,
+    storage_location,
+)
+from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.store.catalog import Catalog
-from hcat_notify.store.lifecycle import DroppedPartitions, DroppedTable, Registration
 from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
+from hcat_notify.store.table_changes import DroppedPartitions, DroppedTable, Registration
 from hcat_notify.store.usage import LocationUse
 from hcat_notify.warehouse import Warehouse, location_key
 
@@ -39,11 +46,13 @@ __all__ = [
     "location_holders",
     "purge_partitions",
     "reason_to_keep",
+    "register_partitions",
 ]
 
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int, int, str], None]
+SpecLike = PartitionSpec | Mapping[str, str | None]
 
 
 def _no_progress(done: int, total: int, item: str) -> None:
@@ -138,13 +147,64 @@ def _walk(
     return found, foreign, empty
 
 
+def register_partitions(
+    catalog: Catalog,
+    table: TableName | str,
+    locations: Mapping[str, str] | Sequence[tuple[SpecLike, str]],
+    *,
+    mark_set_done: SpecLike | None = None,
+    announce: AnnounceMode | None = None,
+    job_id: str | None = None,
+    outside_warehouse: bool = False,
+) -> Registration:
+    """Register partitions whose files a writer other than Spark already put in place.
+
+    Each location is checked against the warehouse roots, then its data files are
+    counted and measured (through ``pyarrow.fs``, so HDFS and S3 work); then, in one
+    transaction, the partitions are registered and announced (ADD_PARTITION, per
+    partition or per write), with the MARK_SET_DONE if asked.
+
+    Args:
+        catalog: the catalog.
+        table: ``db.table``.
+        locations: full spec (``k=v/...`` path form, or a spec/mapping) -> location.
+        mark_set_done: a (partial) spec to announce as complete in the same transaction.
+        announce: ``partition`` or ``write``; default the table's property.
+        job_id: recorded on each partition and message.
+        outside_warehouse: the operator's logged exception to the warehouse roots.
+
+    Raises:
+        TableNotFoundError: no such table.
+        LocationOutsideWarehouseError: a managed table's location outside the roots.
+        LocationNotFoundError: a location does not exist or holds no data files.
+        InvalidInputError: a spec is not a full spec of the table (unknown key, ...).
+        PartitionExistsError: a partition is registered already.
+        (Nothing is registered when any of these is raised.)
+    """
+    pairs = list(locations.items()) if isinstance(locations, Mapping) else list(locations)
+    info = catalog.get_table(table)
+    if mark_set_done:
+        info.done_spec(mark_set_done)  # refused before any location is measured
+    new = measure_partitions(
+        info, pairs, Warehouse.of(catalog.settings), outside_warehouse=outside_warehouse
+    )
+    return catalog.partitions.register(
+        info.name,
+        new,
+        mark_set_done=mark_set_done,
+        announce=announce,
+        job_id=job_id,
+        outside_warehouse=outside_warehouse,
+    )
+
+
 def discover_partitions(
     catalog: Catalog,
     table: TableName | str,
     *,
     dry_run: bool = False,
     skip_foreign: bool = False,
-    announce: str | None = None,
+    announce: AnnounceMode | None = None,
     progress: Progress = _no_progress,
 ) -> Discovery:
     """Register (and announce) the partitions on disk that the catalog does not know.
@@ -172,7 +232,7 @@ def discover_partitions(
             f"{info.name}: {why}; nothing was registered (move it away, or pass "
             "--skip-foreign to register the rest)"
         )
-    registered = catalog.partitions_at(info.name, [item.spec for item in found])
+    registered = catalog.partitions.at(info.name, [item.spec for item in found])
     new = tuple(
         item
         for item in found
@@ -180,7 +240,7 @@ def discover_partitions(
     )
     registration = None
     if new and not dry_run:
-        registration = catalog.lifecycle.register_partitions(info.name, new, announce=announce)
+        registration = catalog.partitions.register(info.name, new, announce=announce)
     return Discovery(str(info.name), new, tuple(foreign), tuple(empty), dry_run, registration)
 
 
@@ -198,7 +258,7 @@ def location_holders(catalog: Catalog, directories: Sequence[str]) -> dict[str, 
     not delete such a directory. One read of the catalog's locations for them all."""
     wanted = {d: (location_key(d), location_key(d, resolve=False)) for d in directories}
     fragments = sorted({key.path for pair in wanted.values() for key in pair})
-    uses = catalog.lifecycle.locations_mentioning(fragments) if fragments else []
+    uses = catalog.tables.locations_mentioning(fragments) if fragments else []
     keyed = [(use, location_key(use.location), location_key(use.location, resolve=False))
              for use in uses]  # fmt: skip
     return {
@@ -291,12 +351,12 @@ def drop_partitions(
 
     Raises:
         TableNotFoundError, InvalidInputError, ConcurrentWriteError: see
-            :meth:`~hcat_notify.store.lifecycle.TableLifecycle.drop_partitions`;
+            :meth:`~hcat_notify.store.table_changes.drop_partitions`;
             ``purge`` on an external table.
     """
     if purge:
         _check_purge(catalog.get_table(table))
-    dropped = catalog.lifecycle.drop_partitions(table, spec)
+    dropped = catalog.partitions.drop(table, spec)
     return dropped, purge_partitions(catalog, dropped.partitions, progress) if purge else Purge()
 
 
@@ -312,7 +372,7 @@ def drop_table(
     info = catalog.get_table(table)
     if purge:
         _check_purge(info)
-    dropped = catalog.lifecycle.drop_table(info.name, purged=purge)
+    dropped = catalog.tables.drop(info.name, purged=purge)
     if not purge:
         return dropped, Purge()
     root = TableLocation.parse(info.location)

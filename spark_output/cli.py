@@ -26,6 +26,7 @@ from hcat_notify.cli.common import (
     progress_bar,
     spec_args,
 )
+from spark_output.errors import SparkOutputError
 
 if TYPE_CHECKING:
     from spark_output.compaction.policy import CompactionPolicy
@@ -119,7 +120,6 @@ def compact(
     partitions (readers through the registry or the catalog are not affected).
     """
     from spark_output.compaction.policy import CompactionPolicy
-    from spark_output.errors import SparkOutputError
 
     ctx = click.get_current_context()
     if purge:

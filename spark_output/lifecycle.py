@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hcat_notify import (
+    AnnounceMode,
     Catalog,
     PartitionInfo,
     PartitionSpec,
@@ -26,6 +27,7 @@ from hcat_notify import (
 )
 from hcat_notify import drop_partitions as drop_registered
 from hcat_notify import drop_table as drop_registered_table
+from hcat_notify import register_partitions as register_measured
 from spark_output import spark_catalog
 
 if TYPE_CHECKING:
@@ -52,7 +54,7 @@ def register_partitions(
     locations: Mapping[str, str] | Sequence[tuple[SpecLike, str]],
     *,
     mark_set_done: SpecLike | None = None,
-    announce: str | None = None,
+    announce: AnnounceMode | None = None,
     settings: Settings | None = None,
     spark: SparkSession | None = None,
 ) -> tuple[Registration, list[str]]:
@@ -75,8 +77,8 @@ def register_partitions(
         hcat_notify.InvalidInputError: a spec is not a full spec of the table.
     """
     with Catalog.open(settings or load_settings()) as catalog:
-        registration = catalog.register_partitions(
-            table, locations, mark_set_done=mark_set_done, announce=announce
+        registration = register_measured(
+            catalog, table, locations, mark_set_done=mark_set_done, announce=announce
         )
     name = TableName.parse(table)
     if not spark_catalog.has_table(spark, name):

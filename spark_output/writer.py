@@ -15,6 +15,7 @@ from pyarrow import fs as pafs
 
 from hcat_notify import (
     DEFAULT_RETENTION,
+    AnnounceMode,
     Catalog,
     CommitRecord,
     JournalState,
@@ -186,7 +187,7 @@ def write_partitions(
     settings: Settings | None = None,
     job_id: str | None = None,
     hooks: CommitHooks | None = None,
-    announce: Literal["partition", "write"] | None = None,
+    announce: AnnounceMode | None = None,
 ) -> CommitResult:
     """Write ``df`` into the dynamic partitions of ``table``; announce what was committed.
 
@@ -234,8 +235,9 @@ def write_partitions(
         raise InvalidArgumentError(f"max_partitions must be an int, got {max_partitions!r}")
     if max_partitions < 1:
         raise InvalidArgumentError(f"max_partitions must be at least 1, got {max_partitions}")
-    if announce not in (None, "partition", "write"):
+    if announce not in (None, *AnnounceMode):
         raise InvalidArgumentError(f"unknown announce {announce!r}; use 'partition' or 'write'")
+    announce = None if announce is None else AnnounceMode(announce)
     settings = settings or load_settings()
     phases: dict[str, float] = {}
     with Catalog.open(settings) as catalog:

@@ -59,7 +59,7 @@ MODULES = [
     "hcat_notify.store.catalog",
     "hcat_notify.store.announce",
     "hcat_notify.store.journal",
-    "hcat_notify.store.lifecycle",
+    "hcat_notify.store.table_changes",
     "hcat_notify.store.quick",
     "hcat_notify.store.records",
     "hcat_notify.writer",

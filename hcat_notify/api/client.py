@@ -41,6 +41,7 @@ from hcat_notify.errors import (
     HcatNotifyError,
     InvalidInputError,
 )
+from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
@@ -59,7 +60,7 @@ from hcat_notify.store.records import (
 if TYPE_CHECKING:
     # The lifecycle results (sqlalchemy, pyarrow) are imported when a method returns one.
     from hcat_notify.lifecycle import Discovery, Purge
-    from hcat_notify.store.lifecycle import DroppedPartitions, DroppedTable, Registration
+    from hcat_notify.store.table_changes import DroppedPartitions, DroppedTable, Registration
 
 __all__ = ["ApiClient", "error_of"]
 
@@ -153,7 +154,7 @@ def _purge(data: Mapping[str, Any]) -> Purge:
 
 
 def _registration(data: Mapping[str, Any]) -> Registration:
-    from hcat_notify.store.lifecycle import Registration
+    from hcat_notify.store.table_changes import Registration
 
     return Registration(_partitions(data), data.get("doneEventId"))
 
@@ -400,7 +401,7 @@ class ApiClient:
         properties: Mapping[str, str] | None = None,
         retention: timedelta = DEFAULT_RETENTION,
         topic: str | None = None,
-        announce: str | None = None,
+        announce: AnnounceMode | None = None,
     ) -> TableInfo:
         """Register a table and announce it (CREATE_TABLE), as
         :meth:`Catalog.create_table <hcat_notify.store.Catalog.create_table>` does;
@@ -424,7 +425,7 @@ class ApiClient:
         locations: Mapping[str, str] | Sequence[tuple[SpecLike | str, str]],
         *,
         mark_set_done: SpecLike | None = None,
-        announce: str | None = None,
+        announce: AnnounceMode | None = None,
         job_id: str | None = None,
     ) -> Registration:
         """Register partitions whose files are in place (the server measures them) and
@@ -450,7 +451,7 @@ class ApiClient:
         *,
         dry_run: bool = False,
         skip_foreign: bool = False,
-        announce: str | None = None,
+        announce: AnnounceMode | None = None,
     ) -> Discovery:
         """Hive's MSCK REPAIR TABLE on the server: what
         :func:`hcat_notify.discover_partitions` returns."""
@@ -486,7 +487,7 @@ class ApiClient:
         Raises:
             PartitionNotFoundError: no partition matches.
         """
-        from hcat_notify.store.lifecycle import DroppedPartitions
+        from hcat_notify.store.table_changes import DroppedPartitions
 
         params = [*_spec_params(spec), ("purge", purge)]
         data = self._delete(f"/v1/tables/{as_table_name(table)}/partitions", params)
@@ -498,7 +499,7 @@ class ApiClient:
         """Drop a table with its partitions and retained dones and announce DROP_TABLE;
         with ``purge`` the server then deletes its files. What
         :func:`hcat_notify.drop_table` returns."""
-        from hcat_notify.store.lifecycle import DroppedTable
+        from hcat_notify.store.table_changes import DroppedTable
 
         data = self._delete(f"/v1/tables/{as_table_name(table)}", [("purge", purge)])
         dropped = DroppedTable(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from hcat_notify.model.changes import ANNOUNCE_PROPERTY
+from hcat_notify.model.changes import ANNOUNCE_PROPERTY, AnnounceMode
 from hcat_notify.model.events import HEADER_SPEC, EventType
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import destination_for
@@ -32,7 +32,7 @@ from hcat_notify.store.records import (
 if TYPE_CHECKING:
     from hcat_notify.lifecycle import Discovery as Discovered
     from hcat_notify.lifecycle import Purge
-    from hcat_notify.store.lifecycle import Registration
+    from hcat_notify.store.table_changes import Registration
 
 __all__ = [
     "MAX_NEW_PARTITIONS",
@@ -70,6 +70,13 @@ MAX_NEW_PARTITIONS = 1000
 
 SpecValues = dict[str, str | None]
 Announce = Literal["partition", "write"]
+
+
+def announce_mode_of(given: Announce | None) -> AnnounceMode | None:
+    """The store's announce mode of a request's ``announce`` (None: the table's)."""
+    return None if given is None else AnnounceMode(given)
+
+
 """How new (or dropped) partitions are announced: one ADD_PARTITION each, or one per
 write listing them all (split under the byte cap)."""
 

@@ -65,7 +65,7 @@ class CatalogCollector(Collector):
             return [_gauge("hcat_notify_catalog_up", "1 if the catalog could be read.", 0)]
 
     def _read(self, catalog: Catalog) -> Iterator[Metric]:
-        backlog, oldest = catalog.outbox_backlog()
+        backlog, oldest = catalog.outbox.backlog()
         yield _gauge("hcat_notify_catalog_up", "1 if the catalog could be read.", 1)
         yield _gauge(
             "hcat_notify_outbox_backlog_events", "Events in the outbox not yet published.", backlog
@@ -76,7 +76,7 @@ class CatalogCollector(Collector):
             "Age of the oldest unpublished event (0 when none).",
             max(age, 0.0),
         )
-        parked = [event for event in catalog.refused_events() if event.parked_at is not None]
+        parked = [event for event in catalog.outbox.refused() if event.parked_at is not None]
         yield _gauge(
             "hcat_notify_outbox_parked_events", "Events parked as undeliverable.", len(parked)
         )

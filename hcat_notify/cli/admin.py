@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from hcat_notify.cli.common import SECONDS, CliContext, emit, handle_errors, output_option
+from hcat_notify.errors import BrokerAuthError, BrokerError, BrokerTimeoutError
 
 if TYPE_CHECKING:
     from hcat_notify.broker import BrokerConnection
@@ -62,7 +63,6 @@ def broker_check(obj: CliContext, wait: float | None) -> None:
     """Pass one message from the publisher to a consumer, and say which of the
     configured brokers serves."""
     from hcat_notify.broker import Backoff, consumer_connection, publisher_connection
-    from hcat_notify.errors import BrokerAuthError, BrokerError
 
     settings = obj.settings
     deadline = time.monotonic() + (wait or 0.0)
@@ -110,7 +110,6 @@ def _round_trip(
     settings: Settings, consumer: BrokerConnection, publisher: BrokerConnection
 ) -> float:
     """Connect both (again), subscribe, send one message, receive it; milliseconds."""
-    from hcat_notify.errors import BrokerTimeoutError
     from hcat_notify.model.topics import destination_for
 
     topic = f"{settings.topic_prefix}.healthcheck"
@@ -132,7 +131,6 @@ def _broker_states(settings: Settings, serving: str) -> list[dict[str, str]]:
     """Each configured broker as a client sees it: the one that served the round trip,
     or why another does not (a slave waiting for the store's lock refuses connections)."""
     from hcat_notify.broker import BrokerConnection
-    from hcat_notify.errors import BrokerError
 
     states = []
     for address in settings.broker_addresses:

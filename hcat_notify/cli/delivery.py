@@ -29,6 +29,7 @@ from hcat_notify.cli.common import (
     json_default,
     output_option,
 )
+from hcat_notify.errors import BrokerCredentialsError
 from hcat_notify.relay.config import RelayConfig
 
 if TYPE_CHECKING:
@@ -131,7 +132,6 @@ def relay(
     hand its buckets over and stop it, exit 0 / 130)."""
     import dataclasses
 
-    from hcat_notify.errors import BrokerCredentialsError
     from hcat_notify.relay import Relay
 
     if logging.getLogger().level > logging.INFO:
@@ -419,7 +419,7 @@ def _reader(obj: CliContext, subscriber: str | None) -> AbstractContextManager[C
 def sweep(obj: CliContext, batch_size: int) -> None:
     """Delete expired mark-set-done retention rows, in batches."""
     with obj.catalog() as catalog:
-        removed = catalog.sweep_expired(batch_size=batch_size)
+        removed = catalog.dones.sweep_expired(batch_size=batch_size)
     emit(obj, {"removed": removed}, lambda: f"removed {removed} expired retention row(s)")
 
 

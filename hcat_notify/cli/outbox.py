@@ -66,9 +66,9 @@ def status(obj: CliContext, member_id: str | None, session_timeout: float) -> No
         group = catalog.group.info()
         members = catalog.group.members()
         buckets = catalog.group.buckets()
-        backlog, oldest = catalog.outbox_backlog()
-        refused = catalog.refused_events()
-        per_topic = catalog.last_published_by_topic()
+        backlog, oldest = catalog.outbox.backlog()
+        refused = catalog.outbox.refused()
+        per_topic = catalog.outbox.last_published_by_topic()
     if member_id is not None and member_id not in {m.member_id for m in members}:
         known = ", ".join(m.member_id for m in members) or "none"
         raise InvalidInputError(f"no relay member {member_id!r} (members: {known})")
@@ -180,8 +180,8 @@ def outbox_retry(obj: CliContext, event_ids: tuple[int, ...], every: bool) -> No
     """Announce parked events again, each as a new event (recorded with who and when)."""
     actor = _actor()
     with obj.catalog(write=False) as catalog:
-        wanted = _event_ids(event_ids, every, catalog.refused_events() if every else [])
-        retried = catalog.retry_parked(wanted, actor=actor)
+        wanted = _event_ids(event_ids, every, catalog.outbox.refused() if every else [])
+        retried = catalog.outbox.retry_parked(wanted, actor=actor)
     emit(
         obj,
         [{"event_id": old, "new_event_id": new} for old, new in retried.items()],
@@ -205,8 +205,8 @@ def outbox_drop(
     """Give parked events up for good (kept in the outbox, recorded with who and when)."""
     actor = _actor()
     with obj.catalog(write=False) as catalog:
-        wanted = _event_ids(event_ids, every, catalog.refused_events() if every else [])
-        catalog.drop_parked(wanted, actor=actor, reason=reason)
+        wanted = _event_ids(event_ids, every, catalog.outbox.refused() if every else [])
+        catalog.outbox.drop_parked(wanted, actor=actor, reason=reason)
     emit(
         obj,
         {"dropped": wanted},

@@ -22,6 +22,9 @@ from hcat_notify.cli.common import (
 )
 from hcat_notify.cli.tables import partition_dict
 from hcat_notify.errors import InvalidInputError
+from hcat_notify.lifecycle import discover_partitions, register_partitions
+from hcat_notify.lifecycle import drop_partitions as drop
+from hcat_notify.model.changes import AnnounceMode
 
 if TYPE_CHECKING:
     from hcat_notify.lifecycle import Discovery
@@ -30,7 +33,11 @@ if TYPE_CHECKING:
 __all__ = ["partitions"]
 
 _DEFAULT = "list"
-_ANNOUNCE = click.Choice(["partition", "write"])
+_ANNOUNCE = click.Choice([mode.value for mode in AnnounceMode])
+
+
+def _announce_mode(given: str | None) -> AnnounceMode | None:
+    return None if given is None else AnnounceMode(given)
 
 
 class _DefaultGroup(click.Group):
@@ -101,8 +108,12 @@ def add_partition(
     if full is None:  # pragma: no cover - click requires the argument
         raise InvalidInputError("give the partition as K=V...")
     with obj.catalog() as catalog:
-        registration = catalog.register_partitions(
-            name, [(full, location)], announce=announce, outside_warehouse=outside_warehouse
+        registration = register_partitions(
+            catalog,
+            name,
+            [(full, location)],
+            announce=_announce_mode(announce),
+            outside_warehouse=outside_warehouse,
         )
     found = list(registration.partitions)
     emit(
@@ -128,7 +139,6 @@ def drop_partitions(obj: CliContext, name: str, spec: tuple[str, ...], purge: bo
 
     The files stay unless --purge (refused for an external table).
     """
-    from hcat_notify.lifecycle import drop_partitions as drop
 
     wanted = spec_args(spec)
     if wanted is None:  # pragma: no cover - click requires the argument
@@ -205,7 +215,6 @@ def discover(
     A directory that is not a partition of the table refuses the whole run (nothing is
     registered) unless --skip-foreign.
     """
-    from hcat_notify.lifecycle import discover_partitions
 
     with obj.catalog(write=not dry_run) as catalog:
         show_bar = obj.output == "text" and sys.stderr.isatty()
@@ -215,7 +224,7 @@ def discover(
                 name,
                 dry_run=dry_run,
                 skip_foreign=skip_foreign,
-                announce=announce,
+                announce=_announce_mode(announce),
                 progress=progress,
             )
     data = _discovery_dict(found)

@@ -507,7 +507,7 @@ class Relay:
         return self._page(owned, self._cursor)
 
     def _page(self, buckets: frozenset[int], after: int) -> list[OutboxEvent]:
-        return self._catalog.events_in_buckets(
+        return self._catalog.outbox.events_in_buckets(
             list(buckets), after_event_id=after, limit=self._config.batch_size
         )
 
@@ -571,7 +571,7 @@ class Relay:
         """Count a refusal of ``event``; True once it is parked (then it holds nothing)."""
         self.stats.refused[event.event_id] = reason
         self.stats.refusals += 1
-        parked = self._catalog.record_refusal(
+        parked = self._catalog.outbox.record_refusal(
             event.event_id, reason, limit=self._config.max_attempts, actor=self.member_id
         )
         if parked:
@@ -618,7 +618,7 @@ class Relay:
         backlog, oldest = 0, None
         if owned:
             try:
-                backlog, oldest = self._catalog.backlog_in_buckets(
+                backlog, oldest = self._catalog.outbox.backlog_in_buckets(
                     list(owned), after_event_id=self._cursor
                 )
             except HcatNotifyError as exc:

@@ -14,12 +14,6 @@ from hcat_notify.lazy import lazy_exports
 if TYPE_CHECKING:
     from hcat_notify.store.catalog import Catalog
     from hcat_notify.store.journal import CommitJournal, table_definition
-    from hcat_notify.store.lifecycle import (
-        DroppedPartitions,
-        DroppedTable,
-        Registration,
-        TableLifecycle,
-    )
     from hcat_notify.store.quick import quick_table
     from hcat_notify.store.records import (
         DEFAULT_RETENTION,
@@ -36,6 +30,11 @@ if TYPE_CHECKING:
         TableActivity,
         TableInfo,
         WriteMode,
+    )
+    from hcat_notify.store.table_changes import (
+        DroppedPartitions,
+        DroppedTable,
+        Registration,
     )
     from hcat_notify.store.tables import STORAGE_FORMATS
     from hcat_notify.store.tx import OUTBOX_CHANNEL
@@ -61,7 +60,6 @@ __all__ = [
     "RetainedDone",
     "TableActivity",
     "TableInfo",
-    "TableLifecycle",
     "WriteMode",
     "quick_table",
     "table_definition",
@@ -76,10 +74,9 @@ __getattr__, __dir__ = lazy_exports(
         "Catalog": "hcat_notify.store.catalog",
         "CommitJournal": "hcat_notify.store.journal",
         "table_definition": "hcat_notify.store.journal",
-        "DroppedPartitions": "hcat_notify.store.lifecycle",
-        "DroppedTable": "hcat_notify.store.lifecycle",
-        "Registration": "hcat_notify.store.lifecycle",
-        "TableLifecycle": "hcat_notify.store.lifecycle",
+        "DroppedPartitions": "hcat_notify.store.table_changes",
+        "DroppedTable": "hcat_notify.store.table_changes",
+        "Registration": "hcat_notify.store.table_changes",
         "quick_table": "hcat_notify.store.quick",
         "STORAGE_FORMATS": "hcat_notify.store.tables",
         "OUTBOX_CHANNEL": "hcat_notify.store.tx",

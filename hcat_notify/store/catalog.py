@@ -1,57 +1,51 @@
-"""The catalog: the public facade over the store's aggregates.
+"""The catalog: the public facade over the store, a facade of sub-facades.
 
-Every method is one short transaction (:mod:`hcat_notify.store.tx`) over one or more of
-the aggregate modules (tables, partitions, retention, outbox, leases, journal). Writes
-that announce something put their outbox events in the same transaction as their rows,
-so either both exist or neither does. Rows that processes may race on carry a
-``version``; their updates are compare-and-set (``UPDATE … WHERE version = :expected``).
+``catalog.tables``, ``.partitions``, ``.dones``, ``.outbox``, ``.commits``, ``.group``
+and ``.subscriptions`` are thin views over the store's functions, each method one short
+transaction (:mod:`hcat_notify.store.tx`); the calls most users make
+(``create_table``, ``mark_set_done``, ``find_covering_done``, ``catch_up``, ...) stay on
+the catalog itself and delegate. Writes that announce something put their outbox events
+in the same transaction as their rows, so either both exist or neither does.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from hcat_notify.config import Settings
-from hcat_notify.errors import (
-    HcatNotifyError,
-    InvalidInputError,
-    StoreUnavailableError,
-    TableNotFoundError,
-)
+from hcat_notify.errors import StoreUnavailableError
+from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.names import TableName
-from hcat_notify.model.specs import MAX_COVERING_KEYS, PartitionSpec
+from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.wire import DEFAULT_TABLE_TYPE
-from hcat_notify.store import activity, group, outbox, partitions, retention
 from hcat_notify.store import engine as engines
-from hcat_notify.store import tables as table_ops
+from hcat_notify.store import group
+from hcat_notify.store.dones_view import Dones
 from hcat_notify.store.fast_path import FastPath
 from hcat_notify.store.group import RelayGroup
 from hcat_notify.store.journal import CommitJournal
-from hcat_notify.store.lifecycle import Registration, TableLifecycle
+from hcat_notify.store.outbox_view import Outbox
+from hcat_notify.store.partitions_view import Partitions
 from hcat_notify.store.records import (
     DEFAULT_RETENTION,
     NewPartition,
     OutboxEvent,
     PartitionInfo,
-    RefusedEvent,
     RetainedDone,
-    TableActivity,
     TableInfo,
-    as_table_name,
 )
 from hcat_notify.store.subscriptions import Subscriptions
+from hcat_notify.store.tables_view import Tables
 from hcat_notify.store.tx import Tx, transaction
-from hcat_notify.warehouse import Warehouse
 
 __all__ = ["Catalog"]
 
@@ -62,15 +56,6 @@ SpecLike = PartitionSpec | Mapping[str, str | None]
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def _lookup_spec(spec: SpecLike) -> PartitionSpec | None:
-    """``spec`` for the single-statement paths, or None (the session path raises)."""
-    try:
-        given = spec if isinstance(spec, PartitionSpec) else PartitionSpec.from_mapping(spec)
-    except HcatNotifyError:
-        return None
-    return given if len(given) <= MAX_COVERING_KEYS else None
 
 
 class Catalog:
@@ -94,12 +79,21 @@ class Catalog:
         self._fast = FastPath(engine, engines.redact(engine.url))
 
     @classmethod
-    def open(cls, settings: Settings, *, upgrade: bool = True, create: bool = True) -> Catalog:
-        """Connect to the configured database, applying pending migrations.
+    def open(
+        cls, settings: Settings, *, upgrade: bool | None = None, create: bool = True
+    ) -> Catalog:
+        """Connect to the configured database.
+
+        Readers pass ``upgrade=False`` and never migrate. A writer (the default) creates
+        the schema of an empty database and migrates a SQLite file, a development
+        catalog; any other catalog behind this version is an error that names
+        ``hcat-notify db upgrade`` (docs/operations.md), unless the ``db_auto_upgrade``
+        setting lets writers migrate it.
 
         Args:
-            settings: the deployment's settings (``database_url``).
-            upgrade: apply pending migrations (the default; safe from many processes).
+            settings: the deployment's settings (``database_url``, ``db_auto_upgrade``).
+            upgrade: True: apply pending migrations (safe from many processes); False:
+                never (a catalog behind this version is an error); None: as above.
             create: create the catalog (a SQLite file, the schema) if there is none; with
                 False no catalog (a missing file, an empty database) is an error.
 
@@ -107,15 +101,20 @@ class Catalog:
             ConfigError: the database URL is malformed.
             StoreUnavailableError: the database cannot be reached, or (``create=False``)
                 there is no catalog.
-            StoreError: the migrations failed.
+            StoreError: the migrations failed, or the catalog is behind this version and
+                may not be migrated here.
         """
         engine = engines.open_engine(settings.database_url, create=create)
         try:
             if not create:
                 # An empty database is no catalog: migrating would create every table.
                 engines.require_catalog(engine)
+            if upgrade is None:
+                upgrade = engines.migrates_by_default(engine, settings)
             if upgrade:
                 engines.upgrade(engine, settings)
+            else:
+                engines.require_current(engine)
         except BaseException:
             engine.dispose()
             raise
@@ -172,68 +171,51 @@ class Catalog:
             self._bucket_count = group.bucket_count(session)
         return self._bucket_count
 
+    def _bucket_count_now(self) -> int:
+        if self._bucket_count is None:
+            with self._transaction() as tx:
+                self._buckets(tx.session)
+        assert self._bucket_count is not None
+        return self._bucket_count
+
+    # -- the sub-facades ---------------------------------------------------------------
+
+    @property
+    def tables(self) -> Tables:
+        """Tables: create, read, change properties, drop."""
+        return Tables(self._transaction)
+
+    @property
+    def partitions(self) -> Partitions:
+        """Partitions: add, register, read, change, drop."""
+        return Partitions(self._transaction)
+
+    @property
+    def dones(self) -> Dones:
+        """MARK_SET_DONE messages: record, find the covering one, retained, sweep."""
+        return Dones(self._transaction, self._fast, self._clock, self._bucket_count_now)
+
+    @property
+    def outbox(self) -> Outbox:
+        """The outbox: events to publish, catch-up, refused and parked events."""
+        return Outbox(self._transaction)
+
     @property
     def commits(self) -> CommitJournal:
         """The commit journal (all-or-nothing writes of many partitions)."""
         return CommitJournal(self._transaction)
 
     @property
-    def lifecycle(self) -> TableLifecycle:
-        """Registering existing files, dropping partitions and tables (docs/lifecycle.md)."""
-        return TableLifecycle(self._transaction)
+    def subscriptions(self) -> Subscriptions:
+        """Durable subscribers: owners, heartbeats, watermarks per topic."""
+        return Subscriptions(self._transaction)
 
-    def register_partitions(
-        self,
-        table: TableName | str,
-        locations: Mapping[str, str] | Sequence[tuple[SpecLike, str]],
-        *,
-        mark_set_done: SpecLike | None = None,
-        announce: str | None = None,
-        job_id: str | None = None,
-        outside_warehouse: bool = False,
-    ) -> Registration:
-        """Register partitions whose files a writer other than Spark already put in place.
+    @property
+    def group(self) -> RelayGroup:
+        """The relay group: members, controller, buckets, topic progress."""
+        return RelayGroup(self._transaction)
 
-        Each location is checked against the warehouse roots, then its data files are
-        counted and measured (through ``pyarrow.fs``, so HDFS and S3 work); then, in one
-        transaction, the partitions are registered and announced (ADD_PARTITION, per
-        partition or per write), with the MARK_SET_DONE if asked.
-
-        Args:
-            table: ``db.table``.
-            locations: full spec (``k=v/...`` path form, or a spec/mapping) -> location.
-            mark_set_done: a (partial) spec to announce as complete in the same transaction.
-            announce: ``partition`` or ``write``; default the table's property.
-            job_id: recorded on each partition and message.
-            outside_warehouse: the operator's logged exception to the warehouse roots.
-
-        Raises:
-            TableNotFoundError: no such table.
-            LocationOutsideWarehouseError: a managed table's location outside the roots.
-            LocationNotFoundError: a location does not exist or holds no data files.
-            InvalidInputError: a spec is not a full spec of the table (unknown key, ...).
-            PartitionExistsError: a partition is registered already.
-            (Nothing is registered when any of these is raised.)
-        """
-        from hcat_notify.files import measure_partitions
-
-        pairs = list(locations.items()) if isinstance(locations, Mapping) else list(locations)
-        info = self.get_table(table)
-        if mark_set_done:
-            info.done_spec(mark_set_done)  # refused before any location is measured
-        new = measure_partitions(
-            info, pairs, Warehouse.of(self._settings), outside_warehouse=outside_warehouse
-        )
-        return self.lifecycle.register_partitions(
-            info.name,
-            new,
-            mark_set_done=mark_set_done,
-            announce=announce,
-            job_id=job_id,
-            outside_warehouse=outside_warehouse,
-        )
-
-    # -- tables -----------------------------------------------------------------------
+    # -- the calls users make, delegating ---------------------------------------------
 
     def create_table(
         self,
@@ -271,20 +253,17 @@ class Catalog:
             LocationOutsideWarehouseError: a managed table's location outside the roots.
             TableExistsError: the table is already registered.
         """
-        name = as_table_name(table)
-        with self._transaction(write=True) as tx:
-            return table_ops.create_table(
-                tx,
-                name,
-                location=location,
-                partition_keys=partition_keys,
-                storage_format=storage_format,
-                table_type=table_type,
-                properties=properties,
-                retention=retention,
-                topic=topic,
-                outside_warehouse=outside_warehouse,
-            )
+        return self.tables.create(
+            table,
+            location=location,
+            partition_keys=partition_keys,
+            storage_format=storage_format,
+            table_type=table_type,
+            properties=properties,
+            retention=retention,
+            topic=topic,
+            outside_warehouse=outside_warehouse,
+        )
 
     def get_table(self, table: TableName | str) -> TableInfo:
         """Return a registered table.
@@ -292,41 +271,11 @@ class Catalog:
         Raises:
             TableNotFoundError: no such table.
         """
-        name = as_table_name(table)
-        with self._transaction() as tx:
-            return table_ops.info_of(tx.table_row(name))
+        return self.tables.get(table)
 
     def list_tables(self, db: str | None = None) -> list[TableInfo]:
         """All registered tables (of one database if given), sorted by name."""
-        with self._transaction() as tx:
-            return table_ops.list_tables(tx, db)
-
-    def table_activity(self, *, db: str | None = None, limit: int = 200) -> list[TableActivity]:
-        """The first ``limit`` tables by name (of ``db`` if given), each with its last
-        partition in key order and its newest retained mark-set-done (the status page)."""
-        with self._transaction() as tx:
-            return activity.table_activity(tx, db=db, limit=limit)
-
-    def update_table_properties(
-        self,
-        table: TableName | str,
-        properties: Mapping[str, str | None],
-        *,
-        expected_version: int,
-    ) -> TableInfo:
-        """Set (or, with ``None``, remove) table properties, compare-and-set on the version.
-
-        Raises:
-            TableNotFoundError: no such table.
-            ConflictError: the table changed since ``expected_version`` was read.
-        """
-        name = as_table_name(table)
-        with self._transaction(write=True) as tx:
-            return table_ops.update_table_properties(
-                tx, name, properties, expected_version=expected_version
-            )
-
-    # -- partitions -------------------------------------------------------------------
+        return self.tables.list(db)
 
     def add_partitions(
         self,
@@ -334,7 +283,7 @@ class Catalog:
         new: Sequence[NewPartition],
         *,
         job_id: str | None = None,
-        announce: bool = True,
+        announce: AnnounceMode | None = None,
     ) -> list[PartitionInfo]:
         """Register new partitions and, in the same transaction, their ADD_PARTITION events.
 
@@ -342,7 +291,8 @@ class Catalog:
             table: the table.
             new: full specs with their locations and sizes.
             job_id: the writing job, recorded on each partition and message.
-            announce: add one ADD_PARTITION outbox event per partition.
+            announce: one ADD_PARTITION per partition (``partition``) or one per write
+                (``write``); default: the table's ``hcat.notify.announce`` property.
 
         Returns:
             The registered partitions, with the event ids that announce them.
@@ -352,12 +302,7 @@ class Catalog:
             InvalidInputError: a spec does not name exactly the table's keys.
             PartitionExistsError: a partition is already registered (nothing is written).
         """
-        name = as_table_name(table)
-        if not new:
-            return []
-        with self._transaction(write=True) as tx:
-            row = tx.table_row(name)
-            return partitions.add_partitions(tx, row, new, job_id=job_id, announce=announce)
+        return self.partitions.add(table, new, job_id=job_id, announce=announce)
 
     def list_partitions(
         self,
@@ -381,68 +326,7 @@ class Catalog:
             TableNotFoundError: no such table.
             UnknownPartitionKeyError: the spec names a key the table does not have.
         """
-        name = as_table_name(table)
-        with self._transaction() as tx:
-            return partitions.list_partitions(
-                tx, tx.table_row(name), spec, after=after, limit=limit
-            )
-
-    def partitions_at(
-        self, table: TableName | str, specs: Iterable[SpecLike]
-    ) -> dict[str, PartitionInfo]:
-        """The registered partitions among ``specs`` (full specs), by their path form.
-
-        One indexed lookup per 500 specs, however many partitions the table has.
-
-        Raises:
-            TableNotFoundError: no such table.
-            InvalidInputError: a spec is not a full spec of the table.
-        """
-        name = as_table_name(table)
-        with self._transaction() as tx:
-            return partitions.partitions_at(tx, tx.table_row(name), specs)
-
-    def get_partition(self, table: TableName | str, spec: SpecLike) -> PartitionInfo | None:
-        """The partition with exactly this full spec, or None."""
-        name = as_table_name(table)
-        with self._transaction() as tx:
-            row = tx.table_row(name)
-            info = table_ops.info_of(row)
-            prow = partitions.partition_row(tx, row.id, info.spec(spec, partial=False))
-            return None if prow is None else partitions.partition_info(info, prow)
-
-    def update_partition(
-        self,
-        table: TableName | str,
-        spec: SpecLike,
-        *,
-        expected_version: int,
-        location: str | None = None,
-        file_count: int | None = None,
-        total_bytes: int | None = None,
-        archived: bool | None = None,
-    ) -> PartitionInfo:
-        """Change a partition's location or sizes, compare-and-set on its version.
-
-        Raises:
-            TableNotFoundError: no such table.
-            InvalidInputError: no such partition.
-            ConflictError: the partition changed since ``expected_version`` was read.
-        """
-        name = as_table_name(table)
-        given: dict[str, Any] = {
-            "location": location,
-            "file_count": file_count,
-            "total_bytes": total_bytes,
-            "archived": archived,
-        }
-        changes = {key: value for key, value in given.items() if value is not None}
-        with self._transaction(write=True) as tx:
-            return partitions.update_partition(
-                tx, tx.table_row(name), spec, expected_version=expected_version, changes=changes
-            )
-
-    # -- mark-set-done and retention --------------------------------------------------
+        return self.partitions.list(table, spec, after=after, limit=limit)
 
     def mark_set_done(self, table: TableName | str, spec: SpecLike) -> int:
         """Record a MARK_SET_DONE: retention row and outbox event in one transaction.
@@ -458,27 +342,14 @@ class Catalog:
             TableNotFoundError: no such table.
             InvalidInputError: empty spec, an unknown key, or one skipping a leading key.
         """
-        name = as_table_name(table)
-        given = _lookup_spec(spec)
-        if given is not None:
-            if self._bucket_count is None:
-                with self._transaction() as tx:
-                    self._buckets(tx.session)
-            assert self._bucket_count is not None
-            try:
-                event_id, canonical = self._fast.mark_set_done(
-                    name, given, self._clock(), self._bucket_count
-                )
-            except TableNotFoundError:
-                self._why_absent(name)
-                raise
-        else:  # the session path says what is wrong with the spec (after the table)
-            with self._transaction(write=True) as tx:
-                row = tx.table_row(name)
-                info = table_ops.info_of(row)
-                event_id, canonical = retention.add_mark_set_done(tx, row, info, spec)
-        logger.info("mark-set-done %s %s as event %d", name, canonical, event_id)
-        return event_id
+        return self.dones.mark(table, spec)
+
+    def find_covering_done(self, table: TableName | str, spec: SpecLike) -> RetainedDone | None:
+        """The oldest unexpired MARK_SET_DONE that covers ``spec``, or None.
+
+        A done for ``datestamp=X`` covers ``datestamp=X/region=us``.
+        """
+        return self.dones.find_covering(table, spec)
 
     def retained_dones(
         self,
@@ -492,111 +363,7 @@ class Catalog:
         Raises:
             TableNotFoundError: a table is not registered.
         """
-        names = [as_table_name(table) for table in tables]
-        with self._transaction() as tx:
-            by_id = {tx.table_row(name).id: name for name in names}
-            return retention.retained_dones(tx, by_id, after_event_id=after_event_id, limit=limit)
-
-    def _why_absent(self, name: TableName) -> None:
-        """Raise :class:`TableDroppedError` when ``name`` was dropped (the hot paths only
-        see that no table of that name exists)."""
-        with self._transaction() as tx:
-            tx.table_row(name)
-
-    def find_covering_done(self, table: TableName | str, spec: SpecLike) -> RetainedDone | None:
-        """The oldest unexpired MARK_SET_DONE that covers ``spec``, or None.
-
-        A done for ``datestamp=X`` covers ``datestamp=X/region=us``.
-        """
-        name = as_table_name(table)
-        given = _lookup_spec(spec)
-        if given is not None:
-            try:
-                return self._fast.covering_done(name, given, self._clock())
-            except TableNotFoundError:
-                self._why_absent(name)
-                raise
-        # A spec that cannot be looked up: the session path raises what is wrong, and
-        # the table's absence first, as it always has.
-        with self._transaction() as tx:
-            row = tx.table_row(name)
-            wanted = table_ops.info_of(row).spec(spec, partial=True)
-            return retention.find_covering_done(tx, row, name, wanted)
-
-    def sweep_expired(self, *, batch_size: int = 1000, max_batches: int | None = None) -> int:
-        """Delete expired retention rows in batches of ``batch_size``; return how many."""
-        if batch_size < 1:
-            raise InvalidInputError("batch size must be at least 1")
-        removed = 0
-        batches = 0
-        while max_batches is None or batches < max_batches:
-            with self._transaction(write=True) as tx:
-                deleted = retention.delete_expired(tx, batch_size)
-            removed += deleted
-            batches += 1
-            if deleted < batch_size:
-                break
-        return removed
-
-    # -- outbox -----------------------------------------------------------------------
-
-    def pending_events(
-        self,
-        *,
-        after_event_id: int = 0,
-        limit: int = 500,
-        exclude_topics: Sequence[str] = (),
-    ) -> list[OutboxEvent]:
-        """Unpublished events in event-id order, at most ``limit`` of them.
-
-        Args:
-            after_event_id: only events after this id.
-            limit: the most to return (bounds the relay's memory).
-            exclude_topics: skip these topics (ones the broker currently refuses).
-        """
-        with self._transaction() as tx:
-            return outbox.pending_events(
-                tx, after_event_id=after_event_id, limit=limit, exclude_topics=exclude_topics
-            )
-
-    def events(self, *, after_event_id: int = 0, limit: int = 500) -> list[OutboxEvent]:
-        """All outbox events (published or not) after an event id, in order."""
-        with self._transaction() as tx:
-            return outbox.events(tx, after_event_id=after_event_id, limit=limit)
-
-    def backlog_in_buckets(
-        self, in_buckets: Sequence[int], *, after_event_id: int
-    ) -> tuple[int, datetime | None]:
-        """Events of some buckets after an id, not parked: how many, the oldest's time."""
-        with self._transaction() as tx:
-            return outbox.backlog_in_buckets(tx, in_buckets, after_event_id=after_event_id)
-
-    def events_in_buckets(
-        self, in_buckets: Sequence[int], *, after_event_id: int, limit: int
-    ) -> list[OutboxEvent]:
-        """Events of the given buckets after an id, not parked, in id order (a relay's
-        page; it skips what its topics' progress says is published)."""
-        with self._transaction() as tx:
-            return outbox.events_in_buckets(
-                tx, in_buckets, after_event_id=after_event_id, limit=limit
-            )
-
-    def last_event_id(self) -> int:
-        """The highest event id at or below which every event is committed or rolled back
-        (0 for a new catalog): on SQLite the last one handed out; on PostgreSQL it stays
-        below the ids of transactions still open."""
-        with self._transaction() as tx:
-            return tx.last_event_id()
-
-    def outbox_backlog(self) -> tuple[int, datetime | None]:
-        """(number of unpublished events, creation time of the oldest)."""
-        with self._transaction() as tx:
-            return outbox.outbox_backlog(tx)
-
-    def last_published_by_topic(self) -> dict[str, datetime]:
-        """The time of the latest publish per topic."""
-        with self._transaction() as tx:
-            return outbox.last_published_by_topic(tx)
+        return self.dones.retained(tables, after_event_id=after_event_id, limit=limit)
 
     def catch_up(
         self,
@@ -606,95 +373,11 @@ class Catalog:
         page_after: int = 0,
         limit: int | None = None,
     ) -> Sequence[OutboxEvent]:
-        """What a subscriber that starts now may have missed, as the events that said it.
+        """What a subscriber that starts now may have missed, as the events that said it
+        (:meth:`Outbox.catch_up`)."""
+        return self.outbox.catch_up(tables, cursor=cursor, page_after=page_after, limit=limit)
 
-        Without a cursor (a consumer with no past): the unexpired MARK_SET_DONE messages
-        of the tables. With one: every event of the tables after the watermark of its
-        topic (see :class:`~hcat_notify.model.cursor.Cursor`), in event-id order, of
-        every kind. Page through a large catch-up with ``page_after`` (the last event id
-        of the previous page) and ``limit``.
-
-        Only a table's present life counts: a table re-created under the name of a
-        dropped one is caught up from after that one's DROP_TABLE, whatever the cursor.
-        A dropped table (with a cursor) is caught up through its DROP_TABLE, so that a
-        consumer that was away learns of the drop; without a cursor it has nothing.
-
-        Raises:
-            TableNotFoundError: a table was never registered.
-            InvalidInputError: the cursor does not parse.
-        """
-        names = [as_table_name(table) for table in tables]
-        parsed = cursor if isinstance(cursor, Cursor) else Cursor.parse(cursor)
-        with self._transaction() as tx:
-            return outbox.catch_up(
-                tx,
-                [outbox.catch_up_scope(tx, name) for name in names],
-                cursor=parsed if parsed else None,
-                page_after=page_after,
-                limit=limit,
-            )
-
-    def record_refusal(self, event_id: int, reason: str, *, limit: int, actor: str) -> bool:
-        """Count one refusal of an event by the broker; park it at the ``limit``-th.
-
-        Args:
-            event_id: the refused event.
-            reason: what the broker said (kept, shown by ``hcat-notify status``).
-            limit: refusals after which the event is parked as undeliverable.
-            actor: who parks it (the relay's member id), for the action log.
-
-        Returns:
-            True if the event is parked (now or before).
-        """
-        with self._transaction(write=True) as tx:
-            return outbox.record_refusal(tx, event_id, reason, limit=limit, actor=actor)
-
-    def refused_events(self) -> list[RefusedEvent]:
-        """Unpublished events the broker refused for themselves, oldest first: parked
-        ones (``parked_at`` set) and ones the relay still tries."""
-        with self._transaction() as tx:
-            return outbox.refused_events(tx)
-
-    def retry_parked(self, event_ids: Sequence[int], *, actor: str) -> dict[int, int]:
-        """Announce parked events again, each as a new event, in one transaction.
-
-        Returns:
-            Old event id -> new event id.
-
-        Raises:
-            InvalidInputError: an event is unknown, not parked, or already handled
-                (then nothing is retried).
-        """
-        with self._transaction(write=True) as tx:
-            renumbered = {
-                event_id: outbox.retry_parked(tx, event_id, actor=actor) for event_id in event_ids
-            }
-        for old, new in renumbered.items():
-            logger.info("outbox event %d retried as event %d by %s", old, new, actor)
-        return renumbered
-
-    def drop_parked(
-        self, event_ids: Sequence[int], *, actor: str, reason: str | None = None
-    ) -> None:
-        """Give parked events up for good (they stay in the outbox, marked dropped).
-
-        Raises:
-            InvalidInputError: an event is unknown, not parked, or already handled
-                (then nothing is dropped).
-        """
-        with self._transaction(write=True) as tx:
-            for event_id in event_ids:
-                outbox.drop_parked(tx, event_id, actor=actor, reason=reason)
-        logger.info("outbox events %s dropped by %s: %s", list(event_ids), actor, reason or "")
-
-    # -- the relay group ------------------------------------------------------------
-
-    @property
-    def subscriptions(self) -> Subscriptions:
-        """Durable subscribers: owners, heartbeats, watermarks per topic."""
-        return Subscriptions(self._transaction)
-
-    @property
-    def group(self) -> RelayGroup:
-        """The relay group: members, controller, buckets, topic progress."""
-        return RelayGroup(self._transaction)
+    def last_event_id(self) -> int:
+        """The highest event id at or below which every event is committed or rolled back
+        (:meth:`Outbox.last_event_id`)."""
+        return self.outbox.last_event_id()

@@ -235,6 +235,47 @@ def require_catalog(engine: Engine) -> None:
         raise _no_catalog(path if path is not None else redact(engine.url))
 
 
+def migrates_by_default(engine: Engine, settings: Settings) -> bool:
+    """Whether a writer that opens ``engine``'s catalog migrates it (docs/operations.md):
+    a SQLite file (a development catalog) or an empty database (creating the schema is
+    no migration) yes; any other only with the ``db_auto_upgrade`` setting."""
+    if engine.dialect.name == "sqlite" or settings.db_auto_upgrade:
+        return True
+    key = engine.url.render_as_string(hide_password=False)
+    return key not in _AT_HEAD and current_revision(engine) is None
+
+
+def require_current(engine: Engine) -> None:
+    """Check that the catalog is not behind this version's schema (or is empty).
+
+    Raises:
+        StoreError: the catalog is at an older revision; it names ``hcat-notify db
+            upgrade``. A revision this version does not know (a newer one) passes.
+    """
+    key = engine.url.render_as_string(hide_password=False)
+    if key in _AT_HEAD:
+        return
+    current = current_revision(engine)
+    if current == SCHEMA_REVISION:
+        _AT_HEAD.add(key)
+        return
+    if current is None or current not in _known_revisions():
+        return
+    raise StoreError(
+        f"the catalog {redact(engine.url)} is at schema revision {current} and this "
+        f"version needs {SCHEMA_REVISION}: stop older processes, then run 'hcat-notify db "
+        "upgrade' (or set db_auto_upgrade to let writers migrate it)"
+    )
+
+
+@functools.cache
+def _known_revisions() -> frozenset[str]:
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory(str(resources.files("hcat_notify").joinpath("migrations")))
+    return frozenset(revision.revision for revision in script.walk_revisions())
+
+
 def upgrade(engine: Engine, settings: Settings | None = None) -> tuple[str | None, str]:
     """Apply pending migrations; safe to call from several processes at once.
 

@@ -342,7 +342,7 @@ class CommitJournal:
         partitions: Sequence[NewPartition],
         *,
         mark_set_done: PartitionSpec | Mapping[str, str | None] | None = None,
-        announce: AnnounceMode | str | None = None,
+        announce: AnnounceMode | None = None,
     ) -> CommitRecord:
         """Register the write's partitions and announce them, in one transaction.
 

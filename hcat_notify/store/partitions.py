@@ -110,11 +110,10 @@ def insert_partitions(
     items: Sequence[tuple[PartitionSpec, NewPartition]],
     *,
     job_id: str | None,
-    announce: bool = True,
-    mode: AnnounceMode | str | None = None,
+    mode: AnnounceMode | None = None,
     outside_warehouse: bool = False,
 ) -> list[PartitionInfo]:
-    """Partition rows and, if ``announce``, their ADD_PARTITION events, in one go.
+    """Partition rows and their ADD_PARTITION events, in one go.
 
     ``mode`` overrides the table's announce mode (one message per partition, or per
     write). Every location is checked first (:func:`check_partition_locations`).
@@ -126,7 +125,7 @@ def insert_partitions(
         outside_warehouse=outside_warehouse,
     )
     event_ids: list[int | None] = [None] * len(items)
-    if announce and items:
+    if items:
         changes = [
             PartitionChange(
                 spec,
@@ -191,8 +190,7 @@ def add_partitions(
     partitions: Sequence[NewPartition],
     *,
     job_id: str | None = None,
-    announce: bool = True,
-    mode: AnnounceMode | str | None = None,
+    mode: AnnounceMode | None = None,
     outside_warehouse: bool = False,
 ) -> list[PartitionInfo]:
     """Register new partitions and their ADD_PARTITION events (see the Catalog method)."""
@@ -212,7 +210,6 @@ def add_partitions(
         info,
         list(zip(specs, partitions, strict=True)),
         job_id=job_id,
-        announce=announce,
         mode=mode,
         outside_warehouse=outside_warehouse,
     )

@@ -20,7 +20,7 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
-from hcat_notify import Catalog, CommitRecord, PartitionSpec, TableInfo, WriteMode
+from hcat_notify import AnnounceMode, Catalog, CommitRecord, PartitionSpec, TableInfo, WriteMode
 from spark_output.commit.moves import (
     STAGING_DIR,
     TRASH_DIR,
@@ -183,7 +183,7 @@ class PartitionCommitter:
         staged: Sequence[StagedPartition],
         *,
         mark_set_done: Mapping[str, str | None] | None,
-        announce: str | None = None,
+        announce: AnnounceMode | None = None,
     ) -> CommitPlan:
         """The moves that publish ``staged``: what the journal records.
 
@@ -196,7 +196,7 @@ class PartitionCommitter:
             if self.create_table is not None
             else {
                 path: info.location
-                for path, info in self.catalog.partitions_at(
+                for path, info in self.catalog.partitions.at(
                     self.table.name, [item.spec for item in staged]
                 ).items()
             }
@@ -304,7 +304,7 @@ class PartitionCommitter:
         compact: CompactHook | None,
         phases: dict[str, float],
         archives: bool = False,
-        announce: str | None = None,
+        announce: AnnounceMode | None = None,
     ) -> tuple[CommitRecord, CommitPlan]:
         """Steps 1-7 on output already staged by Spark; returns the record and the plan."""
         with writing(self.job_id):

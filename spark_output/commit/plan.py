@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from hcat_notify import AnnounceMode
+
 __all__ = ["CommitPlan", "FileMove", "MoveKind", "Owner", "PartitionMove"]
 
 
@@ -157,7 +159,7 @@ class CommitPlan:
     table_uri: str
     partitions: tuple[PartitionMove, ...]
     mark_set_done: Mapping[str, str | None] | None = None
-    announce: str | None = None
+    announce: AnnounceMode | None = None
     stages_for: str | None = None
 
     @property
@@ -196,6 +198,6 @@ class CommitPlan:
             table_uri=str(data.get("table_uri") or data["table_path"]),
             partitions=tuple(PartitionMove.from_json(item) for item in data["partitions"]),
             mark_set_done=data.get("mark_set_done"),
-            announce=data.get("announce"),
+            announce=None if data.get("announce") is None else AnnounceMode(data["announce"]),
             stages_for=data.get("stages_for"),
         )

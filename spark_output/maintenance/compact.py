@@ -340,7 +340,7 @@ def _switch(
     try:
         if before_switch is not None:
             before_switch(plan)
-        catalog.update_partition(
+        catalog.partitions.update(
             plan.table,
             PartitionSpec.parse(plan.spec),
             expected_version=plan.version,

@@ -158,7 +158,7 @@ def _check_existing(
         raise InvalidInputError(
             f"--location applies to a new table; {info.name} lives at {info.location}"
         )
-    registered = catalog.partitions_at(info.name, [p.spec for p in manifest.partitions])
+    registered = catalog.partitions.at(info.name, [p.spec for p in manifest.partitions])
     if registered and not replace:
         first = sorted(registered)[0]
         raise PartitionExistsError(
@@ -171,7 +171,7 @@ def _check_existing(
 def _check_free(catalog: Catalog, info: TableInfo, manifest: Manifest, new_table: bool) -> None:
     """Refuse to put a partition where unregistered files are: they would be mixed in."""
     registered = (
-        {} if new_table else catalog.partitions_at(info.name, [p.spec for p in manifest.partitions])
+        {} if new_table else catalog.partitions.at(info.name, [p.spec for p in manifest.partitions])
     )
     root = TableLocation.parse(info.location)
     for partition in manifest.partitions:

@@ -199,4 +199,4 @@ class CliProcess:
 
 def changes(catalog: Catalog) -> list[OutboxEvent]:
     """The outbox less table events (CREATE_TABLE, DROP_TABLE): what a test's writes said."""
-    return [e for e in catalog.events(limit=100_000) if not e.event_type.about_table]
+    return [e for e in catalog.outbox.events(limit=100_000) if not e.event_type.about_table]

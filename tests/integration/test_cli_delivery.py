@@ -92,8 +92,8 @@ def test_a_done_must_name_a_prefix_of_the_tables_keys(
     for record in (
         lambda: delivery_catalog.mark_set_done(table, {"region": "us"}),
         lambda: send_mark_set_done(table, {"region": "us"}, settings=delivery_settings),
-        lambda: delivery_catalog.register_partitions(
-            table, locations, mark_set_done={"region": "us"}
+        lambda: register_partitions(
+            delivery_catalog, table, locations, mark_set_done={"region": "us"}
         ),
         lambda: register_partitions(
             table, locations, mark_set_done={"region": "us"}, settings=delivery_settings
@@ -299,7 +299,7 @@ def test_wait_on_a_table_dropped_while_waiting_exits_2_in_one_line(
     deadline = time.monotonic() + 30
     while "consumer subscribed" not in waiter.stderr and time.monotonic() < deadline:
         time.sleep(0.1)
-    drop = delivery_catalog.lifecycle.drop_table(clicks.name).event_ids[-1]
+    drop = delivery_catalog.tables.drop(clicks.name).event_ids[-1]
     assert hcat("relay", "--once").returncode == 0
     code, err = waiter.finish(timeout=60)
     assert code == 2
@@ -319,10 +319,10 @@ def test_watch_shows_batches_and_table_events_then_ends_on_a_dropped_table(
 ):
     table = str(clicks.name)
     spread = [{"datestamp": d, "region": "a"} for d in ("1", "2", "3")]
-    (batch,) = delivery_catalog.lifecycle.register_partitions(
+    (batch,) = delivery_catalog.partitions.register(
         clicks.name, [NewPartition(s, "/w", 1, 1) for s in spread], announce="write"
     ).event_ids
-    drop = delivery_catalog.lifecycle.drop_table(clicks.name).event_ids[-1]
+    drop = delivery_catalog.tables.drop(clicks.name).event_ids[-1]
     gone = f"hcat-notify: error: table {table} was dropped (event {drop})\n"
     # A watcher with a past from before the drop: what it missed, then the drop ends it.
     text = hcat("watch", table, "--cursor", "*:0", "--timeout", "5")

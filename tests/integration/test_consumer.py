@@ -230,10 +230,10 @@ def test_consumer_credentials_cannot_publish(delivery_settings, clicks: TableInf
         assert "not authorized to write" in relay.stats.parked[event_id]
     with Catalog.open(delivery_settings) as catalog:
         # nothing lost: parked, to be retried once the relay has the right principal
-        (parked,) = catalog.refused_events()
+        (parked,) = catalog.outbox.refused()
         assert parked.event_id == event_id
-        assert catalog.retry_parked([event_id], actor="test") == {event_id: event_id + 1}
-        assert [event.event_id for event in catalog.pending_events()] == [event_id + 1]
+        assert catalog.outbox.retry_parked([event_id], actor="test") == {event_id: event_id + 1}
+        assert [event.event_id for event in catalog.outbox.pending()] == [event_id + 1]
 
 
 def test_anonymous_consumer_is_refused(delivery_settings, clicks: TableInfo):
@@ -270,10 +270,10 @@ def test_table_events_and_batches_without_a_common_spec_arrive_live(
     spread = [{"datestamp": "1", "region": "a"}, {"datestamp": "2", "region": "a"}]
     with running_relay(delivery_settings):
         with NotificationConsumer([clicks.name], settings=delivery_settings) as consumer:
-            added = delivery_catalog.lifecycle.register_partitions(
+            added = delivery_catalog.partitions.register(
                 clicks.name, [NewPartition(s, "/w", 1, 1) for s in spread], announce="write"
             )
-            dropped = delivery_catalog.lifecycle.drop_table(clicks.name)
+            dropped = delivery_catalog.tables.drop(clicks.name)
             batch, drop = _collect(consumer, 2)
             # dropped while followed: delivered, and the consumer goes on (the table
             # may be created again)
@@ -305,7 +305,7 @@ class _DropsTheTableOnceChecked:
     def find_covering_done(self, table, spec):
         found = self.catalog.find_covering_done(table, spec)
         if not self.dropped:
-            self.dropped.extend(self.catalog.lifecycle.drop_table(table).event_ids)
+            self.dropped.extend(self.catalog.tables.drop(table).event_ids)
         return found
 
     def close(self) -> None:

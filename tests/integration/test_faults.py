@@ -40,7 +40,7 @@ def _finish(process: subprocess.Popen[str], timeout: float = 60) -> str:
 
 
 def _published(catalog: Catalog) -> int:
-    return len(changes(catalog)) - catalog.outbox_backlog()[0]
+    return len(changes(catalog)) - catalog.outbox.backlog()[0]
 
 
 def _collect(consumer: NotificationConsumer, count: int, timeout: float = 60.0) -> list[int]:
@@ -62,7 +62,7 @@ def test_calls_succeed_while_the_broker_is_down_and_all_arrive_after(
         for n in range(500)
     ]
     assert ids == sorted(ids)
-    assert delivery_catalog.outbox_backlog()[0] == 500
+    assert delivery_catalog.outbox.backlog()[0] == 500
     restartable_broker.start()
 
     recorder = Recorder(delivery_settings, clicks.topic)
@@ -76,7 +76,7 @@ def test_calls_succeed_while_the_broker_is_down_and_all_arrive_after(
         recorder.close()
     assert [int(m.headers["HCAT_EVENT_ID"]) for m in wire] == ids  # all, in event-id order
     assert seen == ids  # the consumer sees each once
-    assert delivery_catalog.outbox_backlog()[0] == 0
+    assert delivery_catalog.outbox.backlog()[0] == 0
 
 
 def test_relay_and_consumer_ride_out_a_broker_restart(
@@ -140,7 +140,7 @@ def test_relay_killed_mid_batch_loses_nothing(
             err = _finish(restarted)
         assert restarted.returncode == 0, err
     assert seen == ids, err  # nothing lost, order kept, the resent batch dropped as duplicates
-    assert delivery_catalog.outbox_backlog()[0] == 0
+    assert delivery_catalog.outbox.backlog()[0] == 0
 
 
 def test_sigterm_stops_the_relay_cleanly(

@@ -64,16 +64,16 @@ def test_hive_reads_every_new_event_type(
     )
     assert clicks.topic == topic
     us = {"datestamp": "20110228", "region": "us"}
-    catalog.lifecycle.register_partitions(clicks.name, [NewPartition(us, "/w/us", 1, 10)])
-    catalog.lifecycle.register_partitions(
+    catalog.partitions.register(clicks.name, [NewPartition(us, "/w/us", 1, 10)])
+    catalog.partitions.register(
         clicks.name,
         [NewPartition({"datestamp": "20110301", "region": r}, f"/w/{r}", 1, 1) for r in "abc"],
         announce="write",
     )
     _write(catalog, clicks, "append-1", "append", us)
     _write(catalog, clicks, "overwrite-1", "overwrite", us)
-    catalog.lifecycle.drop_partitions(clicks.name, {"datestamp": "20110228"})
-    catalog.lifecycle.drop_table(clicks.name)
+    catalog.partitions.drop(clicks.name, {"datestamp": "20110228"})
+    catalog.tables.drop(clicks.name)
     with Relay(delivery_settings) as relay:
         assert relay.drain() == 8  # 6 on the table's topic, CREATE and DROP_TABLE on hcat
 
@@ -131,9 +131,7 @@ def test_a_batch_of_2000_partitions_arrives_under_the_cap_each_listed_once(
         for day in range(1, 5)
         for n in range(500)
     ]
-    registration = delivery_catalog.lifecycle.register_partitions(
-        clicks.name, new, announce="write"
-    )
+    registration = delivery_catalog.partitions.register(clicks.name, new, announce="write")
     parts = len(registration.event_ids)
     assert parts > 1
     listener = jms_probe.listen(broker, clicks.topic, count=parts, timeout=60, linger=1, hive=True)

@@ -177,7 +177,7 @@ def test_a_running_relay_keeps_publishing_behind_a_poisoned_event(
         views.close()
     # At least once on the wire; every event once after dedupe, in order.
     assert list(dict.fromkeys(views.event_ids())) == [first, *later, last]
-    assert [event.event_id for event in delivery_catalog.refused_events()] == [poison]
+    assert [event.event_id for event in delivery_catalog.outbox.refused()] == [poison]
 
 
 def test_a_topic_the_broker_refuses_is_parked_not_stuck(
@@ -229,4 +229,4 @@ def test_a_wrong_broker_password_stops_the_relay_with_one_clear_line(
         "(a wrong user or password is not retried; fix the settings)"
     ]
     assert "None" not in err
-    assert delivery_catalog.outbox_backlog()[0] == 1
+    assert delivery_catalog.outbox.backlog()[0] == 1

@@ -58,8 +58,8 @@ def test_drain_publishes_in_event_id_order_as_persistent_text_messages(
     assert add["jobId"] == "job-7"
     done = json.loads(messages[2].body)
     assert done["spec"] == "datestamp=20110228"
-    assert delivery_catalog.pending_events() == []
-    assert delivery_catalog.outbox_backlog() == (0, None)
+    assert delivery_catalog.outbox.pending() == []
+    assert delivery_catalog.outbox.backlog() == (0, None)
 
 
 def _dones(settings, table: TableInfo, count: int) -> list[int]:
@@ -155,7 +155,7 @@ def test_the_next_page_is_read_while_the_broker_stores_a_full_batch(
     assert [where for where, _ in reads] == ["in loop"] + ["in COMMIT"] * 5 + ["in loop"]
     # ... and wrote that batch's frames then: each batch after the first went out ahead
     assert sends == [("streamed", 20)] + [("prepared", 20)] * 4 + [("prepared", 10)]
-    assert delivery_catalog.outbox_backlog() == (0, None)
+    assert delivery_catalog.outbox.backlog() == (0, None)
 
 
 def test_a_batch_written_ahead_is_committed_only_if_it_is_the_next_batch(
@@ -168,7 +168,7 @@ def test_a_batch_written_ahead_is_committed_only_if_it_is_the_next_batch(
     from hcat_notify.relay.sender import BatchSender
 
     ids = _dones(delivery_settings, clicks, 4)
-    events = [e for e in delivery_catalog.pending_events() if e.topic == clicks.topic]
+    events = [e for e in delivery_catalog.outbox.pending() if e.topic == clicks.topic]
     sends = _spy_on_sends(monkeypatch)
     recorder = Recorder(delivery_settings, clicks.topic)
     sender = BatchSender(
@@ -205,7 +205,7 @@ def test_an_error_about_the_batch_written_ahead_does_not_fail_the_one_before(
     first = _dones(delivery_settings, clicks, 3)
     refused = send_mark_set_done(stray.name, {"ds": "1"}, settings=delivery_settings)
     after = send_mark_set_done(clicks.name, {"datestamp": "x"}, settings=delivery_settings)
-    pending = {e.event_id: e for e in delivery_catalog.pending_events()}
+    pending = {e.event_id: e for e in delivery_catalog.outbox.pending()}
     batch = [pending[i] for i in first]
     ahead = [pending[refused], pending[after]]
     refusals: list[int] = []
@@ -242,7 +242,7 @@ def test_a_failed_read_ahead_is_read_again_and_nothing_is_lost(
     failed = [after for where, after in reads if where == "in COMMIT"]
     assert len(failed) == 2  # after each of the two full batches
     assert received == ids
-    assert delivery_catalog.outbox_backlog() == (0, None)
+    assert delivery_catalog.outbox.backlog() == (0, None)
 
 
 def test_a_restarted_relay_reads_on_from_where_the_last_one_left(
@@ -447,7 +447,7 @@ def test_nothing_is_marked_published_without_a_receipt(
     with Relay(dead, catalog=delivery_catalog, config=RelayConfig()) as relay:
         with pytest.raises(Exception, match="cannot connect to broker"):
             relay.drain()
-    assert [e.event_id for e in delivery_catalog.pending_events()] == [2]  # 1: CREATE_TABLE
+    assert [e.event_id for e in delivery_catalog.outbox.pending()] == [2]  # 1: CREATE_TABLE
 
 
 def test_unbatched_mode_publishes_the_same(delivery_settings, delivery_catalog: Catalog, clicks):
@@ -478,7 +478,7 @@ def test_running_relay_picks_up_new_events(delivery_settings, delivery_catalog: 
             got = recorder.wait_for(20, timeout=30)
         assert [int(m.headers["HCAT_EVENT_ID"]) for m in got] == ids
         assert relay.stats.published == 20  # counted after each receipt
-        assert delivery_catalog.pending_events() == []
+        assert delivery_catalog.outbox.pending() == []
     finally:
         recorder.close()
 
@@ -516,8 +516,8 @@ def test_refused_topic_is_parked_and_other_topics_keep_flowing(
         assert [int(m.headers["HCAT_EVENT_ID"]) for m in recorder.wait_for(3, timeout=10)] == ok
     finally:
         recorder.close()
-    assert delivery_catalog.pending_events() == []
-    (parked,) = delivery_catalog.refused_events()
+    assert delivery_catalog.outbox.pending() == []
+    (parked,) = delivery_catalog.outbox.refused()
     assert (parked.event_id, parked.attempts, parked.topic) == (refused, 3, topic)
     assert parked.parked_at is not None
 
@@ -546,7 +546,7 @@ def test_ctrl_c_hands_the_relays_buckets_over_and_exits_130(
     relay = CliProcess(delivery_settings, "relay", "--member-id", "ctrl-c")
     try:
         deadline = time.monotonic() + 30
-        while delivery_catalog.outbox_backlog()[0] or not delivery_catalog.group.owned("ctrl-c"):
+        while delivery_catalog.outbox.backlog()[0] or not delivery_catalog.group.owned("ctrl-c"):
             assert time.monotonic() < deadline, f"the relay never published: {relay.stderr}"
             time.sleep(0.05)
         relay.proc.send_signal(signal.SIGINT)
@@ -622,9 +622,9 @@ def test_relay_once_refuses_to_run_beside_a_running_relay(
     send_mark_set_done(clicks.name, {"datestamp": "1"}, settings=delivery_settings)
     with running_relay(delivery_settings, member_id="first"):
         deadline = time.monotonic() + 20
-        while delivery_catalog.outbox_backlog()[0] and time.monotonic() < deadline:
+        while delivery_catalog.outbox.backlog()[0] and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert delivery_catalog.outbox_backlog()[0] == 0
+        assert delivery_catalog.outbox.backlog()[0] == 0
         with (
             Relay(delivery_settings, member_id="second") as second,
             pytest.raises(HcatNotifyError, match="relays first are running"),

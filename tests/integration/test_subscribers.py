@@ -252,7 +252,7 @@ def test_a_delayed_topic_is_not_lost_after_a_restart_with_the_cursor(
         assert delayed < later
         stop.set()  # the slow member dies; its buckets move; the delayed event goes out
         deadline = time.monotonic() + 30
-        while delivery_catalog.outbox_backlog()[0] and time.monotonic() < deadline:
+        while delivery_catalog.outbox.backlog()[0] and time.monotonic() < deadline:
             time.sleep(0.1)
         with NotificationConsumer(tables, settings=delivery_settings, cursor=cursor) as second:
             resumed = [n.event_id for n in second.notifications(timeout=3)]
@@ -341,7 +341,7 @@ def test_a_subscriber_away_while_its_table_was_dropped_learns_of_the_drop(
     (added,) = delivery_catalog.add_partitions(
         clicks.name, [NewPartition({"datestamp": "2", "region": "a"}, "/w")]
     )
-    drop = delivery_catalog.lifecycle.drop_table(clicks.name).event_ids[-1]
+    drop = delivery_catalog.tables.drop(clicks.name).event_ids[-1]
     gone = f"^table {clicks.name} was dropped \\(event {drop}\\)$"
     with NotificationConsumer([clicks.name], settings=delivery_settings, subscriber="s") as c:
         notifications = c.notifications(timeout=5)

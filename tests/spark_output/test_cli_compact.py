@@ -61,8 +61,8 @@ def test_dry_run_then_compact(capsys, db_url: str, table: Path, tmp_path: Path):
         out.splitlines()[0] == "web.t: compacted 1 of 1 partition(s) (merge), 0 skipped, 0 failed"
     )
     with Catalog.open(load_settings(home=tmp_path, db_url=db_url)) as catalog:
-        one = catalog.get_partition("web.t", {"ds": "1"})
-        two = catalog.get_partition("web.t", {"ds": "2"})
+        one = catalog.partitions.get("web.t", {"ds": "1"})
+        two = catalog.partitions.get("web.t", {"ds": "2"})
     assert one is not None
     assert two is not None
     assert one.file_count == 1

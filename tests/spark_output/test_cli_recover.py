@@ -67,7 +67,7 @@ def test_recover_rolls_forward_when_the_moves_were_done(capsys, db_url: str, tmp
             {"job_id": "job-dead", "table": "web.t", "action": "rolled forward"}
         ]
         assert [p.spec.to_path() for p in catalog.list_partitions("web.t")] == ["ds=1"]
-        assert [e.headers["HCAT_EVENT"] for e in catalog.events()] == [
+        assert [e.headers["HCAT_EVENT"] for e in catalog.outbox.events()] == [
             "CREATE_TABLE",
             "ADD_PARTITION",
             "MARK_SET_DONE",
@@ -86,7 +86,7 @@ def test_recover_rolls_back_and_leaves_live_writers_alone(capsys, db_url: str, t
         code, out, _ = _run(capsys, db_url, "recover", "web.t", "--force")
         assert (code, out) == (0, "job-live\tweb.t\trolled back\n")
         assert catalog.list_partitions("web.t") == []
-        assert [e.headers["HCAT_EVENT"] for e in catalog.events()] == ["CREATE_TABLE"]
+        assert [e.headers["HCAT_EVENT"] for e in catalog.outbox.events()] == ["CREATE_TABLE"]
         assert not (root / "ds=1").exists()
         assert catalog.commits.pending() == []
         code, _, err = _run(capsys, db_url, "recover", "web.nope")

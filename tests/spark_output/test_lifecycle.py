@@ -46,7 +46,7 @@ def _rows(datestamps, regions, offset=0):
 
 
 def _events(catalog: Catalog, kind: EventType):
-    return [e for e in catalog.events(limit=10_000) if e.event_type is kind]
+    return [e for e in catalog.outbox.events(limit=10_000) if e.event_type is kind]
 
 
 def _check_insert(event, *, replace: bool) -> None:
@@ -144,7 +144,7 @@ def test_other_writers_and_drops_keep_sparks_catalog_in_step(spark, settings, ca
         gone = drop_table(name, settings=settings, spark=spark)
         assert gone.spark_catalog_errors == ()
         assert not spark.catalog.tableExists(name)
-        kinds = [e.event_type for e in catalog.events(limit=100)]
+        kinds = [e.event_type for e in catalog.outbox.events(limit=100)]
         assert kinds == [
             EventType.CREATE_TABLE,
             EventType.ADD_PARTITION,
@@ -184,14 +184,14 @@ def test_spark_reads_identical_rows_from_a_table_imported_into_another_catalog(
         assert summary.table_created
         assert len(summary.partitions_created) == 6
         info = postgres.get_table("web.clicks")
-        kinds = [e.event_type for e in postgres.events(limit=100)]
+        kinds = [e.event_type for e in postgres.outbox.events(limit=100)]
         assert kinds == [EventType.CREATE_TABLE] + [EventType.ADD_PARTITION] * 6 + [
             EventType.MARK_SET_DONE
         ]
         locations = [p.location for p in postgres.list_partitions("web.clicks")]
         again = import_table(postgres, str(tmp_path / "export"))
         assert again.already_imported
-        assert len(postgres.events(limit=100)) == 8  # a no-op announces nothing
+        assert len(postgres.outbox.events(limit=100)) == 8  # a no-op announces nothing
     assert all("pg-side" in location for location in locations)
     imported = spark.read.parquet(*[loc for loc in locations])
     assert info.location.endswith("pg-side/clicks")

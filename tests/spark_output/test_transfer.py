@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hcat_notify import register_partitions
 from hcat_notify.cli import main
 from hcat_notify.config import Settings, load_settings
 from hcat_notify.errors import InvalidInputError, PartitionExistsError, TableNotFoundError
@@ -52,8 +53,8 @@ def export(catalog: Catalog, tmp_path: Path) -> Path:
         where = root / f"ds={ds}" / f"region={region.replace('/', '%2F')}"
         where.mkdir(parents=True)
         (where / "part-0.csv").write_text(text)
-        catalog.register_partitions(
-            "web.src", {f"ds={ds}/region={region.replace('/', '%2F')}": str(where)}
+        register_partitions(
+            catalog, "web.src", {f"ds={ds}/region={region.replace('/', '%2F')}": str(where)}
         )
     export_table(catalog, "web.src", to=str(tmp_path / "export"))
     return tmp_path / "export"
@@ -91,7 +92,7 @@ def test_import_as_a_new_table_then_again_then_replace(catalog: Catalog, export:
     assert _counts(catalog) == before
     replaced = import_table(catalog, str(export), replace=True)
     assert len(replaced.partitions_replaced) == 2
-    inserts = [e for e in catalog.events(limit=100) if e.event_type is EventType.INSERT]
+    inserts = [e for e in catalog.outbox.events(limit=100) if e.event_type is EventType.INSERT]
     assert [json.loads(e.body)["replace"] for e in inserts] == [True, True]
 
 
@@ -146,7 +147,7 @@ def test_an_import_interrupted_after_its_moves_is_finished_by_recover(
     assert code == 0
     assert json.loads(out)[0]["action"] == "rolled forward"
     assert len(catalog.list_partitions("web.dst")) == 2
-    kinds = [e.event_type for e in catalog.events(limit=100) if e.table == "web.dst"]
+    kinds = [e.event_type for e in catalog.outbox.events(limit=100) if e.table == "web.dst"]
     assert kinds == [EventType.CREATE_TABLE, EventType.ADD_PARTITION, EventType.ADD_PARTITION]
     assert catalog.commits.pending() == []  # the staging entry went with it
 
@@ -291,7 +292,7 @@ def test_an_export_entry_that_is_a_link_is_refused_and_nothing_copied(
     )
     assert "_hcat_export.json is a symbolic link" in err
     assert not target.exists()
-    assert [e.table for e in catalog.events(limit=100) if e.table == "web.dst"] == []
+    assert [e.table for e in catalog.outbox.events(limit=100) if e.table == "web.dst"] == []
 
 
 def _rewrite(export: Path, change) -> None:
@@ -404,7 +405,7 @@ def test_the_staging_of_an_import_killed_mid_copy_is_removed_by_recover(
     assert not (target / "_hcat_staging").exists()
     with pytest.raises(TableNotFoundError):
         catalog.get_table("web.dst")
-    assert [e for e in catalog.events(limit=100) if e.table == "web.dst"] == []
+    assert [e for e in catalog.outbox.events(limit=100) if e.table == "web.dst"] == []
     assert _hcat_notify(db_url, "recover").stdout == "nothing to recover\n"
 
     # the import runs again, from the start

@@ -96,7 +96,7 @@ def test_har_archives_partitions_that_spark_reads_through_har_uris(spark, settin
             rows = spark.read.schema("id long, value string").csv(partition.location).collect()
             expected = [(r.id, r.value) for r in df.where(f"region = '{region}'").collect()]
             assert sorted(tuple(row) for row in rows) == sorted(expected)
-        added = [e for e in catalog.events() if e.event_type is EventType.ADD_PARTITION]
+        added = [e for e in catalog.outbox.events() if e.event_type is EventType.ADD_PARTITION]
         for event in added:
             body = validate_message(event.headers, event.body)
             assert body["location"].startswith("har://")

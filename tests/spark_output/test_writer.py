@@ -56,7 +56,9 @@ def table(catalog: Catalog, tmp_path: Path) -> TableInfo:
 
 def _events(catalog: Catalog):
     """What writes announced: the outbox less the table's CREATE_TABLE."""
-    return [e for e in catalog.events(limit=10_000) if e.event_type is not EventType.CREATE_TABLE]
+    return [
+        e for e in catalog.outbox.events(limit=10_000) if e.event_type is not EventType.CREATE_TABLE
+    ]
 
 
 def _frame(spark, rows):
@@ -169,7 +171,7 @@ def test_overwrite_replaces_exactly_the_partitions_written(spark, settings, cata
     inserts = _events(catalog)[events_before:]  # replaced, not new: an INSERT each
     assert [e.event_type for e in inserts] == [EventType.INSERT] * 2
     assert all(json.loads(e.body)["replace"] is True for e in inserts)
-    part = catalog.get_partition("web.clicks", {"datestamp": "20110228", "region": "r01"})
+    part = catalog.partitions.get("web.clicks", {"datestamp": "20110228", "region": "r01"})
     assert part is not None
     assert part.job_id == result.job_id
     assert part.version == 2
@@ -418,7 +420,7 @@ def test_a_done_that_skips_a_leading_key_fails_before_writing(spark, settings, c
             mark_set_done={"region": "r"},
         )
     assert not Path(table.location).exists()
-    assert [e for e in catalog.events(limit=100) if not e.event_type.about_table] == []
+    assert [e for e in catalog.outbox.events(limit=100) if not e.event_type.about_table] == []
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

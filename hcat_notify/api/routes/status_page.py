@@ -49,15 +49,15 @@ class _Overview:
 
 
 def _read(catalog: Catalog) -> _Overview:
-    backlog, oldest = catalog.outbox_backlog()
+    backlog, oldest = catalog.outbox.backlog()
     last = catalog.last_event_id()
     return _Overview(
-        tables=catalog.table_activity(limit=MAX_TABLES),
+        tables=catalog.tables.activity(limit=MAX_TABLES),
         backlog=backlog,
         oldest=oldest,
         members=catalog.group.members(),
         buckets=catalog.group.buckets(),
-        events=catalog.events(after_event_id=max(0, last - LAST_EVENTS), limit=LAST_EVENTS),
+        events=catalog.outbox.events(after_event_id=max(0, last - LAST_EVENTS), limit=LAST_EVENTS),
     )
 
 

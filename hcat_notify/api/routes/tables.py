@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 
+from hcat_notify import lifecycle
 from hcat_notify.api.auth import require_reader, require_writer
 from hcat_notify.api.contract import MAX_PAGE
 from hcat_notify.api.datamodels import (
@@ -24,6 +25,7 @@ from hcat_notify.api.datamodels import (
     Table,
     TableDropped,
     TableList,
+    announce_mode_of,
 )
 from hcat_notify.api.params import query_spec, spec_openapi
 from hcat_notify.api.problems import PROBLEM_RESPONSES, problem_doc
@@ -166,9 +168,10 @@ async def add_partitions(table: TablePath, body: NewPartitions, state: State) ->
 async def drop_table(table: TablePath, state: State, purge: PurgeQuery = False) -> TableDropped:
     """Drop a table with its partitions and retained dones and announce DROP_TABLE (on
     the prefix topic and the table's own): ``hcat-notify table drop``."""
-    from hcat_notify.lifecycle import drop_table as drop
 
-    dropped, purged = await in_thread(lambda: drop(state.catalog(), table, purge=purge))
+    dropped, purged = await in_thread(
+        lambda: lifecycle.drop_table(state.catalog(), table, purge=purge)
+    )
     return TableDropped.of_drop(
         str(dropped.table.name),
         dropped.partitions,
@@ -200,11 +203,12 @@ async def register_partitions(
     server counts and measures each location's data files (HDFS and S3 URIs work)."""
     pairs = [(item.spec, item.location) for item in body.partitions]
     registration = await in_thread(
-        lambda: state.catalog().register_partitions(
+        lambda: lifecycle.register_partitions(
+            state.catalog(),
             table,
             pairs,
             mark_set_done=body.mark_set_done,
-            announce=body.announce,
+            announce=announce_mode_of(body.announce),
             job_id=body.job_id,
         )
     )
@@ -223,16 +227,15 @@ async def discover_partitions(
     announce the ``k=v/...`` directories of the table's location that hold data files
     and are not registered. A directory that is not a partition of the table refuses
     the whole run (400, nothing registered) unless ``skipForeign``."""
-    from hcat_notify.lifecycle import discover_partitions as discover
 
     given = body or Discover.model_validate({})
     found = await in_thread(
-        lambda: discover(
+        lambda: lifecycle.discover_partitions(
             state.catalog(),
             table,
             dry_run=given.dry_run,
             skip_foreign=given.skip_foreign,
-            announce=given.announce,
+            announce=announce_mode_of(given.announce),
         )
     )
     return Discovery.of_discovery(found)
@@ -254,7 +257,6 @@ async def drop_partitions(
     """Drop every partition the (partial) spec matches and announce each drop
     (DROP_PARTITION, batched for a table with announce mode write):
     ``hcat-notify partitions drop``. A spec is required."""
-    from hcat_notify.lifecycle import drop_partitions as drop
 
     spec = query_spec(request, frozenset({"purge", "spec"}))
     if spec is None:
@@ -263,7 +265,9 @@ async def drop_partitions(
             "drop the table)"
         )
     wanted: PartitionSpec = spec
-    dropped, purged = await in_thread(lambda: drop(state.catalog(), table, wanted, purge=purge))
+    dropped, purged = await in_thread(
+        lambda: lifecycle.drop_partitions(state.catalog(), table, wanted, purge=purge)
+    )
     return PartitionsDropped.of_drop(
         str(dropped.partitions[0].table),
         dropped.partitions,

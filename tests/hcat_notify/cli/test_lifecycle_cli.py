@@ -30,7 +30,7 @@ def _files(directory: Path, size: int = 7) -> Path:
 def _state(db_url: str, tmp_path: Path) -> tuple[list[str], int]:
     with Catalog.open(load_settings(home=tmp_path / "home", db_url=db_url)) as catalog:
         partitions = [p.spec.to_path() for p in catalog.list_partitions("web.clicks")]
-        return partitions, len(catalog.events(limit=10_000))
+        return partitions, len(catalog.outbox.events(limit=10_000))
 
 
 def test_partitions_without_a_subcommand_still_lists(run, table: Path):

@@ -34,7 +34,7 @@ def _precious(directory: Path) -> Path:
 def _catalog_state(db_url: str, tmp_path: Path) -> tuple[list[str], int]:
     with Catalog.open(load_settings(home=tmp_path / "home", db_url=db_url)) as catalog:
         tables = [str(info.name) for info in catalog.list_tables()]
-        return tables, len(catalog.events(limit=10_000))
+        return tables, len(catalog.outbox.events(limit=10_000))
 
 
 def _create(run, name: str, location: str, *extra: str) -> tuple[int, str, str]:

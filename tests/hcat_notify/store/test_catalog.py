@@ -36,7 +36,7 @@ pytestmark = pytest.mark.integration
 
 def _changes(catalog: Catalog):
     """Pending events other than the CREATE_TABLE of the tables a test made."""
-    return [e for e in catalog.pending_events() if e.event_type is not EventType.CREATE_TABLE]
+    return [e for e in catalog.outbox.pending() if e.event_type is not EventType.CREATE_TABLE]
 
 
 def _make_clicks(catalog: Catalog, **kwargs):
@@ -145,7 +145,7 @@ def test_migration_fills_the_topic_of_existing_tables(db_url: str, tmp_path: Pat
     finally:
         engine.dispose()
     settings = load_settings(home=tmp_path, db_url=db_url, topic_prefix="ops")
-    with Catalog.open(settings) as catalog:
+    with Catalog.open(settings, upgrade=True) as catalog:  # as `hcat-notify db upgrade`
         assert {str(t.name): t.topic for t in catalog.list_tables()} == {
             "web.clicks": "ops.web.clicks",
             "web.views": "custom.views",
@@ -206,14 +206,14 @@ def test_unknown_table(catalog: Catalog):
 
 def test_table_properties_compare_and_set(catalog: Catalog):
     table = _make_clicks(catalog)
-    updated = catalog.update_table_properties(
+    updated = catalog.tables.update_properties(
         "web.clicks", {"owner": "etl"}, expected_version=table.version
     )
     assert updated.version == table.version + 1
     assert updated.properties["owner"] == "etl"
     # A second writer that read the old version loses and changes nothing.
     with pytest.raises(ConflictError, match="expected version 1, found 2"):
-        catalog.update_table_properties(
+        catalog.tables.update_properties(
             "web.clicks", {"owner": "other"}, expected_version=table.version
         )
     assert catalog.get_table("web.clicks").properties["owner"] == "etl"
@@ -228,7 +228,7 @@ def test_concurrent_compare_and_set_has_exactly_one_winner(catalog: Catalog):
     def writer(n: int) -> None:
         barrier.wait()
         try:
-            catalog.update_table_properties(
+            catalog.tables.update_properties(
                 "web.clicks", {"writer": str(n)}, expected_version=table.version
             )
             result = "won"
@@ -338,15 +338,14 @@ def test_partitions_at_looks_up_exactly_the_given_specs(catalog: Catalog):
     catalog.add_partitions(
         "web.clicks",
         [NewPartition({"datestamp": str(d), "region": "us"}, f"/p/{d}") for d in range(1200)],
-        announce=False,
     )
     wanted = [{"datestamp": str(d), "region": r} for d in range(0, 1300, 2) for r in ("us", "eu")]
-    found = catalog.partitions_at("web.clicks", wanted)  # more specs than one IN chunk
+    found = catalog.partitions.at("web.clicks", wanted)  # more specs than one IN chunk
     assert set(found) == {f"datestamp={d}/region=us" for d in range(0, 1200, 2)}
     assert found["datestamp=4/region=us"].location == "/p/4"
-    assert catalog.partitions_at("web.clicks", []) == {}
+    assert catalog.partitions.at("web.clicks", []) == {}
     with pytest.raises(InvalidSpecError, match="missing partition key"):
-        catalog.partitions_at("web.clicks", [{"datestamp": "1"}])
+        catalog.partitions.at("web.clicks", [{"datestamp": "1"}])
 
 
 def test_existing_partition_rejects_the_whole_batch(catalog: Catalog):
@@ -411,7 +410,7 @@ def test_partition_compare_and_set(catalog: Catalog):
     (part,) = catalog.add_partitions(
         "web.clicks", [NewPartition({"datestamp": "1", "region": "us"}, "/a", 40, 4000)]
     )
-    archived = catalog.update_partition(
+    archived = catalog.partitions.update(
         "web.clicks",
         part.spec,
         expected_version=part.version,
@@ -426,10 +425,10 @@ def test_partition_compare_and_set(catalog: Catalog):
         2,
     )
     with pytest.raises(ConflictError, match="changed by another process"):
-        catalog.update_partition(
+        catalog.partitions.update(
             "web.clicks", part.spec, expected_version=part.version, location="/lost"
         )
-    got = catalog.get_partition("web.clicks", {"region": "us", "datestamp": "1"})
+    got = catalog.partitions.get("web.clicks", {"region": "us", "datestamp": "1"})
     assert got is not None
     assert got.location == "har:///a.har"
 
@@ -512,13 +511,13 @@ def test_expired_dones_are_hidden_and_swept_in_batches(settings: Settings):
         clock.now += timedelta(hours=5)  # the first five are 25 h old: expired
         assert [d.event_id for d in catalog.retained_dones(["web.clicks"])] == [fresh]
         assert catalog.find_covering_done("web.clicks", {"datestamp": "0"}) is None
-        assert catalog.sweep_expired(batch_size=2, max_batches=1) == 2
+        assert catalog.dones.sweep_expired(batch_size=2, max_batches=1) == 2
         assert _counts(catalog)["hcat_mark_set_done"] == 4
-        assert catalog.sweep_expired(batch_size=2) == 3
+        assert catalog.dones.sweep_expired(batch_size=2) == 3
         assert _counts(catalog)["hcat_mark_set_done"] == 1
-        assert catalog.sweep_expired() == 0
+        assert catalog.dones.sweep_expired() == 0
         # The outbox keeps its events: retention only governs the retention table.
-        assert len(catalog.events()) == len(old) + 2  # and the CREATE_TABLE
+        assert len(catalog.outbox.events()) == len(old) + 2  # and the CREATE_TABLE
 
 
 def test_retained_dones_cursor_and_tables(catalog: Catalog):
@@ -562,7 +561,7 @@ def test_event_ids_are_monotonic_across_kinds_and_writers(catalog: Catalog):
     for thread in threads:
         thread.join(120)
     assert errors == []
-    ids = [event.event_id for event in catalog.events(limit=1000)]
+    ids = [event.event_id for event in catalog.outbox.events(limit=1000)]
     assert ids == list(range(1, 32))  # the CREATE_TABLE, then 30: gapless, unique, in order
 
 

@@ -115,7 +115,7 @@ def test_ids_continue_after_the_counter_when_a_catalog_is_migrated(db_url: str, 
     finally:
         engine.dispose()
     settings = load_settings(home=tmp_path, db_url=db_url)
-    with Catalog.open(settings) as catalog:
+    with Catalog.open(settings, upgrade=True) as catalog:  # as `hcat-notify db upgrade`
         assert catalog.last_event_id() == 41
         catalog.create_table("web.clicks", location=str(tmp_path / "c"), partition_keys=["ds"])
         assert catalog.mark_set_done("web.clicks", {"ds": "1"}) > 42

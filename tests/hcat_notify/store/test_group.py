@@ -123,11 +123,11 @@ def test_progress_is_fenced_by_the_bucket_epoch(catalog: Catalog, clicks: str):
     )
     assert catalog.group.progress() == {clicks: ids[1]}
     # stamped by the database's clock (the same host's here)
-    published_at = catalog.last_published_by_topic()[clicks]
+    published_at = catalog.outbox.last_published_by_topic()[clicks]
     assert abs((published_at - datetime.now(UTC)).total_seconds()) < 60
     # the table's CREATE_TABLE waits on the prefix topic, in another bucket
-    assert [e.event_id for e in catalog.pending_events() if e.topic == clicks] == ids[2:]
-    assert catalog.outbox_backlog()[0] == 3
+    assert [e.event_id for e in catalog.outbox.pending() if e.topic == clicks] == ids[2:]
+    assert catalog.outbox.backlog()[0] == 3
     # The bucket moves to b: a's later writes change nothing, and a learns it.
     assert catalog.group.assign("a", epoch, {bucket: "b"})
     lost = catalog.group.record_progress(

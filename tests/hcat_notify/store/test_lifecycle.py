@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hcat_notify import register_partitions
 from hcat_notify.errors import (
     ConcurrentWriteError,
     InvalidInputError,
@@ -31,7 +32,7 @@ _counts = row_counts
 
 
 def _events(catalog: Catalog, kind: EventType | None = None):
-    return [e for e in catalog.events(limit=10_000) if kind is None or e.event_type is kind]
+    return [e for e in catalog.outbox.events(limit=10_000) if kind is None or e.event_type is kind]
 
 
 def _table(catalog: Catalog, root: Path, **kwargs):
@@ -62,7 +63,8 @@ def test_create_table_announces_on_the_prefix_topic(catalog: Catalog, tmp_path: 
 def test_register_existing_files_measures_and_announces_in_one_go(catalog: Catalog, tmp_path: Path):
     _table(catalog, tmp_path / "t")
     where = _files(tmp_path / "elsewhere" / "us", 100, 23)
-    registration = catalog.register_partitions(
+    registration = register_partitions(
+        catalog,
         "web.clicks",
         {"datestamp=20110228/region=us": str(where)},
         mark_set_done={"datestamp": "20110228"},
@@ -92,8 +94,8 @@ def test_bad_registrations_change_nothing(
     catalog: Catalog, tmp_path: Path, spec, make, error, match
 ):
     _table(catalog, tmp_path / "t")
-    catalog.register_partitions(
-        "web.clicks", {"datestamp=0/region=us": str(_files(tmp_path / "zero", 1))}
+    register_partitions(
+        catalog, "web.clicks", {"datestamp=0/region=us": str(_files(tmp_path / "zero", 1))}
     )
     where = tmp_path / "p"
     if make == "files":
@@ -102,7 +104,7 @@ def test_bad_registrations_change_nothing(
         _files(where)
     before = _counts(catalog)
     with pytest.raises(error, match=match):
-        catalog.register_partitions("web.clicks", {spec: str(where)})
+        register_partitions(catalog, "web.clicks", {spec: str(where)})
     assert _counts(catalog) == before
 
 
@@ -149,7 +151,7 @@ def test_drop_with_purge_deletes_files_and_refuses_external_tables(
     root = tmp_path / "t"
     _table(catalog, root)
     where = _files(root / "datestamp=1" / "region=a", 3)
-    catalog.register_partitions("web.clicks", {"datestamp=1/region=a": str(where)})
+    register_partitions(catalog, "web.clicks", {"datestamp=1/region=a": str(where)})
     _, purge = drop_partitions(catalog, "web.clicks", {"datestamp": "1"}, purge=True)
     assert not where.exists()
     assert purge.errors == []
@@ -157,7 +159,7 @@ def test_drop_with_purge_deletes_files_and_refuses_external_tables(
         "web.ext", location=str(tmp_path / "x"), partition_keys=["ds"], table_type="EXTERNAL_TABLE"
     )
     kept = _files(tmp_path / "x" / "ds=1", 1)
-    catalog.register_partitions("web.ext", {"ds=1": str(kept)})
+    register_partitions(catalog, "web.ext", {"ds=1": str(kept)})
     before = _counts(catalog)
     with pytest.raises(InvalidInputError, match="EXTERNAL_TABLE"):
         drop_partitions(catalog, "web.ext", {"ds": "1"}, purge=True)
@@ -168,8 +170,10 @@ def test_drop_with_purge_deletes_files_and_refuses_external_tables(
 def test_drop_table_takes_retained_dones_and_tells_both_topics(catalog: Catalog, tmp_path: Path):
     root = tmp_path / "t"
     info = _table(catalog, root)
-    catalog.register_partitions(
-        "web.clicks", {"datestamp=1/region=a": str(_files(root / "datestamp=1" / "region=a", 1))}
+    register_partitions(
+        catalog,
+        "web.clicks",
+        {"datestamp=1/region=a": str(_files(root / "datestamp=1" / "region=a", 1))},
     )
     catalog.mark_set_done("web.clicks", {"datestamp": "1"})
     dropped, purge = drop_table(catalog, "web.clicks", purge=True)
@@ -279,7 +283,7 @@ def test_a_write_announced_per_write_is_one_message_caught_up_once(
     (batch,) = _events(catalog, EventType.ADD_PARTITION)
     assert len(json.loads(batch.body)["partitions"]) == 50
     assert {p.event_id for p in catalog.list_partitions("web.clicks")} == {batch.event_id}
-    catalog.lifecycle.drop_partitions("web.clicks", {"datestamp": "1", "region": "7"})
+    catalog.partitions.drop("web.clicks", {"datestamp": "1", "region": "7"})
     caught = catalog.catch_up(["web.clicks"], cursor="*:0")
     assert [e.event_type for e in caught] == [EventType.ADD_PARTITION, EventType.DROP_PARTITION]
     assert [e.event_type for e in catalog.catch_up(["web.clicks"], cursor="*:0", limit=1)] == [

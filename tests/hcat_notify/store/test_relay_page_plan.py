@@ -46,7 +46,7 @@ def test_a_relay_page_walks_the_primary_key_even_without_statistics(catalog: Cat
         admin.dispose()
     plans: list[str] = []
     with _explained(plans):
-        page = catalog.events_in_buckets(list(range(256)), after_event_id=0, limit=100)
+        page = catalog.outbox.events_in_buckets(list(range(256)), after_event_id=0, limit=100)
     assert len(page) == 100
     assert [e.event_id for e in page] == sorted(e.event_id for e in page)
     (plan,) = plans

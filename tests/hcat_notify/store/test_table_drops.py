@@ -43,12 +43,12 @@ def single(settings: Settings) -> Iterator[Catalog]:
 
 def test_a_dropped_table_is_named_as_dropped(catalog: Catalog):
     _table(catalog)
-    dropped = catalog.lifecycle.drop_table("web.clicks")
+    dropped = catalog.tables.drop("web.clicks")
     on_table_topic = dropped.event_ids[-1]
     for ask in (
         lambda: catalog.get_table("web.clicks"),
         lambda: catalog.find_covering_done("web.clicks", {"datestamp": "1"}),
-        lambda: catalog.lifecycle.drop_table("web.clicks"),
+        lambda: catalog.tables.drop("web.clicks"),
     ):
         with pytest.raises(
             TableDroppedError, match=f"^table web.clicks was dropped \\(event {on_table_topic}\\)$"
@@ -64,7 +64,7 @@ def test_a_dropped_table_is_caught_up_through_its_drop(catalog: Catalog):
     info = _table(catalog)
     (first,) = _add(catalog, "1", "a")
     (second,) = _add(catalog, "2", "a")
-    drop = catalog.lifecycle.drop_table("web.clicks").event_ids[-1]
+    drop = catalog.tables.drop("web.clicks").event_ids[-1]
 
     def caught(cursor):
         return _kinds(catalog.catch_up(["web.clicks"], cursor=cursor))
@@ -82,7 +82,7 @@ def test_a_recreated_table_is_not_caught_up_with_the_old_ones_life(catalog: Cata
     info = _table(catalog)
     (old,) = _add(catalog, "1", "a")
     catalog.mark_set_done("web.clicks", {"datestamp": "1"})
-    catalog.lifecycle.drop_table("web.clicks")
+    catalog.tables.drop("web.clicks")
     again = _table(catalog)
     assert again.topic == info.topic
     (new,) = _add(catalog, "2", "a")
@@ -97,7 +97,7 @@ def test_a_recreated_table_is_not_caught_up_with_the_old_ones_life(catalog: Cata
     assert _kinds(catalog.catch_up(["web.clicks"])) == [(EventType.MARK_SET_DONE, done)]
 
     # Dropped again: caught up through the second drop, never the first.
-    second_drop = catalog.lifecycle.drop_table("web.clicks").event_ids[-1]
+    second_drop = catalog.tables.drop("web.clicks").event_ids[-1]
     assert _kinds(catalog.catch_up(["web.clicks"], cursor="*:0")) == [
         (EventType.ADD_PARTITION, new),
         (EventType.MARK_SET_DONE, done),
@@ -136,7 +136,7 @@ def test_table_events_and_unprefixed_batches_have_no_spec(single: Catalog):
     assert one.partitions == (one.spec,)
     assert one.describe() == "datestamp=4/region=a"
 
-    single.lifecycle.drop_table("web.clicks")
+    single.tables.drop("web.clicks")
     (drop,) = [
         from_outbox(e, Source.REGISTRY)
         for e in single.catch_up(["web.clicks"], cursor=f"*:{one.event_id}")

@@ -76,7 +76,7 @@ def test_a_partition_cannot_be_moved_outside_the_roots(narrow: Catalog, tmp_path
     narrow.create_table("web.t", location=str(inside), partition_keys=["ds"])
     (added,) = narrow.add_partitions("web.t", [NewPartition({"ds": "1"}, str(inside / "ds=1"))])
     with pytest.raises(LocationOutsideWarehouseError):
-        narrow.update_partition(
+        narrow.partitions.update(
             "web.t", {"ds": "1"}, expected_version=1, location=str(tmp_path / "x")
         )
-    assert narrow.get_partition("web.t", {"ds": "1"}) == added
+    assert narrow.partitions.get("web.t", {"ds": "1"}) == added

@@ -103,7 +103,7 @@ def test_auth_matrix(
                 assert "is a reader" in response.json()["detail"]
         for path in OPEN:
             assert client.get(path).status_code == 200, path
-    written = {event.event_type for event in api_catalog.events(after_event_id=before)}
+    written = {event.event_type for event in api_catalog.outbox.events(after_event_id=before)}
     assert written == (WRITTEN if writes is None else set())  # refused writes changed nothing
     partitions = [p.spec.to_path() for p in api_catalog.list_partitions(table)]
     assert partitions == (["datestamp=2/region=us"] if writes is None else [])

@@ -153,7 +153,7 @@ def test_wait_through_the_api_on_a_dropped_table_exits_2(
             text=True,
         )
         time.sleep(3)  # subscribed and checked the catalog through the API
-        drop = api_catalog.lifecycle.drop_table(name).event_ids[-1]
+        drop = api_catalog.tables.drop(name).event_ids[-1]
         out, err = waiter.communicate(timeout=60)
     assert (waiter.returncode, out) == (2, "")
     # over the broker, or through the API if the drop came before the consumer's check

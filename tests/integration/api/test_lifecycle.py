@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hcat_notify import ApiClient, PartitionNotFoundError
+from hcat_notify import ApiClient, PartitionNotFoundError, register_partitions
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog, NewPartition
 from tests.integration.api.support import WRITER, ApiServer
@@ -39,7 +39,7 @@ def _table_at(catalog: Catalog, root: Path, **options) -> str:
 
 def _events(catalog: Catalog, after: int, table: str) -> list:
     """The outbox events of ``table`` after event ``after``, each checked as a message."""
-    found = [e for e in catalog.events(after_event_id=after, limit=1000) if e.table == table]
+    found = [e for e in catalog.outbox.events(after_event_id=after, limit=1000) if e.table == table]
     for event in found:
         validate_message(event.headers, event.body)
     return found
@@ -74,7 +74,7 @@ def test_register_files_in_place(writer: httpx.Client, api_catalog: Catalog, tmp
     ]
     assert data["eventIds"] == [e.event_id for e in events[:2]]
     assert data["doneEventId"] == events[2].event_id
-    stored = api_catalog.get_partition(name, {"datestamp": "20110228", "region": "us"})
+    stored = api_catalog.partitions.get(name, {"datestamp": "20110228", "region": "us"})
     assert stored is not None
     assert (stored.file_count, stored.total_bytes) == (2, 42)
     assert stored.location.endswith(str(us))
@@ -167,7 +167,7 @@ def test_drop_partitions_by_partial_spec(writer: httpx.Client, new_table, api_ca
 def test_drop_partitions_with_purge(writer: httpx.Client, api_catalog: Catalog, tmp_path: Path):
     name = _table_at(api_catalog, tmp_path / "table")
     landed = _land(tmp_path / "table" / "datestamp=1" / "region=us", 4)
-    api_catalog.register_partitions(name, {"datestamp=1/region=us": str(landed)})
+    register_partitions(api_catalog, name, {"datestamp=1/region=us": str(landed)})
     response = writer.delete(
         f"/v1/tables/{name}/partitions", params={"region": "us", "purge": "true"}
     )

@@ -58,7 +58,7 @@ def _pyarrow_table(
                 total_bytes=sum(p.stat().st_size for p in _data_files(directory)),
             )
         )
-    catalog.add_partitions(name, new, announce=False)
+    catalog.add_partitions(name, new)
     return root
 
 

@@ -95,9 +95,7 @@ def test_an_unusable_location_fails_that_partition_only(settings, tmp_path):
     with Catalog.open(settings) as catalog:
         _pyarrow_table(catalog, tmp_path, "web.odd", {"a": 12})
         catalog.add_partitions(
-            "web.odd",
-            [NewPartition({"datestamp": "20110228", "region": "b"}, odd, 12, 0)],
-            announce=False,
+            "web.odd", [NewPartition({"datestamp": "20110228", "region": "b"}, odd, 12, 0)]
         )
         summary = compact_table(catalog, "web.odd", policy=CompactionPolicy(min_files=10))
         assert (summary.partitions_compacted, summary.partitions_failed) == (1, 1)
@@ -105,7 +103,7 @@ def test_an_unusable_location_fails_that_partition_only(settings, tmp_path):
         assert "region=b" in summary.errors[0]
         assert odd in summary.errors[0]
         assert (
-            catalog.get_partition("web.odd", {"datestamp": "20110228", "region": "b"}).location
+            catalog.partitions.get("web.odd", {"datestamp": "20110228", "region": "b"}).location
             == odd
         )
 
@@ -140,7 +138,7 @@ def test_concurrent_compaction_is_refused_and_the_copy_removed(settings, tmp_pat
                 .type
                 == pafs.FileType.Directory
             )
-            catalog.update_partition(
+            catalog.partitions.update(
                 "web.race", before.spec, expected_version=plan.version, file_count=12
             )
 
@@ -162,7 +160,7 @@ def test_concurrent_compaction_is_refused_and_the_copy_removed(settings, tmp_pat
         assert len(_data_files(root / "datestamp=20110228" / "region=a")) == 12
         assert summary.old_locations == ()
         with pytest.raises(ConflictError):  # the catalog's own guard, for reference
-            catalog.update_partition("web.race", before.spec, expected_version=before.version)
+            catalog.partitions.update("web.race", before.spec, expected_version=before.version)
 
 
 def test_integrity_failure_names_the_partition_and_keeps_its_row(settings, tmp_path):

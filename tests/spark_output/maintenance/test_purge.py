@@ -81,7 +81,7 @@ def test_purge_follows_a_copy_that_was_compacted_again(settings, tmp_path):
             ids = list(range(10_000 + number * 10, 10_000 + number * 10 + 10))
             table = pa.table({"id": ids, "value": [f"v{i}" for i in ids]})
             pq.write_table(table, first_dir / f"part-append-{number:05d}.parquet")
-        catalog.update_partition(
+        catalog.partitions.update(
             "web.chain", first.spec, expected_version=first.version, file_count=12
         )
         expected = _rows_at(first.location)
@@ -118,9 +118,9 @@ def test_purge_keeps_recent_and_registered_dirs(settings, tmp_path):
         assert _snapshot(root) == files
 
         # region=a is pointed back at its old directory, although the marker is there
-        current = catalog.get_partition("web.keep", {"datestamp": "20110228", "region": "a"})
+        current = catalog.partitions.get("web.keep", {"datestamp": "20110228", "region": "a"})
         assert current is not None
-        catalog.update_partition(
+        catalog.partitions.update(
             "web.keep",
             current.spec,
             expected_version=current.version,
@@ -174,11 +174,11 @@ def test_purge_refuses_when_data_is_not_safe_elsewhere(settings, tmp_path):
         root, before = _compacted(catalog, tmp_path, "web.unsafe", {"a": 12, "b": 12})
         # a: the partition moved on to a directory that is not the marker's, and the
         # marker's new location is gone
-        current = catalog.get_partition("web.unsafe", {"datestamp": "20110228", "region": "a"})
+        current = catalog.partitions.get("web.unsafe", {"datestamp": "20110228", "region": "a"})
         assert current is not None
         elsewhere = tmp_path / "elsewhere"
         _local(current.location).rename(elsewhere)
-        catalog.update_partition(
+        catalog.partitions.update(
             "web.unsafe",
             current.spec,
             expected_version=current.version,

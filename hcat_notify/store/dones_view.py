@@ -1,0 +1,132 @@
+"""``catalog.dones``: MARK_SET_DONE messages, recorded and retained (a thin view over
+:mod:`hcat_notify.store.retention` and the fast path, :mod:`hcat_notify.store.fast_path`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+
+from hcat_notify.errors import HcatNotifyError, InvalidInputError, TableNotFoundError
+from hcat_notify.model.names import TableName
+from hcat_notify.model.specs import MAX_COVERING_KEYS, PartitionSpec
+from hcat_notify.store import retention
+from hcat_notify.store import tables as table_ops
+from hcat_notify.store.fast_path import FastPath
+from hcat_notify.store.records import RetainedDone, as_table_name
+from hcat_notify.store.tx import Tx
+
+__all__ = ["Dones"]
+
+logger = logging.getLogger(__name__)
+
+SpecLike = PartitionSpec | Mapping[str, str | None]
+
+
+def _lookup_spec(spec: SpecLike) -> PartitionSpec | None:
+    """``spec`` for the fast path, or None (the session path raises what is wrong)."""
+    try:
+        given = spec if isinstance(spec, PartitionSpec) else PartitionSpec.from_mapping(spec)
+    except HcatNotifyError:
+        return None
+    return given if len(given) <= MAX_COVERING_KEYS else None
+
+
+class Dones:
+    """The dones of one catalog (``catalog.dones``).
+
+    Args:
+        transaction: opens a :class:`Tx` of the catalog (``write=True`` for writers).
+        fast: the catalog's fast path.
+        clock: the catalog's clock.
+        buckets: the catalog's bucket count (fixed when it was created).
+    """
+
+    def __init__(
+        self,
+        transaction: Callable[..., AbstractContextManager[Tx]],
+        fast: FastPath,
+        clock: Callable[[], datetime],
+        buckets: Callable[[], int],
+    ) -> None:
+        self._transaction = transaction
+        self._fast = fast
+        self._clock = clock
+        self._buckets = buckets
+
+    def mark(self, table: TableName | str, spec: SpecLike) -> int:
+        """Record a MARK_SET_DONE: retention row and outbox event in one transaction
+        (:meth:`hcat_notify.store.Catalog.mark_set_done`); the event id."""
+        name = as_table_name(table)
+        given = _lookup_spec(spec)
+        if given is not None:
+            buckets = self._buckets()
+            try:
+                event_id, canonical = self._fast.mark_set_done(name, given, self._clock(), buckets)
+            except TableNotFoundError:
+                self._why_absent(name)
+                raise
+        else:  # the session path says what is wrong with the spec (after the table)
+            with self._transaction(write=True) as tx:
+                row = tx.table_row(name)
+                info = table_ops.info_of(row)
+                event_id, canonical = retention.add_mark_set_done(tx, row, info, spec)
+        logger.info("mark-set-done %s %s as event %d", name, canonical, event_id)
+        return event_id
+
+    def retained(
+        self,
+        tables: Sequence[TableName | str],
+        *,
+        after_event_id: int = 0,
+        limit: int | None = None,
+    ) -> list[RetainedDone]:
+        """Unexpired MARK_SET_DONE messages of the tables, in event-id order.
+
+        Raises:
+            TableNotFoundError: a table is not registered.
+        """
+        names = [as_table_name(table) for table in tables]
+        with self._transaction() as tx:
+            by_id = {tx.table_row(name).id: name for name in names}
+            return retention.retained_dones(tx, by_id, after_event_id=after_event_id, limit=limit)
+
+    def find_covering(self, table: TableName | str, spec: SpecLike) -> RetainedDone | None:
+        """The oldest unexpired MARK_SET_DONE that covers ``spec``, or None
+        (:meth:`hcat_notify.store.Catalog.find_covering_done`)."""
+        name = as_table_name(table)
+        given = _lookup_spec(spec)
+        if given is not None:
+            try:
+                return self._fast.covering_done(name, given, self._clock())
+            except TableNotFoundError:
+                self._why_absent(name)
+                raise
+        # A spec that cannot be looked up: the session path raises what is wrong, and
+        # the table's absence first, as it always has.
+        with self._transaction() as tx:
+            row = tx.table_row(name)
+            wanted = table_ops.info_of(row).spec(spec, partial=True)
+            return retention.find_covering_done(tx, row, name, wanted)
+
+    def sweep_expired(self, *, batch_size: int = 1000, max_batches: int | None = None) -> int:
+        """Delete expired retention rows in batches of ``batch_size``; return how many."""
+        if batch_size < 1:
+            raise InvalidInputError("batch size must be at least 1")
+        removed = 0
+        batches = 0
+        while max_batches is None or batches < max_batches:
+            with self._transaction(write=True) as tx:
+                deleted = retention.delete_expired(tx, batch_size)
+            removed += deleted
+            batches += 1
+            if deleted < batch_size:
+                break
+        return removed
+
+    def _why_absent(self, name: TableName) -> None:
+        """Raise :class:`TableDroppedError` when ``name`` was dropped (the fast path only
+        sees that no table of that name exists)."""
+        with self._transaction() as tx:
+            tx.table_row(name)
