@@ -23,6 +23,13 @@ class Layout:
     back_edges: list[tuple[str, str]] = field(default_factory=list)
     private_imports: list[tuple[str, str]] = field(default_factory=list)
     oversized: list[tuple[str, int]] = field(default_factory=list)
+    deferred_imports: list[tuple[str, str]] = field(default_factory=list)
+    """(module, module it imports inside a function) where the import dodges import order:
+    the importer loads that module anyway when it is imported, or it imports the
+    importer back (a cycle). A deferred import that keeps a heavy module from loading
+    (a command's implementation, pyarrow behind a client) is allowed."""
+    migration_imports: list[tuple[str, str]] = field(default_factory=list)
+    """(migration, live module it imports): migrations use only hcat_notify.migrations."""
 
 
 def _modules(root: Path) -> dict[str, Path]:
@@ -64,6 +71,55 @@ def _imports(tree: ast.AST, package: str) -> Iterator[tuple[str, list[str]]]:
                 base = ".".join([*up, base] if base else up)
             yield base, [alias.name for alias in child.names]
         yield from _imports(child, package)
+
+
+def _top_level_imports(tree: ast.AST, package: str) -> Iterator[tuple[str, list[str]]]:
+    """The imports that run when the module is imported: module level and class bodies,
+    not function bodies, not ``if TYPE_CHECKING:`` blocks."""
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        if isinstance(child, ast.If) and _type_checking(child.test):
+            for node in child.orelse:
+                yield from _top_level_imports(node, package)
+            continue
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            yield from _imports(ast.Module(body=[child], type_ignores=[]), package)
+            continue
+        yield from _top_level_imports(child, package)
+
+
+def _deferred_imports(tree: ast.AST, package: str) -> Iterator[tuple[str, list[str]]]:
+    """The imports inside function bodies (lazy package exports, ``__getattr__``, aside)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name != "__getattr__":
+            for statement in node.body:
+                yield from _imports(ast.Module(body=[statement], type_ignores=[]), package)
+
+
+def _closure(start: str, edges: dict[str, set[str]]) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        for target in edges.get(name, ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def _migration_imports(root: Path) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    for path in sorted((root / "hcat_notify" / "migrations").rglob("*.py")):
+        name = ".".join(path.relative_to(root).with_suffix("").parts)
+        for imported, _ in _imports(ast.parse(path.read_text(encoding="utf-8")), name):
+            live = imported.startswith(PACKAGES) and not imported.startswith(
+                "hcat_notify.migrations"
+            )
+            if live:
+                found.append((name, imported))
+    return found
 
 
 def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -110,6 +166,40 @@ def check_layout(root: Path, line_cap: int = LINE_CAP) -> Layout:
         while name and name not in modules:
             name = name.rpartition(".")[0]
         return name or None
+
+    def targets_of(imports: Iterator[tuple[str, list[str]]], name: str) -> set[str]:
+        found: set[str] = set()
+        for imported, names in imports:
+            for taken in names:
+                submodule = resolve(f"{imported}.{taken}")
+                if submodule is not None and submodule != resolve(imported):
+                    found.add(submodule)
+            owner = resolve(imported)
+            if owner is not None:
+                found.add(owner)
+        found.discard(name)
+        return found
+
+    def parents(name: str) -> set[str]:
+        parts = name.split(".")
+        return {".".join(parts[:end]) for end in range(1, len(parts))} & set(modules)
+
+    top: dict[str, set[str]] = {}
+    deferred: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        top[name] = targets_of(_top_level_imports(tree, package), name) | parents(name)
+        deferred[name] = targets_of(_deferred_imports(tree, package), name)
+    for name in sorted(modules):
+        loaded = _closure(name, top)
+        for target in sorted(deferred[name]):
+            # A package's lazy exports load on first use: only a plain module counts as
+            # loaded anyway.
+            plain = modules[target].name != "__init__.py"
+            if (plain and target in loaded) or name in _closure(target, top):
+                layout.deferred_imports.append((name, target))
+    layout.migration_imports = _migration_imports(root)
 
     edges: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():

@@ -19,6 +19,8 @@ def test_the_source_tree_keeps_the_layout_rules() -> None:
     assert layout.back_edges == []
     assert layout.private_imports == []
     assert layout.oversized == []
+    assert layout.deferred_imports == []
+    assert layout.migration_imports == []
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -96,3 +98,47 @@ def test_a_module_over_the_cap_is_found(tmp_path: Path) -> None:
         },
     )
     assert check_layout(root).oversized == [("spark_output.long", LINE_CAP + 1)]
+
+
+def test_an_import_inside_a_function_that_dodges_import_order_is_found(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            # b loads errors anyway: deferring it in a function gains nothing.
+            "hcat_notify/errors.py": "class E(Exception): ...\n",
+            "hcat_notify/b.py": (
+                "from hcat_notify.errors import E\n"
+                "def f():\n    from hcat_notify.errors import E as F\n    return F\n"
+            ),
+            # d imports c at module level: c importing d in a function dodges a cycle.
+            "hcat_notify/c.py": "def g():\n    from hcat_notify import d\n    return d\n",
+            "hcat_notify/d.py": "from hcat_notify import c\n",
+            # A deferral that keeps a module from loading is allowed.
+            "hcat_notify/heavy.py": "import json\n",
+            "hcat_notify/light.py": (
+                "def h():\n    from hcat_notify import heavy\n    return heavy\n"
+            ),
+        },
+    )
+    assert check_layout(root).deferred_imports == [
+        ("hcat_notify.b", "hcat_notify.errors"),
+        ("hcat_notify.c", "hcat_notify.d"),
+    ]
+
+
+def test_a_migration_importing_live_code_is_found(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "hcat_notify/model.py": "X = 1\n",
+            "hcat_notify/migrations/__init__.py": "",
+            "hcat_notify/migrations/frozen.py": "X = 1\n",
+            "hcat_notify/migrations/versions/0001_a.py": (
+                "from hcat_notify.migrations.frozen import X\n"
+            ),
+            "hcat_notify/migrations/versions/0002_b.py": "from hcat_notify.model import X\n",
+        },
+    )
+    assert check_layout(root).migration_imports == [
+        ("hcat_notify.migrations.versions.0002_b", "hcat_notify.model")
+    ]

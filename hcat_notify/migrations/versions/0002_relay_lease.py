@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from hcat_notify.store.models import UTCDateTime
+from hcat_notify.migrations.frozen import UTCDateTime
 
 revision = "0002"
 down_revision = "0001"

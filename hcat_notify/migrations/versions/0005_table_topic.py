@@ -17,8 +17,7 @@ import json
 import sqlalchemy as sa
 from alembic import context, op
 
-from hcat_notify.model.names import TableName
-from hcat_notify.model.topics import DEFAULT_TOPIC_PREFIX, TopicStrategy, resolve_topic
+from hcat_notify.migrations.frozen import DEFAULT_TOPIC_PREFIX, resolve_topic_0005
 
 revision = "0005"
 down_revision = "0004"
@@ -29,7 +28,7 @@ depends_on = None
 def upgrade() -> None:
     settings = context.config.attributes.get("settings")
     prefix = settings.topic_prefix if settings is not None else DEFAULT_TOPIC_PREFIX
-    strategy = settings.topic_strategy if settings is not None else TopicStrategy.TABLE
+    strategy = str(settings.topic_strategy) if settings is not None else "table"
     with op.batch_alter_table("hcat_tables") as batch:
         batch.add_column(sa.Column("topic", sa.String(255), nullable=True))
     tables = sa.table(
@@ -48,8 +47,9 @@ def upgrade() -> None:
         properties = row.properties
         if isinstance(properties, str):
             properties = json.loads(properties)
-        topic = resolve_topic(
-            TableName(row.db_name, row.table_name),
+        topic = resolve_topic_0005(
+            row.db_name,
+            row.table_name,
             prefix=prefix,
             strategy=strategy,
             properties=properties or {},

@@ -19,8 +19,7 @@ from collections import defaultdict
 import sqlalchemy as sa
 from alembic import context, op
 
-from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
-from hcat_notify.store.models import UTCDateTime
+from hcat_notify.migrations.frozen import DEFAULT_BUCKETS, UTCDateTime, topic_bucket_0007
 
 revision = "0007"
 down_revision = "0006"
@@ -120,7 +119,9 @@ def upgrade() -> None:
     topics = [row[0] for row in connection.execute(sa.select(outbox.c.topic).distinct())]
     for topic in topics:
         connection.execute(
-            outbox.update().where(outbox.c.topic == topic).values(bucket=topic_bucket(topic, count))
+            outbox.update()
+            .where(outbox.c.topic == topic)
+            .values(bucket=topic_bucket_0007(topic, count))
         )
     with op.batch_alter_table("hcat_outbox") as batch:
         batch.alter_column("bucket", existing_type=sa.Integer(), nullable=False)
@@ -140,7 +141,7 @@ def upgrade() -> None:
     through: dict[int, int] = defaultdict(lambda: 2**62)
     for topic, top in highest.items():
         done = waiting[topic] - 1 if topic in waiting else top
-        bucket = topic_bucket(topic, count)
+        bucket = topic_bucket_0007(topic, count)
         through[bucket] = min(through[bucket], done)
         if done > 0:
             progress_rows.append(
