@@ -19,25 +19,28 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 from hcat_notify.broker.backoff import Backoff
 from hcat_notify.config import Settings
-from hcat_notify.consumer import Notification, NotificationConsumer
+from hcat_notify.consumer import (
+    CatalogReader,
+    Condition,
+    Notification,
+    NotificationConsumer,
+    Target,
+    open_reader,
+)
 from hcat_notify.errors import (
     ApiUnavailableError,
     BrokerAuthError,
     BrokerError,
     StoreUnavailableError,
     SubscriberInUseError,
-    TableDroppedError,
 )
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.store.records import PartitionInfo, RetainedDone, TableInfo
 
 __all__ = [
     "TRANSIENT_ERRORS",
@@ -66,82 +69,9 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
 # How long one receive slice lasts: bounds how late a cancel or the deadline is noticed.
 RECEIVE_SLICE = 1.0
 
-
-class Condition(StrEnum):
-    """What a sensor waits for."""
-
-    DONE = "done"  # a MARK_SET_DONE covering the spec
-    PARTITION = "partition"  # a registered partition under the spec
-
-
-class Reader(Protocol):
-    """What a wait reads: :class:`~hcat_notify.store.Catalog` or the HTTP API's client."""
-
-    def get_table(self, table: TableName | str) -> TableInfo: ...
-
-    def find_covering_done(
-        self, table: TableName | str, spec: PartitionSpec
-    ) -> RetainedDone | None: ...
-
-    def list_partitions(
-        self, table: TableName | str, spec: PartitionSpec | None = None
-    ) -> list[PartitionInfo]: ...
-
-    def close(self) -> None: ...
-
-
-def open_reader(settings: Settings, *, durable: bool = False) -> Reader:
-    """The HTTP API's client when the settings name one (and no durable subscriber needs
-    the database), else the catalog database, never created here.
-
-    Raises:
-        StoreUnavailableError: no catalog at the configured URL.
-    """
-    if settings.api_urls and not durable:
-        from hcat_notify.api.client import ApiClient
-
-        return ApiClient.from_settings(settings, settings.api_urls)
-    from hcat_notify.store.catalog import Catalog
-
-    return Catalog.open(settings, upgrade=False, create=False)
-
-
-@dataclass(frozen=True)
-class Target:
-    """A validated condition: the table and the (partial) spec in the table's key order."""
-
-    condition: Condition
-    table: TableName
-    spec: PartitionSpec
-
-    def match(self, notification: Notification) -> PartitionSpec | None:
-        """The spec by which this live or retained notification satisfies the condition
-        (the covering done, or the first partition under the spec; a batched
-        announcement lists several), else None.
-
-        Raises:
-            TableDroppedError: the notification is the table's DROP_TABLE: nothing will
-                satisfy the condition any more.
-        """
-        if notification.table != self.table:
-            return None
-        if notification.event_type is EventType.DROP_TABLE:
-            raise TableDroppedError(
-                f"table {self.table} was dropped (event {notification.event_id}) while "
-                f"waiting for {self.spec.canonical()}",
-                event_id=notification.event_id,
-                topic=notification.topic,
-            )
-        if self.condition is Condition.DONE:
-            done = notification.event_type is EventType.MARK_SET_DONE
-            spec = notification.spec
-            return spec if done and spec is not None and spec.covers(self.spec) else None
-        if notification.event_type is not EventType.ADD_PARTITION:
-            return None
-        partitions = notification.partitions or (
-            (notification.spec,) if notification.spec is not None else ()
-        )
-        return next((p for p in partitions if self.spec.covers(p)), None)
+Reader = CatalogReader
+"""What a wait reads: :class:`~hcat_notify.store.Catalog` or the HTTP API's client, as
+:func:`~hcat_notify.consumer.open_reader` opens it."""
 
 
 def resolve_target(

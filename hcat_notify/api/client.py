@@ -21,18 +21,31 @@ Errors come back as the server's problem documents name them: the same
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
-from types import MappingProxyType, TracebackType
-from typing import TYPE_CHECKING, Any
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from hcat_notify import errors
 from hcat_notify.api.contract import MAX_PAGE, NOT_DONE
+from hcat_notify.api.datamodels import (
+    CoveringDone,
+    Discovery,
+    EventPage,
+    EventRecorded,
+    LastEvent,
+    PartitionPage,
+    PartitionsDropped,
+    Registered,
+    Table,
+    TableDropped,
+    TableList,
+)
 from hcat_notify.config import DEFAULT_API_TIMEOUT, Settings, parse_api_urls
 from hcat_notify.errors import (
     ApiAuthError,
@@ -43,13 +56,11 @@ from hcat_notify.errors import (
 )
 from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.cursor import Cursor
-from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.wire import DEFAULT_TABLE_TYPE
 from hcat_notify.store.records import (
     DEFAULT_RETENTION,
-    NewPartition,
     OutboxEvent,
     PartitionInfo,
     RetainedDone,
@@ -59,7 +70,7 @@ from hcat_notify.store.records import (
 
 if TYPE_CHECKING:
     # The lifecycle results (sqlalchemy, pyarrow) are imported when a method returns one.
-    from hcat_notify.lifecycle import Discovery, Purge
+    from hcat_notify import lifecycle
     from hcat_notify.store.table_changes import DroppedPartitions, DroppedTable, Registration
 
 __all__ = ["ApiClient", "error_of"]
@@ -70,64 +81,7 @@ _RETRY_STATUS = frozenset({502, 503, 504})
 
 SpecLike = PartitionSpec | Mapping[str, str | None]
 Params = list[tuple[str, str | int | float | bool | None]]
-
-
-def _time(value: str) -> datetime:
-    return datetime.fromisoformat(value)
-
-
-def _table(data: Mapping[str, Any]) -> TableInfo:
-    return TableInfo(
-        name=TableName(data["db"], data["table"]),
-        location=data["location"],
-        storage_format=data["format"],
-        partition_keys=tuple(data["partitionKeys"]),
-        table_type=data["tableType"],
-        properties=MappingProxyType(dict(data["properties"])),
-        retention=timedelta(seconds=data["retentionSeconds"]),
-        topic=data["topic"],
-        created_at=_time(data["createdAt"]),
-        updated_at=_time(data["updatedAt"]),
-        version=data["version"],
-    )
-
-
-def _partition(table: TableName, data: Mapping[str, Any]) -> PartitionInfo:
-    return PartitionInfo(
-        table=table,
-        spec=PartitionSpec.parse_trusted(data["spec"]),
-        location=data["location"],
-        job_id=data["jobId"],
-        file_count=data["fileCount"],
-        total_bytes=data["totalBytes"],
-        archived=data["archived"],
-        event_id=data["eventId"],
-        created_at=_time(data["createdAt"]),
-        updated_at=_time(data["createdAt"]),
-        version=0,
-    )
-
-
-def _done(data: Mapping[str, Any]) -> RetainedDone:
-    return RetainedDone(
-        event_id=data["eventId"],
-        table=TableName.parse(data["table"]),
-        spec=PartitionSpec.parse_trusted(data["spec"]),
-        created_at=_time(data["createdAt"]),
-        expires_at=_time(data["expiresAt"]),
-    )
-
-
-def _event(data: Mapping[str, Any]) -> OutboxEvent:
-    return OutboxEvent(
-        event_id=data["eventId"],
-        topic=data["topic"],
-        event_type=EventType(data["event"]),
-        table=data["table"],
-        headers=dict(data["headers"]),
-        body=json.dumps(data["body"], ensure_ascii=True, separators=(",", ":")),
-        created_at=_time(data["createdAt"]),
-    )
+Model = TypeVar("Model", bound=BaseModel)
 
 
 def _spec_of(spec: SpecLike | str) -> PartitionSpec:
@@ -140,23 +94,15 @@ def _spec_params(spec: SpecLike) -> Params:
     return [("spec", _spec_of(spec).to_path())]
 
 
-def _partitions(data: Mapping[str, Any]) -> tuple[PartitionInfo, ...]:
-    name = TableName.parse(data["table"])
-    return tuple(_partition(name, item) for item in data["partitions"])
-
-
-def _purge(data: Mapping[str, Any]) -> Purge:
-    from hcat_notify.lifecycle import Purge
-
-    return Purge(
-        deleted=list(data["deleted"]), errors=list(data["errors"]), kept=list(data.get("kept", []))
-    )
-
-
-def _registration(data: Mapping[str, Any]) -> Registration:
-    from hcat_notify.store.table_changes import Registration
-
-    return Registration(_partitions(data), data.get("doneEventId"))
+def _decode(model: type[Model], response: httpx.Response) -> Model:
+    """The response's body as the API's own model of it."""
+    try:
+        return model.model_validate_json(response.content)
+    except ValidationError as exc:
+        raise ApiError(
+            f"{response.request.url} answered {response.status_code} with a body that is no "
+            f"{model.__name__}: {exc}"
+        ) from exc
 
 
 def _problem(response: httpx.Response) -> dict[str, Any]:
@@ -281,23 +227,23 @@ class ApiClient:
             return last
         raise ApiUnavailableError("no HTTP API instance answered: " + "; ".join(failures))
 
-    def _get(self, path: str, params: Params | None = None) -> Any:
+    def _get(self, model: type[Model], path: str, params: Params | None = None) -> Model:
         response = self._send("GET", path, params=params)
         if response.status_code != 200:
             raise error_of(response)
-        return response.json()
+        return _decode(model, response)
 
-    def _post(self, path: str, body: Any) -> Any:
+    def _post(self, model: type[Model], path: str, body: Any) -> Model:
         response = self._send("POST", path, body=body)
         if response.status_code not in (200, 201):
             raise error_of(response)
-        return response.json()
+        return _decode(model, response)
 
-    def _delete(self, path: str, params: Params) -> Any:
+    def _delete(self, model: type[Model], path: str, params: Params) -> Model:
         response = self._send("DELETE", path, params=params)
         if response.status_code != 200:
             raise error_of(response)
-        return response.json()
+        return _decode(model, response)
 
     # -- the CatalogReader methods ----------------------------------------------------------
 
@@ -307,12 +253,12 @@ class ApiClient:
         Raises:
             TableNotFoundError: no such table.
         """
-        return _table(self._get(f"/v1/tables/{as_table_name(table)}"))
+        return self._get(Table, f"/v1/tables/{as_table_name(table)}").to_table()
 
     def list_tables(self, db: str | None = None) -> list[TableInfo]:
         """All registered tables (of one database if given), by name."""
         params: Params | None = [("db", db)] if db is not None else None
-        return [_table(item) for item in self._get("/v1/tables", params)["tables"]]
+        return [item.to_table() for item in self._get(TableList, "/v1/tables", params).tables]
 
     def list_partitions(
         self, table: TableName | str, spec: SpecLike | None = None
@@ -327,9 +273,9 @@ class ApiClient:
                 params += _spec_params(spec)
             if after is not None:
                 params.append(("after", after))
-            page = self._get(f"/v1/tables/{name}/partitions", params)
-            found += [_partition(name, item) for item in page["partitions"]]
-            after = page["next"]
+            page = self._get(PartitionPage, f"/v1/tables/{name}/partitions", params)
+            found += [item.to_partition(name) for item in page.partitions]
+            after = page.next
             if after is None:
                 return found
 
@@ -353,10 +299,10 @@ class ApiClient:
             params += [("after", after), ("limit", size)]
             if position:
                 params.append(("cursor", str(position)))
-            page = self._get("/v1/events", params)
-            events = [_event(item) for item in page["events"]]
+            page = self._get(EventPage, "/v1/events", params)
+            events = [item.to_event() for item in page.events]
             found += events
-            if not page["more"] or not events:
+            if not page.more or not events:
                 break
             after = events[-1].event_id
         return found
@@ -373,22 +319,22 @@ class ApiClient:
             "GET", f"/v1/tables/{as_table_name(table)}/done", params=params, wait=wait
         )
         if response.status_code == 200:
-            return _done(response.json())
+            return _decode(CoveringDone, response).to_done()
         if response.status_code == 404 and _problem(response).get("type") == NOT_DONE:
             return None
         raise error_of(response)
 
     def last_event_id(self) -> int:
         """The highest event id handed out so far."""
-        return int(self._get("/v1/events/last")["eventId"])
+        return self._get(LastEvent, "/v1/events/last").event_id
 
     # -- writes ---------------------------------------------------------------------------
 
     def mark_set_done(self, table: TableName | str, spec: SpecLike) -> int:
         """Record a MARK_SET_DONE (needs a writer principal); its event id."""
         parsed = _spec_of(spec)
-        data = self._post(f"/v1/tables/{as_table_name(table)}/done", {"spec": parsed.as_dict()})
-        return int(data["eventId"])
+        path = f"/v1/tables/{as_table_name(table)}/done"
+        return self._post(EventRecorded, path, {"spec": parsed.as_dict()}).event_id
 
     def create_table(
         self,
@@ -417,7 +363,7 @@ class ApiClient:
             "topic": topic,
             "announce": announce,
         }
-        return _table(self._post("/v1/tables", body))
+        return self._post(Table, "/v1/tables", body).to_table()
 
     def register_partitions(
         self,
@@ -441,9 +387,8 @@ class ApiClient:
             "announce": announce,
             "jobId": job_id,
         }
-        return _registration(
-            self._post(f"/v1/tables/{as_table_name(table)}/partitions:register", body)
-        )
+        path = f"/v1/tables/{as_table_name(table)}/partitions:register"
+        return self._post(Registered, path, body).to_registration()
 
     def discover_partitions(
         self,
@@ -452,34 +397,16 @@ class ApiClient:
         dry_run: bool = False,
         skip_foreign: bool = False,
         announce: AnnounceMode | None = None,
-    ) -> Discovery:
+    ) -> lifecycle.Discovery:
         """Hive's MSCK REPAIR TABLE on the server: what
         :func:`hcat_notify.discover_partitions` returns."""
-        from hcat_notify.lifecycle import Discovery
-
         body = {"dryRun": dry_run, "skipForeign": skip_foreign, "announce": announce}
-        data = self._post(f"/v1/tables/{as_table_name(table)}/partitions:discover", body)
-        found = tuple(
-            NewPartition(
-                PartitionSpec.parse_trusted(item["spec"]),
-                item["location"],
-                file_count=item["fileCount"],
-                total_bytes=item["totalBytes"],
-            )
-            for item in data["found"]
-        )
-        return Discovery(
-            table=data["table"],
-            found=found,
-            foreign=tuple((item["path"], item["reason"]) for item in data["foreign"]),
-            empty=tuple(data["empty"]),
-            dry_run=data["dryRun"],
-            registration=_registration(data) if data["partitions"] else None,
-        )
+        path = f"/v1/tables/{as_table_name(table)}/partitions:discover"
+        return self._post(Discovery, path, body).to_discovery()
 
     def drop_partitions(
         self, table: TableName | str, spec: SpecLike, *, purge: bool = False
-    ) -> tuple[DroppedPartitions, Purge]:
+    ) -> tuple[DroppedPartitions, lifecycle.Purge]:
         """Drop every partition ``spec`` matches and announce each (DROP_PARTITION); with
         ``purge`` the server then deletes their files. What
         :func:`hcat_notify.drop_partitions` returns.
@@ -487,25 +414,20 @@ class ApiClient:
         Raises:
             PartitionNotFoundError: no partition matches.
         """
-        from hcat_notify.store.table_changes import DroppedPartitions
-
         params = [*_spec_params(spec), ("purge", purge)]
-        data = self._delete(f"/v1/tables/{as_table_name(table)}/partitions", params)
-        return DroppedPartitions(_partitions(data), tuple(data["eventIds"])), _purge(data)
+        path = f"/v1/tables/{as_table_name(table)}/partitions"
+        dropped = self._delete(PartitionsDropped, path, params)
+        return dropped.to_dropped(), dropped.to_purge()
 
     def drop_table(
         self, table: TableName | str, *, purge: bool = False
-    ) -> tuple[DroppedTable, Purge]:
+    ) -> tuple[DroppedTable, lifecycle.Purge]:
         """Drop a table with its partitions and retained dones and announce DROP_TABLE;
         with ``purge`` the server then deletes its files. What
         :func:`hcat_notify.drop_table` returns."""
-        from hcat_notify.store.table_changes import DroppedTable
-
-        data = self._delete(f"/v1/tables/{as_table_name(table)}", [("purge", purge)])
-        dropped = DroppedTable(
-            _table(data["definition"]), _partitions(data), tuple(data["eventIds"])
-        )
-        return dropped, _purge(data)
+        path = f"/v1/tables/{as_table_name(table)}"
+        dropped = self._delete(TableDropped, path, [("purge", purge)])
+        return dropped.to_dropped_table(), dropped.to_purge()
 
     # -- lifecycle --------------------------------------------------------------------------
 

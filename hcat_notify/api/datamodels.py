@@ -3,7 +3,9 @@
 JSON names are camelCase (``eventId``, ``partitionKeys``), as in Hive's messages; times
 are ISO 8601 in UTC. Request bodies refuse unknown fields, so a misspelt field is an
 error instead of a silent default. Each response model has a ``of_*`` constructor from
-the catalog's record, so the routes never build JSON by hand.
+the catalog's record, so the routes never build JSON by hand, and each response model a
+client decodes has a ``to_*`` method back to that record, so the client never reads JSON
+by hand either.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -18,21 +21,25 @@ from pydantic.alias_generators import to_camel
 
 from hcat_notify.model.changes import ANNOUNCE_PROPERTY, AnnounceMode
 from hcat_notify.model.events import HEADER_SPEC, EventType
+from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import destination_for
 from hcat_notify.store.records import (
     DEFAULT_RETENTION,
     MAX_RETENTION,
+    NewPartition,
     OutboxEvent,
     PartitionInfo,
     RetainedDone,
     TableInfo,
+    as_datetime,
 )
 
 if TYPE_CHECKING:
+    # The lifecycle results (sqlalchemy, pyarrow) are imported when a client decodes one.
     from hcat_notify.lifecycle import Discovery as Discovered
     from hcat_notify.lifecycle import Purge
-    from hcat_notify.store.table_changes import Registration
+    from hcat_notify.store.table_changes import DroppedPartitions, DroppedTable, Registration
 
 __all__ = [
     "MAX_NEW_PARTITIONS",
@@ -45,6 +52,7 @@ __all__ = [
     "DoneRecorded",
     "Event",
     "EventPage",
+    "EventRecorded",
     "ForeignPath",
     "Health",
     "LastEvent",
@@ -157,6 +165,21 @@ class Table(_Model):
             version=info.version,
         )
 
+    def to_table(self) -> TableInfo:
+        return TableInfo(
+            name=TableName(self.db, self.table),
+            location=self.location,
+            storage_format=self.format,
+            partition_keys=tuple(self.partition_keys),
+            table_type=self.table_type,
+            properties=MappingProxyType(dict(self.properties)),
+            retention=timedelta(seconds=self.retention_seconds),
+            topic=self.topic,
+            created_at=as_datetime(self.created_at),
+            updated_at=as_datetime(self.updated_at),
+            version=self.version,
+        )
+
 
 class TableList(_Model):
     tables: list[Table]
@@ -218,6 +241,11 @@ class Partition(_Model):
     job_id: str | None
     event_id: int | None
     created_at: datetime
+    updated_at: datetime
+    version: int = Field(
+        description="1 when registered, one more with each change of its location or "
+        "sizes (a compaction's)."
+    )
 
     @classmethod
     def of_partition(cls, partition: PartitionInfo) -> Partition:
@@ -231,7 +259,29 @@ class Partition(_Model):
             job_id=partition.job_id,
             event_id=partition.event_id,
             created_at=partition.created_at,
+            updated_at=partition.updated_at,
+            version=partition.version,
         )
+
+    def to_partition(self, table: TableName) -> PartitionInfo:
+        return PartitionInfo(
+            table=table,
+            spec=PartitionSpec.parse_trusted(self.spec),
+            location=self.location,
+            job_id=self.job_id,
+            file_count=self.file_count,
+            total_bytes=self.total_bytes,
+            archived=self.archived,
+            event_id=self.event_id,
+            created_at=as_datetime(self.created_at),
+            updated_at=as_datetime(self.updated_at),
+            version=self.version,
+        )
+
+
+def _partitions_of(table: str, partitions: Sequence[Partition]) -> tuple[PartitionInfo, ...]:
+    name = TableName.parse(table)
+    return tuple(partition.to_partition(name) for partition in partitions)
 
 
 class PartitionPage(_Model):
@@ -298,6 +348,11 @@ class Registered(_Model):
             done_event_id=registration.done_event_id,
         )
 
+    def to_registration(self) -> Registration:
+        from hcat_notify.store.table_changes import Registration
+
+        return Registration(_partitions_of(self.table, self.partitions), self.done_event_id)
+
 
 class _Purged(_Model):
     purged: bool = Field(description="Files were to be deleted (purge=true).")
@@ -310,6 +365,11 @@ class _Purged(_Model):
         description="What the purge could not delete. The drop itself stands: the files "
         "are left for nobody to read."
     )
+
+    def to_purge(self) -> Purge:
+        from hcat_notify.lifecycle import Purge
+
+        return Purge(deleted=list(self.deleted), errors=list(self.errors), kept=list(self.kept))
 
 
 class PartitionsDropped(_Purged):
@@ -340,12 +400,26 @@ class PartitionsDropped(_Purged):
             errors=[] if purge is None else list(purge.errors),
         )
 
+    def to_dropped(self) -> DroppedPartitions:
+        from hcat_notify.store.table_changes import DroppedPartitions
+
+        return DroppedPartitions(_partitions_of(self.table, self.partitions), tuple(self.event_ids))
+
 
 class TableDropped(PartitionsDropped):
     """A dropped table (its definition as it was), the partitions that went with it, and
     its DROP_TABLE events (prefix topic and the table's own)."""
 
     definition: Table
+
+    def to_dropped_table(self) -> DroppedTable:
+        from hcat_notify.store.table_changes import DroppedTable
+
+        return DroppedTable(
+            self.definition.to_table(),
+            _partitions_of(self.table, self.partitions),
+            tuple(self.event_ids),
+        )
 
 
 class Discover(_Request):
@@ -410,6 +484,29 @@ class Discovery(_Model):
             empty=list(found.empty),
         )
 
+    def to_discovery(self) -> Discovered:
+        from hcat_notify.lifecycle import Discovery as Discovered
+        from hcat_notify.store.table_changes import Registration
+
+        return Discovered(
+            table=self.table,
+            found=tuple(
+                NewPartition(
+                    PartitionSpec.parse_trusted(item.spec),
+                    item.location,
+                    file_count=item.file_count,
+                    total_bytes=item.total_bytes,
+                )
+                for item in self.found
+            ),
+            foreign=tuple((item.path, item.reason) for item in self.foreign),
+            empty=tuple(self.empty),
+            dry_run=self.dry_run,
+            registration=Registration(_partitions_of(self.table, self.partitions))
+            if self.partitions
+            else None,
+        )
+
 
 class MarkDone(_Request):
     """A (partial) spec whose partitions are complete."""
@@ -421,10 +518,15 @@ class MarkDone(_Request):
     )
 
 
-class DoneRecorded(_Model):
-    """A MARK_SET_DONE: its event and its spec."""
+class EventRecorded(_Model):
+    """The event a write recorded (what a client of the write needs of its answer)."""
 
     event_id: int
+
+
+class DoneRecorded(EventRecorded):
+    """A MARK_SET_DONE: its event and its spec."""
+
     table: str
     spec: str = Field(description="Canonical form: keys sorted, escaped as Hive escapes.")
     partition_spec: dict[str, str] = Field(
@@ -448,6 +550,15 @@ class CoveringDone(DoneRecorded):
             partition_spec=canonical.as_strings(),
             created_at=done.created_at,
             expires_at=done.expires_at,
+        )
+
+    def to_done(self) -> RetainedDone:
+        return RetainedDone(
+            event_id=self.event_id,
+            table=TableName.parse(self.table),
+            spec=PartitionSpec.parse_trusted(self.spec),
+            created_at=as_datetime(self.created_at),
+            expires_at=as_datetime(self.expires_at),
         )
 
 
@@ -474,6 +585,17 @@ class Event(_Model):
             headers=dict(event.headers),
             body=json.loads(event.body),
             created_at=event.created_at,
+        )
+
+    def to_event(self) -> OutboxEvent:
+        return OutboxEvent(
+            event_id=self.event_id,
+            topic=self.topic,
+            event_type=self.event,
+            table=self.table,
+            headers=dict(self.headers),
+            body=json.dumps(self.body, ensure_ascii=True, separators=(",", ":")),
+            created_at=as_datetime(self.created_at),
         )
 
 

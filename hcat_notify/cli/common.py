@@ -146,12 +146,14 @@ class CliContext:
     def catalog(self, *, write: bool = True) -> Catalog:
         """Open the catalog; ``write=False`` for commands that only read.
 
-        A reading command never creates a catalog: with ``write=False`` a missing
-        SQLite file is an error instead of a new empty catalog.
+        A reading command never creates or migrates a catalog: with ``write=False`` a
+        missing SQLite file is an error instead of a new empty catalog.
         """
         from hcat_notify.store import Catalog
 
-        return Catalog.open(self.settings, create=write)
+        if write:
+            return Catalog.open(self.settings)
+        return Catalog.open(self.settings, upgrade=False, create=False)
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> None:

@@ -404,11 +404,10 @@ def wait(
 def _reader(obj: CliContext, subscriber: str | None) -> AbstractContextManager[CatalogReader]:
     """The HTTP API when HCAT_NOTIFY_API_URL names it (and no durable subscriber needs
     the database), else the catalog database, which must exist."""
-    if obj.settings.api_urls and subscriber is None:
-        from hcat_notify.api.client import ApiClient
+    from hcat_notify.consumer import open_reader
 
-        return ApiClient.from_settings(obj.settings)
-    return obj.catalog(write=False)
+    reader = open_reader(obj.settings, durable=subscriber is not None)
+    return contextlib.closing(reader)
 
 
 @click.command()

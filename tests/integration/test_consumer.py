@@ -246,7 +246,7 @@ def test_anonymous_consumer_is_refused(delivery_settings, clicks: TableInfo):
 def test_catch_up_is_paged_without_gaps(
     monkeypatch, delivery_settings, delivery_catalog: Catalog, clicks: TableInfo
 ):
-    monkeypatch.setattr("hcat_notify.consumer.CATCH_UP_PAGE", 7)
+    monkeypatch.setattr("hcat_notify.consumer.catchup.CATCH_UP_PAGE", 7)
     first = delivery_catalog.add_partitions(
         clicks.name,
         [NewPartition({"datestamp": "0", "region": f"r{n}"}, f"/p/{n}") for n in range(3)],

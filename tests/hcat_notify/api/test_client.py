@@ -154,3 +154,36 @@ def test_catch_up_pages_until_the_server_says_no_more():
 def test_bad_urls_are_refused():
     with pytest.raises(InvalidInputError, match="http"):
         ApiClient("stomp://a:1")
+
+
+def test_a_partition_comes_back_as_the_server_knows_it():
+    partition = {
+        "spec": "d=1",
+        "values": {"d": "1"},
+        "location": "/w/t/d=1",
+        "fileCount": 2,
+        "totalBytes": 10,
+        "archived": False,
+        "jobId": None,
+        "eventId": 4,
+        "createdAt": "2026-11-23T10:00:00Z",
+        "updatedAt": "2026-11-24T10:00:00Z",
+        "version": 3,
+    }
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"partitions": [partition], "next": None})
+
+    with _client(handler) as client:
+        (got,) = client.list_partitions("web.clicks")
+    assert (got.version, got.updated_at.isoformat()) == (3, "2026-11-24T10:00:00+00:00")
+    assert got.created_at.isoformat() == "2026-11-23T10:00:00+00:00"
+    assert (str(got.table), got.spec.to_path(), got.file_count) == ("web.clicks", "d=1", 2)
+
+
+def test_a_body_that_is_not_the_apis_model_is_an_api_error():
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"eventid": 7})
+
+    with _client(handler) as client, pytest.raises(ApiError, match="no LastEvent"):
+        client.last_event_id()

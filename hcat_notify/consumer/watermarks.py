@@ -1,0 +1,63 @@
+"""Where a consumer stands: per topic, the highest event id delivered, and the recent ids
+it delivered, so that an event that arrives twice (a relay's resent batch, the overlap
+of catch-up and live delivery) is handed out once."""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+
+from hcat_notify.model.cursor import Cursor
+
+__all__ = ["DEDUPE_WINDOW", "Watermarks"]
+
+logger = logging.getLogger(__name__)
+
+# Delivered event ids remembered for dropping duplicates. Duplicates come from a relay
+# resending a batch whose receipt it missed, and from the overlap of catch-up and live
+# delivery: both are recent, so a bounded window is enough.
+DEDUPE_WINDOW = 200_000
+
+
+class Watermarks:
+    """The delivered watermarks of a consumer of ``tables``, starting at ``start``.
+
+    ``floor`` is where a later catch-up starts for topics that stayed quiet, when the
+    consumer started without a past (no cursor): what existed then.
+    """
+
+    def __init__(self, start: Cursor, tables: Iterable[str]) -> None:
+        self._followed = frozenset(tables)
+        self._marks: dict[str, int] = dict(start.watermarks)  # delivered, per topic
+        self._default = start.default  # the given cursor's watermark for other topics
+        self.floor: int | None = None
+        self._seen: OrderedDict[int, None] = OrderedDict()
+
+    @property
+    def cursor(self) -> Cursor:
+        """Per topic, the highest event id delivered."""
+        return Cursor(self._marks, self._default if self._default is not None else self.floor)
+
+    def resume(self, stored: Mapping[str, int], floor: int | None) -> None:
+        """Stand where a durable subscriber's stored watermarks and floor say."""
+        self._marks = dict(stored)
+        self.floor = floor
+
+    def accept(self, table: str, topic: str, event_id: int) -> bool:
+        """Whether an event is new (and now delivered): of a followed table, above its
+        topic's watermark, not seen before."""
+        if table not in self._followed:
+            return False  # a shared topic's other tables, if no selector filtered them
+        mark = self._marks.get(topic, self._default)
+        if mark is not None and event_id <= mark:
+            return False  # delivered before (this run, or before the cursor)
+        seen = self._seen
+        if event_id in seen:
+            logger.debug("consumer dropped duplicate event=%d", event_id)
+            return False
+        seen[event_id] = None
+        if len(seen) > DEDUPE_WINDOW:
+            seen.popitem(last=False)
+        self._marks[topic] = event_id
+        return True
