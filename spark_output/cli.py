@@ -159,7 +159,7 @@ def _compact(
     spark_master: str | None,
     dry_run: bool,
 ) -> None:
-    from spark_output.maintenance.compact import compact_table
+    from spark_output.maintenance.table_compaction import compact_table
     from spark_output.session import spark_session
 
     with obj.catalog() as catalog, contextlib.ExitStack() as stack:

@@ -5,7 +5,7 @@ integer-backed decimals, the columns it dictionary-encoded), checks the rows wit
 :func:`~spark_output.compaction.checksum.compute_checksum` before the originals go, and
 switches by renaming: atomic for a staged (unpublished) directory, which is where the
 committer runs it. Maintenance merges a copy and switches the registered location
-instead (:mod:`spark_output.maintenance.compact`).
+instead (:mod:`spark_output.maintenance.table_compaction`).
 """
 
 from __future__ import annotations

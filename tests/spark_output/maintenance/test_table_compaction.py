@@ -14,8 +14,8 @@ from hcat_notify.errors import ConflictError
 from hcat_notify.store import Catalog, NewPartition
 from spark_output import CompactionError, CompactionPolicy, write_partitions
 from spark_output.fs import TableLocation
-from spark_output.maintenance.compact import COMPACTED_DIR, PartitionPlan, compact_table
 from spark_output.maintenance.marker import SUPERSEDED_MARKER
+from spark_output.maintenance.table_compaction import COMPACTED_DIR, PartitionPlan, compact_table
 from tests.spark_output.frames import clicks_frame
 from tests.spark_output.maintenance.tables import (
     _csv_table,
