@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
@@ -26,9 +25,8 @@ from hcat_notify.cli.common import (
     progress_bar,
     spec_args,
 )
-
-if TYPE_CHECKING:
-    from spark_output.compaction.policy import CompactionPolicy
+from spark_output.compaction.policy import CompactionPolicy
+from spark_output.errors import SparkOutputError
 
 __all__ = ["compact", "recover"]
 
@@ -118,9 +116,6 @@ def compact(
     readers; afterwards, scans of the table directory by path no longer see those
     partitions (readers through the registry or the catalog are not affected).
     """
-    from spark_output.compaction.policy import CompactionPolicy
-    from spark_output.errors import SparkOutputError
-
     ctx = click.get_current_context()
     if purge:
         given = [

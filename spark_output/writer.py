@@ -34,6 +34,7 @@ from spark_output.commit.committer import (
 from spark_output.commit.plan import CommitPlan
 from spark_output.commit.recovery import recover
 from spark_output.compaction.policy import CompactionPolicy
+from spark_output.compaction.staged import compact_staged
 from spark_output.errors import (
     InvalidArgumentError,
     PartitionColumnsError,
@@ -312,7 +313,9 @@ def _compaction_hook(
     policy = compaction
 
     def run(filesystem: pafs.FileSystem, staged: StagedPartition) -> StagedPartition:
-        return policy.compact_staged(filesystem, staged, storage_format=table.storage_format)
+        return compact_staged(
+            filesystem, staged, policy=policy, storage_format=table.storage_format
+        )
 
     return run
 

@@ -30,7 +30,7 @@ from hcat_notify import (
     TableInfo,
     reason_to_keep,
 )
-from spark_output.compaction.har import archive_storage_location
+from spark_output.compaction.har.locations import archive_storage_location
 from spark_output.errors import CompactionError
 from spark_output.fs import TableLocation, is_hidden, remove_empty_dir, split_location
 from spark_output.maintenance.marker import SUPERSEDED_MARKER, Marker, MarkerError, read_marker
