@@ -43,7 +43,6 @@ from spark_output.errors import (
 
 if TYPE_CHECKING:
     from hcat_notify import send_mark_set_done
-    from spark_output.commit.committer import CommitHooks
     from spark_output.commit.recovery import Recovery, RecoveryAction, recover
     from spark_output.compaction.policy import CompactionPolicy
     from spark_output.maintenance.purge import PurgeSummary, purge_superseded
@@ -53,7 +52,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CommitError",
-    "CommitHooks",
     "CommitResult",
     "CompactionError",
     "CompactionPolicy",
@@ -86,7 +84,6 @@ __getattr__, __dir__ = lazy_exports(
     globals(),
     {
         "send_mark_set_done": "hcat_notify",
-        "CommitHooks": "spark_output.commit.committer",
         "Recovery": "spark_output.commit.recovery",
         "RecoveryAction": "spark_output.commit.recovery",
         "recover": "spark_output.commit.recovery",
