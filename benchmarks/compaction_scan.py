@@ -44,7 +44,7 @@ from _support import (
 
 from hcat_notify.store import Catalog
 from spark_output import CompactionPolicy, create_table, write_partitions
-from spark_output.maintenance.compact import compact_table
+from spark_output.maintenance.table_compaction import compact_table
 
 
 def _frame(spark: Any, rows: int, partitions: int, files: int) -> Any:

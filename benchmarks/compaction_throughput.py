@@ -46,7 +46,11 @@ from _support import (
 
 from hcat_notify.store import Catalog, NewPartition
 from spark_output import CompactionPolicy
-from spark_output.maintenance.compact import COMPACTED_DIR, CompactionSummary, compact_table
+from spark_output.maintenance.table_compaction import (
+    COMPACTED_DIR,
+    CompactionSummary,
+    compact_table,
+)
 
 
 def _write_data(root: Path, partitions: int, files: int, rows_per_file: int) -> list[Path]:

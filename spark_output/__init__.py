@@ -7,9 +7,11 @@ and ``purge_superseded`` maintain registered partitions. Where things live:
 
 * :mod:`spark_output.writer` — ``write_partitions``, ``create_table``;
 * :mod:`spark_output.commit` — the job-level committer, its journalled plan, recovery;
-* :mod:`spark_output.compaction` — compacting one partition directory (merge, HAR);
-* :mod:`spark_output.maintenance` — compacting and purging registered partitions;
-* :mod:`spark_output.lifecycle` — ``register_partitions`` (files another tool wrote),
+* :mod:`spark_output.compaction` — the steps that compact one partition directory
+  (merge, HAR), used by the committer and by maintenance;
+* :mod:`spark_output.maintenance` — ``compact_table`` and ``purge_superseded``: the
+  commands that run compaction over a table's registered partitions and clean up after;
+* :mod:`spark_output.registry` — ``register_partitions`` (files another tool wrote),
   ``drop_partitions``, ``drop_table``, with Spark's catalog in step;
 * :mod:`spark_output.transfer` — ``export_table`` and ``import_table``;
 * :mod:`spark_output.spark_catalog` — keeping Spark's catalog in step;
@@ -41,17 +43,15 @@ from spark_output.errors import (
 
 if TYPE_CHECKING:
     from hcat_notify import send_mark_set_done
-    from spark_output.commit.committer import CommitHooks
     from spark_output.commit.recovery import Recovery, RecoveryAction, recover
     from spark_output.compaction.policy import CompactionPolicy
-    from spark_output.lifecycle import DropResult, drop_partitions, drop_table, register_partitions
-    from spark_output.maintenance.compact import CompactionSummary, compact_table
     from spark_output.maintenance.purge import PurgeSummary, purge_superseded
+    from spark_output.maintenance.table_compaction import CompactionSummary, compact_table
+    from spark_output.registry import DropResult, drop_partitions, drop_table, register_partitions
     from spark_output.writer import CommitResult, create_table, write_partitions
 
 __all__ = [
     "CommitError",
-    "CommitHooks",
     "CommitResult",
     "CompactionError",
     "CompactionPolicy",
@@ -84,19 +84,18 @@ __getattr__, __dir__ = lazy_exports(
     globals(),
     {
         "send_mark_set_done": "hcat_notify",
-        "CommitHooks": "spark_output.commit.committer",
         "Recovery": "spark_output.commit.recovery",
         "RecoveryAction": "spark_output.commit.recovery",
         "recover": "spark_output.commit.recovery",
         "CompactionPolicy": "spark_output.compaction.policy",
-        "CompactionSummary": "spark_output.maintenance.compact",
-        "compact_table": "spark_output.maintenance.compact",
+        "CompactionSummary": "spark_output.maintenance.table_compaction",
+        "compact_table": "spark_output.maintenance.table_compaction",
         "PurgeSummary": "spark_output.maintenance.purge",
         "purge_superseded": "spark_output.maintenance.purge",
-        "DropResult": "spark_output.lifecycle",
-        "drop_partitions": "spark_output.lifecycle",
-        "drop_table": "spark_output.lifecycle",
-        "register_partitions": "spark_output.lifecycle",
+        "DropResult": "spark_output.registry",
+        "drop_partitions": "spark_output.registry",
+        "drop_table": "spark_output.registry",
+        "register_partitions": "spark_output.registry",
         "CommitResult": "spark_output.writer",
         "create_table": "spark_output.writer",
         "write_partitions": "spark_output.writer",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
@@ -26,10 +25,8 @@ from hcat_notify.cli.common import (
     progress_bar,
     spec_args,
 )
+from spark_output.compaction.policy import CompactionPolicy
 from spark_output.errors import SparkOutputError
-
-if TYPE_CHECKING:
-    from spark_output.compaction.policy import CompactionPolicy
 
 __all__ = ["compact", "recover"]
 
@@ -119,8 +116,6 @@ def compact(
     readers; afterwards, scans of the table directory by path no longer see those
     partitions (readers through the registry or the catalog are not affected).
     """
-    from spark_output.compaction.policy import CompactionPolicy
-
     ctx = click.get_current_context()
     if purge:
         given = [
@@ -159,7 +154,7 @@ def _compact(
     spark_master: str | None,
     dry_run: bool,
 ) -> None:
-    from spark_output.maintenance.compact import compact_table
+    from spark_output.maintenance.table_compaction import compact_table
     from spark_output.session import spark_session
 
     with obj.catalog() as catalog, contextlib.ExitStack() as stack:

@@ -26,15 +26,11 @@ from hcat_notify import (
     load_settings,
 )
 from spark_output import spark_catalog
-from spark_output.commit.committer import (
-    CommitHooks,
-    CompactHook,
-    PartitionCommitter,
-    StagedPartition,
-)
+from spark_output.commit.committer import CompactHook, PartitionCommitter, StagedPartition
 from spark_output.commit.plan import CommitPlan
 from spark_output.commit.recovery import recover
 from spark_output.compaction.policy import CompactionPolicy
+from spark_output.compaction.staged import compact_staged
 from spark_output.errors import (
     InvalidArgumentError,
     PartitionColumnsError,
@@ -186,7 +182,6 @@ def write_partitions(
     max_partitions: int = DEFAULT_MAX_PARTITIONS,
     settings: Settings | None = None,
     job_id: str | None = None,
-    hooks: CommitHooks | None = None,
     announce: AnnounceMode | None = None,
 ) -> CommitResult:
     """Write ``df`` into the dynamic partitions of ``table``; announce what was committed.
@@ -210,7 +205,6 @@ def write_partitions(
         settings: deployment settings (default: :func:`load_settings`).
         job_id: a unique id for this write (default: generated); re-running a committed
             job id returns its result without writing again.
-        hooks: test seams of the commit protocol.
         announce: ``partition`` (one ADD_PARTITION per new partition) or ``write`` (one
             per write listing them all, split so that no message exceeds the settings'
             ``max_message_bytes``); default: the table's ``hcat.notify.announce``.
@@ -264,7 +258,7 @@ def write_partitions(
         # Finish what a crashed writer of this table left behind (only if it is gone).
         recover(catalog, str(info.name))
         started_at = catalog.now()
-        committer = PartitionCommitter(catalog, info, job_id=job, mode=mode, hooks=hooks)
+        committer = PartitionCommitter(catalog, info, job_id=job, mode=mode)
         columns = {column.lower(): column for column in df.columns}
         clock = time.monotonic()
         try:
@@ -281,8 +275,6 @@ def write_partitions(
                 f"{spark_catalog.error_line(exc)}"
             ) from exc
         phases["stage"] = time.monotonic() - clock
-        if hooks is not None and hooks.after_stage is not None:
-            hooks.after_stage(job)
         try:
             record, plan = committer.commit(
                 started_at=started_at,
@@ -314,7 +306,9 @@ def _compaction_hook(
     policy = compaction
 
     def run(filesystem: pafs.FileSystem, staged: StagedPartition) -> StagedPartition:
-        return policy.compact_staged(filesystem, staged, storage_format=table.storage_format)
+        return compact_staged(
+            filesystem, staged, policy=policy, storage_format=table.storage_format
+        )
 
     return run
 

@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING
 from hcat_notify.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from spark_output.commit.committer import CommitHooks, PartitionCommitter, StagedPartition
+    from spark_output.commit.committer import PartitionCommitter, StagedPartition
     from spark_output.commit.plan import CommitPlan, MoveKind, PartitionMove
     from spark_output.commit.recovery import Recovery, RecoveryAction, recover
 
 __all__ = [
-    "CommitHooks",
     "CommitPlan",
     "MoveKind",
     "PartitionCommitter",
@@ -38,7 +37,6 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     globals(),
     {
-        "CommitHooks": "spark_output.commit.committer",
         "PartitionCommitter": "spark_output.commit.committer",
         "StagedPartition": "spark_output.commit.committer",
         "CommitPlan": "spark_output.commit.plan",

@@ -31,14 +31,14 @@ from spark_output.commit.moves import (
 )
 from spark_output.commit.plan import CommitPlan, FileMove, MoveKind, Owner, PartitionMove
 from spark_output.commit.recovery import writing
-from spark_output.compaction.har import ARCHIVE_NAME, har_location, list_har
+from spark_output.compaction.har.locations import ARCHIVE_NAME, har_location
+from spark_output.compaction.har.reader import list_har
 from spark_output.compaction.manifest import MANIFEST_NAME
 from spark_output.errors import CommitError, TooManyPartitionsError
 from spark_output.fs import FileStat, TableLocation, exists, is_hidden, list_data_files
 
 __all__ = [
     "STAGING_DIR",
-    "CommitHooks",
     "CompactHook",
     "PartitionCommitter",
     "StagedPartition",
@@ -52,20 +52,6 @@ def staging_entry_id(job_id: str) -> str:
     """The id of the journal entry that records ``job_id``'s staging while it is filled
     (:meth:`PartitionCommitter.journal_staging`)."""
     return f"{job_id}.staging"
-
-
-@dataclass(frozen=True)
-class CommitHooks:
-    """Test seams of the commit protocol; each gets the job id. Default: none.
-
-    ``after_moves`` runs between the moves and the database commit: a hook that raises
-    a ``BaseException`` which is not an ``Exception`` simulates a crash there (nothing
-    is undone, as when the process dies).
-    """
-
-    after_stage: Callable[[str], None] | None = None
-    after_journal: Callable[[str], None] | None = None
-    after_moves: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -104,7 +90,6 @@ class PartitionCommitter:
         table: the table written.
         job_id: unique per write; re-running a committed job id is a no-op.
         mode: ``append`` or ``overwrite``.
-        hooks: test seams.
         create_table: the definition (``hcat_notify``'s journal ``table_definition``) of a
             table that is not registered yet: the commit registers it, with its
             CREATE_TABLE, in the transaction that registers the partitions (an import).
@@ -117,7 +102,6 @@ class PartitionCommitter:
         *,
         job_id: str,
         mode: WriteMode | str,
-        hooks: CommitHooks | None = None,
         create_table: Mapping[str, Any] | None = None,
     ) -> None:
         self.catalog = catalog
@@ -125,7 +109,6 @@ class PartitionCommitter:
         self.table = table
         self.job_id = job_id
         self.mode = WriteMode(mode)
-        self.hooks = hooks or CommitHooks()
         self.location = TableLocation.parse(table.location)
         self.fs: pafs.FileSystem = self.location.fs
         self.staging = self.location.join(STAGING_DIR, job_id)
@@ -328,13 +311,9 @@ class PartitionCommitter:
             )
             phases["journal"] = time.monotonic() - clock
             try:
-                if self.hooks.after_journal is not None:
-                    self.hooks.after_journal(self.job_id)
                 clock = time.monotonic()
-                apply_moves(self.fs, plan)
+                self.move(plan)
                 phases["move"] = time.monotonic() - clock
-                if self.hooks.after_moves is not None:
-                    self.hooks.after_moves(self.job_id)
                 clock = time.monotonic()
                 record = self.catalog.commits.complete(
                     self.job_id,
@@ -353,6 +332,11 @@ class PartitionCommitter:
             self.cleanup()
             phases["cleanup"] = time.monotonic() - clock
             return record, plan
+
+    def move(self, plan: CommitPlan) -> None:
+        """Step 5: carry out the journalled plan's moves (the files are in place, not yet
+        registered: a crash from here on is rolled forward by recovery)."""
+        apply_moves(self.fs, plan)
 
     def _compact(
         self,

@@ -1,15 +1,20 @@
-"""Small-file compaction of one partition directory, through pyarrow.fs.
+"""The library of compaction steps: compacting one partition directory, through pyarrow.fs.
 
-The committer runs it on a staged partition before publication; maintenance
-(:mod:`spark_output.maintenance`) on a copy of a registered partition. Where each part
-lives:
+The committer runs it on a staged partition before publication
+(:mod:`~spark_output.compaction.staged`); the ``compact`` command
+(:mod:`spark_output.maintenance.table_compaction`) on a copy of each registered
+partition of a table. Where each part lives:
 
 * :mod:`~spark_output.compaction.policy` — :class:`CompactionPolicy`: when a partition
-  is worth compacting, and in which mode;
+  is worth compacting, and in which mode (plain configuration);
 * :mod:`~spark_output.compaction.partition` — :func:`compact_partition`: one directory,
   in the policy's mode;
-* :mod:`~spark_output.compaction.merge` — rewrite small Parquet/ORC files into few;
-* :mod:`~spark_output.compaction.har` — pack a partition into a Hadoop Archive;
+* :mod:`~spark_output.compaction.staged` — :func:`compact_staged`: the committer's hook;
+* :mod:`~spark_output.compaction.merge` — rewrite small Parquet/ORC files into few
+  (rewrite, verify, publish), writing them as
+  :mod:`~spark_output.compaction.rewrite_format` says;
+* :mod:`~spark_output.compaction.har` — pack a partition into a Hadoop Archive (a
+  package: codec, index format, locations, reader, writer, the partition operation);
 * :mod:`~spark_output.compaction.checksum` and :mod:`~spark_output.compaction.read` —
   verify that a merge kept every row;
 * :mod:`~spark_output.compaction.manifest` — the audit record ``_hcat_compaction.json``;
@@ -38,6 +43,7 @@ if TYPE_CHECKING:
         CompactionPolicy,
     )
     from spark_output.compaction.result import PartitionCompaction
+    from spark_output.compaction.staged import compact_staged
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
@@ -50,6 +56,7 @@ __all__ = [
     "VerificationError",
     "archive_partition",
     "compact_partition",
+    "compact_staged",
     "compute_checksum",
     "merge_partition",
 ]
@@ -67,5 +74,6 @@ __getattr__, __dir__ = lazy_exports(
         "CompactionMode": "spark_output.compaction.policy",
         "CompactionPolicy": "spark_output.compaction.policy",
         "PartitionCompaction": "spark_output.compaction.result",
+        "compact_staged": "spark_output.compaction.staged",
     },
 )

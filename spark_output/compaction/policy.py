@@ -1,16 +1,17 @@
-"""When and how to compact a partition: :class:`CompactionPolicy`."""
+"""When and how to compact a partition: :class:`CompactionPolicy`, plain configuration.
+
+What carries it out is elsewhere: :func:`~spark_output.compaction.partition.compact_partition`
+for one directory, :mod:`~spark_output.compaction.staged` for the committer's staged
+partitions.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
+from typing import Literal, Protocol, TypeVar
 
 from spark_output.errors import CompactionError
-
-if TYPE_CHECKING:
-    from pyarrow import fs as pafs
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
@@ -32,15 +33,7 @@ class HasSize(Protocol):
     def size(self) -> int: ...
 
 
-class _StagedLike(Protocol):
-    """The committer's staged partition, as :meth:`CompactionPolicy.compact_staged` uses it."""
-
-    @property
-    def directory(self) -> str: ...
-
-
 _F = TypeVar("_F", bound=HasSize)
-_S = TypeVar("_S", bound=_StagedLike)
 
 
 @dataclass(frozen=True)
@@ -99,27 +92,3 @@ class CompactionPolicy:
         :func:`spark_output.fs.list_data_files` lists them; anything with a ``size``
         will do."""
         return len(self.small_files(files)) >= self.min_files
-
-    def compact_staged(self, fs: pafs.FileSystem, staged: _S, *, storage_format: str) -> _S:
-        """Committer hook: compact one staged partition if it triggers.
-
-        ``staged`` is the committer's staged-partition dataclass (it needs ``directory``
-        and ``files`` fields). Returns it unchanged when the policy does not trigger,
-        else a copy whose ``files`` are the directory's data files after compaction (none
-        after a HAR; the archive is ``<directory>/_hcat_archive.har`` and the partition's
-        location, once the directory is in its final place, is
-        :func:`spark_output.compaction.har.har_location` of its location).
-
-        Raises:
-            CompactionError: the partition could not be compacted (it is unchanged).
-        """
-        # Imported here: the merge and the archive depend on this module's types, and a
-        # policy is built (writer, CLI) without loading them.
-        from spark_output.compaction.partition import compact_partition
-        from spark_output.fs import list_data_files
-
-        result = compact_partition(fs, staged.directory, policy=self, storage_format=storage_format)
-        if result is None or not result.changed:
-            return staged
-        files = list_data_files(fs, staged.directory)
-        return cast(_S, dataclasses.replace(cast(Any, staged), files=files))

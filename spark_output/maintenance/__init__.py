@@ -1,7 +1,8 @@
 """Maintenance of registered partitions: compaction, and purging what it superseded.
 
-* :mod:`~spark_output.maintenance.compact` — :func:`compact_table`: compact a copy of
-  each partition, then switch its registered location by compare-and-set;
+* :mod:`~spark_output.maintenance.table_compaction` — :func:`compact_table`: run
+  :mod:`spark_output.compaction` on a copy of each registered partition, then switch
+  its registered location by compare-and-set;
 * :mod:`~spark_output.maintenance.purge` — :func:`purge_superseded`: delete the old
   directories once no reader can need them;
 * :mod:`~spark_output.maintenance.marker` — the superseded marker that links the two.
@@ -16,20 +17,20 @@ from typing import TYPE_CHECKING
 from hcat_notify.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from spark_output.maintenance.compact import (
-        COMPACTED_DIR,
-        CompactionSummary,
-        PartitionPlan,
-        PartitionResult,
-        ProgressCallback,
-        compact_table,
-    )
     from spark_output.maintenance.marker import SUPERSEDED_MARKER
     from spark_output.maintenance.purge import (
         DEFAULT_PURGE_AGE,
         PurgeResult,
         PurgeSummary,
         purge_superseded,
+    )
+    from spark_output.maintenance.table_compaction import (
+        COMPACTED_DIR,
+        CompactionSummary,
+        PartitionPlan,
+        PartitionResult,
+        ProgressCallback,
+        compact_table,
     )
 
 __all__ = [
@@ -46,7 +47,7 @@ __all__ = [
     "purge_superseded",
 ]
 
-_COMPACT = "spark_output.maintenance.compact"
+_COMPACT = "spark_output.maintenance.table_compaction"
 _PURGE = "spark_output.maintenance.purge"
 
 __getattr__, __dir__ = lazy_exports(

@@ -30,11 +30,11 @@ from hcat_notify import (
     TableInfo,
     reason_to_keep,
 )
-from spark_output.compaction.har import archive_storage_location
+from spark_output.compaction.har.locations import archive_storage_location
 from spark_output.errors import CompactionError
 from spark_output.fs import TableLocation, is_hidden, remove_empty_dir, split_location
-from spark_output.maintenance.compact import COMPACTED_DIR, ProgressCallback
 from spark_output.maintenance.marker import SUPERSEDED_MARKER, Marker, MarkerError, read_marker
+from spark_output.maintenance.table_compaction import COMPACTED_DIR, ProgressCallback
 
 __all__ = ["DEFAULT_PURGE_AGE", "PurgeResult", "PurgeSummary", "purge_superseded"]
 

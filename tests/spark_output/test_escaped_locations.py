@@ -20,7 +20,8 @@ import pytest
 from hcat_notify.cli import main
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.store import Catalog
-from spark_output import CommitHooks, CompactionPolicy, write_partitions
+from spark_output import CompactionPolicy, write_partitions
+from tests.spark_output.crashes import SimulatedCrash, crash_after_moves
 from tests.spark_output.maintenance.tables import _age_markers
 from tests.spark_output.test_spec_escaping_spark import TRICKY_VALUES
 
@@ -31,10 +32,6 @@ pytestmark = [
 ]
 
 ROWS_PER_VALUE = 6
-
-
-class SimulatedCrash(BaseException):
-    """Not an Exception: the committer does not clean up, as when the process dies."""
 
 
 def _create(catalog: Catalog, root: Path) -> None:
@@ -179,16 +176,12 @@ def test_recover_rolls_forward_a_crashed_write_of_escaped_values(
     root = tmp_path / "esc table 100%"
     _create(catalog, root)
 
-    def crash(job_id: str) -> None:
-        raise SimulatedCrash(job_id)
-
-    with pytest.raises(SimulatedCrash):
+    with crash_after_moves(), pytest.raises(SimulatedCrash):
         write_partitions(
             _frame(spark, 0, tasks=1),
             "web.esc",
             settings=settings,
             job_id="job-crashed",
-            hooks=CommitHooks(after_moves=crash),
         )
     assert catalog.list_partitions("web.esc") == []
 

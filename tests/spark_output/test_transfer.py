@@ -18,17 +18,13 @@ from hcat_notify.config import Settings, load_settings
 from hcat_notify.errors import InvalidInputError, PartitionExistsError, TableNotFoundError
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog
-from spark_output import CommitHooks
 from spark_output.commit import committer as committer_module
 from spark_output.transfer import ChecksumMismatchError, ManifestError, export_table, import_table
 from tests.counts import row_counts
+from tests.spark_output.crashes import SimulatedCrash, crash_after_moves
 from tests.wire import validator
 
 pytestmark = pytest.mark.integration
-
-
-class SimulatedCrash(BaseException):
-    """Not an Exception: the committer does not clean up, as when the process dies."""
 
 
 @pytest.fixture
@@ -126,19 +122,8 @@ def test_bad_exports_change_nothing(catalog: Catalog, export: Path, tmp_path: Pa
 def test_an_import_interrupted_after_its_moves_is_finished_by_recover(
     catalog: Catalog, export: Path, tmp_path: Path, monkeypatch, db_url: str, capsys
 ):
-    def crash(job_id: str) -> None:
-        raise SimulatedCrash(job_id)
-
-    real = committer_module.PartitionCommitter.__init__
-
-    def with_crash(self, *args, **kwargs):
-        real(self, *args, **kwargs)
-        self.hooks = CommitHooks(after_moves=crash)
-
-    monkeypatch.setattr(committer_module.PartitionCommitter, "__init__", with_crash)
-    with pytest.raises(SimulatedCrash):
+    with crash_after_moves(), pytest.raises(SimulatedCrash):
         import_table(catalog, str(export), target="web.dst", location=str(tmp_path / "dst"))
-    monkeypatch.undo()
     with pytest.raises(TableNotFoundError):
         catalog.get_table("web.dst")  # not registered until the transaction that completes it
     assert (tmp_path / "dst" / "ds=1" / "region=us" / "part-0.csv").exists()  # moved

@@ -15,7 +15,6 @@ from hcat_notify.errors import ConcurrentWriteError, InvalidSpecError, UnknownPa
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog, TableInfo
 from spark_output import (
-    CommitHooks,
     PartitionColumnsError,
     TooManyPartitionsError,
     WriteFailedError,
@@ -23,15 +22,17 @@ from spark_output import (
     recover,
     write_partitions,
 )
+from tests.spark_output.crashes import (
+    SimulatedCrash,
+    crash_after_moves,
+    crash_before_moves,
+    pause_after_staging,
+)
 from tests.wire import validate_message
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 REGIONS = [f"r{n:02d}" for n in range(30)]
-
-
-class SimulatedCrash(BaseException):
-    """Not an Exception: the committer does not clean up, as when the process dies."""
 
 
 @pytest.fixture
@@ -211,17 +212,13 @@ def test_failing_task_leaves_the_table_byte_for_byte_unchanged(spark, settings, 
 def test_crash_between_moves_and_commit_is_rolled_forward_by_recover(
     spark, settings, catalog, table
 ):
-    def crash(job_id: str) -> None:
-        raise SimulatedCrash(job_id)
-
     rows = _rows(["20110228"], REGIONS[:4])
-    with pytest.raises(SimulatedCrash):
+    with crash_after_moves(), pytest.raises(SimulatedCrash):
         write_partitions(
             _frame(spark, rows),
             "web.clicks",
             settings=settings,
             mark_set_done={"datestamp": "20110228"},
-            hooks=CommitHooks(after_moves=crash),
         )
     root = Path(table.location)
     assert len(_visible_partitions(root)) == 4  # files are in place ...
@@ -245,15 +242,11 @@ def test_crash_between_moves_and_commit_is_rolled_forward_by_recover(
 
 
 def test_crash_before_the_moves_is_rolled_back_by_the_next_write(spark, settings, catalog, table):
-    def crash(job_id: str) -> None:
-        raise SimulatedCrash(job_id)
-
-    with pytest.raises(SimulatedCrash):
+    with crash_before_moves(), pytest.raises(SimulatedCrash):
         write_partitions(
             _frame(spark, _rows(["20110228"], REGIONS[:2])),
             "web.clicks",
             settings=settings,
-            hooks=CommitHooks(after_journal=crash),
         )
     assert len(catalog.commits.pending("web.clicks")) == 1
     rows = _rows(["20110301"], REGIONS[:2])
@@ -278,7 +271,6 @@ def test_rerunning_a_committed_job_id_is_a_no_op(spark, settings, catalog, table
 
 def test_concurrent_jobs_on_different_partitions_both_commit(spark, settings, catalog, table):
     barrier = threading.Barrier(2, timeout=120)
-    hooks = CommitHooks(after_stage=lambda _job: barrier.wait())
     results, errors = [], []
 
     def job(regions, offset):
@@ -287,9 +279,7 @@ def test_concurrent_jobs_on_different_partitions_both_commit(spark, settings, ca
             results.append(
                 (
                     rows,
-                    write_partitions(
-                        _frame(spark, rows), "web.clicks", settings=settings, hooks=hooks
-                    ),
+                    write_partitions(_frame(spark, rows), "web.clicks", settings=settings),
                 )
             )
         except Exception as exc:  # noqa: BLE001 - asserted below
@@ -299,10 +289,11 @@ def test_concurrent_jobs_on_different_partitions_both_commit(spark, settings, ca
         threading.Thread(target=job, args=(REGIONS[:5], 0)),
         threading.Thread(target=job, args=(REGIONS[5:10], 10**6)),
     ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(300)
+    with pause_after_staging(barrier.wait):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
     assert errors == []
     assert len(results) == 2
     assert _read(spark, table) == sorted(results[0][0] + results[1][0])
@@ -315,23 +306,23 @@ def test_concurrent_overwrites_of_one_partition_have_one_winner(spark, settings,
         _frame(spark, [(1, "old", "20110228", "r01")]), "web.clicks", settings=settings
     )
     barrier = threading.Barrier(2, timeout=120)
-    hooks = CommitHooks(after_stage=lambda _job: barrier.wait())
     outcomes: dict[str, object] = {}
 
     def job(tag):
         try:
             rows = [(2, tag, "20110228", "r01")]
             outcomes[tag] = write_partitions(
-                _frame(spark, rows), "web.clicks", mode="overwrite", settings=settings, hooks=hooks
+                _frame(spark, rows), "web.clicks", mode="overwrite", settings=settings
             )
         except Exception as exc:  # noqa: BLE001 - asserted below
             outcomes[tag] = exc
 
     threads = [threading.Thread(target=job, args=(tag,)) for tag in ("a", "b")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(300)
+    with pause_after_staging(barrier.wait):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
     errors = [value for value in outcomes.values() if isinstance(value, Exception)]
     assert len(errors) == 1
     assert isinstance(errors[0], ConcurrentWriteError)

@@ -35,6 +35,7 @@ from spark_output.compaction.har import (
 from spark_output.compaction.manifest import MANIFEST_NAME
 from spark_output.compaction.policy import CompactionPolicy
 from spark_output.errors import CompactionError
+from tests.spark_output.compaction.damage import damaged_archives
 
 LOCAL = pafs.LocalFileSystem()
 HAR_POLICY = CompactionPolicy(mode="har", min_files=2)
@@ -204,8 +205,8 @@ def test_archive_partition_corruption_keeps_originals(tmp_path: Path) -> None:
         with fs.open_output_stream(path) as f:
             f.write(bytes(data))
 
-    with pytest.raises(HarError) as info:
-        archive_partition(LOCAL, str(directory), policy=HAR_POLICY, _corrupt_hook=corrupt)
+    with damaged_archives(corrupt), pytest.raises(HarError) as info:
+        archive_partition(LOCAL, str(directory), policy=HAR_POLICY)
     assert str(directory) in str(info.value)
     assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
 

@@ -25,8 +25,10 @@ from spark_output.compaction.manifest import MANIFEST_NAME
 from spark_output.compaction.merge import SPARK_ROW_METADATA, merge_partition
 from spark_output.compaction.partition import compact_partition
 from spark_output.compaction.policy import CompactionPolicy
+from spark_output.compaction.staged import compact_staged
 from spark_output.errors import CompactionError, VerificationError
 from spark_output.fs import list_data_files as data_files
+from tests.spark_output.compaction.damage import damaged_merges
 
 LOCAL = pafs.LocalFileSystem()
 MiB = 1024 * 1024
@@ -73,10 +75,8 @@ def test_corrupted_rewrite_keeps_originals(tmp_path: Path) -> None:
         pq.write_table(changed, path, filesystem=fs)
 
     policy = CompactionPolicy(min_files=10)
-    with pytest.raises(VerificationError) as info:
-        merge_partition(
-            LOCAL, str(directory), storage_format="parquet", policy=policy, _corrupt_hook=corrupt
-        )
+    with damaged_merges(corrupt), pytest.raises(VerificationError) as info:
+        merge_partition(LOCAL, str(directory), storage_format="parquet", policy=policy)
     assert str(directory) in str(info.value)
     assert "originals kept" in str(info.value)
     assert _listing(directory) == before  # originals intact, temp files gone, no manifest
@@ -92,13 +92,12 @@ def test_dropped_row_is_detected(tmp_path: Path) -> None:
         table = pq.read_table(path, filesystem=fs)
         pq.write_table(table.slice(1), path, filesystem=fs)
 
-    with pytest.raises(VerificationError, match="rows"):
+    with damaged_merges(drop_row), pytest.raises(VerificationError, match="rows"):
         merge_partition(
             LOCAL,
             str(directory),
             storage_format="parquet",
             policy=CompactionPolicy(),
-            _corrupt_hook=drop_row,
         )
     assert _listing(directory) == before
 
@@ -324,9 +323,9 @@ def test_compact_staged_hook(tmp_path: Path) -> None:
     _small_parquet_partition(directory, files=12)
     staged = _Staged(spec="datestamp=1", directory=str(directory), files=[])
     policy = CompactionPolicy()
-    compacted = policy.compact_staged(LOCAL, staged, storage_format="parquet")
+    compacted = compact_staged(LOCAL, staged, policy=policy, storage_format="parquet")
     assert compacted.spec == "datestamp=1"
     assert len(compacted.files) == 1
     assert compacted.files[0].path.endswith(".snappy.parquet")
     # a second run does not trigger: unchanged object
-    assert policy.compact_staged(LOCAL, compacted, storage_format="parquet") is compacted
+    assert compact_staged(LOCAL, compacted, policy=policy, storage_format="parquet") is compacted

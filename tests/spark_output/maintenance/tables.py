@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 from hcat_notify.store import Catalog, NewPartition
 from spark_output import CompactionPolicy, write_partitions
 from spark_output.fs import TableLocation
-from spark_output.maintenance.compact import compact_table
 from spark_output.maintenance.marker import SUPERSEDED_MARKER
+from spark_output.maintenance.table_compaction import compact_table
 from tests.spark_output.frames import clicks_frame
 
 

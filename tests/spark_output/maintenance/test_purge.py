@@ -12,9 +12,9 @@ import pytest
 from hcat_notify.errors import TableNotFoundError, UnknownPartitionKeyError
 from hcat_notify.store import Catalog
 from spark_output import CompactionError, CompactionPolicy
-from spark_output.maintenance.compact import COMPACTED_DIR, compact_table
 from spark_output.maintenance.marker import SUPERSEDED_MARKER
 from spark_output.maintenance.purge import DEFAULT_PURGE_AGE, purge_superseded
+from spark_output.maintenance.table_compaction import COMPACTED_DIR, compact_table
 from tests.spark_output.maintenance.tables import (
     A,
     B,

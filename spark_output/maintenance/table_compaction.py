@@ -25,8 +25,6 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-import pyarrow.fs as pafs
-
 from hcat_notify import (
     Catalog,
     ConflictError,
@@ -36,7 +34,8 @@ from hcat_notify import (
     TableName,
 )
 from spark_output import spark_catalog
-from spark_output.compaction.har import archive_partition, har_location
+from spark_output.compaction.har.locations import har_location
+from spark_output.compaction.har.partition import archive_partition
 from spark_output.compaction.merge import merge_partition, plan_groups
 from spark_output.compaction.policy import CompactionPolicy
 from spark_output.compaction.result import PartitionCompaction
@@ -61,6 +60,7 @@ __all__ = [
     "PartitionResult",
     "ProgressCallback",
     "compact_table",
+    "switch_location",
 ]
 
 logger = logging.getLogger(__name__)
@@ -73,7 +73,6 @@ ProgressCallback = Callable[[int, int, str], None]
 partition ends (``item`` is its spec), :func:`purge_superseded` after each deletable
 directory (``item`` is its location)."""
 
-CorruptHook = Callable[[pafs.FileSystem, str], None]
 PartitionStatus = Literal["compacted", "planned", "skipped", "failed", "conflict"]
 
 _TASKS_PER_CORE = 4
@@ -258,7 +257,7 @@ def _base_uri(uri: str) -> str | None:
     return None
 
 
-def _compact_one(plan: PartitionPlan, corrupt_hook: CorruptHook | None = None) -> _TaskResult:
+def _compact_one(plan: PartitionPlan) -> _TaskResult:
     """Compact one partition into ``plan.target_uri``; never raises (errors are returned).
 
     Runs in a Spark executor (or in-process): the filesystem is rebuilt from the URIs.
@@ -281,7 +280,6 @@ def _compact_one(plan: PartitionPlan, corrupt_hook: CorruptHook | None = None) -
                 policy=plan.policy,
                 storage_format=plan.storage_format,
                 base_uri=_base_uri(plan.target_uri),
-                _corrupt_hook=corrupt_hook,
             )
             new_location = har_location(target.uri)
         else:
@@ -290,7 +288,6 @@ def _compact_one(plan: PartitionPlan, corrupt_hook: CorruptHook | None = None) -
                 target.path,
                 storage_format=plan.storage_format,
                 policy=plan.policy,
-                _corrupt_hook=corrupt_hook,
             )
             new_location = target.uri
         return _TaskResult(plan, result, new_location, None)
@@ -310,6 +307,32 @@ def _compact_one(plan: PartitionPlan, corrupt_hook: CorruptHook | None = None) -
 # --------------------------------------------------------------------------- switching
 
 
+def switch_location(
+    catalog: Catalog,
+    plan: PartitionPlan,
+    *,
+    location: str,
+    file_count: int,
+    total_bytes: int,
+    archived: bool,
+) -> None:
+    """Switch the partition's registered location to its compacted copy, by
+    compare-and-set on the row version read at plan time.
+
+    Raises:
+        hcat_notify.ConflictError: the partition changed since it was planned.
+    """
+    catalog.partitions.update(
+        plan.table,
+        PartitionSpec.parse(plan.spec),
+        expected_version=plan.version,
+        location=location,
+        file_count=file_count,
+        total_bytes=total_bytes,
+        archived=archived,
+    )
+
+
 def _switch(
     catalog: Catalog,
     task: _TaskResult,
@@ -317,7 +340,6 @@ def _switch(
     spark: SparkSession | None,
     spark_table: bool,
     spark_errors: list[str],
-    before_switch: Callable[[PartitionPlan], None] | None,
 ) -> PartitionResult:
     plan = task.plan
     base = PartitionResult(
@@ -338,12 +360,9 @@ def _switch(
     file_count = result.files_before if archived else result.files_after
     total_bytes = result.bytes_before if archived else result.bytes_after
     try:
-        if before_switch is not None:
-            before_switch(plan)
-        catalog.partitions.update(
-            plan.table,
-            PartitionSpec.parse(plan.spec),
-            expected_version=plan.version,
+        switch_location(
+            catalog,
+            plan,
             location=task.new_location,
             file_count=file_count,
             total_bytes=total_bytes,
@@ -404,16 +423,10 @@ def _spark_error_line(exc: BaseException) -> str:
     return text.strip()[:500]
 
 
-def _run_spark(
-    spark: SparkSession, plans: Sequence[PartitionPlan], hook: CorruptHook | None
-) -> list[_TaskResult]:
-    def run(plan: PartitionPlan) -> _TaskResult:
-        return _compact_one(plan, hook)
-
-    task = _compact_one if hook is None else run
+def _run_spark(spark: SparkSession, plans: Sequence[PartitionPlan]) -> list[_TaskResult]:
     try:
         results: list[_TaskResult] = (
-            spark.sparkContext.parallelize(list(plans), len(plans)).map(task).collect()
+            spark.sparkContext.parallelize(list(plans), len(plans)).map(_compact_one).collect()
         )
     except Exception as exc:  # noqa: BLE001 - the job failed as a whole (a worker died)
         first = _spark_error_line(exc)
@@ -446,8 +459,6 @@ def compact_table(
     dry_run: bool = False,
     progress: ProgressCallback | None = None,
     workers: int | None = None,
-    _corrupt_hook: CorruptHook | None = None,
-    _before_switch: Callable[[PartitionPlan], None] | None = None,
 ) -> CompactionSummary:
     """Compact the small files of a table's registered partitions, swapping each atomically.
 
@@ -472,10 +483,6 @@ def compact_table(
         workers: without ``spark``, how many partitions are compacted at once, in
             threads of this process (default: the number of CPUs, at most 8). The
             compare-and-set switches always run on the calling thread.
-        _corrupt_hook: tests only: passed to the merge/archive to damage the rewritten
-            files before verification.
-        _before_switch: tests only: called on the driver with the plan right before the
-            compare-and-set switch.
 
     Returns:
         A :class:`CompactionSummary`. Per-partition failures are in it, not raised.
@@ -529,7 +536,6 @@ def compact_table(
                 spark=spark,
                 spark_table=spark_table,
                 spark_errors=spark_errors,
-                before_switch=_before_switch,
             )
             done += 1
             if progress is not None:
@@ -538,7 +544,7 @@ def compact_table(
         if spark is not None:
             batch = max(1, _TASKS_PER_CORE * int(spark.sparkContext.defaultParallelism))
             for first in range(0, len(plans), batch):
-                for task in _run_spark(spark, plans[first : first + batch], _corrupt_hook):
+                for task in _run_spark(spark, plans[first : first + batch]):
                     finish(task)
         else:
             threads = workers if workers is not None else min(8, os.cpu_count() or 1)
@@ -546,12 +552,12 @@ def compact_table(
                 raise CompactionError(f"workers must be at least 1, got {threads}")
             if threads == 1 or len(plans) == 1:
                 for plan in plans:
-                    finish(_compact_one(plan, _corrupt_hook))
+                    finish(_compact_one(plan))
             else:
                 # pyarrow's I/O, codecs and kernels and hashlib release the GIL: threads
                 # give this process's cores to the work; switches stay on this thread.
                 with ThreadPoolExecutor(max_workers=threads) as pool:
-                    futures = [pool.submit(_compact_one, plan, _corrupt_hook) for plan in plans]
+                    futures = [pool.submit(_compact_one, plan) for plan in plans]
                     for future in as_completed(futures):
                         finish(future.result())
         if spark is not None and spark_table:

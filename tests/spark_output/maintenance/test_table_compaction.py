@@ -14,8 +14,10 @@ from hcat_notify.errors import ConflictError
 from hcat_notify.store import Catalog, NewPartition
 from spark_output import CompactionError, CompactionPolicy, write_partitions
 from spark_output.fs import TableLocation
-from spark_output.maintenance.compact import COMPACTED_DIR, PartitionPlan, compact_table
+from spark_output.maintenance import table_compaction
 from spark_output.maintenance.marker import SUPERSEDED_MARKER
+from spark_output.maintenance.table_compaction import COMPACTED_DIR, PartitionPlan, compact_table
+from tests.spark_output.compaction.damage import damaged_merges
 from tests.spark_output.frames import clicks_frame
 from tests.spark_output.maintenance.tables import (
     _csv_table,
@@ -123,7 +125,7 @@ def test_partial_spec_and_merge_refused_for_csv(settings, tmp_path):
             compact_table(catalog, "web.text", policy=CompactionPolicy())
 
 
-def test_concurrent_compaction_is_refused_and_the_copy_removed(settings, tmp_path):
+def test_concurrent_compaction_is_refused_and_the_copy_removed(settings, tmp_path, monkeypatch):
     with Catalog.open(settings) as catalog:
         root = _pyarrow_table(catalog, tmp_path, "web.race", {"a": 12})
         (before,) = catalog.list_partitions("web.race")
@@ -142,9 +144,14 @@ def test_concurrent_compaction_is_refused_and_the_copy_removed(settings, tmp_pat
                 "web.race", before.spec, expected_version=plan.version, file_count=12
             )
 
-        summary = compact_table(
-            catalog, "web.race", policy=CompactionPolicy(min_files=10), _before_switch=bump
-        )
+        switch_location = table_compaction.switch_location
+
+        def bump_then_switch(catalog, plan, **changes):
+            bump(plan)
+            switch_location(catalog, plan, **changes)
+
+        monkeypatch.setattr(table_compaction, "switch_location", bump_then_switch)
+        summary = compact_table(catalog, "web.race", policy=CompactionPolicy(min_files=10))
         assert not summary.ok
         (result,) = summary.results
         assert result.status == "conflict"
@@ -174,9 +181,8 @@ def test_integrity_failure_names_the_partition_and_keeps_its_row(settings, tmp_p
             table = pq.read_table(path)
             pq.write_table(table.slice(1), path)  # a row goes missing
 
-        summary = compact_table(
-            catalog, "web.bad", policy=CompactionPolicy(min_files=10), _corrupt_hook=corrupt
-        )
+        with damaged_merges(corrupt):
+            summary = compact_table(catalog, "web.bad", policy=CompactionPolicy(min_files=10))
         assert (summary.partitions_compacted, summary.partitions_failed) == (1, 1)
         (error,) = summary.errors
         assert "datestamp=20110228/region=b" in error
