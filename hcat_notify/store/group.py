@@ -1,4 +1,5 @@
-"""The relay group in the catalog: members, the controller, buckets.
+"""The relay group in the catalog: members, the controller, buckets, and the group's
+status as every view shows it (who is alive, by each member's own session timeout).
 
 Kafka's controller and leader epochs, Hedwig's topic ownership and persistence info, on
 SQL rows: every write that two processes may race on is conditional (on the controller's
@@ -37,6 +38,7 @@ __all__ = [
     "BucketInfo",
     "BucketProgress",
     "GroupInfo",
+    "GroupStatus",
     "MemberInfo",
     "MemberReport",
     "Ownership",
@@ -58,6 +60,7 @@ __all__ = [
     "record_progress",
     "release",
     "resign_controller",
+    "status",
     "topic_progress",
     "unpublished_filter",
     "version",
@@ -80,7 +83,11 @@ class MemberReport:
 
 @dataclass(frozen=True)
 class MemberInfo:
-    """A member as the catalog sees it; ages are by the database's clock."""
+    """A member as the catalog sees it; ages are by the database's clock.
+
+    ``alive``: its heartbeat is younger than its session timeout (the one it joined
+    with, unless the reader judged every member by one timeout of its own).
+    """
 
     member_id: str
     host: str
@@ -93,6 +100,8 @@ class MemberInfo:
     bucket_loads: Mapping[int, float]
     oldest_unpublished_age: float | None
     leaving: bool
+    session_timeout: float
+    alive: bool
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,48 @@ class GroupInfo:
     @property
     def controller_alive(self) -> bool:
         return self.controller_id is not None and self.controller_expires > self.now
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    """The relay group at one moment, read in one transaction: what every view of the
+    group renders (``hcat-notify status``, the status page, ``/metrics``, the controller,
+    ``relay --once``), so that they agree on who is alive.
+
+    Attributes:
+        info: the bucket count and the controller lease; ``info.now`` is the database's
+            clock the members' ages were measured by.
+        members: every member row (dead ones too, until the controller removes them),
+            by member id, each alive or not by its own session timeout.
+        buckets: every bucket, in order.
+    """
+
+    info: GroupInfo
+    members: tuple[MemberInfo, ...]
+    buckets: tuple[BucketInfo, ...]
+
+    @property
+    def live(self) -> list[MemberInfo]:
+        """The members alive."""
+        return [member for member in self.members if member.alive]
+
+    @property
+    def silent(self) -> list[MemberInfo]:
+        """The members silent for longer than their session timeout (dead)."""
+        return [member for member in self.members if not member.alive]
+
+    @property
+    def unassigned(self) -> list[int]:
+        """The buckets nobody owns."""
+        return [bucket.bucket for bucket in self.buckets if bucket.owner is None]
+
+    def owners(self) -> dict[str, list[int]]:
+        """Each owner's buckets (members that own none are absent)."""
+        owned: dict[str, list[int]] = {}
+        for bucket in self.buckets:
+            if bucket.owner is not None:
+                owned.setdefault(bucket.owner, []).append(bucket.bucket)
+        return owned
 
 
 @dataclass(frozen=True)
@@ -154,8 +205,12 @@ def group_info(tx: Tx) -> GroupInfo:
     )
 
 
-def heartbeat(tx: Tx, report: MemberReport) -> float:
-    """Record that ``report``'s member is alive (DB clock) and its load; the clock."""
+def heartbeat(tx: Tx, report: MemberReport, *, session_timeout: float | None = None) -> float:
+    """Record that ``report``'s member is alive (DB clock) and its load; the clock.
+
+    ``session_timeout``: the member's, recorded with its row (None: the row keeps the one
+    it has; a new row gets the relays' default, 3 s).
+    """
     now = tx.clock()
     values: dict[str, Any] = {
         "host": report.host,
@@ -169,6 +224,8 @@ def heartbeat(tx: Tx, report: MemberReport) -> float:
             None if report.oldest_unpublished_age is None else now - report.oldest_unpublished_age
         ),
     }
+    if session_timeout is not None:
+        values["session_timeout"] = session_timeout
     updated = tx.session.execute(
         update(RelayMemberRow).where(RelayMemberRow.member_id == report.member_id).values(**values)
     )
@@ -183,7 +240,9 @@ def heartbeat(tx: Tx, report: MemberReport) -> float:
 
 
 def join(tx: Tx, report: MemberReport, *, session_timeout: float) -> float:
-    """Register ``report``'s member (its first heartbeat); the clock.
+    """Register ``report``'s member (its first heartbeat) with its session timeout; the
+    clock. The row of a previous process under the same id is taken over once it has
+    been silent for ``session_timeout`` (or its process is gone from this host).
 
     Raises:
         InvalidInputError: another live process already runs under this member id.
@@ -200,7 +259,7 @@ def join(tx: Tx, report: MemberReport, *, session_timeout: float) -> float:
                 f"relay member id {report.member_id!r} is in use by {row.host}:{row.pid} "
                 f"(heartbeat {age:.1f} s ago): give each relay its own --member-id"
             )
-    return heartbeat(tx, report)
+    return heartbeat(tx, report, session_timeout=session_timeout)
 
 
 def _changed(tx: Tx) -> None:
@@ -233,28 +292,50 @@ def leave(tx: Tx, member_id: str) -> list[int]:
 
 
 def members(tx: Tx) -> list[MemberInfo]:
-    """Every member row (dead ones too, until the controller removes them)."""
+    """Every member row (dead ones too, until the controller removes them), each alive
+    or not by its own session timeout."""
     now = tx.clock()
-    return [
-        MemberInfo(
-            member_id=row.member_id,
-            host=row.host,
-            pid=row.pid,
-            started_at=row.started_at,
-            heartbeat_age=max(0.0, now - row.heartbeat_at),
-            events_per_second=row.events_per_second,
-            backlog=row.backlog,
-            topics=row.topics,
-            bucket_loads=MappingProxyType(
-                {int(bucket): float(load) for bucket, load in (row.bucket_loads or {}).items()}
-            ),
-            oldest_unpublished_age=(
-                None if row.oldest_unpublished is None else max(0.0, now - row.oldest_unpublished)
-            ),
-            leaving=row.leaving,
-        )
-        for row in tx.session.scalars(select(RelayMemberRow).order_by(RelayMemberRow.member_id))
-    ]
+    return [_member_info(row, now, None) for row in _member_rows(tx)]
+
+
+def _member_rows(tx: Tx) -> Iterable[RelayMemberRow]:
+    return tx.session.scalars(select(RelayMemberRow).order_by(RelayMemberRow.member_id))
+
+
+def _member_info(row: RelayMemberRow, now: float, session_timeout: float | None) -> MemberInfo:
+    """The member of ``row`` at ``now`` (DB clock): the one judgment of liveness."""
+    age = max(0.0, now - row.heartbeat_at)
+    timeout = row.session_timeout if session_timeout is None else session_timeout
+    return MemberInfo(
+        member_id=row.member_id,
+        host=row.host,
+        pid=row.pid,
+        started_at=row.started_at,
+        heartbeat_age=age,
+        events_per_second=row.events_per_second,
+        backlog=row.backlog,
+        topics=row.topics,
+        bucket_loads=MappingProxyType(
+            {int(bucket): float(load) for bucket, load in (row.bucket_loads or {}).items()}
+        ),
+        oldest_unpublished_age=(
+            None if row.oldest_unpublished is None else max(0.0, now - row.oldest_unpublished)
+        ),
+        leaving=row.leaving,
+        session_timeout=row.session_timeout,
+        alive=age < timeout,
+    )
+
+
+def status(tx: Tx, session_timeout: float | None = None) -> GroupStatus:
+    """The group as every view shows it (see :class:`GroupStatus`); ``session_timeout``
+    judges every member by that timeout instead of its own."""
+    info = group_info(tx)
+    return GroupStatus(
+        info,
+        tuple(_member_info(row, info.now, session_timeout) for row in _member_rows(tx)),
+        tuple(buckets(tx)),
+    )
 
 
 def forget_members(tx: Tx, member_ids: Iterable[str]) -> None:
@@ -439,15 +520,24 @@ class RelayGroup:
         with self._transaction(write=True) as tx:
             return join(tx, report, session_timeout=session_timeout)
 
-    def heartbeat(self, report: MemberReport) -> float:
-        """Record that a relay is alive, with its load; the database's clock."""
+    def heartbeat(self, report: MemberReport, *, session_timeout: float | None = None) -> float:
+        """Record that a relay is alive, with its load (and its session timeout, if
+        given); the database's clock."""
         with self._transaction(write=True) as tx:
-            return heartbeat(tx, report)
+            return heartbeat(tx, report, session_timeout=session_timeout)
 
     def members(self) -> list[MemberInfo]:
-        """Every member row, with heartbeat ages by the database's clock."""
+        """Every member row, with heartbeat ages by the database's clock, each alive or
+        not by its own session timeout."""
         with self._transaction() as tx:
             return members(tx)
+
+    def status(self, session_timeout: float | None = None) -> GroupStatus:
+        """The controller, members (alive or not) and buckets in one read: what every
+        view of the group renders; ``session_timeout`` judges every member by that
+        timeout instead of its own."""
+        with self._transaction() as tx:
+            return status(tx, session_timeout)
 
     def leave(self, member_id: str) -> list[int]:
         """Remove a member, releasing its buckets and the controller role."""
