@@ -35,7 +35,6 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hcat_notify.errors import HcatNotifyError
-from hcat_notify.relay.config import RelayConfig
 from hcat_notify.store.catalog import Catalog
 
 __all__ = ["MULTIPROC_ENV", "ApiMetrics", "CatalogCollector", "RequestMetrics"]
@@ -43,7 +42,6 @@ __all__ = ["MULTIPROC_ENV", "ApiMetrics", "CatalogCollector", "RequestMetrics"]
 logger = logging.getLogger(__name__)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-_SESSION_TIMEOUT = RelayConfig().session_timeout
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0)
 
 
@@ -89,12 +87,9 @@ class CatalogCollector(Collector):
         yield from self._subscribers(catalog)
 
     def _relays(self, catalog: Catalog) -> Iterator[Metric]:
-        members = [m for m in catalog.group.members() if m.heartbeat_age < _SESSION_TIMEOUT]
-        buckets = catalog.group.buckets()
-        owned: dict[str, int] = {}
-        for bucket in buckets:
-            if bucket.owner is not None:
-                owned[bucket.owner] = owned.get(bucket.owner, 0) + 1
+        group = catalog.group.status()
+        members = group.live
+        owned = group.owners()
         yield _gauge("hcat_notify_relay_members", "Relay members alive.", len(members))
         yield _gauge(
             "hcat_notify_relay_publish_rate_events_per_second",
@@ -111,14 +106,14 @@ class CatalogCollector(Collector):
         )
         for member in members:
             rate.add_metric([member.member_id], member.events_per_second)
-            owned_by.add_metric([member.member_id], owned.get(member.member_id, 0))
+            owned_by.add_metric([member.member_id], len(owned.get(member.member_id, ())))
         yield rate
         yield owned_by
         state = GaugeMetricFamily(
             "hcat_notify_relay_buckets", "Buckets by state.", labels=["state"]
         )
-        unassigned = sum(1 for bucket in buckets if bucket.owner is None)
-        state.add_metric(["assigned"], len(buckets) - unassigned)
+        unassigned = len(group.unassigned)
+        state.add_metric(["assigned"], len(group.buckets) - unassigned)
         state.add_metric(["unassigned"], unassigned)
         yield state
 

@@ -12,14 +12,12 @@ import click
 
 from hcat_notify.cli.common import SECONDS, CliContext, emit, handle_errors, output_option
 from hcat_notify.errors import InvalidInputError
-from hcat_notify.relay.config import RelayConfig
 
 if TYPE_CHECKING:
     from hcat_notify.store import RefusedEvent
 
 __all__ = ["outbox", "status"]
 
-SESSION_TIMEOUT = RelayConfig().session_timeout
 MAX_TOPIC_LINES = 20
 
 
@@ -52,33 +50,27 @@ def _age(seconds: float | None) -> str:
 @click.option(
     "--session-timeout",
     type=SECONDS,
-    default=SESSION_TIMEOUT,
-    show_default=True,
-    help="Seconds of heartbeat silence after which a member counts as silent: the "
-    "relays' --session-timeout.",
+    help="Judge every member silent after this many seconds without a heartbeat, instead "
+    "of after its own --session-timeout (recorded when it joined).",
 )
 @output_option
 @click.pass_obj
 @handle_errors
-def status(obj: CliContext, member_id: str | None, session_timeout: float) -> None:
+def status(obj: CliContext, member_id: str | None, session_timeout: float | None) -> None:
     """The relay group (controller, members, buckets), backlog and parked events."""
     with obj.catalog(write=False) as catalog:
-        group = catalog.group.info()
-        members = catalog.group.members()
-        buckets = catalog.group.buckets()
+        relays = catalog.group.status(session_timeout)
         backlog, oldest = catalog.outbox.backlog()
         refused = catalog.outbox.refused()
         per_topic = catalog.outbox.last_published_by_topic()
+    group, members = relays.info, relays.members
     if member_id is not None and member_id not in {m.member_id for m in members}:
         known = ", ".join(m.member_id for m in members) or "none"
         raise InvalidInputError(f"no relay member {member_id!r} (members: {known})")
     now = datetime.now(UTC)
     age = (now - oldest).total_seconds() if oldest is not None else None
-    owned: dict[str, list[int]] = {}
-    for bucket in buckets:
-        if bucket.owner is not None:
-            owned.setdefault(bucket.owner, []).append(bucket.bucket)
-    unassigned = [b.bucket for b in buckets if b.owner is None]
+    owned = relays.owners()
+    unassigned = relays.unassigned
     shown = [m for m in members if member_id is None or m.member_id == member_id]
     parked = [event for event in refused if event.parked_at is not None]
     trying = [event for event in refused if event.parked_at is None]
@@ -94,7 +86,8 @@ def status(obj: CliContext, member_id: str | None, session_timeout: float) -> No
                 "host": m.host,
                 "pid": m.pid,
                 "heartbeat_age_seconds": round(m.heartbeat_age, 3),
-                "alive": m.heartbeat_age < session_timeout,
+                "alive": m.alive,
+                "session_timeout_seconds": m.session_timeout,
                 "buckets": len(owned.get(m.member_id, [])),
                 "events_per_second": round(m.events_per_second, 3),
                 "backlog": m.backlog,

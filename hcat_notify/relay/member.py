@@ -218,7 +218,9 @@ class Membership:
                 try:
                     beat = now >= next_beat
                     if beat:
-                        self._catalog.group.heartbeat(self._report())
+                        self._catalog.group.heartbeat(
+                            self._report(), session_timeout=self._config.session_timeout
+                        )
                         next_beat = now + self._config.heartbeat_interval
                     # A full round on every beat (deaths are a matter of time), and when
                     # the group changed: a cheap read tells, whatever woke us (on SQLite
@@ -322,18 +324,14 @@ class Membership:
 
     def _assign(self, epoch: int, *, leaving: bool) -> None:
         group = self._catalog.group
-        info = group.info()
-        members = group.members()
-        timeout = self._config.session_timeout
+        status = group.status()  # each member alive or not by its own session timeout
+        info, members, buckets = status.info, status.members, status.buckets
         live = [
             m.member_id
-            for m in members
-            if m.heartbeat_age < timeout
-            and not m.leaving
-            and not (leaving and m.member_id == self.member_id)
+            for m in status.live
+            if not m.leaving and not (leaving and m.member_id == self.member_id)
         ]
-        dead = [m.member_id for m in members if m.heartbeat_age >= timeout]
-        buckets = group.buckets()
+        dead = [m.member_id for m in status.silent]
         if self._forming(info.now, buckets, [m for m in members if m.member_id in live]):
             return
         loads = bucket_loads(m.bucket_loads for m in members)
@@ -388,4 +386,4 @@ class Membership:
         ]
         if gone:
             group.forget(gone)
-            logger.info("relay members removed (no heartbeat for %g s): %s", timeout, gone)
+            logger.info("relay members removed (no heartbeat for their session timeout): %s", gone)

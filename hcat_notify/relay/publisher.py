@@ -252,7 +252,7 @@ class Relay:
         others = [
             m.member_id
             for m in self._catalog.group.members()
-            if m.member_id != self.member_id and m.heartbeat_age < self._config.session_timeout
+            if m.member_id != self.member_id and m.alive
         ]
         if others:
             raise HcatNotifyError(

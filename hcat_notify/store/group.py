@@ -1,50 +1,44 @@
-"""The relay group in the catalog: members, the controller, buckets, topic progress.
+"""The relay group in the catalog: members, the controller, buckets, and the group's
+status as every view shows it (who is alive, by each member's own session timeout).
 
 Kafka's controller and leader epochs, Hedwig's topic ownership and persistence info, on
 SQL rows: every write that two processes may race on is conditional (on the controller's
 epoch, on a bucket's owner and epoch), and every lease is judged by the database's clock
-(:meth:`Tx.clock`). The design is in docs/relay-group.md.
+(:meth:`Tx.clock`). What the members published is in :mod:`hcat_notify.store.progress`
+(its names are re-exported here). The design is in docs/relay-group.md.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import (
-    Executable,
-    bindparam,
-    case,
-    delete,
-    func,
-    insert,
-    select,
-    tuple_,
-    update,
-)
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from hcat_notify.errors import InvalidInputError
 from hcat_notify.store.event_ids import ids_in_flight
-from hcat_notify.store.models import (
-    OutboxRow,
-    RelayBucketRow,
-    RelayGroupRow,
-    RelayMemberRow,
-    TopicProgressRow,
-)
+from hcat_notify.store.models import RelayBucketRow, RelayGroupRow, RelayMemberRow
 from hcat_notify.store.owners import process_gone
-from hcat_notify.store.tx import RELAY_CHANNEL, Tx, clock_sql
+from hcat_notify.store.progress import (
+    BucketProgress,
+    is_published,
+    last_publish_by_topic,
+    move_positions,
+    record_progress,
+    topic_progress,
+    unpublished_filter,
+)
+from hcat_notify.store.tx import RELAY_CHANNEL, Tx
 
 __all__ = [
     "BucketInfo",
     "BucketProgress",
     "GroupInfo",
+    "GroupStatus",
     "MemberInfo",
     "MemberReport",
     "Ownership",
@@ -66,6 +60,7 @@ __all__ = [
     "record_progress",
     "release",
     "resign_controller",
+    "status",
     "topic_progress",
     "unpublished_filter",
     "version",
@@ -88,7 +83,11 @@ class MemberReport:
 
 @dataclass(frozen=True)
 class MemberInfo:
-    """A member as the catalog sees it; ages are by the database's clock."""
+    """A member as the catalog sees it; ages are by the database's clock.
+
+    ``alive``: its heartbeat is younger than its session timeout (the one it joined
+    with, unless the reader judged every member by one timeout of its own).
+    """
 
     member_id: str
     host: str
@@ -101,6 +100,8 @@ class MemberInfo:
     bucket_loads: Mapping[int, float]
     oldest_unpublished_age: float | None
     leaving: bool
+    session_timeout: float
+    alive: bool
 
 
 @dataclass(frozen=True)
@@ -131,25 +132,54 @@ class GroupInfo:
 
 
 @dataclass(frozen=True)
+class GroupStatus:
+    """The relay group at one moment, read in one transaction: what every view of the
+    group renders (``hcat-notify status``, the status page, ``/metrics``, the controller,
+    ``relay --once``), so that they agree on who is alive.
+
+    Attributes:
+        info: the bucket count and the controller lease; ``info.now`` is the database's
+            clock the members' ages were measured by.
+        members: every member row (dead ones too, until the controller removes them),
+            by member id, each alive or not by its own session timeout.
+        buckets: every bucket, in order.
+    """
+
+    info: GroupInfo
+    members: tuple[MemberInfo, ...]
+    buckets: tuple[BucketInfo, ...]
+
+    @property
+    def live(self) -> list[MemberInfo]:
+        """The members alive."""
+        return [member for member in self.members if member.alive]
+
+    @property
+    def silent(self) -> list[MemberInfo]:
+        """The members silent for longer than their session timeout (dead)."""
+        return [member for member in self.members if not member.alive]
+
+    @property
+    def unassigned(self) -> list[int]:
+        """The buckets nobody owns."""
+        return [bucket.bucket for bucket in self.buckets if bucket.owner is None]
+
+    def owners(self) -> dict[str, list[int]]:
+        """Each owner's buckets (members that own none are absent)."""
+        owned: dict[str, list[int]] = {}
+        for bucket in self.buckets:
+            if bucket.owner is not None:
+                owned.setdefault(bucket.owner, []).append(bucket.bucket)
+        return owned
+
+
+@dataclass(frozen=True)
 class Ownership:
     """A bucket a member owns: the epoch to fence its writes with, where to read from."""
 
     bucket: int
     epoch: int
     published_through: int
-
-
-@dataclass(frozen=True)
-class BucketProgress:
-    """What a member published in one bucket since it last recorded progress."""
-
-    epoch: int
-    published_through: int
-    topics: Mapping[str, int]
-
-
-POSITIONS_PER_STATEMENT = 500
-"""Buckets moved by one statement of :func:`move_positions` (two parameters each)."""
 
 
 def bucket_count(session: Session) -> int:
@@ -175,8 +205,12 @@ def group_info(tx: Tx) -> GroupInfo:
     )
 
 
-def heartbeat(tx: Tx, report: MemberReport) -> float:
-    """Record that ``report``'s member is alive (DB clock) and its load; the clock."""
+def heartbeat(tx: Tx, report: MemberReport, *, session_timeout: float | None = None) -> float:
+    """Record that ``report``'s member is alive (DB clock) and its load; the clock.
+
+    ``session_timeout``: the member's, recorded with its row (None: the row keeps the one
+    it has; a new row gets the relays' default, 3 s).
+    """
     now = tx.clock()
     values: dict[str, Any] = {
         "host": report.host,
@@ -190,6 +224,8 @@ def heartbeat(tx: Tx, report: MemberReport) -> float:
             None if report.oldest_unpublished_age is None else now - report.oldest_unpublished_age
         ),
     }
+    if session_timeout is not None:
+        values["session_timeout"] = session_timeout
     updated = tx.session.execute(
         update(RelayMemberRow).where(RelayMemberRow.member_id == report.member_id).values(**values)
     )
@@ -204,7 +240,9 @@ def heartbeat(tx: Tx, report: MemberReport) -> float:
 
 
 def join(tx: Tx, report: MemberReport, *, session_timeout: float) -> float:
-    """Register ``report``'s member (its first heartbeat); the clock.
+    """Register ``report``'s member (its first heartbeat) with its session timeout; the
+    clock. The row of a previous process under the same id is taken over once it has
+    been silent for ``session_timeout`` (or its process is gone from this host).
 
     Raises:
         InvalidInputError: another live process already runs under this member id.
@@ -221,7 +259,7 @@ def join(tx: Tx, report: MemberReport, *, session_timeout: float) -> float:
                 f"relay member id {report.member_id!r} is in use by {row.host}:{row.pid} "
                 f"(heartbeat {age:.1f} s ago): give each relay its own --member-id"
             )
-    return heartbeat(tx, report)
+    return heartbeat(tx, report, session_timeout=session_timeout)
 
 
 def _changed(tx: Tx) -> None:
@@ -254,28 +292,50 @@ def leave(tx: Tx, member_id: str) -> list[int]:
 
 
 def members(tx: Tx) -> list[MemberInfo]:
-    """Every member row (dead ones too, until the controller removes them)."""
+    """Every member row (dead ones too, until the controller removes them), each alive
+    or not by its own session timeout."""
     now = tx.clock()
-    return [
-        MemberInfo(
-            member_id=row.member_id,
-            host=row.host,
-            pid=row.pid,
-            started_at=row.started_at,
-            heartbeat_age=max(0.0, now - row.heartbeat_at),
-            events_per_second=row.events_per_second,
-            backlog=row.backlog,
-            topics=row.topics,
-            bucket_loads=MappingProxyType(
-                {int(bucket): float(load) for bucket, load in (row.bucket_loads or {}).items()}
-            ),
-            oldest_unpublished_age=(
-                None if row.oldest_unpublished is None else max(0.0, now - row.oldest_unpublished)
-            ),
-            leaving=row.leaving,
-        )
-        for row in tx.session.scalars(select(RelayMemberRow).order_by(RelayMemberRow.member_id))
-    ]
+    return [_member_info(row, now, None) for row in _member_rows(tx)]
+
+
+def _member_rows(tx: Tx) -> Iterable[RelayMemberRow]:
+    return tx.session.scalars(select(RelayMemberRow).order_by(RelayMemberRow.member_id))
+
+
+def _member_info(row: RelayMemberRow, now: float, session_timeout: float | None) -> MemberInfo:
+    """The member of ``row`` at ``now`` (DB clock): the one judgment of liveness."""
+    age = max(0.0, now - row.heartbeat_at)
+    timeout = row.session_timeout if session_timeout is None else session_timeout
+    return MemberInfo(
+        member_id=row.member_id,
+        host=row.host,
+        pid=row.pid,
+        started_at=row.started_at,
+        heartbeat_age=age,
+        events_per_second=row.events_per_second,
+        backlog=row.backlog,
+        topics=row.topics,
+        bucket_loads=MappingProxyType(
+            {int(bucket): float(load) for bucket, load in (row.bucket_loads or {}).items()}
+        ),
+        oldest_unpublished_age=(
+            None if row.oldest_unpublished is None else max(0.0, now - row.oldest_unpublished)
+        ),
+        leaving=row.leaving,
+        session_timeout=row.session_timeout,
+        alive=age < timeout,
+    )
+
+
+def status(tx: Tx, session_timeout: float | None = None) -> GroupStatus:
+    """The group as every view shows it (see :class:`GroupStatus`); ``session_timeout``
+    judges every member by that timeout instead of its own."""
+    info = group_info(tx)
+    return GroupStatus(
+        info,
+        tuple(_member_info(row, info.now, session_timeout) for row in _member_rows(tx)),
+        tuple(buckets(tx)),
+    )
 
 
 def forget_members(tx: Tx, member_ids: Iterable[str]) -> None:
@@ -428,153 +488,6 @@ def release(tx: Tx, member_id: str, given: Sequence[int] | None) -> list[int]:
     return released
 
 
-@functools.cache
-def _upsert_statement(dialect_name: str) -> Executable:
-    """The upsert of topic progress rows (executed with one parameter set per topic):
-    never backwards, never from an older epoch than the one that wrote the row."""
-    dialect = postgresql if dialect_name == "postgresql" else sqlite
-    row = TopicProgressRow
-    statement = dialect.insert(row).values(updated_at=clock_sql(dialect_name))
-    excluded = statement.excluded
-    upsert: Executable = statement.on_conflict_do_update(
-        index_elements=[row.topic],
-        set_={
-            "last_event_id": case(
-                (excluded.last_event_id > row.last_event_id, excluded.last_event_id),
-                else_=row.last_event_id,
-            ),
-            "epoch": excluded.epoch,
-            "bucket": excluded.bucket,
-            "updated_at": excluded.updated_at,
-        },
-        where=row.epoch <= excluded.epoch,
-    )
-    return upsert
-
-
-def _upsert_progress(tx: Tx, bucket: int, epoch: int, topics: Mapping[str, int]) -> None:
-    rows = [
-        {"topic": topic, "bucket": bucket, "last_event_id": last, "epoch": epoch}
-        for topic, last in topics.items()
-    ]
-    if rows:
-        tx.session.connection().execute(_upsert_statement(tx.dialect), rows)
-
-
-def move_positions(tx: Tx, member_id: str, positions: Mapping[int, BucketProgress]) -> None:
-    """Move the published-through position of buckets that published nothing (never
-    backwards), fenced by owner and epoch like :func:`record_progress`; a bucket owned by
-    another member now is left as it is, and not reported.
-
-    One statement per distinct position (usually one for all): in a transaction of its
-    own, its row locks are taken in one scan, like a controller's assignment, so the two
-    cannot deadlock.
-    """
-    by_position: dict[int, list[tuple[int, int]]] = {}
-    for bucket, progress in sorted(positions.items()):
-        by_position.setdefault(progress.published_through, []).append((bucket, progress.epoch))
-    for through, owned in by_position.items():
-        for start in range(0, len(owned), POSITIONS_PER_STATEMENT):
-            tx.session.execute(
-                update(RelayBucketRow)
-                .where(
-                    tuple_(RelayBucketRow.bucket, RelayBucketRow.epoch).in_(
-                        owned[start : start + POSITIONS_PER_STATEMENT]
-                    ),
-                    RelayBucketRow.owner == member_id,
-                    RelayBucketRow.published_through < through,
-                )
-                .values(published_through=through)
-                .execution_options(synchronize_session=False)
-            )
-
-
-_KEEP_BUCKET = (
-    update(RelayBucketRow)
-    .where(
-        RelayBucketRow.bucket == bindparam("keep_bucket"),
-        RelayBucketRow.owner == bindparam("keep_owner"),
-        RelayBucketRow.epoch == bindparam("keep_epoch"),
-    )
-    .values(
-        published_through=case(
-            (
-                RelayBucketRow.published_through < bindparam("keep_through"),
-                bindparam("keep_through"),
-            ),
-            else_=RelayBucketRow.published_through,
-        )
-    )
-)
-"""A bucket's position moved, only while the member owns it at the epoch (run on the
-connection: the session's ORM bulk update costs more than the statement)."""
-
-
-def record_progress(tx: Tx, member_id: str, updates: Mapping[int, BucketProgress]) -> set[int]:
-    """Record what ``member_id`` published, bucket by bucket, fenced by epoch.
-
-    For each bucket, the bucket row is updated only while this member owns it at the
-    given epoch (a compare-and-set that, on PostgreSQL, also locks the row against a
-    concurrent move until commit); only then are its topics' progress rows written.
-
-    Returns:
-        The buckets the member no longer owns: it must stop publishing them at once.
-    """
-    connection = tx.session.connection()
-    lost: set[int] = set()
-    for bucket, progress in sorted(updates.items()):
-        kept = connection.execute(
-            _KEEP_BUCKET,
-            {
-                "keep_bucket": bucket,
-                "keep_owner": member_id,
-                "keep_epoch": progress.epoch,
-                "keep_through": progress.published_through,
-            },
-        )
-        if kept.rowcount == 0:
-            lost.add(bucket)
-            continue
-        _upsert_progress(tx, bucket, progress.epoch, progress.topics)
-    return lost
-
-
-def topic_progress(tx: Tx, in_buckets: Iterable[int] | None = None) -> dict[str, int]:
-    """Highest published event id per topic (of some buckets, or all)."""
-    query = select(TopicProgressRow.topic, TopicProgressRow.last_event_id)
-    if in_buckets is not None:
-        query = query.where(TopicProgressRow.bucket.in_(list(in_buckets)))
-    return {row.topic: row.last_event_id for row in tx.session.execute(query)}
-
-
-def last_publish_by_topic(tx: Tx) -> dict[str, float]:
-    """When each topic's progress last moved (DB clock, seconds since the epoch)."""
-    rows = tx.session.execute(
-        select(TopicProgressRow.topic, TopicProgressRow.updated_at).order_by(TopicProgressRow.topic)
-    )
-    return {row.topic: row.updated_at for row in rows}
-
-
-def is_published(tx: Tx, row: OutboxRow) -> bool:
-    """Whether the event of ``row`` was published (its topic's progress reached it)."""
-    if row.parked_at is not None:
-        return False
-    last = tx.session.execute(
-        select(TopicProgressRow.last_event_id).where(TopicProgressRow.topic == row.topic)
-    ).scalar_one_or_none()
-    return last is not None and row.event_id <= last
-
-
-def unpublished_filter() -> Any:
-    """Outbox rows whose topic's progress has not reached them (a WHERE clause)."""
-    progress = (
-        select(TopicProgressRow.last_event_id)
-        .where(TopicProgressRow.topic == OutboxRow.topic)
-        .scalar_subquery()
-    )
-    return OutboxRow.event_id > func.coalesce(progress, 0)
-
-
 class RelayGroup:
     """The relay group's part of the catalog (``catalog.group``); each call is one
     transaction.
@@ -607,15 +520,24 @@ class RelayGroup:
         with self._transaction(write=True) as tx:
             return join(tx, report, session_timeout=session_timeout)
 
-    def heartbeat(self, report: MemberReport) -> float:
-        """Record that a relay is alive, with its load; the database's clock."""
+    def heartbeat(self, report: MemberReport, *, session_timeout: float | None = None) -> float:
+        """Record that a relay is alive, with its load (and its session timeout, if
+        given); the database's clock."""
         with self._transaction(write=True) as tx:
-            return heartbeat(tx, report)
+            return heartbeat(tx, report, session_timeout=session_timeout)
 
     def members(self) -> list[MemberInfo]:
-        """Every member row, with heartbeat ages by the database's clock."""
+        """Every member row, with heartbeat ages by the database's clock, each alive or
+        not by its own session timeout."""
         with self._transaction() as tx:
             return members(tx)
+
+    def status(self, session_timeout: float | None = None) -> GroupStatus:
+        """The controller, members (alive or not) and buckets in one read: what every
+        view of the group renders; ``session_timeout`` judges every member by that
+        timeout instead of its own."""
+        with self._transaction() as tx:
+            return status(tx, session_timeout)
 
     def leave(self, member_id: str) -> list[int]:
         """Remove a member, releasing its buckets and the controller role."""

@@ -258,6 +258,9 @@ class RelayMemberRow(Base):
     bucket_loads: Mapped[dict[str, Any]] = mapped_column(JSON, default_factory=dict)
     oldest_unpublished: Mapped[float | None] = mapped_column(Float, default=None)
     leaving: Mapped[bool] = mapped_column(Boolean, default=False)
+    # seconds of silence after which the member is dead: its own (``--session-timeout``);
+    # rows written before it was recorded have the relays' default
+    session_timeout: Mapped[float] = mapped_column(Float, default=3.0, server_default=text("3"))
 
 
 class RelayBucketRow(Base):

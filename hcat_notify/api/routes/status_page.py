@@ -17,9 +17,8 @@ from fastapi.responses import HTMLResponse
 from hcat_notify.api.auth import require_reader
 from hcat_notify.api.routing import ApiRoute
 from hcat_notify.api.state import ApiState, in_thread, state_of
-from hcat_notify.relay.config import RelayConfig
 from hcat_notify.store.catalog import Catalog
-from hcat_notify.store.group import BucketInfo, MemberInfo
+from hcat_notify.store.group import GroupStatus
 from hcat_notify.store.records import OutboxEvent, TableActivity
 
 __all__ = ["LAST_EVENTS", "MAX_TABLES", "router"]
@@ -43,8 +42,7 @@ class _Overview:
     tables: list[TableActivity]
     backlog: int
     oldest: datetime | None
-    members: list[MemberInfo]
-    buckets: list[BucketInfo]
+    group: GroupStatus
     events: list[OutboxEvent]
 
 
@@ -55,8 +53,7 @@ def _read(catalog: Catalog) -> _Overview:
         tables=catalog.tables.activity(limit=MAX_TABLES),
         backlog=backlog,
         oldest=oldest,
-        members=catalog.group.members(),
-        buckets=catalog.group.buckets(),
+        group=catalog.group.status(),
         events=catalog.outbox.events(after_event_id=max(0, last - LAST_EVENTS), limit=LAST_EVENTS),
     )
 
@@ -74,22 +71,18 @@ def _table(headers: list[str], rows: list[list[str]], empty: str) -> str:
 
 
 def _render(view: _Overview, now: datetime) -> str:
-    owned: dict[str, int] = {}
-    for bucket in view.buckets:
-        if bucket.owner is not None:
-            owned[bucket.owner] = owned.get(bucket.owner, 0) + 1
-    timeout = RelayConfig().session_timeout
+    owned = view.group.owners()
     members = [
         [
             escape(m.member_id),
-            "alive" if m.heartbeat_age < timeout else '<span class="bad">silent</span>',
-            str(owned.get(m.member_id, 0)),
+            "alive" if m.alive else '<span class="bad">silent</span>',
+            str(len(owned.get(m.member_id, ()))),
             f"{m.events_per_second:.1f}",
             f"{m.heartbeat_age:.1f} s",
         ]
-        for m in view.members
+        for m in view.group.members
     ]
-    unassigned = sum(1 for bucket in view.buckets if bucket.owner is None)
+    unassigned = len(view.group.unassigned)
     tables = [
         [
             escape(str(item.table.name)),
@@ -128,7 +121,7 @@ def _render(view: _Overview, now: datetime) -> str:
 <h2>Outbox</h2>
 <p id="backlog">{view.backlog} event(s) not yet published{age}</p>
 <h2>Relays</h2>
-<p>{len(view.buckets)} buckets, {unassigned} unassigned</p>
+<p>{len(view.group.buckets)} buckets, {unassigned} unassigned</p>
 {_table(["member", "state", "buckets", "events/s", "heartbeat"], members, "no relay running")}
 <h2>Tables</h2>
 {more}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 
 from hcat_notify.config import Settings, TopicStrategy, load_settings
 from hcat_notify.errors import (
@@ -30,6 +30,7 @@ from hcat_notify.store import Catalog, NewPartition
 from hcat_notify.store.engine import current_revision, head_revision
 from hcat_notify.store.models import Base, OutboxRow, PartitionRow, RetentionRow, TableRow
 from tests.counts import row_counts
+from tests.revisions import catalog_at
 
 pytestmark = pytest.mark.integration
 
@@ -122,28 +123,18 @@ def test_the_topic_is_fixed_when_the_table_is_created(db_url: str, tmp_path: Pat
 
 def test_migration_fills_the_topic_of_existing_tables(db_url: str, tmp_path: Path):
     """A catalog at revision 0004 (topics computed per process) gets its topics stored."""
-    from alembic import command
-
-    from hcat_notify.store.engine import alembic_config, open_engine
-
-    engine = open_engine(db_url)
-    try:
-        with engine.begin() as connection:
-            command.upgrade(alembic_config(connection, None), "0004")
-            connection.execute(
-                text(
-                    "INSERT INTO hcat_tables (db_name, table_name, location, storage_format,"
-                    " partition_keys, table_type, properties, retention_seconds, created_at,"
-                    " updated_at, version) VALUES"
-                    " ('web', 'clicks', '/c', 'parquet', '[\"ds\"]', 'MANAGED_TABLE', '{}',"
-                    " 60, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 1),"
-                    " ('web', 'views', '/v', 'parquet', '[\"ds\"]', 'MANAGED_TABLE',"
-                    ' \'{"hcat.msgbus.topic.name": "custom.views"}\','
-                    " 60, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 1)"
-                )
-            )
-    finally:
-        engine.dispose()
+    catalog_at(
+        db_url,
+        "0004",
+        "INSERT INTO hcat_tables (db_name, table_name, location, storage_format,"
+        " partition_keys, table_type, properties, retention_seconds, created_at,"
+        " updated_at, version) VALUES"
+        " ('web', 'clicks', '/c', 'parquet', '[\"ds\"]', 'MANAGED_TABLE', '{}',"
+        " 60, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 1),"
+        " ('web', 'views', '/v', 'parquet', '[\"ds\"]', 'MANAGED_TABLE',"
+        ' \'{"hcat.msgbus.topic.name": "custom.views"}\','
+        " 60, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 1)",
+    )
     settings = load_settings(home=tmp_path, db_url=db_url, topic_prefix="ops")
     with Catalog.open(settings, upgrade=True) as catalog:  # as `hcat-notify db upgrade`
         assert {str(t.name): t.topic for t in catalog.list_tables()} == {
