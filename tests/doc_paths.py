@@ -168,10 +168,9 @@ def missing_paths(repo: Repository, pages: list[Path]) -> list[Named]:
 
 
 def documentation(root: Path) -> list[Path]:
-    """The pages a newcomer reads: the README, docs/, and the READMEs of the tests and
-    the benchmarks."""
+    """The pages a newcomer reads: the README, docs/, and the READMEs of the tests, the
+    benchmarks and the examples."""
     pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
-    pages += [
-        p for p in (root / "tests" / "README.md", root / "benchmarks" / "README.md") if p.exists()
-    ]
-    return pages
+    pages += [root / "tests" / "README.md", root / "benchmarks" / "README.md"]
+    pages += sorted((root / "examples").glob("*/README.md"))
+    return [page for page in pages if page.exists()]
