@@ -3,6 +3,11 @@
 Every benchmark runs against its own ActiveMQ broker (``deploy/local/activemq.sh`` with a
 temporary ``HCAT_NOTIFY_HOME`` and free loopback ports, stopped at the end even on error)
 and its own SQLite catalog in a temporary directory (or ``--db-url``).
+
+Every run also appends one JSON line to ``benchmarks/results/<benchmark>.jsonl`` (or
+``--results DIR``; ``--no-results`` for none): each table it printed, row by row (ours,
+reference, ratio, target, verdict, rounds), with the commit, the date and the load
+average at its start and end.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import json
 import math
 import os
 import platform
@@ -24,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -46,6 +52,7 @@ from hcat_notify.store.models import (
 )
 
 REPO_DIR = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO_DIR / "benchmarks" / "results"
 BROKER_SCRIPT = REPO_DIR / "deploy" / "local" / "activemq.sh"
 HOST = "127.0.0.1"
 PUBLISHER = ("hcat-publisher", "hcat-publisher-dev")
@@ -55,9 +62,19 @@ READER = ("hcat-reader", "hcat-reader-dev")
 # --------------------------------------------------------------------------- arguments
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that remembers the run's arguments, for its record."""
+
+    def parse_args(self, *args: Any, **kwargs: Any) -> Any:
+        parsed = super().parse_args(*args, **kwargs)
+        _RUN.args = parsed
+        return parsed
+
+
 def parser(description: str) -> argparse.ArgumentParser:
-    """The common command line: ``--quick``, ``--db-url`` and ``--keep``."""
-    p = argparse.ArgumentParser(description=description)
+    """The common command line: ``--quick``, ``--db-url``, ``--keep`` and where the run
+    is recorded (``--results``, ``--no-results``)."""
+    p = _Parser(description=description)
     p.add_argument(
         "--quick", action="store_true", help="scaled-down smoke run (well under a minute)"
     )
@@ -69,6 +86,16 @@ def parser(description: str) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--keep", action="store_true", help="keep the temporary directory (for inspection)"
+    )
+    p.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS_DIR,
+        help="directory of the runs' records, one JSON line per run in <benchmark>.jsonl "
+        "(default: benchmarks/results)",
+    )
+    p.add_argument(
+        "--no-results", action="store_true", help="do not record this run (a trial, say)"
     )
     return p
 
@@ -462,6 +489,7 @@ class Row:
     check: str = "ours"  # "ours" or "ratio"
     ratio_mode: str = "ours/ref"  # or "ref/ours" (for times: reference / ours)
     digits: int = 1
+    rounds: int | None = None  # how many rounds the figure was taken from, when known
 
     def ratio(self) -> float | None:
         if not isinstance(self.ours, int | float) or not isinstance(self.reference, int | float):
@@ -509,6 +537,7 @@ def ratio_rows(
         "check": "ratio",
         "digits": digits,
         "ratio_mode": ratio_mode,
+        "rounds": len(ours),
     }
     return [
         Row(f"{metric}, best", best(ours), best(refs), **common),
@@ -550,6 +579,9 @@ def print_table(title: str, rows: Sequence[Row], notes: Sequence[str] = ()) -> N
     for note in notes:
         print(f"   {note}")
     sys.stdout.flush()
+    _RUN.tables.append(
+        {"title": title, "rows": [row_record(row) for row in rows], "notes": list(notes)}
+    )
 
 
 def load_text() -> str:
@@ -582,9 +614,13 @@ def header(title: str, args: argparse.Namespace, env: BenchEnv) -> None:
 
 
 def run_main(main: Any) -> None:
-    """Run a benchmark's main; report errors but always exit 0 (benchmarks do not gate)."""
+    """Run a benchmark's main; report errors but always exit 0 (benchmarks do not gate).
+    The tables it printed are recorded (``record_run``), also when it failed part-way."""
+    _RUN.start()
+    complete = False
     try:
         main()
+        complete = True
     except KeyboardInterrupt as exc:
         log(f"interrupted: {exc}")
     except Exception:  # noqa: BLE001 - report any failure, exit 0 (benchmarks do not gate)
@@ -592,7 +628,118 @@ def run_main(main: Any) -> None:
 
         traceback.print_exc()
         print("\nBENCHMARK ERROR (see traceback above); exiting 0 anyway", flush=True)
+    record_run(complete=complete)
     sys.exit(0)
+
+
+# --------------------------------------------------------------------------- the record
+
+
+@dataclass
+class _Run:
+    """What this process's run has printed so far, and when and how it started."""
+
+    args: argparse.Namespace | None = None
+    started: datetime | None = None
+    load_start: tuple[float, float, float] | None = None
+    tables: list[dict[str, Any]] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.started = datetime.now(UTC)
+        self.load_start = os.getloadavg()
+
+
+_RUN = _Run()
+
+
+def _number(value: float | int | str | None) -> float | int | str | None:
+    """A figure as JSON holds it (NaN, which JSON lacks, as null)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def row_record(row: Row) -> dict[str, Any]:
+    """One row of a table, as the run's record keeps it."""
+    ratio = row.ratio()
+    return {
+        "metric": row.metric.strip(),
+        "ours": _number(row.ours),
+        "reference": _number(row.reference),
+        "ratio": None if ratio is None else round(ratio, 4),
+        "unit": row.unit,
+        "target": row.target_text() or None,
+        "verdict": row.verdict() or None,
+        "rounds": row.rounds,
+    }
+
+
+def _git(*args: str) -> str:
+    try:
+        result = subprocess.run(
+            ["git", *args], cwd=REPO_DIR, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
+def run_record(name: str, *, complete: bool) -> dict[str, Any]:
+    """The JSON object one run appends to its benchmark's file."""
+    args = _RUN.args
+    started = _RUN.started or datetime.now(UTC)
+    load_start = _RUN.load_start or os.getloadavg()
+    options = (
+        {
+            key: (str(value) if isinstance(value, Path) else value)
+            for key, value in sorted(vars(args).items())
+            if key not in {"results", "no_results", "keep"}
+        }
+        if args is not None
+        else {}
+    )
+    return {
+        "benchmark": name,
+        "date": started.isoformat(timespec="seconds"),
+        "ended": datetime.now(UTC).isoformat(timespec="seconds"),
+        "commit": _git("rev-parse", "--short", "HEAD") or None,
+        # the records themselves do not make the tree dirty
+        "dirty": bool(
+            _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
+        ),
+        "load": {
+            "start": [round(x, 2) for x in load_start],
+            "end": [round(x, 2) for x in os.getloadavg()],
+        },
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "quick": bool(options.get("quick", False)),
+        "rounds": options.get("rounds"),
+        "options": options,
+        "complete": complete,
+        "tables": _RUN.tables,
+    }
+
+
+def record_run(*, complete: bool) -> Path | None:
+    """Append this run's record to ``<results>/<benchmark>.jsonl``; None when nothing was
+    printed or recording is off."""
+    args = _RUN.args
+    if not _RUN.tables or (args is not None and getattr(args, "no_results", False)):
+        return None
+    directory = Path(getattr(args, "results", RESULTS_DIR) or RESULTS_DIR)
+    name = Path(sys.argv[0]).stem
+    path = directory / f"{name}.jsonl"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(run_record(name, complete=complete), ensure_ascii=False) + "\n")
+    except OSError as exc:
+        log(f"WARNING: could not record the run in {path}: {exc}")
+        return None
+    log(f"recorded in {path}")
+    return path
 
 
 # --------------------------------------------------------------------------- relay processes

@@ -1,7 +1,7 @@
-"""The project's layout rules, read from the source (nothing is imported): import cycles,
-``hcat_notify`` importing ``spark_output``, private names imported across modules, and
-modules over the line cap. Used by ``tests/test_layout.py`` on the real tree and on
-small trees built to break each rule."""
+"""The project's layout rules (docs/contributing.md), read from the source (nothing is
+imported): import cycles, ``hcat_notify`` importing ``spark_output``, private names
+imported across modules, and modules over the line cap. Used by ``tests/test_layout.py``
+on the real tree and on small trees built to break each rule."""
 
 from __future__ import annotations
 

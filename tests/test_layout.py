@@ -1,5 +1,5 @@
-"""The layout rules of STYLE.md hold for the source tree (and the check catches each
-breach: it is run on small trees that break one rule each)."""
+"""The layout rules (docs/contributing.md, "Layout rules") hold for the source tree (and
+the check catches each breach: it is run on small trees that break one rule each)."""
 
 from __future__ import annotations
 

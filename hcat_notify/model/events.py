@@ -1,5 +1,5 @@
-"""Kinds of notification and the JMS properties every message carries (DESIGN.md,
-"Wire contract")."""
+"""Kinds of notification and the JMS properties every message carries
+(docs/architecture.md, "The wire contract")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The messages on the wire: headers and JSON bodies (see DESIGN.md, "Wire contract").
+"""The messages on the wire: headers and JSON bodies (docs/architecture.md, "The wire contract").
 
 ``ADD_PARTITION`` bodies are compatible with Hive's ``JSONAddPartitionMessage`` (Hive's
 reader ignores the extra fields we add); ``MARK_SET_DONE`` is ours. The other events
