@@ -88,6 +88,6 @@ def test_members_of_a_catalog_migrated_from_0010_get_the_default_timeout(
         " events_per_second, backlog, topics, bucket_loads, oldest_unpublished, leaving)"
         " VALUES ('r1', 'host', 1, 0, 0, 0, 0, 0, '{}', NULL, false)",
     )
-    with Catalog.open(load_settings(home=tmp_path, db_url=db_url)) as catalog:
+    with Catalog.open(load_settings(home=tmp_path, db_url=db_url), upgrade=True) as catalog:
         (member,) = catalog.group.status().members
     assert (member.member_id, member.session_timeout, member.alive) == ("r1", 3.0, False)
