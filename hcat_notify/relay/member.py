@@ -22,8 +22,8 @@ from hcat_notify.relay.assignment import (
     plan_assignment,
 )
 from hcat_notify.relay.config import RelayConfig
-from hcat_notify.relay.wakeup import OutboxWaiter, outbox_waiter
 from hcat_notify.store.catalog import Catalog
+from hcat_notify.store.change_feed import OutboxWaiter, outbox_waiter
 from hcat_notify.store.group import BucketInfo, MemberInfo, MemberReport, Ownership
 from hcat_notify.store.tx import RELAY_CHANNEL
 

@@ -36,8 +36,8 @@ from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.member import Membership, ranges
 from hcat_notify.relay.progress import ProgressWriter
 from hcat_notify.relay.sender import BatchSender
-from hcat_notify.relay.wakeup import OutboxWaiter, PostgresNotifyWaiter, outbox_waiter
 from hcat_notify.store.catalog import Catalog
+from hcat_notify.store.change_feed import OutboxWaiter, PostgresNotifyWaiter, outbox_waiter
 from hcat_notify.store.group import BucketProgress, MemberReport, Ownership
 from hcat_notify.store.records import OutboxEvent
 
