@@ -143,17 +143,21 @@ def pipeline(
 
 
 def record_receipts(relay: Relay) -> dict[int, float]:
-    """Note when the relay has each event's COMMIT receipt (it then calls ``_record``)."""
+    """Note when the relay has each event's COMMIT receipt (it then records the
+    progress)."""
     receipted: dict[int, float] = {}
-    original = relay._record
+    pipeline = relay._pipeline
+    original = pipeline.record_progress
 
-    def record(sent: Sequence[OutboxEvent], unsent: dict[str, int]) -> None:
+    def record(
+        sent: Sequence[OutboxEvent], unsent: dict[str, int], *, every_bucket: bool = False
+    ) -> None:
         now = time.monotonic()
         for event in sent:
             receipted[event.event_id] = now
-        original(list(sent), unsent)
+        original(list(sent), unsent, every_bucket=every_bucket)
 
-    relay._record = record  # type: ignore[method-assign]
+    pipeline.record_progress = record  # type: ignore[method-assign]
     return receipted
 
 

@@ -48,6 +48,7 @@ from sqlalchemy import create_engine, text
 from hcat_notify.broker import BrokerConnection
 from hcat_notify.model.topics import destination_for
 from hcat_notify.relay import Relay, RelayConfig
+from hcat_notify.relay.pipeline import Pipeline
 from hcat_notify.relay.progress import ProgressWriter
 from hcat_notify.store import Catalog, OutboxEvent
 from hcat_notify.store.group import RelayGroup
@@ -170,14 +171,16 @@ def phase_timers() -> Iterator[collections.Counter[str]]:
     spent: collections.Counter[str] = collections.Counter()
     targets = [
         (Relay, "_wait_for_buckets", "join the group, take every bucket"),
-        (Relay, "_read_batch", "read outbox (a page not read ahead)"),
+        (Pipeline, "read", "read outbox (a page not read ahead)"),
         (Catalog, "events_in_buckets", READS_LABEL),
         (RelayGroup, "record_progress", MARK_LABEL),
         (BrokerConnection, "connect", "broker connect"),
         (BrokerConnection, "begin", "SEND frames (begin+send)"),
         (BrokerConnection, "send", "SEND frames (begin+send)"),
         (BrokerConnection, "send_in_transaction", "SEND frames (begin+send)"),
-        (BrokerConnection, "commit", "COMMIT + wait for receipt (+ read-ahead)"),
+        (BrokerConnection, "write_commit", "COMMIT + wait for receipt (+ read-ahead)"),
+        (Pipeline, "read_ahead", "COMMIT + wait for receipt (+ read-ahead)"),
+        (BrokerConnection, "await_commit", "COMMIT + wait for receipt (+ read-ahead)"),
         (ProgressWriter, "flush", "wait for progress at the end (drain)"),
     ]
     originals = [(cls, name, getattr(cls, name)) for cls, name, _ in targets]
@@ -338,7 +341,7 @@ def main() -> None:
             f"where the relay's time goes ({n:,} events, batch {biggest}, one extra run)",
             breakdown,
             notes=[
-                "publish loop (Relay._publish_next_batch): read batch -> SEND all -> COMMIT and"
+                "publish loop (relay/pipeline.py's steps): read batch -> SEND all -> COMMIT and"
                 " wait; these rows and 'other' add up to the drain time",
                 "progress is recorded in the relay's progress thread alongside the loop (not in"
                 " the sum); drain() waits for it at the end",

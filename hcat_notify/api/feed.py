@@ -2,7 +2,7 @@
 
 A request that waits (``GET .../done?wait=30``, ``GET /v1/events?wait=30``) checks the
 catalog, then sleeps until the catalog may have changed and checks again. What wakes it
-is the relay's own signal (:mod:`hcat_notify.relay.wakeup`): ``LISTEN`` on PostgreSQL,
+is the relay's own signal (:mod:`hcat_notify.store.change_feed`): ``LISTEN`` on PostgreSQL,
 ``PRAGMA data_version`` on SQLite. One thread watches for the whole process, and only
 while some request waits; it bumps a generation number and wakes the waiting
 coroutines, each of which then reads the catalog once. A waiter also re-checks every
@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from hcat_notify.errors import ApiUnavailableError
-from hcat_notify.relay.wakeup import OutboxWaiter, outbox_waiter
+from hcat_notify.store.change_feed import OutboxWaiter, outbox_waiter
 
 __all__ = ["RECHECK_SECONDS", "ChangeFeed"]
 

@@ -24,14 +24,12 @@ from typing import Any
 import stomp
 from stomp.exception import StompException
 
-from hcat_notify.broker.errors import BrokerFault, classify
+from hcat_notify.broker.errors import FAULT_ERRORS, BrokerFault, classify, error_for
 from hcat_notify.broker.frames import PreparedSends, send_chunks
 from hcat_notify.config import BrokerAddress, Settings
 from hcat_notify.errors import (
-    BrokerAuthError,
     BrokerCredentialsError,
     BrokerError,
-    BrokerRejectedError,
     BrokerTimeoutError,
     BrokerUnavailableError,
 )
@@ -41,6 +39,7 @@ __all__ = [
     "HEARTBEAT_RECEIVE_SCALE",
     "HEARTBEAT_TIMEOUT",
     "BrokerConnection",
+    "PendingCommit",
     "ReceivedMessage",
     "consumer_connection",
     "error_for",
@@ -66,30 +65,6 @@ HEARTBEAT_TIMEOUT = DEFAULT_HEARTBEATS[1] / 1000 * HEARTBEAT_RECEIVE_SCALE
 _ids = itertools.count(1)
 _CONNECTION_LOST = "connection lost"
 
-# What an ERROR frame answering one of our frames raises (broker/errors.py classifies).
-_ERRORS: dict[BrokerFault, type[BrokerError]] = {
-    BrokerFault.CREDENTIALS: BrokerCredentialsError,
-    BrokerFault.NOT_AUTHORIZED: BrokerAuthError,
-    BrokerFault.MESSAGE_REJECTED: BrokerRejectedError,
-    BrokerFault.ROLLED_BACK: BrokerError,
-    BrokerFault.OTHER: BrokerError,
-}
-
-
-def error_for(errors: Sequence[str], what: str) -> BrokerError | None:
-    """The exception for ERROR frames received during ``what``, most specific first.
-
-    Returns:
-        None when ``errors`` is empty.
-    """
-    if not errors:
-        return None
-    by_fault = {classify(message): message for message in reversed(errors)}
-    for fault in BrokerFault:  # declared most specific first
-        if fault in by_fault:
-            return _ERRORS[fault](f"{what}: {by_fault[fault]}")
-    return None  # pragma: no cover - every message has a fault
-
 
 @dataclass(frozen=True)
 class ReceivedMessage:
@@ -107,6 +82,15 @@ class _Waiter:
     event: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
     errors_before: int = 0  # ERROR frames received before the RECEIPT
+
+
+@dataclass(frozen=True)
+class PendingCommit:
+    """A COMMIT written and not yet answered (:meth:`BrokerConnection.write_commit`)."""
+
+    transaction: str
+    receipt: str
+    waiter: _Waiter = field(repr=False)
 
 
 class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
@@ -192,6 +176,8 @@ class BrokerConnection:
         password: passcode.
         timeout: seconds for each wait (connect, receipt).
         heartbeats: STOMP heart-beat header, in ms.
+        transport: makes the stomp.py connection to one broker (called as
+            ``stomp.Connection12`` is, which it defaults to; tests give a fake broker's).
     """
 
     def __init__(
@@ -202,6 +188,7 @@ class BrokerConnection:
         password: str,
         timeout: float = 10.0,
         heartbeats: tuple[int, int] = DEFAULT_HEARTBEATS,
+        transport: Callable[..., stomp.Connection12] = stomp.Connection12,
     ) -> None:
         if not addresses:
             raise BrokerError("no broker address configured")
@@ -210,6 +197,7 @@ class BrokerConnection:
         self._password = password
         self._timeout = timeout
         self._heartbeats = heartbeats
+        self._transport = transport
         self._conn: stomp.Connection12 | None = None
         self._lock = threading.Lock()
         self._connected = threading.Event()
@@ -354,7 +342,7 @@ class BrokerConnection:
         raise BrokerUnavailableError("cannot connect to broker: " + "; ".join(failures))
 
     def _connect_one(self, address: BrokerAddress) -> None:
-        conn = stomp.Connection12(
+        conn = self._transport(
             [(address.host, address.port)],
             heartbeats=self._heartbeats,
             heart_beat_receive_scale=HEARTBEAT_RECEIVE_SCALE,
@@ -428,7 +416,7 @@ class BrokerConnection:
             if waiter.error is not None:
                 fault = classify(waiter.error)
                 verb = "failed at" if fault is BrokerFault.OTHER else "refused by"
-                raise _ERRORS[fault](f"{what} {verb} {self.address}: {waiter.error}")
+                raise FAULT_ERRORS[fault](f"{what} {verb} {self.address}: {waiter.error}")
             return waiter.errors_before
         finally:
             with self._lock:
@@ -597,21 +585,21 @@ class BrokerConnection:
         self._nagle(True)
         return transaction
 
-    def commit(
-        self,
-        transaction: str,
-        *,
-        timeout: float | None = None,
-        meanwhile: Callable[[], None] | None = None,
-    ) -> int:
+    def commit(self, transaction: str, *, timeout: float | None = None) -> int:
         """COMMIT a transaction and wait for its RECEIPT; how many ERROR frames had come
         before the RECEIPT (``errors[:n]``: any of the transaction's are among them).
 
-        Args:
-            transaction: the id :meth:`begin` returned.
-            timeout: seconds to wait for the RECEIPT (default: the connection's).
-            meanwhile: work to do once the COMMIT is written, before the RECEIPT is
-                awaited (the broker is storing the transaction then); it must not raise.
+        The same as :meth:`write_commit` then :meth:`await_commit`.
+        """
+        return self.await_commit(self.write_commit(transaction), timeout=timeout)
+
+    def write_commit(self, transaction: str) -> PendingCommit:
+        """Write the COMMIT of a transaction, with a receipt, without waiting for it:
+        the broker stores the transaction while the caller does other work, then
+        :meth:`await_commit`.
+
+        Raises:
+            BrokerError: the connection failed; the outcome is unknown.
         """
         conn = self._require()
         receipt_id, waiter = self._register()
@@ -619,9 +607,22 @@ class BrokerConnection:
         self._nagle(False)
         with self._writing(what, receipt_id):
             conn.commit(transaction, headers={"receipt": receipt_id})
-        if meanwhile is not None:
-            meanwhile()
-        return self._await_receipt(receipt_id, waiter, what, timeout)
+        return PendingCommit(transaction, receipt_id, waiter)
+
+    def await_commit(self, pending: PendingCommit, *, timeout: float | None = None) -> int:
+        """Wait for the RECEIPT of a COMMIT :meth:`write_commit` wrote; how many ERROR
+        frames had come before it (as :meth:`commit` returns).
+
+        Args:
+            pending: what :meth:`write_commit` returned.
+            timeout: seconds to wait for the RECEIPT (default: the connection's).
+
+        Raises:
+            BrokerError: refused, failed, no RECEIPT in time, or the connection was lost.
+        """
+        return self._await_receipt(
+            pending.receipt, pending.waiter, f"COMMIT {pending.transaction}", timeout
+        )
 
     def abort(self, transaction: str) -> None:
         """ABORT a transaction (best effort)."""

@@ -10,10 +10,18 @@ the text of an ERROR frame.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["BrokerFault", "Refusal", "classify"]
+from hcat_notify.errors import (
+    BrokerAuthError,
+    BrokerCredentialsError,
+    BrokerError,
+    BrokerRejectedError,
+)
+
+__all__ = ["FAULT_ERRORS", "BrokerFault", "Refusal", "classify", "error_for"]
 
 
 class BrokerFault(StrEnum):
@@ -54,3 +62,28 @@ def classify(message: str, body: str = "") -> BrokerFault:
         if row.pattern.search(text):
             return row.fault
     return BrokerFault.OTHER
+
+
+FAULT_ERRORS: dict[BrokerFault, type[BrokerError]] = {
+    BrokerFault.CREDENTIALS: BrokerCredentialsError,
+    BrokerFault.NOT_AUTHORIZED: BrokerAuthError,
+    BrokerFault.MESSAGE_REJECTED: BrokerRejectedError,
+    BrokerFault.ROLLED_BACK: BrokerError,
+    BrokerFault.OTHER: BrokerError,
+}
+"""What an ERROR frame answering one of our frames raises, by its kind."""
+
+
+def error_for(errors: Sequence[str], what: str) -> BrokerError | None:
+    """The exception for ERROR frames received during ``what``, most specific first.
+
+    Returns:
+        None when ``errors`` is empty.
+    """
+    if not errors:
+        return None
+    by_fault = {classify(message): message for message in reversed(errors)}
+    for fault in BrokerFault:  # declared most specific first
+        if fault in by_fault:
+            return FAULT_ERRORS[fault](f"{what}: {by_fault[fault]}")
+    return None  # pragma: no cover - every message has a fault

@@ -22,8 +22,8 @@ from hcat_notify.relay.assignment import (
     plan_assignment,
 )
 from hcat_notify.relay.config import RelayConfig
-from hcat_notify.relay.wakeup import OutboxWaiter, outbox_waiter
 from hcat_notify.store.catalog import Catalog
+from hcat_notify.store.change_feed import OutboxWaiter, outbox_waiter
 from hcat_notify.store.group import BucketInfo, MemberInfo, MemberReport, Ownership
 from hcat_notify.store.tx import RELAY_CHANNEL
 
@@ -92,7 +92,6 @@ class Membership:
         self._shed_at = 0.0  # database clock of the last round that moved load
         self._forming_logged = False
         self.alone = False  # no other member may join (relay --once): never wait for them
-        self.before_assign: Callable[[], None] | None = None  # a test hook
         self.error: BaseException | None = None
         self.refreshed_at = 0.0  # monotonic time ownership was last read
 
@@ -350,8 +349,6 @@ class Membership:
             states, live, now=info.now, min_move_interval=interval, balance_load=balance_load
         )
         if changes:
-            if self.before_assign is not None:
-                self.before_assign()
             rebalanced = [b.bucket for b in buckets if b.bucket in changes and b.owner in live]
             if not group.assign(self.member_id, epoch, changes, rebalanced):
                 logger.warning(

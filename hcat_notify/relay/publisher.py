@@ -17,8 +17,7 @@ import os
 import socket
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -31,30 +30,26 @@ from hcat_notify.errors import (
     HcatNotifyError,
     InvalidInputError,
 )
-from hcat_notify.model.topics import topic_bucket
 from hcat_notify.relay.config import RelayConfig
-from hcat_notify.relay.member import Membership, ranges
+from hcat_notify.relay.member import Membership
+from hcat_notify.relay.pipeline import Batch, Pipeline, SendResult
 from hcat_notify.relay.progress import ProgressWriter
 from hcat_notify.relay.sender import BatchSender
-from hcat_notify.relay.wakeup import OutboxWaiter, PostgresNotifyWaiter, outbox_waiter
 from hcat_notify.store.catalog import Catalog
-from hcat_notify.store.group import BucketProgress, MemberReport, Ownership
+from hcat_notify.store.change_feed import OutboxWaiter, PostgresNotifyWaiter, outbox_waiter
+from hcat_notify.store.group import MemberReport
 from hcat_notify.store.records import OutboxEvent
 
 __all__ = ["Relay", "RelayStats", "default_member_id"]
 
 logger = logging.getLogger(__name__)
 
-LOAD_WINDOW = 60.0
-"""Seconds over which a member's events/s (per bucket, in all) are reported."""
 IN_FLIGHT_POLL = 0.05
 """Seconds between looks at the outbox while an open transaction holds event ids."""
 IDLE_RECORD_BATCHES = 10
 """Every owned bucket's position is recorded once the cursor moved this many batch
 sizes (a restarted relay reads at most about that much again)."""
 MAX_MEMBER_ID = 255
-PROGRESS_WAIT = 30.0
-"""Seconds a batch waits, before its COMMIT, for the progress before it to be written."""
 
 
 def default_member_id() -> str:
@@ -92,12 +87,6 @@ class RelayStats:
     refused: dict[int, str] = field(default_factory=dict)  # event id -> the broker's reason
     parked: dict[int, str] = field(default_factory=dict)  # event id -> why it was parked
     buckets_lost: int = 0  # buckets found fenced when recording progress
-
-
-@dataclass
-class _Blocked:
-    retry_at: float  # monotonic
-    first_event: int
 
 
 class Relay:
@@ -144,19 +133,17 @@ class Relay:
             on_refused=self._refused,
         )
         self._member = Membership(self._catalog, self._config, self.member_id, self._report)
-        self._progress: ProgressWriter | None = None
+        self._pipeline = Pipeline(
+            self._catalog,
+            self._sender,
+            self._member,
+            bucket_count=self._bucket_count,
+            batch_size=self._config.batch_size,
+            blocked_retry=self._config.blocked_topic_retry,
+            on_blocked=self._on_blocked,
+        )
         self._stop = threading.Event()
-        self._draining = False
-        self._owned: dict[int, Ownership] = {}
-        self._topic_progress: dict[str, int] = {}  # what is published, per topic
-        self._cursor = 0  # every event of the owned buckets up to here was handled
-        self._idle_through = 0  # the cursor when every owned bucket's position was queued
-        self._blocked: dict[str, _Blocked] = {}  # topics the broker refuses, retried later
         self._was_in_flight = False  # an open transaction held ids at the last idle check
-        # (buckets, after event id, page): read during the last COMMIT's wait
-        self._ahead: tuple[frozenset[int], int, list[OutboxEvent]] | None = None
-        self._recent: deque[tuple[float, int, int]] = deque()  # (time, bucket, events)
-        self._lock = threading.Lock()
         self.stats = RelayStats()
 
     def _check_buckets(self) -> int:
@@ -184,6 +171,11 @@ class Relay:
         """This relay's membership (tests pause its controller through it)."""
         return self._member
 
+    @property
+    def pipeline(self) -> Pipeline:
+        """This relay's publishing steps and what it has published."""
+        return self._pipeline
+
     def close(self) -> None:
         """Hand the buckets over, leave the group, disconnect, close the catalog."""
         try:
@@ -202,7 +194,7 @@ class Relay:
     def _join(self) -> None:
         if not self._joined:
             self._member.join()  # refused when another live process has this member id
-            self._progress = ProgressWriter(
+            self._pipeline.progress = ProgressWriter(
                 self._catalog, self.member_id, self._lost, max_events=self._config.batch_size
             )
             self._joined = True
@@ -220,11 +212,12 @@ class Relay:
         if not self._joined:
             return
         self._joined = False
-        if self._progress is not None:
-            if self._cursor > self._idle_through:  # where the next owners start reading
-                self._record([], self._blocked_from(), every_bucket=True)
-            self._progress.close()  # what has receipts is recorded before the handoff
-            self._progress = None
+        pipeline = self._pipeline
+        if pipeline.progress is not None:
+            if pipeline.cursor > pipeline.idle_through:  # where the next owners start reading
+                pipeline.record_progress([], pipeline.blocked_from(), every_bucket=True)
+            pipeline.progress.close()  # what has receipts is recorded before the handoff
+            pipeline.progress = None
         try:
             self._member.leave()
         except HcatNotifyError as exc:  # the others take over after the session timeout
@@ -263,7 +256,7 @@ class Relay:
         self._join()
         self._wait_for_buckets(self._bucket_count)
         total = 0
-        self._draining = True  # a refused topic is tried again at once, until parked
+        self._pipeline.draining = True  # a refused topic is tried again at once, until parked
         try:
             while not self.stopping:
                 refusals = self.stats.refusals
@@ -272,9 +265,9 @@ class Relay:
                 if handled == 0 and self.stats.refusals == refusals:
                     break
         finally:
-            self._draining = False
-            if self._progress is not None:
-                self._progress.flush()
+            self._pipeline.draining = False
+            if self._pipeline.progress is not None:
+                self._pipeline.progress.flush()
         return total
 
     def _wait_for_buckets(self, count: int, timeout: float = 30.0) -> None:
@@ -330,8 +323,8 @@ class Relay:
     def _idle(self, waiter: OutboxWaiter) -> None:
         # Wake for new events, a change of ownership, a blocked topic's retry or a stop.
         wait = self._config.idle_wait
-        if self._blocked:
-            soonest = min(item.retry_at for item in self._blocked.values())
+        soonest = self._pipeline.next_retry()
+        if soonest is not None:
             wait = min(wait, max(0.01, soonest - time.monotonic()))
         if isinstance(waiter, PostgresNotifyWaiter):
             # Events behind an open transaction's ids wait for it; if it rolls back, no
@@ -365,77 +358,36 @@ class Relay:
         self._member.lose(buckets)
 
     def _sync_ownership(self, *, force: bool = False) -> None:
-        if not (self._member.changed() or force):
-            return
-        owned = self._member.owned()
-        gained = set(owned) - set(self._owned)
-        lost = set(self._owned) - set(owned)
-        changed = gained | lost
-        if changed:
-            # What others published meanwhile is in the catalog, not in memory.
-            for topic in [t for t in self._topic_progress if self._bucket_of(t) in changed]:
-                del self._topic_progress[topic]
-        if gained:
-            self._topic_progress.update(self._catalog.group.progress(gained))
-            start = min(owned[bucket].published_through for bucket in gained)
-            self._cursor = min(self._cursor, start) if self._owned else start
-        self._owned = owned
+        if self._member.changed() or force:
+            self._pipeline.own(self._member.owned())
 
-    def _bucket_of(self, topic: str) -> int:
-        return topic_bucket(topic, self._bucket_count)
+    def _on_blocked(self, topic: str, first_event: int | None) -> None:
+        """The pipeline blocked ``topic`` (from ``first_event``) or unblocked it (None)."""
+        if first_event is None:
+            self.stats.blocked_topics.pop(topic, None)
+        else:
+            self.stats.blocked_topics[topic] = self.stats.refused.get(first_event, "refused")
 
     # -- publishing ---------------------------------------------------------------------
 
-    def _unblocked(self) -> list[str]:
-        now = time.monotonic()
-        for topic, item in list(self._blocked.items()):
-            if item.retry_at <= now:
-                del self._blocked[topic]
-                self.stats.blocked_topics.pop(topic, None)
-                # Its events lie behind the cursor: read them again.
-                self._cursor = min(self._cursor, item.first_event - 1)
-        return list(self._blocked)
-
     def _publish_next_batch(self) -> tuple[int, int]:
-        """One batch: (events handled, events published)."""
+        """One batch through the pipeline's steps: (events handled, events published)."""
         if time.monotonic() - self._member.refreshed_at > 2 * self._config.heartbeat_interval:
             # The membership thread has not read our buckets lately (this process was
             # paused, or the database slow): read them before sending anything more.
             self._member.refresh()
         self._sync_ownership()
-        if not self._owned:
+        pipeline = self._pipeline
+        if not pipeline.owned:
             return 0, 0
-        blocked = self._unblocked()
-        events = self._read_batch()
-        if not events:
+        batch = pipeline.read()
+        if not batch.events:
             return 0, 0
-        fresh = self._fresh(events, blocked)
         started = time.monotonic()
-        limit = self._config.batch_size
-        idle_step = IDLE_RECORD_BATCHES * limit
-        # A full batch says more is waiting: read it while the broker stores this one.
-        meanwhile = self._read_ahead(events[-1].event_id) if len(events) == limit else None
-        result = (
-            self._sender.send(fresh, meanwhile=meanwhile, before_commit=self._committable(fresh))
-            if fresh
-            else None
+        result = self._send(batch) if batch.fresh else None
+        sent = pipeline.record(
+            batch, result, idle_step=IDLE_RECORD_BATCHES * self._config.batch_size
         )
-        sent = result.sent if result is not None else []
-        for event in sent:
-            if event.event_id > self._topic_progress.get(event.topic, 0):
-                self._topic_progress[event.topic] = event.event_id
-        cursor = events[-1].event_id
-        if result is not None and result.broken_at is not None:
-            cursor = result.broken_at - 1
-        held = dict(result.held) if result is not None else {}
-        for topic in result.refused_topics if result is not None else ():
-            self._block(topic, held[topic])
-        unsent = {**held, **self._blocked_from()}
-        rejected = [first for topic, first in held.items() if topic not in self._blocked]
-        if rejected:  # refused, not parked yet: try again from there next time
-            cursor = min(cursor, min(rejected) - 1)
-        self._cursor = max(self._cursor, cursor)
-        self._record(sent, unsent, every_bucket=self._cursor - self._idle_through >= idle_step)
         self.stats.connects = self._sender.connects
         if sent:
             now_utc = datetime.now(UTC)
@@ -452,120 +404,17 @@ class Relay:
                 sent[-1].event_id,
                 (time.monotonic() - started) * 1000,
             )
-        return len(events), len(sent)
+        return len(batch.events), len(sent)
 
-    def _committable(self, events: list[OutboxEvent]) -> Callable[[], bool]:
-        """Whether the batch of ``events`` may be committed: once the progress of the
-        batches before it is written far enough that, with this one, at most a batch
-        size of published events is unrecorded (what a crash leaves the next owner to
-        send again; single events at a trickle still share one write), and only if its
-        buckets are still this member's, under the epochs it was read with (that write
-        may just have found them fenced).
-        """
-        buckets = {event.bucket for event in events}
-        room = max(0, self._config.batch_size - len(events))
-
-        def check() -> bool:
-            progress = self._progress
-            if progress is not None and not progress.unwritten_at_most(room, PROGRESS_WAIT):
-                logger.warning("relay batch withdrawn: progress unwritten in %.0fs", PROGRESS_WAIT)
-                return False
-            now = self._member.owned()
-            gone = sorted(
-                bucket
-                for bucket in buckets
-                if (owned := now.get(bucket)) is None or owned.epoch != self._owned[bucket].epoch
-            )
-            if gone:
-                logger.info("relay batch withdrawn: buckets %s are not this member's", ranges(gone))
-            return not gone
-
-        return check
-
-    def _blocked_from(self) -> dict[str, int]:
-        """The first event held back of each blocked topic."""
-        return {topic: item.first_event for topic, item in self._blocked.items()}
-
-    def _fresh(self, events: list[OutboxEvent], blocked: Collection[str]) -> list[OutboxEvent]:
-        """What of ``events`` to send: not published yet, not held back, still owned."""
-        progress = self._topic_progress
-        return [
-            event
-            for event in events
-            if event.event_id > progress.get(event.topic, 0)
-            and event.topic not in blocked
-            and event.bucket in self._owned
-        ]
-
-    def _read_batch(self) -> list[OutboxEvent]:
-        """The next events of the owned buckets after the cursor: the page read ahead
-        during the last COMMIT when it was read for these buckets from this cursor."""
-        owned = frozenset(self._owned)
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead[0] == owned and ahead[1] == self._cursor:
-            return ahead[2]
-        return self._page(owned, self._cursor)
-
-    def _page(self, buckets: frozenset[int], after: int) -> list[OutboxEvent]:
-        return self._catalog.outbox.events_in_buckets(
-            list(buckets), after_event_id=after, limit=self._config.batch_size
-        )
-
-    def _read_ahead(self, after: int) -> Callable[[], None]:
-        """Reads the page after ``after`` for :meth:`_read_batch` (an empty page or a
-        failed read is not kept: the next batch reads again)."""
-        owned = frozenset(self._owned)
-
-        def read() -> None:
-            try:
-                page = self._page(owned, after)
-                if page:
-                    self._ahead = (owned, after, page)
-                    # and the batch it makes goes on the wire, committed after this one
-                    self._sender.send_ahead(self._fresh(page, set(self._blocked)))
-            except Exception as exc:  # noqa: BLE001 - never fail the COMMIT's wait for it
-                # The next batch makes the same read in the loop, where a failure is
-                # handled (retried with back-off, or raised) like any other.
-                logger.warning("relay read-ahead failed, reading again next batch: %r", exc)
-
-        return read
-
-    def _record(
-        self, sent: list[OutboxEvent], unsent: dict[str, int], *, every_bucket: bool = False
-    ) -> None:
-        """Queue the progress of this batch: per bucket, its topics and how far it is
-        published through (short of its first event still held back).
-
-        ``every_bucket``: also move the position of the owned buckets that published
-        nothing (it is where a new owner starts reading; left behind, a restart would
-        read the whole outbox since a quiet bucket's last event again).
-        """
-        if self._progress is None or not (sent or every_bucket):
-            return
-        now = time.monotonic()
-        per_bucket: dict[int, dict[str, int]] = {}
-        counts: dict[int, int] = {}
-        for event in sent:
-            topics = per_bucket.setdefault(event.bucket, {})
-            topics[event.topic] = max(event.event_id, topics.get(event.topic, 0))
-            counts[event.bucket] = counts.get(event.bucket, 0) + 1
-        held_by_bucket: dict[int, int] = {}
-        for topic, first in unsent.items():
-            bucket = self._bucket_of(topic)
-            held_by_bucket[bucket] = min(first - 1, held_by_bucket.get(bucket, first - 1))
-        updates = {}
-        for bucket in self._owned if every_bucket else per_bucket:
-            ownership = self._owned.get(bucket)
-            if ownership is None:
-                continue
-            through = min(self._cursor, held_by_bucket.get(bucket, self._cursor))
-            updates[bucket] = BucketProgress(ownership.epoch, through, per_bucket.get(bucket, {}))
-        if every_bucket:
-            self._idle_through = self._cursor
-        self._progress.add(updates, events=len(sent))
-        with self._lock:
-            for bucket, count in counts.items():
-                self._recent.append((now, bucket, count))
+    def _send(self, batch: Batch) -> SendResult:
+        """Write the batch; commit it if it may be (else withdraw it); while the sink
+        stores a full batch, read and write the next one ahead; settle."""
+        pipeline = self._pipeline
+        if pipeline.write(batch) and not pipeline.committable(batch):
+            return pipeline.withdraw(batch)
+        if pipeline.commit(batch) and batch.full:
+            pipeline.read_ahead(batch)
+        return pipeline.settle(batch)
 
     def _refused(self, event: OutboxEvent, reason: str, topic_refused: bool) -> bool:
         """Count a refusal of ``event``; True once it is parked (then it holds nothing)."""
@@ -596,30 +445,16 @@ class Relay:
             )
         return parked
 
-    def _block(self, topic: str, first_event: int) -> None:
-        retry = 0.0 if self._draining else self._config.blocked_topic_retry
-        self._blocked[topic] = _Blocked(time.monotonic() + retry, first_event)
-        self.stats.blocked_topics[topic] = self.stats.refused.get(first_event, "refused")
-        logger.error(
-            "relay topic refused topic=%s event=%d retry_in=%.0fs", topic, first_event, retry
-        )
-
     # -- what the member reports --------------------------------------------------------
 
     def _report(self) -> MemberReport:
-        now = time.monotonic()
-        with self._lock:
-            while self._recent and now - self._recent[0][0] > LOAD_WINDOW:
-                self._recent.popleft()
-            loads: dict[int, float] = {}
-            for _, bucket, count in self._recent:
-                loads[bucket] = loads.get(bucket, 0.0) + count / LOAD_WINDOW
+        loads = self._pipeline.loads()
         owned = self._member.owned()
         backlog, oldest = 0, None
         if owned:
             try:
                 backlog, oldest = self._catalog.outbox.backlog_in_buckets(
-                    list(owned), after_event_id=self._cursor
+                    list(owned), after_event_id=self._pipeline.cursor
                 )
             except HcatNotifyError as exc:
                 logger.debug("relay could not count its backlog: %s", exc)
@@ -629,7 +464,7 @@ class Relay:
             pid=os.getpid(),
             events_per_second=sum(loads.values()),
             backlog=backlog,
-            topics=sum(1 for t in list(self._topic_progress) if self._bucket_of(t) in owned),
+            topics=self._pipeline.topics_in(owned),
             # every bucket it published in the window, owned or not: a bucket that moved
             # keeps its load in the controller's view (it sums the reports)
             bucket_loads=loads,

@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from hcat_notify.broker.connection import BrokerConnection, error_for
-from hcat_notify.broker.errors import BrokerFault, classify
+from hcat_notify.broker.connection import BrokerConnection, PendingCommit
+from hcat_notify.broker.errors import BrokerFault, classify, error_for
 from hcat_notify.broker.frames import PreparedSends
 from hcat_notify.config import BrokerAddress, Settings
 from hcat_notify.errors import (
@@ -25,24 +25,15 @@ from hcat_notify.errors import (
     BrokerUnavailableError,
 )
 from hcat_notify.model.topics import destination_for
+from hcat_notify.relay.pipeline import SendResult
 from hcat_notify.store.records import OutboxEvent
 
-__all__ = ["BatchSender", "SendResult"]
+__all__ = ["BatchSender"]
 
 logger = logging.getLogger(__name__)
 
 RefusalHandler = Callable[[OutboxEvent, str, bool], bool]
 """``(event, reason, topic_refused) -> parked``: records a refusal, says if it parked."""
-
-
-@dataclass
-class SendResult:
-    """What became of a batch: sent (receipted) events, and the topics held back."""
-
-    sent: list[OutboxEvent] = field(default_factory=list)
-    held: dict[str, int] = field(default_factory=dict)  # topic -> first event not sent
-    refused_topics: set[str] = field(default_factory=set)  # the broker refuses the topic
-    broken_at: int | None = None  # the connection broke before this event: not tried
 
 
 @dataclass(frozen=True)
@@ -53,6 +44,19 @@ class _Prepared:
     frames: PreparedSends
     connects: int  # the connection it was written on (the sender's connect count)
     errors_before: int = 0  # ERRORs on that connection not about it
+
+
+@dataclass
+class _Batch:
+    """The batch between :meth:`BatchSender.write` and :meth:`BatchSender.settle`."""
+
+    events: list[OutboxEvent]
+    connection: BrokerConnection
+    transaction: str | None = None
+    errors_before: int = 0  # ERRORs on the connection before its first frame
+    pending: PendingCommit | None = None  # its COMMIT, written
+    failure: BrokerError | None = None  # what went wrong, found out by settle
+    result: SendResult | None = None  # sent without transactions
 
 
 def _refused_or_rolled_back(exc: BrokerError) -> bool:
@@ -88,6 +92,7 @@ class BatchSender:
         self._on_refused = on_refused
         self._connection: BrokerConnection | None = None
         self._prepared: _Prepared | None = None  # the next batch, sent ahead
+        self._batch: _Batch | None = None  # the batch between write and settle
         self.connects = 0
 
     def connected(self) -> BrokerConnection:
@@ -121,14 +126,15 @@ class BatchSender:
         if self._connection is not None:
             self._connection.close()
 
-    def send_ahead(self, events: Sequence[OutboxEvent]) -> None:
+    def write_ahead(self, events: Sequence[OutboxEvent]) -> None:
         """Begin the transaction of the batch expected next and write its SENDs, while
-        the broker stores the one before (called during that COMMIT's wait): the broker
-        takes them in as soon as it has answered, instead of after our next round trip.
+        the broker stores the one before (between that batch's :meth:`commit` and
+        :meth:`settle`): the broker takes them in as soon as it has answered, instead of
+        after our next round trip.
 
-        Nothing of it is delivered before its COMMIT, which :meth:`send` writes only
-        once the transaction before has its receipt, and only if it is given exactly
-        these events (by id); otherwise the connection, and with it the open
+        Nothing of it is delivered before its COMMIT, which is written only once the
+        transaction before has its receipt, and only if the next :meth:`write` is given
+        exactly these events (by id); otherwise the connection, and with it the open
         transaction, is dropped. Never raises: a failed write leaves nothing prepared.
         """
         connection = self._connection
@@ -144,24 +150,19 @@ class BatchSender:
             return
         self._prepared = _Prepared(ids, frames, self.connects)
 
-    def send(
-        self,
-        events: Sequence[OutboxEvent],
-        *,
-        meanwhile: Callable[[], None] | None = None,
-        before_commit: Callable[[], bool] | None = None,
-    ) -> SendResult:
-        """Send ``events``; what has a receipt is in the result's ``sent``.
+    def send(self, events: Sequence[OutboxEvent]) -> SendResult:
+        """Send ``events`` at once: :meth:`write`, :meth:`commit`, :meth:`settle`."""
+        if self.write(events):
+            self.commit()
+        return self.settle()
 
-        Args:
-            events: the batch, in event-id order.
-            meanwhile: work to do while the broker stores a transaction, between writing
-                its COMMIT and receiving the RECEIPT (not called without transactions);
-                it must not raise.
-            before_commit: called once the batch is written, just before its COMMIT
-                (before its first SEND without transactions); False withdraws the batch:
-                its transaction is aborted, nothing of it is sent, and the result's
-                ``broken_at`` is its first event. It must not raise.
+    def write(self, events: Sequence[OutboxEvent]) -> bool:
+        """Write the batch ``events`` (in event-id order), not committed yet: begin its
+        transaction and write its SENDs, unless :meth:`write_ahead` wrote exactly these.
+
+        Returns:
+            Whether the batch waits for its :meth:`commit` (or :meth:`withdraw`); False
+            when writing failed: :meth:`settle` then finds out what can be sent.
 
         Raises:
             BrokerError: the broker cannot be reached (nothing in this pass is known sent).
@@ -180,70 +181,107 @@ class BatchSender:
             self.close()
             prepared = None
         connection = self.connected()
+        batch = self._batch = _Batch(list(events), connection)
         if not self._use_transactions:
-            if before_commit is not None and not before_commit():
-                return SendResult(broken_at=events[0].event_id)
-            return self._send_individually(connection, events)
+            return True
+        if prepared is not None:  # begun and sent during the last COMMIT's wait
+            batch.errors_before = prepared.errors_before
+            batch.transaction = prepared.frames.transaction
+            return True
+        batch.errors_before = len(connection.errors)
         try:
-            if not self._send_transaction(connection, events, prepared, meanwhile, before_commit):
-                # Dropping the connection aborts the open transaction, and no ERROR
-                # about the withdrawn frames can then be taken for one about the next.
-                self.close()
-                return SendResult(broken_at=events[0].event_id)
+            batch.transaction = connection.begin()
+            connection.send_in_transaction(batch.transaction, _messages(events))
         except BrokerError as exc:
-            if not (_refused_or_rolled_back(exc) or isinstance(exc, BrokerUnavailableError)):
-                raise
-            # The broker refused an event (or dropped the connection mid-batch, as it does
-            # after a frame it cannot parse). Its ERROR may even arrive after the COMMIT's,
-            # so go on with a fresh connection, where no stray ERROR can fail the next
-            # waits, and find the event by sending one at a time.
-            self.close()
-            return self._send_individually(self.connected(), events)
-        return SendResult(sent=list(events))
-
-    def _send_transaction(
-        self,
-        connection: BrokerConnection,
-        events: Sequence[OutboxEvent],
-        prepared: _Prepared | None,
-        meanwhile: Callable[[], None] | None,
-        before_commit: Callable[[], bool] | None,
-    ) -> bool:
-        """Send and commit the batch; False when ``before_commit`` withdrew it."""
-        if prepared is None:
-            errors_before = len(connection.errors)
-            transaction = connection.begin()
-        else:  # begun and sent during the last COMMIT's wait
-            errors_before = prepared.errors_before
-            transaction = prepared.frames.transaction
-        committing = False
-        try:
-            if prepared is None:
-                connection.send_in_transaction(transaction, _messages(events))
-            if before_commit is not None and not before_commit():
-                return False  # the caller drops the connection, and the transaction with it
-            committing = True
-            errors_until = connection.commit(transaction, meanwhile=meanwhile)
-        except BrokerError as exc:
-            if not committing:
-                connection.abort(transaction)
-            # A refused SEND makes ActiveMQ roll the whole transaction back ("marked
-            # rollback only"): nothing of it was delivered. Say why, most specific first.
-            cause = error_for(connection.errors[errors_before:], "a batch was refused")
-            if cause is not None and type(cause) is not BrokerError:
-                raise cause from exc
-            raise
-        # The broker answers frames in order, so an ERROR for any SEND of this
-        # transaction arrived before the COMMIT's receipt (later ones are about the
-        # batch written ahead meanwhile): then the batch is not whole.
-        cause = error_for(
-            connection.errors[errors_before:errors_until], "broker reported errors in a batch"
-        )
-        if self._prepared is not None:  # written during this wait: its ERRORs come after
-            self._prepared = dataclasses.replace(self._prepared, errors_before=errors_until)
-        if cause is not None:
-            raise cause
+            if batch.transaction is not None:
+                connection.abort(batch.transaction)
+            batch.failure = self._cause(batch, exc)
+            return False
         return True
+
+    def withdraw(self) -> SendResult:
+        """Send nothing of the written batch: its transaction is aborted (the connection
+        dropped, so that no ERROR about its frames can be taken for one about the next)
+        and the result's ``broken_at`` is its first event."""
+        batch = self._current()
+        if self._use_transactions:
+            self.close()
+        return SendResult(broken_at=batch.events[0].event_id)
+
+    def commit(self) -> bool:
+        """Write the COMMIT of the written batch (without transactions: send its events
+        one by one, each with a receipt); :meth:`settle` waits for the outcome.
+
+        Returns:
+            Whether the COMMIT went out (the broker is storing the batch meanwhile).
+        """
+        batch = self._current()
+        if not self._use_transactions:
+            batch.result = self._send_individually(batch.connection, batch.events)
+            return False
+        if batch.transaction is None or batch.failure is not None:
+            return False
+        try:
+            batch.pending = batch.connection.write_commit(batch.transaction)
+        except BrokerError as exc:
+            batch.failure = self._cause(batch, exc)
+            return False
+        return True
+
+    def settle(self) -> SendResult:
+        """The outcome of the committed batch: what has a receipt is in ``sent``.
+
+        A batch the broker refused (or dropped the connection in the middle of) is sent
+        again one event at a time on a fresh connection, to find the culprit.
+
+        Raises:
+            BrokerError: the broker cannot be reached (nothing in this pass is known sent).
+        """
+        batch = self._current()
+        self._batch = None
+        if batch.result is not None:
+            return batch.result
+        if batch.failure is None and batch.pending is not None:
+            try:
+                errors_until = batch.connection.await_commit(batch.pending)
+            except BrokerError as exc:
+                batch.failure = self._cause(batch, exc)
+            else:
+                # The broker answers frames in order, so an ERROR for any SEND of this
+                # transaction arrived before the COMMIT's receipt (later ones are about
+                # the batch written ahead meanwhile): then the batch is not whole.
+                batch.failure = error_for(
+                    batch.connection.errors[batch.errors_before : errors_until],
+                    "broker reported errors in a batch",
+                )
+                if self._prepared is not None:  # written during this wait: ERRORs come after
+                    self._prepared = dataclasses.replace(self._prepared, errors_before=errors_until)
+        failure = batch.failure
+        if failure is None:
+            return SendResult(sent=list(batch.events))
+        if not (_refused_or_rolled_back(failure) or isinstance(failure, BrokerUnavailableError)):
+            raise failure
+        # The broker refused an event (or dropped the connection mid-batch, as it does
+        # after a frame it cannot parse). Its ERROR may even arrive after the COMMIT's,
+        # so go on with a fresh connection, where no stray ERROR can fail the next
+        # waits, and find the event by sending one at a time.
+        self.close()
+        return self._send_individually(self.connected(), batch.events)
+
+    def _current(self) -> _Batch:
+        if self._batch is None:
+            raise RuntimeError("no batch written")  # a bug in the caller's order of steps
+        return self._batch
+
+    @staticmethod
+    def _cause(batch: _Batch, exc: BrokerError) -> BrokerError:
+        """Why the transaction failed, most specific first: a refused SEND makes
+        ActiveMQ roll the whole transaction back ("marked rollback only")."""
+        cause = error_for(batch.connection.errors[batch.errors_before :], "a batch was refused")
+        if cause is not None and type(cause) is not BrokerError:
+            cause.__cause__ = exc
+            return cause
+        return exc
 
     def _send_individually(
         self, connection: BrokerConnection, events: Sequence[OutboxEvent]

@@ -8,11 +8,12 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from hcat_notify.broker import BrokerConnection
+from hcat_notify.broker.connection import PendingCommit
 from hcat_notify.broker.frames import PreparedSends
 from hcat_notify.config import Settings
 from hcat_notify.consumer import Notification, NotificationConsumer
@@ -93,6 +94,7 @@ class _RecordingConnection(BrokerConnection):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._log = log
         self._transactions: dict[str, list[int]] = {}
+        self._committing: dict[str, list[int]] = {}  # receipt -> its COMMIT's event ids
 
     def send(  # type: ignore[override]
         self, destination: str, body: str, headers: Mapping[str, str] | None = None, **kw: object
@@ -129,17 +131,17 @@ class _RecordingConnection(BrokerConnection):
             self._log.note_sent(event_id, str(self.address))
         self._transactions.setdefault(prepared.transaction, []).extend(ids)
 
-    def commit(
-        self,
-        transaction: str,
-        *,
-        timeout: float | None = None,
-        meanwhile: Callable[[], None] | None = None,
-    ) -> None:
+    def write_commit(self, transaction: str) -> PendingCommit:
         ids = self._transactions.pop(transaction, [])
         self._log._before_commit(ids)
-        super().commit(transaction, timeout=timeout, meanwhile=meanwhile)
-        self._log.note(ids, str(self.address))
+        pending = super().write_commit(transaction)
+        self._committing[pending.receipt] = ids
+        return pending
+
+    def await_commit(self, pending: PendingCommit, *, timeout: float | None = None) -> int:
+        errors = super().await_commit(pending, timeout=timeout)
+        self._log.note(self._committing.pop(pending.receipt, []), str(self.address))
+        return errors
 
 
 class ProgressWatch:

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import signal
 import time
-from typing import Any
 
 import pytest
 
@@ -70,52 +69,6 @@ def _dones(settings, table: TableInfo, count: int) -> list[int]:
     ]
 
 
-def _drained(
-    settings, topic: str, count: int, *, timeout: float, **config
-) -> tuple[Any, list[int]]:
-    """Drain the outbox with one relay of ``config`` (``count`` events published) while
-    subscribed to ``topic``: the relay's stats and the event ids received."""
-    recorder = Recorder(settings, topic)
-    try:
-        with Relay(settings, config=RelayConfig(**config)) as relay:
-            assert relay.drain() == count
-        recorder.wait_for(count, timeout=timeout)
-        return relay.stats, recorder.event_ids()
-    finally:
-        recorder.close()
-
-
-def _spy_on_reads(monkeypatch, *, fail_ahead: bool = False) -> list[tuple[str, int]]:
-    """Record each outbox read of the relay as (where, after_event_id): "in COMMIT"
-    when made while a COMMIT's receipt is awaited (a read-ahead), else "in loop".
-    ``fail_ahead``: a read-ahead fails as if the database had gone away."""
-    from hcat_notify.broker import BrokerConnection
-    from hcat_notify.errors import StoreUnavailableError
-
-    reads: list[tuple[str, int]] = []
-    committing = False
-    original_read = Catalog.events_in_buckets
-    original_commit = BrokerConnection.commit
-
-    def read(self, *args, **kwargs):
-        reads.append(("in COMMIT" if committing else "in loop", kwargs["after_event_id"]))
-        if committing and fail_ahead:
-            raise StoreUnavailableError("database went away (test)")
-        return original_read(self, *args, **kwargs)
-
-    def commit(self, *args, **kwargs):
-        nonlocal committing
-        committing = True
-        try:
-            return original_commit(self, *args, **kwargs)
-        finally:
-            committing = False
-
-    monkeypatch.setattr(Catalog, "events_in_buckets", read)
-    monkeypatch.setattr(BrokerConnection, "commit", commit)
-    return reads
-
-
 def _spy_on_sends(monkeypatch) -> list[tuple[str, int]]:
     """Record how each transaction's frames were written: ("streamed", frames) when
     encoded as they were written, ("prepared", frames) when encoded beforehand."""
@@ -139,25 +92,6 @@ def _spy_on_sends(monkeypatch) -> list[tuple[str, int]]:
     return sends
 
 
-def test_the_next_page_is_read_while_the_broker_stores_a_full_batch(
-    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
-):
-    """After a full batch the relay reads the next page between writing the COMMIT and
-    its RECEIPT, and publishes that page next instead of reading it again."""
-    ids = _dones(delivery_settings, clicks, 110)
-    reads = _spy_on_reads(monkeypatch)
-    sends = _spy_on_sends(monkeypatch)
-    # five full batches and a short one
-    _, received = _drained(delivery_settings, clicks.topic, 110, timeout=20, batch_size=20)
-    assert received == ids
-    # The first page and the last (empty) read in the loop; each full batch read the
-    # next page during its COMMIT, the sixth (short) batch read nothing ahead.
-    assert [where for where, _ in reads] == ["in loop"] + ["in COMMIT"] * 5 + ["in loop"]
-    # ... and wrote that batch's frames then: each batch after the first went out ahead
-    assert sends == [("streamed", 20)] + [("prepared", 20)] * 4 + [("prepared", 10)]
-    assert delivery_catalog.outbox.backlog() == (0, None)
-
-
 def test_a_batch_written_ahead_is_committed_only_if_it_is_the_next_batch(
     delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
 ):
@@ -176,10 +110,10 @@ def test_a_batch_written_ahead_is_committed_only_if_it_is_the_next_batch(
     )
     try:
         sender.connected()
-        sender.send_ahead(events[:2])  # written ahead ...
+        sender.write_ahead(events[:2])  # written ahead ...
         assert sender.send(events[2:]).sent == events[2:]  # ... but another batch comes
         assert sender.connects == 2
-        sender.send_ahead(events[:2])
+        sender.write_ahead(events[:2])
         assert sender.send(events[:2]).sent == events[:2]  # this time it is the batch
         assert sender.connects == 2
         recorder.wait_for(5, timeout=3)
@@ -219,7 +153,11 @@ def test_an_error_about_the_batch_written_ahead_does_not_fail_the_one_before(
     try:
         sender.connected()
         # the receipt and the ERROR after it have both come when the wait begins
-        result = sender.send(batch, meanwhile=lambda: (sender.send_ahead(ahead), time.sleep(1)))
+        assert sender.write(batch)
+        assert sender.commit()
+        sender.write_ahead(ahead)  # while the broker stores the batch
+        time.sleep(1)
+        result = sender.settle()
         assert result.sent == batch
         assert refusals == []
         second = sender.send(ahead)
@@ -230,36 +168,6 @@ def test_an_error_about_the_batch_written_ahead_does_not_fail_the_one_before(
         sender.close()
         recorder.close()
     assert recorder.event_ids() == [*first, after]
-
-
-def test_a_failed_read_ahead_is_read_again_and_nothing_is_lost(
-    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
-):
-    ids = _dones(delivery_settings, clicks, 50)
-    reads = _spy_on_reads(monkeypatch, fail_ahead=True)
-    stats, received = _drained(delivery_settings, clicks.topic, 50, timeout=20, batch_size=20)
-    assert stats.failures == 0
-    failed = [after for where, after in reads if where == "in COMMIT"]
-    assert len(failed) == 2  # after each of the two full batches
-    assert received == ids
-    assert delivery_catalog.outbox.backlog() == (0, None)
-
-
-def test_a_restarted_relay_reads_on_from_where_the_last_one_left(
-    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
-):
-    """Every event is in one topic, so 255 of the 256 buckets publish nothing: their
-    positions move too, so the next relay starts reading after what was published, not
-    at the first event of the outbox (which keeps every event it ever had)."""
-    done = _dones(delivery_settings, clicks, 30)
-    with Relay(delivery_settings, config=RelayConfig(batch_size=5)) as relay:
-        assert relay.drain() == 30
-    later = send_mark_set_done(clicks.name, {"datestamp": "later"}, settings=delivery_settings)
-    reads = _spy_on_reads(monkeypatch)
-    _, received = _drained(delivery_settings, clicks.topic, 1, timeout=10, batch_size=5)
-    assert received == [later]
-    assert reads[0] == ("in loop", done[-1])
-    assert {b.published_through for b in delivery_catalog.group.buckets()} == {later}
 
 
 def test_a_running_relay_moves_the_position_of_buckets_that_publish_nothing(
@@ -286,47 +194,6 @@ def test_a_running_relay_moves_the_position_of_buckets_that_publish_nothing(
     assert done[-1] - step <= min(positions) <= done[-1]
 
 
-def test_a_batch_is_committed_only_once_the_progress_before_it_is_written(
-    delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
-):
-    """Progress is written in the background, but however slow the database, no COMMIT
-    goes out while, with its batch, more than a batch size of published events would be
-    unrecorded: a relay killed at any moment leaves at most that many for the next owner
-    to send again."""
-    from hcat_notify.broker import BrokerConnection
-    from hcat_notify.relay.sender import BatchSender
-    from hcat_notify.store.group import RelayGroup
-
-    ids = _dones(delivery_settings, clicks, 35)
-    slow_write, commit, send = RelayGroup.record_progress, BrokerConnection.commit, BatchSender.send
-    committed: list[int] = []  # every event id committed so far
-    batch: list[int] = []  # the batch being sent
-    at_commit: list[tuple[int, int]] = []  # (unrecorded published events, batch size)
-
-    def record_progress(self, *args, **kwargs):
-        time.sleep(0.2)  # a slow database
-        return slow_write(self, *args, **kwargs)
-
-    def spy_commit(self, *args, **kwargs):
-        recorded = delivery_catalog.group.progress().get(clicks.topic, 0)
-        at_commit.append((sum(1 for i in committed if i > recorded), len(batch)))
-        return commit(self, *args, **kwargs)
-
-    def spy_send(self, events, **kwargs):
-        batch[:] = [event.event_id for event in events]
-        result = send(self, events, **kwargs)
-        committed.extend(event.event_id for event in result.sent)
-        return result
-
-    monkeypatch.setattr(RelayGroup, "record_progress", record_progress)
-    monkeypatch.setattr(BrokerConnection, "commit", spy_commit)
-    monkeypatch.setattr(BatchSender, "send", spy_send)
-    _, received = _drained(delivery_settings, clicks.topic, 35, timeout=20, batch_size=10)
-    assert received == ids
-    assert [size for _, size in at_commit] == [10, 10, 10, 5]
-    assert all(unrecorded + size <= 10 for unrecorded, size in at_commit), at_commit
-
-
 def test_a_batch_whose_bucket_was_lost_before_its_commit_is_withdrawn(
     delivery_settings, delivery_catalog: Catalog, clicks: TableInfo, monkeypatch
 ):
@@ -336,17 +203,20 @@ def test_a_batch_whose_bucket_was_lost_before_its_commit_is_withdrawn(
     ids = _dones(delivery_settings, clicks, 20)
     bucket = topic_bucket(clicks.topic, DEFAULT_BUCKETS)
     recorder = Recorder(delivery_settings, clicks.topic)
-    committable = Relay._committable
+    from hcat_notify.relay.pipeline import Pipeline
 
-    def fenced_after_first(self, events):
-        check = committable(self, events)
-        if self.stats.batches == 1:  # the second batch: another member took the bucket
-            self.membership.lose({bucket})
-        return check
+    committable = Pipeline.committable
+    relays: list[Relay] = []
 
-    monkeypatch.setattr(Relay, "_committable", fenced_after_first)
+    def fenced_after_first(self, batch):
+        if relays[0].stats.batches == 1:  # the second batch: another member took the bucket
+            relays[0].membership.lose({bucket})
+        return committable(self, batch)
+
+    monkeypatch.setattr(Pipeline, "committable", fenced_after_first)
     try:
         with Relay(delivery_settings, config=RelayConfig(batch_size=10)) as relay:
+            relays.append(relay)
             relay.drain()
             stats = relay.stats
         recorder.drain(quiet=1.0)

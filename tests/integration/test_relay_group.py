@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, insert
@@ -30,6 +31,7 @@ from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
 from hcat_notify.model.wire import build_mark_set_done
 from hcat_notify.store import Catalog, TableInfo
 from hcat_notify.store.event_ids import allocate_event_ids
+from hcat_notify.store.group import RelayGroup
 from hcat_notify.store.models import OutboxRow, RetentionRow
 from tests.integration.delivery import CliProcess, run_cli, running_relay
 
@@ -327,22 +329,42 @@ def _assert_stopped_within_one_batch(log_after_sigcont: str) -> None:
     assert stop_at < len(lines), "the zombie never noticed: " + "\n".join(lines[-20:])
 
 
+@pytest.fixture
+def before_assign(monkeypatch: pytest.MonkeyPatch) -> dict[str, Callable[[], None]]:
+    """Hooks by member id, run in that member's controller between planning an
+    assignment and writing it."""
+    hooks: dict[str, Callable[[], None]] = {}
+    assign = RelayGroup.assign
+
+    def hooked(group: RelayGroup, member_id: str, *args: Any, **kwargs: Any) -> bool:
+        hook = hooks.get(member_id)
+        if hook is not None:
+            hook()
+        return assign(group, member_id, *args, **kwargs)
+
+    monkeypatch.setattr(RelayGroup, "assign", hooked)
+    return hooks
+
+
 def test_a_deposed_controllers_assignment_changes_nothing(
-    delivery_settings: Settings, delivery_catalog: Catalog, caplog: pytest.LogCaptureFixture
+    delivery_settings: Settings,
+    delivery_catalog: Catalog,
+    caplog: pytest.LogCaptureFixture,
+    before_assign: dict[str, Callable[[], None]],
 ):
     """The controller pauses between planning and writing; meanwhile it is deposed (its
     lease expires, another member takes over): its write is refused."""
     release = threading.Event()
     paused = threading.Event()
     quick = {"session_timeout": SESSION, "heartbeat_interval": 0.5, "min_move_interval": 0.5}
-    with running_relay(delivery_settings, member_id="a", **quick) as first:
+    with running_relay(delivery_settings, member_id="a", **quick):
         _wait_for(lambda: len(delivery_catalog.group.owned("a")) >= DEFAULT_BUCKETS, 20, lambda: "")
 
         def hook() -> None:  # runs in a's membership thread, before its write
             paused.set()
             release.wait(30)
 
-        first.membership.before_assign = hook
+        before_assign["a"] = hook
         with (
             caplog.at_level(logging.INFO, logger="hcat_notify.relay.member"),
             running_relay(delivery_settings, member_id="b", **quick),
@@ -354,7 +376,7 @@ def test_a_deposed_controllers_assignment_changes_nothing(
                 lambda: "b did not take over from the paused a",
             )
             epoch = delivery_catalog.group.info().controller_epoch
-            first.membership.before_assign = None
+            del before_assign["a"]
             release.set()
             _wait_for(
                 lambda: "deposed before its assignment member=a" in caplog.text,

@@ -1,4 +1,5 @@
-"""Waking the relay when the outbox changes, per database backend.
+"""The store's change feed: waking a reader (the relay, the API's long polls) when the
+catalog may have changed, per database backend.
 
 * PostgreSQL: ``LISTEN hcat_outbox``; every transaction that adds events raises
   ``pg_notify`` at commit (see :mod:`hcat_notify.store.tx`).

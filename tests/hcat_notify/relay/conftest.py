@@ -1,0 +1,62 @@
+"""A SQLite catalog with one table, and a scripted broker behind the relay's connection."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from hcat_notify.config import Settings
+from hcat_notify.relay import Relay
+from hcat_notify.store import Catalog, TableInfo
+from hcat_notify.store.records import OutboxEvent
+from hcat_notify.writer import send_mark_set_done
+from tests.fakes.broker import FakeBroker
+
+
+@pytest.fixture
+def db_url(tmp_path) -> str:  # type: ignore[no-untyped-def]
+    return f"sqlite:///{tmp_path / 'catalog.db'}"
+
+
+@pytest.fixture
+def broker() -> Iterator[FakeBroker]:
+    fake = FakeBroker()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def clicks(settings: Settings, catalog: Catalog) -> TableInfo:
+    """A table; its CREATE_TABLE (on the prefix topic) is published before the test starts,
+    on a broker of its own: the tests are about what comes after."""
+    info = catalog.create_table("web.clicks", location="/w/clicks", partition_keys=["datestamp"])
+    elsewhere = FakeBroker()
+    try:
+        with Relay(settings, catalog=catalog, connection_factory=elsewhere.connection) as relay:
+            assert relay.drain() == 1
+    finally:
+        elsewhere.close()
+    return info
+
+
+@pytest.fixture
+def dones(settings: Settings, catalog: Catalog) -> Callable[[TableInfo, int], list[OutboxEvent]]:
+    """``count`` mark-set-done events of a table, one partition each."""
+
+    def make(table: TableInfo, count: int) -> list[OutboxEvent]:
+        ids = {
+            send_mark_set_done(table.name, {"datestamp": f"{n:03d}"}, settings=settings)
+            for n in range(count)
+        }
+        return [event for event in catalog.outbox.pending() if event.event_id in ids]
+
+    return make
+
+
+@pytest.fixture
+def stray(catalog: Catalog, broker: FakeBroker, clicks: TableInfo) -> TableInfo:
+    """A table whose topic the broker refuses to the publisher (made after ``clicks``)."""
+    table = catalog.create_table("web.stray", location="/w/stray", partition_keys=["datestamp"])
+    broker.refused_topics.add(f"/topic/{table.topic}")
+    return table
