@@ -3,7 +3,7 @@
 :func:`register_partitions` registers and announces partitions whose files another tool
 put in place; :func:`drop_partitions` and :func:`drop_table` unregister and announce
 (and, with ``purge``, delete the files). The registry is hcat_notify's
-(:meth:`hcat_notify.Catalog.register_partitions`, :func:`hcat_notify.drop_partitions`);
+(:func:`hcat_notify.register_partitions`, :func:`hcat_notify.drop_partitions`);
 given a Spark session whose catalog has the table, the same change is made there, and
 a statement Spark refuses is reported, not raised (docs/lifecycle.md).
 """

@@ -376,7 +376,7 @@ class ApiClient:
     ) -> Registration:
         """Register partitions whose files are in place (the server measures them) and
         announce them, with the done if given, in one transaction: what
-        :meth:`Catalog.register_partitions <hcat_notify.store.Catalog.register_partitions>`
+        :func:`hcat_notify.register_partitions`
         does. ``locations``: full spec (path form, spec or mapping) -> location."""
         pairs = list(locations.items()) if isinstance(locations, Mapping) else list(locations)
         body = {
