@@ -587,7 +587,12 @@ class RelayGroup:
 
     def record_progress(self, member_id: str, updates: Mapping[int, BucketProgress]) -> set[int]:
         """Record published progress per bucket, fenced by epoch; the buckets lost (of
-        those with topics: the position of a bucket without is only moved)."""
+        those with topics: the position of a bucket without is only moved).
+
+        The one way to record progress (the store's :func:`record_progress` is its second
+        step): positions first, in a transaction of their own that takes its row locks in
+        one scan as the controller's assignment does (:func:`move_positions`: the two
+        cannot deadlock), then the buckets that published topics, compare-and-set each."""
         positions = {bucket: p for bucket, p in updates.items() if not p.topics}
         if positions:
             with self._transaction(write=True) as tx:
