@@ -74,6 +74,7 @@ def test_a_done_must_name_a_prefix_of_the_tables_keys(
 ):
     """``region=us`` on keys (datestamp, region) would cover region us of every day, the
     days not written yet too: the command line and every Python path refuse it alike."""
+    import hcat_notify
     from hcat_notify.errors import InvalidSpecError
     from spark_output import register_partitions, send_mark_set_done
 
@@ -92,7 +93,7 @@ def test_a_done_must_name_a_prefix_of_the_tables_keys(
     for record in (
         lambda: delivery_catalog.mark_set_done(table, {"region": "us"}),
         lambda: send_mark_set_done(table, {"region": "us"}, settings=delivery_settings),
-        lambda: register_partitions(
+        lambda: hcat_notify.register_partitions(
             delivery_catalog, table, locations, mark_set_done={"region": "us"}
         ),
         lambda: register_partitions(
