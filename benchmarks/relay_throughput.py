@@ -52,6 +52,7 @@ from hcat_notify.relay.pipeline import Pipeline
 from hcat_notify.relay.progress import ProgressWriter
 from hcat_notify.store import Catalog, OutboxEvent
 from hcat_notify.store.group import RelayGroup
+from hcat_notify.store.outbox_view import Outbox
 
 TARGETS = {500: 0.9, 2000: 0.8}
 _tx_ids = itertools.count(1)
@@ -172,7 +173,7 @@ def phase_timers() -> Iterator[collections.Counter[str]]:
     targets = [
         (Relay, "_wait_for_buckets", "join the group, take every bucket"),
         (Pipeline, "read", "read outbox (a page not read ahead)"),
-        (Catalog, "events_in_buckets", READS_LABEL),
+        (Outbox, "events_in_buckets", READS_LABEL),
         (RelayGroup, "record_progress", MARK_LABEL),
         (BrokerConnection, "connect", "broker connect"),
         (BrokerConnection, "begin", "SEND frames (begin+send)"),
