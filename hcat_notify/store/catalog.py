@@ -77,6 +77,12 @@ class Catalog:
         self._clock = clock
         self._bucket_count: int | None = None  # fixed when the catalog was created
         self._fast = FastPath(engine, engines.redact(engine.url))
+        # The sub-facades hold nothing but these: made once, not per call (the delegating
+        # calls below are the schedulers' and writers' hot paths).
+        self._tables = Tables(self._transaction)
+        self._partitions = Partitions(self._transaction)
+        self._dones = Dones(self._transaction, self._fast, self._clock, self._bucket_count_now)
+        self._outbox = Outbox(self._transaction)
 
     @classmethod
     def open(
@@ -106,15 +112,7 @@ class Catalog:
         """
         engine = engines.open_engine(settings.database_url, create=create)
         try:
-            if not create:
-                # An empty database is no catalog: migrating would create every table.
-                engines.require_catalog(engine)
-            if upgrade is None:
-                upgrade = engines.migrates_by_default(engine, settings)
-            if upgrade:
-                engines.upgrade(engine, settings)
-            else:
-                engines.require_current(engine)
+            engines.prepare_schema(engine, settings, migrate=upgrade, create=create)
         except BaseException:
             engine.dispose()
             raise
@@ -183,22 +181,22 @@ class Catalog:
     @property
     def tables(self) -> Tables:
         """Tables: create, read, change properties, drop."""
-        return Tables(self._transaction)
+        return self._tables
 
     @property
     def partitions(self) -> Partitions:
         """Partitions: add, register, read, change, drop."""
-        return Partitions(self._transaction)
+        return self._partitions
 
     @property
     def dones(self) -> Dones:
         """MARK_SET_DONE messages: record, find the covering one, retained, sweep."""
-        return Dones(self._transaction, self._fast, self._clock, self._bucket_count_now)
+        return self._dones
 
     @property
     def outbox(self) -> Outbox:
         """The outbox: events to publish, catch-up, refused and parked events."""
-        return Outbox(self._transaction)
+        return self._outbox
 
     @property
     def commits(self) -> CommitJournal:

@@ -34,8 +34,8 @@ __all__ = [
     "current_revision",
     "head_revision",
     "open_engine",
+    "prepare_schema",
     "redact",
-    "require_catalog",
     "upgrade",
     "upgrade_database",
 ]
@@ -221,51 +221,43 @@ def current_revision(engine: Engine) -> str | None:
     return None if row is None else str(row[0])
 
 
-def require_catalog(engine: Engine) -> None:
-    """Check that ``engine``'s database holds a catalog (any revision), creating nothing.
+def prepare_schema(
+    engine: Engine, settings: Settings, *, migrate: bool | None, create: bool
+) -> None:
+    """What opening a catalog does to its schema (docs/operations.md), reading its
+    revision once per process and database.
+
+    ``migrate``: True migrates; False never (readers); None (writers) creates the schema
+    of an empty database and migrates a SQLite file, any other catalog only with the
+    ``db_auto_upgrade`` setting. ``create=False``: an empty database is no catalog.
 
     Raises:
-        StoreUnavailableError: an empty database (no ``alembic_version`` row), such as
-            a PostgreSQL database nobody has written a catalog into yet.
-    """
-    if engine.url.render_as_string(hide_password=False) in _AT_HEAD:
-        return
-    if current_revision(engine) is None:
-        path = sqlite_file(engine.url.render_as_string(hide_password=False))
-        raise _no_catalog(path if path is not None else redact(engine.url))
-
-
-def migrates_by_default(engine: Engine, settings: Settings) -> bool:
-    """Whether a writer that opens ``engine``'s catalog migrates it (docs/operations.md):
-    a SQLite file (a development catalog) or an empty database (creating the schema is
-    no migration) yes; any other only with the ``db_auto_upgrade`` setting."""
-    if engine.dialect.name == "sqlite" or settings.db_auto_upgrade:
-        return True
-    key = engine.url.render_as_string(hide_password=False)
-    return key not in _AT_HEAD and current_revision(engine) is None
-
-
-def require_current(engine: Engine) -> None:
-    """Check that the catalog is not behind this version's schema (or is empty).
-
-    Raises:
-        StoreError: the catalog is at an older revision; it names ``hcat-notify db
-            upgrade``. A revision this version does not know (a newer one) passes.
+        StoreUnavailableError: ``create`` is False and there is no catalog (an empty
+            database, such as a PostgreSQL database nobody has written a catalog into).
+        StoreError: a migration failed, or the catalog is at an older revision and may
+            not be migrated here (the error names ``hcat-notify db upgrade``). A revision
+            this version does not know (a newer one) passes.
     """
     key = engine.url.render_as_string(hide_password=False)
     if key in _AT_HEAD:
         return
     current = current_revision(engine)
+    if current is None and not create:
+        path = sqlite_file(key)
+        raise _no_catalog(path if path is not None else redact(engine.url))
     if current == SCHEMA_REVISION:
         _AT_HEAD.add(key)
         return
-    if current is None or current not in _known_revisions():
-        return
-    raise StoreError(
-        f"the catalog {redact(engine.url)} is at schema revision {current} and this "
-        f"version needs {SCHEMA_REVISION}: stop older processes, then run 'hcat-notify db "
-        "upgrade' (or set db_auto_upgrade to let writers migrate it)"
-    )
+    if migrate is None:
+        migrate = current is None or engine.dialect.name == "sqlite" or settings.db_auto_upgrade
+    if migrate:
+        upgrade(engine, settings)
+    elif current is not None and current in _known_revisions():
+        raise StoreError(
+            f"the catalog {redact(engine.url)} is at schema revision {current} and this "
+            f"version needs {SCHEMA_REVISION}: stop older processes, then run 'hcat-notify db "
+            "upgrade' (or set db_auto_upgrade to let writers migrate it)"
+        )
 
 
 @functools.cache
