@@ -119,7 +119,12 @@ class Relay:
         self.member_id = _check_member_id(default_member_id() if member_id is None else member_id)
         self._joined = False
         self._own_catalog = catalog is None
-        self._catalog = catalog or Catalog.open(settings)
+        # A member paused inside a transaction (SIGSTOP, a frozen VM) would hold its row
+        # locks, and with them the whole group, until it runs again: PostgreSQL ends such
+        # a session after the session timeout, when the others treat it as gone anyway.
+        self._catalog = catalog or Catalog.open(
+            settings, idle_in_transaction=self._config.session_timeout
+        )
         try:
             self._bucket_count = self._check_buckets()
         except BaseException:

@@ -86,7 +86,12 @@ class Catalog:
 
     @classmethod
     def open(
-        cls, settings: Settings, *, upgrade: bool | None = None, create: bool = True
+        cls,
+        settings: Settings,
+        *,
+        upgrade: bool | None = None,
+        create: bool = True,
+        idle_in_transaction: float | None = None,
     ) -> Catalog:
         """Connect to the configured database.
 
@@ -102,6 +107,9 @@ class Catalog:
                 never (a catalog behind this version is an error); None: as above.
             create: create the catalog (a SQLite file, the schema) if there is none; with
                 False no catalog (a missing file, an empty database) is an error.
+            idle_in_transaction: on PostgreSQL, the server ends this catalog's sessions
+                that wait inside a transaction for longer than this (seconds), releasing
+                their locks; relays set it to their session timeout.
 
         Raises:
             ConfigError: the database URL is malformed.
@@ -110,7 +118,9 @@ class Catalog:
             StoreError: the migrations failed, or the catalog is behind this version and
                 may not be migrated here.
         """
-        engine = engines.open_engine(settings.database_url, create=create)
+        engine = engines.open_engine(
+            settings.database_url, create=create, idle_in_transaction=idle_in_transaction
+        )
         try:
             engines.prepare_schema(engine, settings, migrate=upgrade, create=create)
         except BaseException:

@@ -141,13 +141,19 @@ def begin_immediate(connection: Any) -> None:
         connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
 
 
-def open_engine(url: str, *, create: bool = True) -> Engine:
+def open_engine(
+    url: str, *, create: bool = True, idle_in_transaction: float | None = None
+) -> Engine:
     """Create an engine for ``url`` and check that the database answers.
 
     Args:
         url: the SQLAlchemy URL.
         create: create a SQLite file (and its directory) that does not exist yet; with
             False a missing file is an error and nothing is created.
+        idle_in_transaction: PostgreSQL ends a session of this engine that waits on it
+            for longer than this many seconds inside a transaction, and its locks go
+            with it (``idle_in_transaction_session_timeout``): a relay paused while it
+            holds a row lock stops no other member (docs/relay-group.md).
 
     Raises:
         ConfigError: the URL is malformed or names a driver that is not installed.
@@ -164,6 +170,11 @@ def open_engine(url: str, *, create: bool = True) -> Engine:
     if parsed.get_backend_name() == "postgresql":
         kwargs["pool_pre_ping"] = True
         kwargs["connect_args"] = {"connect_timeout": 10}
+        if idle_in_transaction is not None:
+            milliseconds = max(1, round(idle_in_transaction * 1000))
+            kwargs["connect_args"]["options"] = (
+                f"-c idle_in_transaction_session_timeout={milliseconds}"
+            )
         # Readers in id order rely on it (store/event_ids.py): a statement after the
         # horizon sees every commit made before it, whatever the server's default.
         kwargs["isolation_level"] = "READ COMMITTED"
