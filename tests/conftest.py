@@ -20,6 +20,7 @@ pytest_plugins = [
     "tests.fixtures.broker_pair",
     "tests.fixtures.jms",
     "tests.fixtures.postgres",
+    "tests.fixtures.schedule",
     "tests.fixtures.spark",
 ]
 

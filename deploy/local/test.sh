@@ -21,9 +21,11 @@ status=0
 # Parallel workers (pytest-xdist): the suite mostly waits (brokers starting, Spark,
 # receipts, relays taking over), so more workers than cores pay off; each worker starts
 # its own broker, PostgreSQL and Spark session on ports of its own (tests/README.md).
-# A module's tests stay on one worker (--dist loadscope), so a module's server starts
-# once. HCAT_TEST_WORKERS=0 runs in this process; arguments given here come last, so
-# they win (-n 0, -m "not integration", a test's path).
+# tests/fixtures/schedule.py decides who runs what under --dist loadscope: longest
+# tests first, a module with a server of its own on one worker, Spark and Airflow tests
+# on fewer workers (tests/README.md, "In parallel"). HCAT_TEST_WORKERS=0 runs in this
+# process; arguments given here come last, so they win (-n 0, -m "not integration", a
+# test's path).
 "$HCAT_VENV/bin/python" -m pytest -n "${HCAT_TEST_WORKERS:-4}" --dist loadscope "$@" \
     || status=$?
 if [ "$status" -eq 5 ]; then
