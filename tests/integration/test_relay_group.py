@@ -238,16 +238,19 @@ def test_kill_stop_and_handoff_lose_nothing_and_keep_order(
                 group.wait_settled()
             # a zombie: SIGSTOP one member for twice the session timeout, then SIGCONT
             zombie = group.owners().most_common(1)[0][0]
-            had = {b.bucket for b in delivery_catalog.group.buckets() if b.owner == zombie}
             process = group.processes[zombie]
-            # not before it has read its buckets: a member stopped between joining and its
-            # first read has nothing to give up, and after SIGCONT it is simply assigned
-            # buckets again (seen once: "the zombie published 26 batches")
-            _wait_for(
-                lambda: f"relay buckets acquired member={zombie} " in process.stderr,
-                30,
-                lambda: f"{zombie} never read its buckets",
-            )
+            had: set[int] = set()
+
+            def read_all_it_owns() -> bool:
+                had.clear()
+                had.update(b.bucket for b in delivery_catalog.group.buckets() if b.owner == zombie)
+                return bool(had) and had <= _buckets_read(process.stderr, zombie)
+
+            # not before it has read every bucket it owns: a member stopped before it read
+            # them has nothing to give up, and after SIGCONT it is simply assigned buckets
+            # again and publishes them (seen twice: "the zombie published 26 batches", 169
+            # when an earlier "acquired" line was taken for the latest one)
+            _wait_for(read_all_it_owns, 30, lambda: f"{zombie} never read its buckets")
             _stop_outside_sqlite_write_lock(process.proc, delivery_settings.database_url)
             time.sleep(2 * SESSION)
             # the others take its buckets while it sleeps (it stays stopped until they have:
@@ -310,6 +313,26 @@ def _stop_outside_sqlite_write_lock(proc: subprocess.Popen[str], url: str) -> No
         finally:
             probe.close()
     raise AssertionError("the zombie held SQLite's write lock at every attempt to stop it")
+
+
+ACQUIRED_OR_GIVEN_UP = re.compile(
+    r"relay buckets (acquired|given up) member=(\S+) count=\d+ buckets=([0-9,-]+)"
+)
+
+
+def _buckets_read(log: str, member: str) -> set[int]:
+    """The buckets ``member`` has read as its own, replaying its log's "acquired" and
+    "given up" lines (buckets as ``0-3,7``)."""
+    owned: set[int] = set()
+    for what, who, spans in ACQUIRED_OR_GIVEN_UP.findall(log):
+        if who != member:
+            continue
+        buckets: set[int] = set()
+        for span in spans.split(","):
+            first, _, last = span.partition("-")
+            buckets.update(range(int(first), int(last or first) + 1))
+        owned = owned | buckets if what == "acquired" else owned - buckets
+    return owned
 
 
 NOTICED = re.compile(r"bucket lost|buckets given up|controller deposed")
