@@ -32,6 +32,9 @@ made-up locations (``/data/clicks``) as well as ``tmp_path`` ones: their operato
 (``test_warehouse*.py``) configure narrow roots."""
 
 
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Airflow, imported in-process by the Airflow tests, reads AIRFLOW_HOME when first
     imported and would otherwise create ~/airflow: give it a throwaway home.
@@ -43,6 +46,11 @@ def pytest_configure(config: pytest.Config) -> None:
     child at exec.
     """
     os.environ["HCAT_NOTIFY_WAREHOUSE_ROOTS"] = TEST_WAREHOUSE  # module fixtures' settings too
+    # Every JVM the tests start (brokers, Spark, the JMS probe) lives for seconds to
+    # minutes: the C1 compiler alone and the serial collector halve the CPU a Spark
+    # session takes here (a session with three small writes: 32 s of CPU, 18 s with
+    # these), and the suite is CPU-bound on two cores (tests/README.md).
+    os.environ.setdefault("JAVA_TOOL_OPTIONS", TEST_JVM_OPTIONS)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if "AIRFLOW_HOME" not in os.environ:
