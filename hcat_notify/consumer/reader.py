@@ -43,7 +43,11 @@ class CatalogReader(Protocol):
     ) -> Sequence[OutboxEvent]: ...
 
     def find_covering_done(
-        self, table: TableName | str, spec: PartitionSpec | Mapping[str, str | None]
+        self,
+        table: TableName | str,
+        spec: PartitionSpec | Mapping[str, str | None],
+        *,
+        min_generation: int | None = None,
     ) -> RetainedDone | None: ...
 
     def last_event_id(self) -> int: ...
