@@ -242,6 +242,23 @@ def test_a_deadline_with_on_deadline_done_sends_a_partial_done(catalog: Catalog)
         "1",
     )
     assert _events(catalog, EventType.SET_LATE) == []
+    # the rest arrives: the partial done's set reopens, then is done as generation 2
+    _fill(catalog, _all_parts()[10:])
+    assert len(_events(catalog, EventType.SET_REOPENED)) == 1
+    assert [d.headers["HCAT_DONE_REASON"] for d in _dones(catalog)] == ["partial", "changed"]
+    assert catalog.sets.evaluate_due("relay-1", owned, now=deadline + 86400).evaluated == 0
+
+
+def test_a_set_reopened_after_its_deadline_gets_no_set_late(catalog: Catalog):
+    _table(catalog)
+    _expect_day(catalog, deadline="datestamp+1d")
+    owned = _own(catalog)
+    _fill(catalog, _all_parts())
+    catalog.partitions.drop(TABLE, {"datestamp": DAY, "region": "us", "hour": "00"})
+    deadline = datetime(2026, 11, 27, tzinfo=UTC).timestamp()
+    assert catalog.sets.evaluate_due("relay-1", owned, now=deadline + 1).late == ()
+    assert _events(catalog, EventType.SET_LATE) == []
+    assert len(_events(catalog, EventType.SET_REOPENED)) == 1
 
 
 def test_a_stale_epoch_writes_nothing(catalog: Catalog):
