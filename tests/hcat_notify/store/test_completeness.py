@@ -463,3 +463,35 @@ def test_a_dropped_table_takes_its_rule_and_sets_with_it(catalog: Catalog, setti
         engine.dispose()
     _table(catalog)
     assert catalog.sets.rule(TABLE) is None
+
+
+def test_the_sets_are_listed_newest_first_with_what_each_misses(catalog: Catalog):
+    _table(catalog, ("datestamp", "region"))
+    with pytest.raises(InvalidInputError, match="has no completeness rule"):
+        catalog.sets.state(TABLE, {"datestamp": DAY})
+    catalog.expect(TABLE, set_keys="datestamp", parts=["region=us,eu"])
+    for day, regions in (("20261124", ["us", "eu"]), ("20261125", ["us"]), (DAY, ["eu"])):
+        catalog.add_partitions(
+            TABLE, [NewPartition({"datestamp": day, "region": r}, "/w") for r in regions]
+        )
+    listed = catalog.sets.list(TABLE)
+    assert [str(report.spec) for report in listed] == [
+        f"datestamp={DAY}",
+        "datestamp=20261125",
+        "datestamp=20261124",
+    ]
+    assert [report.missing for report in listed] == [
+        (f"datestamp={DAY}/region=us",),
+        ("datestamp=20261125/region=eu",),
+        (),
+    ]
+    assert [report.state for report in listed] == [SetState.OPEN, SetState.OPEN, SetState.DONE]
+    assert len(catalog.sets.list(TABLE, limit=1)) == 1
+    (only,) = catalog.sets.list(TABLE, {"datestamp": "20261125"})
+    assert only.present == ("datestamp=20261125/region=us",)
+    never = catalog.sets.state(TABLE, {"datestamp": "20261231"})
+    assert (never.state, never.expected, never.complete) == (None, 2, False)
+    with pytest.raises(InvalidInputError, match="not a set"):
+        catalog.sets.state(TABLE, {"datestamp": DAY, "region": "us"})
+    with pytest.raises(InvalidInputError, match="between 1 and"):
+        catalog.sets.list(TABLE, limit=0)
