@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.model.completeness import (
@@ -88,13 +88,14 @@ def _under(tx: Tx, table_id: int, prefix: str) -> list[str]:
 
 
 def _previous_set(tx: Tx, table_id: int, prefix: str, depth: int) -> str | None:
-    """The path prefix of the set before ``prefix`` in path order (bytewise), or None."""
-    column = PartitionRow.path_spec
-    if tx.dialect == "postgresql":
-        column = column.collate("C")  # type: ignore[assignment]
-    last = tx.session.execute(
-        select(func.max(column)).where(PartitionRow.table_id == table_id, column < prefix)
-    ).scalar_one_or_none()
+    """The path prefix of the set before ``prefix`` in path order (the database's, as
+    :func:`hcat_notify.store.partitions.list_partitions` orders), or None."""
+    last = tx.session.scalars(
+        select(PartitionRow.path_spec)
+        .where(PartitionRow.table_id == table_id, PartitionRow.path_spec < prefix)
+        .order_by(PartitionRow.path_spec.desc())
+        .limit(1)
+    ).first()
     if last is None:
         return None
     return "/".join(last.split("/")[:depth]) + "/"
@@ -266,14 +267,19 @@ def _done_reason(state: SetStateRow) -> DoneReason:
     return DoneReason.RULE if state.generation == 1 else DoneReason.CHANGED
 
 
+def _deadline_pending(state: SetStateRow) -> bool:
+    """Whether the set still awaits its deadline's verdict: one, for a set never done."""
+    return not state.late_emitted and state.done_at is None and state.deadline_at is not None
+
+
 def _next_due(rule: SetRule, state: SetStateRow, found: Assessment) -> float | None:
     """When the timed pass must look at the set next (None: only a change can move it)."""
     if state.state == SetState.DONE.value:
         return None
-    times = []
+    times: list[float] = []
     if found.complete and rule.quiet_seconds and state.last_change_at is not None:
         times.append(state.last_change_at + rule.quiet_seconds)
-    if not state.late_emitted and state.deadline_at is not None:
+    if _deadline_pending(state) and state.deadline_at is not None:
         times.append(state.deadline_at)
     return min(times) if times else None
 
@@ -384,7 +390,7 @@ def due_verdicts(
             dones.append(_write_done(tx, row, spec, state, _done_reason(state), clock))
         elif (
             not found.complete
-            and not state.late_emitted
+            and _deadline_pending(state)
             and state.deadline_at is not None
             and state.deadline_at <= clock
         ):

@@ -139,7 +139,12 @@ def list_sets(
     assert record.rule is not None
     info = info_of(row)
     wanted = info.spec(spec, partial=True) if spec is not None else None
-    states = tx.session.scalars(select(SetStateRow).where(SetStateRow.table_id == row.id)).all()
+    query = select(SetStateRow).where(SetStateRow.table_id == row.id)
+    if wanted is None and len(record.rule.set_keys) == 1:
+        # one set key: the stored (sorted) form is the path form, so the newest sets are
+        # the last in the database's order (as partitions are listed)
+        query = query.order_by(SetStateRow.set_spec.desc()).limit(limit)
+    states = tx.session.scalars(query).all()
     by_spec = []
     for state in states:
         set_spec = PartitionSpec.parse(state.set_spec).for_table(info.partition_keys, partial=True)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, func, select
 
+from hcat_notify.config import load_settings
 from hcat_notify.errors import InvalidInputError, InvalidRuleError
 from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.completeness import SetState
@@ -19,6 +20,7 @@ from hcat_notify.model.topics import topic_bucket
 from hcat_notify.store import Catalog, NewPartition, WriteMode
 from hcat_notify.store.group import MemberReport
 from hcat_notify.store.models import SetRuleRow, SetStateRow
+from tests.revisions import catalog_at
 from tests.wire import validate_message
 
 pytestmark = pytest.mark.integration
@@ -242,6 +244,23 @@ def test_a_deadline_with_on_deadline_done_sends_a_partial_done(catalog: Catalog)
         "1",
     )
     assert _events(catalog, EventType.SET_LATE) == []
+    # the rest arrives: the partial done's set reopens, then is done as generation 2
+    _fill(catalog, _all_parts()[10:])
+    assert len(_events(catalog, EventType.SET_REOPENED)) == 1
+    assert [d.headers["HCAT_DONE_REASON"] for d in _dones(catalog)] == ["partial", "changed"]
+    assert catalog.sets.evaluate_due("relay-1", owned, now=deadline + 86400).evaluated == 0
+
+
+def test_a_set_reopened_after_its_deadline_gets_no_set_late(catalog: Catalog):
+    _table(catalog)
+    _expect_day(catalog, deadline="datestamp+1d")
+    owned = _own(catalog)
+    _fill(catalog, _all_parts())
+    catalog.partitions.drop(TABLE, {"datestamp": DAY, "region": "us", "hour": "00"})
+    deadline = datetime(2026, 11, 27, tzinfo=UTC).timestamp()
+    assert catalog.sets.evaluate_due("relay-1", owned, now=deadline + 1).late == ()
+    assert _events(catalog, EventType.SET_LATE) == []
+    assert len(_events(catalog, EventType.SET_REOPENED)) == 1
 
 
 def test_a_stale_epoch_writes_nothing(catalog: Catalog):
@@ -446,3 +465,80 @@ def test_a_dropped_table_takes_its_rule_and_sets_with_it(catalog: Catalog, setti
         engine.dispose()
     _table(catalog)
     assert catalog.sets.rule(TABLE) is None
+
+
+def test_the_sets_are_listed_newest_first_with_what_each_misses(catalog: Catalog):
+    _table(catalog, ("datestamp", "region"))
+    with pytest.raises(InvalidInputError, match="has no completeness rule"):
+        catalog.sets.state(TABLE, {"datestamp": DAY})
+    catalog.expect(TABLE, set_keys="datestamp", parts=["region=us,eu"])
+    for day, regions in (("20261124", ["us", "eu"]), ("20261125", ["us"]), (DAY, ["eu"])):
+        catalog.add_partitions(
+            TABLE, [NewPartition({"datestamp": day, "region": r}, "/w") for r in regions]
+        )
+    listed = catalog.sets.list(TABLE)
+    assert [str(report.spec) for report in listed] == [
+        f"datestamp={DAY}",
+        "datestamp=20261125",
+        "datestamp=20261124",
+    ]
+    assert [report.missing for report in listed] == [
+        (f"datestamp={DAY}/region=us",),
+        ("datestamp=20261125/region=eu",),
+        (),
+    ]
+    assert [report.state for report in listed] == [SetState.OPEN, SetState.OPEN, SetState.DONE]
+    assert len(catalog.sets.list(TABLE, limit=1)) == 1
+    (only,) = catalog.sets.list(TABLE, {"datestamp": "20261125"})
+    assert only.present == ("datestamp=20261125/region=us",)
+    never = catalog.sets.state(TABLE, {"datestamp": "20261231"})
+    assert (never.state, never.expected, never.complete) == (None, 2, False)
+    with pytest.raises(InvalidInputError, match="not a set"):
+        catalog.sets.state(TABLE, {"datestamp": DAY, "region": "us"})
+    with pytest.raises(InvalidInputError, match="between 1 and"):
+        catalog.sets.list(TABLE, limit=0)
+
+
+def test_dones_retained_before_migration_0012_are_generation_one(db_url: str, tmp_path):
+    catalog_at(
+        db_url,
+        "0011",
+        "INSERT INTO hcat_tables (db_name, table_name, location, storage_format,"
+        " partition_keys, table_type, properties, retention_seconds, topic, created_at,"
+        " updated_at, version) VALUES ('web', 'clicks', '/c', 'parquet',"
+        " '[\"datestamp\", \"region\"]', 'MANAGED_TABLE', '{}', 86400000, 'hcat.web.clicks',"
+        " '2026-01-01 00:00:00', '2026-01-01 00:00:00', 1)",
+        "INSERT INTO hcat_mark_set_done (event_id, table_id, spec, spec_json, created_at,"
+        " expires_at) SELECT 5, id, 'datestamp=1', '{\"datestamp\": \"1\"}',"
+        " '2026-01-01 00:00:00', '2999-01-01 00:00:00' FROM hcat_tables",
+    )
+    settings = load_settings(home=tmp_path, db_url=db_url)
+    with Catalog.open(settings, upgrade=True) as catalog:
+        old = catalog.find_covering_done(TABLE, {"datestamp": "1", "region": "us"})
+        assert old is not None
+        assert (old.event_id, old.generation, old.reason) == (5, 1, None)
+        assert catalog.find_covering_done(TABLE, {"datestamp": "1"}, min_generation=2) is None
+        assert catalog.get_table(TABLE).rule_version is None
+        catalog.expect(TABLE, set_keys="datestamp", min_partitions=1)
+        catalog.add_partitions(TABLE, [NewPartition({"datestamp": "2", "region": "us"}, "/w")])
+        assert [d.headers["HCAT_SPEC"] for d in _dones(catalog)] == ["datestamp=2"]
+
+
+def test_a_pass_takes_at_most_its_limit_and_says_more_are_due(catalog: Catalog):
+    _table(catalog)
+    _expect_day(catalog, deadline="datestamp+1d")
+    owned = _own(catalog)
+    for day in ("20261124", "20261125"):
+        _add(catalog, day, "us", "00")
+    now = datetime(2026, 11, 27, tzinfo=UTC).timestamp()
+    first = catalog.sets.evaluate_due("relay-1", owned, now=now, limit=1)
+    assert (first.evaluated, len(first.late), first.more) == (1, 1, True)
+    second = catalog.sets.evaluate_due("relay-1", owned, now=now, limit=1)
+    assert (second.evaluated, len(second.late), second.more) == (1, 1, False)
+    late = _events(catalog, EventType.SET_LATE)
+    assert [event.headers["HCAT_SPEC"] for event in late] == [
+        "datestamp=20261124",
+        "datestamp=20261125",
+    ]
+    with pytest.raises(InvalidInputError, match="between 1 and"):
+        catalog.sets.evaluate_due("relay-1", owned, limit=0)
