@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, cast
+from typing import Any
 
 from hcat_notify.broker.backoff import Backoff
 from hcat_notify.config import Settings
@@ -30,6 +30,7 @@ from hcat_notify.consumer import (
     NotificationConsumer,
     Target,
     open_reader,
+    sets_of,
 )
 from hcat_notify.errors import (
     ApiUnavailableError,
@@ -41,7 +42,7 @@ from hcat_notify.errors import (
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.store.set_records import RuleRecord, SetReport
+from hcat_notify.store.set_records import SetReport
 
 __all__ = [
     "TRANSIENT_ERRORS",
@@ -185,18 +186,6 @@ def check(reader: Reader, target: Target) -> dict[str, Any] | None:
     )
 
 
-class _Sets(Protocol):
-    """What :func:`missing_lines` reads: ``catalog.sets`` or the API client's ``sets``."""
-
-    def rule(self, table: TableName | str) -> RuleRecord | None: ...
-
-    def state(self, table: TableName | str, spec: Mapping[str, str | None]) -> SetReport: ...
-
-    def list(
-        self, table: TableName | str, spec: PartitionSpec | None = None, *, limit: int = 100
-    ) -> list[SetReport]: ...
-
-
 MAX_MISSING_LOGGED = 50
 MAX_SETS_LOGGED = 10
 
@@ -207,7 +196,7 @@ def missing_lines(reader: Reader, table: str, spec: Mapping[str, Any]) -> list[s
     missing (at most 50 each); nothing for a table without a rule."""
     name = TableName.parse(table)
     info = reader.get_table(name)
-    sets = cast("_Sets | None", getattr(reader, "sets", None))
+    sets = sets_of(reader)
     if info.rule_version is None or sets is None:
         return []
     record = sets.rule(name)

@@ -509,10 +509,11 @@ class RemoteSets:
         Raises:
             InvalidInputError: the table has no rule, or ``spec`` is not one of its sets.
         """
-        found = self.list(table, spec, limit=1)
-        if len(found) != 1:  # pragma: no cover - the server answers one report
-            raise ApiError(f"the API answered {len(found)} reports for one set")
-        return found[0]
+        params: Params = [("one", True), *_spec_params(spec)]
+        page = self._client._get(SetList, f"/v1/tables/{as_table_name(table)}/sets", params)
+        if len(page.sets) != 1:  # pragma: no cover - the server answers one report
+            raise ApiError(f"the API answered {len(page.sets)} reports for one set")
+        return page.sets[0].to_report()
 
     def list(
         self, table: TableName | str, spec: SpecLike | None = None, *, limit: int = 100

@@ -202,12 +202,18 @@ def _report_text(report: SetReport) -> str:
 def completeness(obj: CliContext, name: str, spec: tuple[str, ...]) -> None:
     """Where a set stands under its table's rule: the rule, expected / present /
     missing parts, the done (generation, reason, time) or the deadline and how late it
-    is. Exit 0 when the set is complete or done, 1 when not, 2 on bad input."""
+    is. Exit 0 when the set is complete or done, 1 when not, 2 on bad input. With
+    HCAT_NOTIFY_API_URL set, the catalog is read through the HTTP API."""
+    import contextlib
+
+    from hcat_notify.consumer import open_reader, sets_of
     from hcat_notify.model.specs import PartitionSpec
 
     wanted = PartitionSpec.from_args(spec)
-    with obj.catalog(write=False) as catalog:
-        report = catalog.sets.state(name, wanted)
+    with contextlib.closing(open_reader(obj.settings)) as reader:  # the API if named
+        sets = sets_of(reader)
+        assert sets is not None  # the catalog and the API client have one
+        report = sets.state(name, wanted)
     emit(obj, report_dict(report), lambda: _report_text(report))
     done = report.done_generation is not None and report.done_generation == report.generation
     if not (report.complete or done):

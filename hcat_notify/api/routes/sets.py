@@ -99,16 +99,19 @@ async def list_sets(
     request: Request,
     state: State,
     limit: Annotated[int, Query(ge=1, le=MAX_LISTED_SETS)] = 30,
+    one: Annotated[
+        bool, Query(description="The spec must be one set (400 when it is not).")
+    ] = False,
 ) -> SetList:
     """Where the table's sets stand: expected, present and missing parts, the done
     (generation, reason, time) or the deadline and how late it is."""
-    spec = query_spec(request, frozenset({"limit", "spec"}))
+    spec = query_spec(request, frozenset({"limit", "one", "spec"}))
 
     def read() -> SetList:
         sets = state.catalog().sets
         rule = sets.rule(table)
         set_keys = None if rule is None or rule.rule is None else set(rule.rule.set_keys)
-        if spec is not None and set(spec.keys) == set_keys:  # one set: its report
+        if spec is not None and (one or set(spec.keys) == set_keys):  # one set: its report
             return SetList(sets=[SetReportModel.of_report(sets.state(table, spec))])
         found = sets.list(table, spec, limit=limit)
         return SetList(sets=[SetReportModel.of_report(report) for report in found])

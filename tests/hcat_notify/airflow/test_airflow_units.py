@@ -302,6 +302,11 @@ def test_a_wait_for_a_done_ends_only_at_a_done_of_its_generation():
     assert notification_payload(late)["missing"] == ["datestamp=20261126/region=eu"]
     assert notification_payload(second)["generation"] == 2
     assert notification_payload(second)["reason"] == "changed"
+    # An asset watcher filters on the new kinds as on any other.
+    assert parse_event_types(["set_late", "SET_REOPENED"]) == {
+        EventType.SET_LATE,
+        EventType.SET_REOPENED,
+    }
 
 
 def test_a_done_trigger_keeps_its_minimum_generation():

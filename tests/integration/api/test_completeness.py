@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
 from hcat_notify.api.client import ApiClient
-from hcat_notify.errors import InvalidRuleError
+from hcat_notify.errors import InvalidInputError, InvalidRuleError
 from hcat_notify.store import Catalog, NewPartition
 from tests.integration.api.support import READER, WRITER
 
@@ -103,7 +105,27 @@ def test_sets_report_done_by_generation_and_the_client(
             "rule",
         )
         assert [item.spec.to_path() for item in client.sets.list(table)] == ["datestamp=20261126"]
+        with pytest.raises(InvalidInputError, match="is not a set of"):
+            client.sets.state(table, {"datestamp": "20261126", "region": "us"})
         assert client.find_covering_done(table, {"datestamp": "20261126"}, min_generation=2) is None
         found = client.find_covering_done(table, {"datestamp": "20261126"}, min_generation=1)
         assert found is not None
         assert (found.generation, found.reason) == (1, "rule")
+
+
+def test_completeness_from_the_shell_reads_through_the_api(
+    api, api_catalog: Catalog, table: str, monkeypatch, capsys, tmp_path
+):
+    from hcat_notify.cli import main
+
+    api_catalog.sets.expect(table, RULE)
+    _add(api_catalog, table, "eu")
+    monkeypatch.setenv("HCAT_NOTIFY_API_URL", api.url)
+    monkeypatch.setenv("HCAT_NOTIFY_CONSUMER_USER", READER[0])
+    monkeypatch.setenv("HCAT_NOTIFY_CONSUMER_PASSWORD", READER[1])
+    # No database there: only the API can answer.
+    monkeypatch.setenv("HCAT_NOTIFY_DB_URL", f"sqlite:///{tmp_path / 'none.db'}")
+    code = main(["-o", "json", "completeness", table, "datestamp=20261126"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert (report["state"], report["missing"]) == ("open", ["datestamp=20261126/region=us"])
