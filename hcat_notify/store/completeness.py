@@ -142,13 +142,25 @@ def _take_touched(tx: Tx, name: TableName, rule: SetRule, spec: PartitionSpec) -
     return len(kept) != len(specs)
 
 
+def _loaded_row(tx: Tx, name: TableName) -> TableRow:
+    """The table's row: the one this transaction loaded already (every write reads it
+    first), else read now."""
+    for item in tx.session.identity_map.values():
+        if isinstance(item, TableRow) and (item.db_name, item.table_name) == (
+            name.db,
+            name.table,
+        ):
+            return item
+    return tx.table_row(name)
+
+
 def _settle(tx: Tx) -> None:
     touched: dict[TableName, list[PartitionSpec]] = tx.pending.pop(_PENDING, {})
     for name in sorted(touched, key=str):
         if not touched[name]:
             continue
-        row = tx.table_row(name)
-        found = current_rule(tx, row)
+        row = _loaded_row(tx, name)
+        found = current_rule(row)
         if found is None:
             continue
         rule, version = found
@@ -173,16 +185,22 @@ def lock_state(
     clock: float,
 ) -> SetStateRow:
     """The state row of the set ``spec``, locked until ``tx`` ends (PostgreSQL), created
-    (generation 1, open) if it has none yet."""
+    (generation 1, open) if it has none yet: ``SELECT … FOR UPDATE``, and only when there
+    is no row, ``INSERT … ON CONFLICT DO NOTHING`` and the ``SELECT`` again."""
     canonical = spec.canonical()
+    query = _state_query(row.id, canonical).execution_options(populate_existing=True)
+    if tx.dialect == "postgresql":
+        query = query.with_for_update()
+    found = tx.session.execute(query).scalar_one_or_none()
+    if found is not None:  # the usual case: one statement
+        return found
     dialect = postgresql if tx.dialect == "postgresql" else sqlite
-    info = info_of(row)
     tx.session.execute(
         dialect.insert(SetStateRow)
         .values(
             table_id=row.id,
             set_spec=canonical,
-            bucket=tx.bucket_of(info.topic),
+            bucket=tx.bucket_of(info_of(row).topic),
             generation=1,
             state=SetState.OPEN.value,
             rule_version=version,
@@ -193,9 +211,8 @@ def lock_state(
         )
         .on_conflict_do_nothing(index_elements=["table_id", "set_spec"])
     )
-    query = _state_query(row.id, canonical).execution_options(populate_existing=True)
-    if tx.dialect == "postgresql":
-        query = query.with_for_update()
+    # A writer that created it meanwhile has committed (the insert waited for it): the
+    # lock is taken on its row.
     return tx.session.execute(query).scalar_one()
 
 
@@ -332,7 +349,7 @@ def mark_set_done(
         UnknownPartitionKeyError, InvalidSpecError: ``spec`` is not a done of the table.
     """
     canonical = info.done_spec(spec)
-    found = current_rule(tx, row) if info.rule_version is not None else None
+    found = current_rule(row) if info.rule_version is not None else None
     if found is None or sorted(canonical.keys) != sorted(found[0].set_keys):
         return add_mark_set_done(tx, row, info, canonical)
     rule, version = found
@@ -404,7 +421,7 @@ def due_verdicts(
 def reevaluate(tx: Tx, row: TableRow, limit: Sequence[str] | None = None) -> list[int]:
     """Settle every set of the table not done (after a rule change), without counting
     it as a change; the event ids written."""
-    found = current_rule(tx, row)
+    found = current_rule(row)
     if found is None:
         return []
     rule, version = found
@@ -476,7 +493,7 @@ def evaluate_due(
         if state.table_id not in rows:
             rows[state.table_id] = tx.session.get(TableRow, state.table_id)
             table_row = rows[state.table_id]
-            rules[state.table_id] = None if table_row is None else current_rule(tx, table_row)
+            rules[state.table_id] = None if table_row is None else current_rule(table_row)
         table_row, found = rows[state.table_id], rules[state.table_id]
         if table_row is None or found is None:
             state.due_at = None  # the rule was removed: nothing is due any more
