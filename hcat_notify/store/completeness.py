@@ -4,8 +4,8 @@ generation (docs/completeness.md; invariant 11 of docs/architecture.md).
 Every change to partitions is announced through :mod:`hcat_notify.store.announce`, which
 notes the partitions it touched (:func:`touch`) when their table has a rule. Before the
 transaction commits (:meth:`Tx.before_commit`), each touched set is settled: its state
-row is locked (created first if need be: ``INSERT … ON CONFLICT DO NOTHING``, then
-``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's writer lock serialises already), what is
+row is locked (``SELECT … FOR UPDATE`` on PostgreSQL, a new set's row first created with
+``INSERT … ON CONFLICT DO NOTHING``; SQLite's writer lock serialises already), what is
 there is compared with what the rule expects, and the done (or ``SET_REOPENED``) is
 written in the same transaction. The timed pass (:func:`evaluate_due`) gives the
 verdicts that need a clock: quiet periods and deadlines, fenced by the bucket's epoch.
