@@ -542,3 +542,25 @@ def test_a_pass_takes_at_most_its_limit_and_says_more_are_due(catalog: Catalog):
     ]
     with pytest.raises(InvalidInputError, match="between 1 and"):
         catalog.sets.evaluate_due("relay-1", owned, limit=0)
+
+
+def test_a_write_that_completes_two_sets_writes_both_dones_after_its_partitions(
+    catalog: Catalog,
+):
+    _table(catalog, ("datestamp", "region"))
+    catalog.expect(TABLE, set_keys="datestamp", parts=["region=us,eu"])
+    catalog.partitions.register(
+        TABLE,
+        [
+            NewPartition({"datestamp": day, "region": region}, "/w", file_count=1)
+            for day in ("20261126", "20261125")
+            for region in ("us", "eu")
+        ],
+    )
+    dones = _dones(catalog)
+    assert [done.headers["HCAT_SPEC"] for done in dones] == [
+        "datestamp=20261125",
+        "datestamp=20261126",
+    ]
+    adds = _events(catalog, EventType.ADD_PARTITION)
+    assert min(done.event_id for done in dones) > max(add.event_id for add in adds)
