@@ -47,6 +47,7 @@ __all__ = [
     "evaluate_due",
     "lock_state",
     "mark_set_done",
+    "nothing_due",
     "reevaluate",
     "set_of",
     "settle_set",
@@ -439,9 +440,11 @@ def reevaluate(tx: Tx, row: TableRow, limit: Sequence[str] | None = None) -> lis
     return written
 
 
-def _fenced(tx: Tx, member: str, buckets: Mapping[int, int]) -> tuple[list[int], set[int]]:
-    """The buckets ``member`` still owns at the epochs given (locked against a move until
-    ``tx`` ends, on PostgreSQL), and those it lost."""
+def _fenced(
+    tx: Tx, member: str, buckets: Mapping[int, int], *, lock: bool = True
+) -> tuple[list[int], set[int]]:
+    """The buckets ``member`` still owns at the epochs given (with ``lock``, locked
+    against a move until ``tx`` ends, on PostgreSQL), and those it lost."""
     kept: list[int] = []
     lost: set[int] = set()
     for bucket, epoch in sorted(buckets.items()):
@@ -450,13 +453,37 @@ def _fenced(tx: Tx, member: str, buckets: Mapping[int, int]) -> tuple[list[int],
             RelayBucketRow.owner == member,
             RelayBucketRow.epoch == epoch,
         )
-        if tx.dialect == "postgresql":
+        if lock and tx.dialect == "postgresql":
             query = query.with_for_update()
         if tx.session.execute(query).first() is None:
             lost.add(bucket)
         else:
             kept.append(bucket)
     return kept, lost
+
+
+def _due_query(buckets: Sequence[int], clock: float) -> Select[SetStateRow]:
+    return (
+        select(SetStateRow)
+        .where(
+            SetStateRow.bucket.in_(list(buckets)),
+            SetStateRow.due_at.is_not(None),
+            SetStateRow.due_at <= clock,
+        )
+        .order_by(SetStateRow.due_at)
+    )
+
+
+def nothing_due(
+    tx: Tx, member: str, buckets: Mapping[int, int], *, now: float | None
+) -> DuePass | None:
+    """The timed pass's answer when no set of the buckets ``member`` owns is due (one
+    indexed read, no lock), else None: the pass must run (:func:`evaluate_due`)."""
+    kept, lost = _fenced(tx, member, buckets, lock=False)
+    clock = tx.clock() if now is None else now
+    if kept and tx.session.execute(_due_query(kept, clock).limit(1)).first() is not None:
+        return None
+    return DuePass(0, (), (), frozenset(lost))
 
 
 def evaluate_due(
@@ -471,16 +498,7 @@ def evaluate_due(
     clock = tx.clock() if now is None else now
     if not kept:
         return DuePass(0, (), (), frozenset(lost))
-    query = (
-        select(SetStateRow)
-        .where(
-            SetStateRow.bucket.in_(kept),
-            SetStateRow.due_at.is_not(None),
-            SetStateRow.due_at <= clock,
-        )
-        .order_by(SetStateRow.due_at)
-        .limit(limit + 1)
-    )
+    query = _due_query(kept, clock).limit(limit + 1)
     if tx.dialect == "postgresql":
         query = query.with_for_update(skip_locked=True)
     states = list(tx.session.scalars(query))
