@@ -17,9 +17,11 @@ from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.completeness import SetState
 from hcat_notify.model.events import EventType
 from hcat_notify.model.topics import topic_bucket
-from hcat_notify.store import Catalog, NewPartition, WriteMode
+from hcat_notify.store import Catalog, NewPartition, WriteMode, completeness, group
+from hcat_notify.store import engine as engines
 from hcat_notify.store.group import MemberReport
 from hcat_notify.store.models import SetRuleRow, SetStateRow
+from hcat_notify.store.tx import transaction
 from tests.revisions import catalog_at
 from tests.wire import validate_message
 
@@ -542,3 +544,46 @@ def test_a_pass_takes_at_most_its_limit_and_says_more_are_due(catalog: Catalog):
     ]
     with pytest.raises(InvalidInputError, match="between 1 and"):
         catalog.sets.evaluate_due("relay-1", owned, limit=0)
+
+
+def test_a_write_that_completes_two_sets_writes_both_dones_after_its_partitions(
+    catalog: Catalog,
+):
+    _table(catalog, ("datestamp", "region"))
+    catalog.expect(TABLE, set_keys="datestamp", parts=["region=us,eu"])
+    catalog.partitions.register(
+        TABLE,
+        [
+            NewPartition({"datestamp": day, "region": region}, "/w", file_count=1)
+            for day in ("20261126", "20261125")
+            for region in ("us", "eu")
+        ],
+    )
+    dones = _dones(catalog)
+    assert [done.headers["HCAT_SPEC"] for done in dones] == [
+        "datestamp=20261125",
+        "datestamp=20261126",
+    ]
+    adds = _events(catalog, EventType.ADD_PARTITION)
+    assert min(done.event_id for done in dones) > max(add.event_id for add in adds)
+
+
+def test_the_writing_pass_is_fenced_too(catalog: Catalog, settings):
+    """A bucket lost between the pass's read and its write gets nothing written."""
+    _table(catalog)
+    _expect_day(catalog, deadline_after="1h")
+    owned = _own(catalog)
+    _fill(catalog, _all_parts()[:1])
+    before = _events(catalog)
+    (bucket,) = owned
+    controller = catalog.group.claim_controller("relay-1", ttl=600)
+    assert controller is not None
+    assert catalog.group.assign("relay-1", controller, {bucket: "relay-2"})
+    engine = engines.open_engine(settings.database_url).execution_options(hcat_write=True)
+    try:
+        with transaction(engine, settings, catalog.now, catalog.url, group.bucket_count) as tx:
+            passed = completeness.evaluate_due(tx, "relay-1", owned, now=2e10, limit=10)
+    finally:
+        engine.dispose()
+    assert (passed.lost, passed.evaluated) == (frozenset(owned), 0)
+    assert _events(catalog) == before
