@@ -27,6 +27,7 @@ from hcat_notify.errors import (
     HcatNotifyError,
     InvalidIdentifierError,
     InvalidInputError,
+    InvalidRuleError,
     InvalidSpecError,
     LocationNotFoundError,
     LocationOutsideWarehouseError,
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
         register_partitions,
     )
     from hcat_notify.model.changes import ANNOUNCE_PROPERTY, AnnounceMode
+    from hcat_notify.model.completeness import DoneReason, OnDeadline, SetRule, parse_rule
     from hcat_notify.model.events import EventType
     from hcat_notify.model.names import TableName
     from hcat_notify.model.specs import (
@@ -92,11 +94,13 @@ if TYPE_CHECKING:
         PartitionInfo,
         Registration,
         RetainedDone,
+        RuleRecord,
+        SetReport,
         TableInfo,
         WriteMode,
         table_definition,
     )
-    from hcat_notify.writer import send_mark_set_done
+    from hcat_notify.writer import expect_sets, send_mark_set_done
 
 __all__ = [
     "ANNOUNCE_PROPERTY",
@@ -120,12 +124,14 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "Discovery",
+    "DoneReason",
     "DroppedTable",
     "EventType",
     "FileStat",
     "HcatNotifyError",
     "InvalidIdentifierError",
     "InvalidInputError",
+    "InvalidRuleError",
     "InvalidSpecError",
     "JournalEntry",
     "JournalState",
@@ -134,6 +140,7 @@ __all__ = [
     "NewPartition",
     "Notification",
     "NotificationConsumer",
+    "OnDeadline",
     "PartitionExistsError",
     "PartitionInfo",
     "PartitionNotFoundError",
@@ -143,6 +150,9 @@ __all__ = [
     "Relay",
     "RelayConfig",
     "RetainedDone",
+    "RuleRecord",
+    "SetReport",
+    "SetRule",
     "Settings",
     "Source",
     "StoreError",
@@ -163,9 +173,11 @@ __all__ = [
     "drop_partitions",
     "drop_table",
     "escape_path_name",
+    "expect_sets",
     "is_hidden",
     "list_data_files",
     "load_settings",
+    "parse_rule",
     "path_exists",
     "reason_to_keep",
     "register_partitions",
@@ -208,6 +220,9 @@ __getattr__, __dir__ = lazy_exports(
         ),
         "AnnounceMode": "hcat_notify.model.changes",
         **dict.fromkeys(
+            ["DoneReason", "OnDeadline", "SetRule", "parse_rule"], "hcat_notify.model.completeness"
+        ),
+        **dict.fromkeys(
             [
                 "FileStat",
                 "TableLocation",
@@ -242,12 +257,15 @@ __getattr__, __dir__ = lazy_exports(
                 "PartitionInfo",
                 "Registration",
                 "RetainedDone",
+                "RuleRecord",
+                "SetReport",
                 "TableInfo",
                 "WriteMode",
                 "table_definition",
             ],
             _STORE,
         ),
+        "expect_sets": "hcat_notify.writer",
         "send_mark_set_done": "hcat_notify.writer",
     },
 )

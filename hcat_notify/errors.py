@@ -12,7 +12,8 @@ pydantic) are mapped to these at one boundary each and chained with ``from``.
     │   ├── UnknownPartitionKeyError  spec names a key the table does not have
     │   ├── LocationNotFoundError   a location does not exist or holds no data files
     │   ├── LocationOutsideWarehouseError  a managed location outside the warehouse roots
-    │   └── PartitionNotFoundError  no registered partition matches the spec (a drop)
+    │   ├── PartitionNotFoundError  no registered partition matches the spec (a drop)
+    │   └── InvalidRuleError        a completeness rule does not fit the table or is malformed
     ├── TableNotFoundError          no such table in the catalog
     │   └── TableDroppedError       the table was dropped (its DROP_TABLE names the event)
     ├── TableExistsError            the table is already registered
@@ -52,6 +53,7 @@ __all__ = [
     "HcatNotifyError",
     "InvalidIdentifierError",
     "InvalidInputError",
+    "InvalidRuleError",
     "InvalidSpecError",
     "LocationNotFoundError",
     "LocationOutsideWarehouseError",
@@ -104,6 +106,10 @@ class LocationOutsideWarehouseError(InvalidInputError):
 
 class PartitionNotFoundError(InvalidInputError, LookupError):
     """No registered partition of the table matches the spec (of a drop)."""
+
+
+class InvalidRuleError(InvalidInputError):
+    """A completeness rule (``table expect``) is malformed or does not fit the table."""
 
 
 class TableNotFoundError(HcatNotifyError, LookupError):

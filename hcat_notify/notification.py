@@ -21,8 +21,10 @@ from typing import Any
 from hcat_notify.broker.connection import ReceivedMessage
 from hcat_notify.errors import HcatNotifyError
 from hcat_notify.model.events import (
+    HEADER_DONE_REASON,
     HEADER_EVENT,
     HEADER_EVENT_ID,
+    HEADER_SET_GENERATION,
     HEADER_SPEC,
     HEADER_TABLE,
     EventType,
@@ -172,11 +174,49 @@ class Notification(ReadOnlyRecord):
         batch = self.body.get("batch")
         return batch if isinstance(batch, Mapping) else None
 
+    @property
+    def generation(self) -> int | None:
+        """The set generation of a verdict on a set (MARK_SET_DONE, SET_LATE,
+        SET_REOPENED; ``HCAT_SET_GENERATION``): 1 for a set's first done, 1 for a done
+        from before completeness rules; None for other events."""
+        if not self.event_type.about_set:
+            return None
+        given = self.headers.get(HEADER_SET_GENERATION)
+        if given is None:
+            given = self.body.get("generation")
+        try:
+            return int(given) if given is not None else 1
+        except (TypeError, ValueError):
+            return 1
+
+    @property
+    def reason(self) -> str | None:
+        """Why a MARK_SET_DONE was sent (``HCAT_DONE_REASON``: rule, changed, partial,
+        writer), None for other events and dones from before completeness rules."""
+        if self.event_type is not EventType.MARK_SET_DONE:
+            return None
+        given = self.headers.get(HEADER_DONE_REASON) or self.body.get("reason")
+        return str(given) if given else None
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """The missing parts (full path forms, at most 1,000) a SET_LATE or SET_REOPENED
+        lists; empty for other events."""
+        listed = self.body.get("missing") if self.event_type.about_set else None
+        return tuple(str(item) for item in listed) if isinstance(listed, list) else ()
+
     def describe(self) -> str:
         """What the event is about, in one short field (``hcat-notify watch``): the spec,
-        ``N partitions under SPEC (part P/PS)`` for a batch, ``-`` for a table event."""
+        ``N partitions under SPEC (part P/PS)`` for a batch, ``-`` for a table event, the
+        set with its generation and reason (a done of a rule or a later generation) or
+        its missing count (SET_LATE, SET_REOPENED), the rule's version for a SET_RULE."""
+        if self.event_type is EventType.SET_RULE:
+            version = self.body.get("ruleVersion")
+            return f"rule version {version}" + (" removed" if self.body.get("rule") is None else "")
         if self.about_table:
             return "-"
+        if self.event_type.about_set and self.spec is not None:
+            return self._describe_set(self.spec)
         if len(self.partitions) <= 1:
             return str(self.spec) if self.spec is not None else "-"
         batch = self.batch
@@ -186,6 +226,16 @@ class Notification(ReadOnlyRecord):
         if batch is not None and batch.get("parts", 1) > 1:
             text += f" (part {batch.get('part')}/{batch.get('parts')})"
         return text
+
+    def _describe_set(self, spec: PartitionSpec) -> str:
+        generation, reason = self.generation, self.reason
+        if self.event_type is EventType.MARK_SET_DONE:
+            if generation == 1 and reason in (None, "writer"):
+                return str(spec)  # as before completeness rules
+            return f"{spec} generation {generation} ({reason})"
+        count = self.body.get("missingCount")
+        missing = f", {count} missing" if isinstance(count, int) else ""
+        return f"{spec} generation {generation}{missing}"
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view (``hcat-notify watch --json``)."""

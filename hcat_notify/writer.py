@@ -7,13 +7,14 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
+from typing import Any
 
 from hcat_notify.config import Settings, load_settings
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.store.catalog import Catalog
 
-__all__ = ["close_catalogs", "send_mark_set_done"]
+__all__ = ["close_catalogs", "expect_sets", "send_mark_set_done"]
 
 # One open catalog (engine and connection pool) per settings and process: opening one
 # per call costs more than the call itself. The pid keeps a forked child from using its
@@ -80,3 +81,31 @@ def send_mark_set_done(
         StoreUnavailableError: the catalog database cannot be reached.
     """
     return _catalog(settings or load_settings()).mark_set_done(table, spec)
+
+
+def expect_sets(
+    table: TableName | str,
+    *,
+    settings: Settings | None = None,
+    **options: Any,
+) -> int:
+    """Give ``table`` a completeness rule (:meth:`hcat_notify.store.Catalog.expect`, whose
+    keyword arguments ``options`` are: ``set_keys``, ``parts``, ``like_previous``,
+    ``min_partitions``, ``quiet``, ``deadline``, ``deadline_after``, ``on_deadline``,
+    ``principal``): the catalog then writes each set's MARK_SET_DONE in the transaction
+    that brings its last expected part, so no writer has to know that the set is
+    complete (docs/completeness.md).
+
+    ``expect_sets("web.clicks", set_keys="datestamp", parts=["region=us,eu,apac",
+    "hour=00..23"])`` expects 72 partitions per day.
+
+    Returns:
+        The rule's version.
+
+    Raises:
+        TableNotFoundError: the table is not registered.
+        InvalidRuleError: the rule is malformed or does not fit the table (nothing is
+            written).
+        TypeError: an option :meth:`Catalog.expect` does not take.
+    """
+    return _catalog(settings or load_settings()).expect(table, **options)

@@ -2,7 +2,8 @@
 
 ``write_partitions`` writes a DataFrame into the dynamic partitions of a registered
 table through a job-level committer, and announces exactly what it committed;
-``send_mark_set_done`` announces that a set of partitions is complete; ``compact_table``
+``send_mark_set_done`` announces that a set of partitions is complete (``expect_sets``
+gives a table a completeness rule, so that the catalog announces it); ``compact_table``
 and ``purge_superseded`` maintain registered partitions. Where things live:
 
 * :mod:`spark_output.writer` — ``write_partitions``, ``create_table``;
@@ -42,7 +43,7 @@ from spark_output.errors import (
 )
 
 if TYPE_CHECKING:
-    from hcat_notify import send_mark_set_done
+    from hcat_notify import expect_sets, send_mark_set_done
     from spark_output.commit.recovery import Recovery, RecoveryAction, recover
     from spark_output.compaction.policy import CompactionPolicy
     from spark_output.maintenance.purge import PurgeSummary, purge_superseded
@@ -72,6 +73,7 @@ __all__ = [
     "create_table",
     "drop_partitions",
     "drop_table",
+    "expect_sets",
     "purge_superseded",
     "recover",
     "register_partitions",
@@ -83,6 +85,7 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     globals(),
     {
+        "expect_sets": "hcat_notify",
         "send_mark_set_done": "hcat_notify",
         "Recovery": "spark_output.commit.recovery",
         "RecoveryAction": "spark_output.commit.recovery",

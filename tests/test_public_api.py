@@ -52,17 +52,25 @@ MODULES = [
     "hcat_notify.lifecycle",
     "hcat_notify.model",
     "hcat_notify.model.changes",
+    "hcat_notify.model.completeness",
+    "hcat_notify.model.rule_values",
     "hcat_notify.model.events",
     "hcat_notify.model.names",
     "hcat_notify.model.principals",
     "hcat_notify.model.specs",
     "hcat_notify.model.topics",
+    "hcat_notify.model.set_events",
     "hcat_notify.model.wire",
     "hcat_notify.relay",
     "hcat_notify.relay.config",
     "hcat_notify.relay.publisher",
     "hcat_notify.store",
     "hcat_notify.store.catalog",
+    "hcat_notify.store.completeness",
+    "hcat_notify.store.set_records",
+    "hcat_notify.store.set_reports",
+    "hcat_notify.store.set_rules",
+    "hcat_notify.store.sets_view",
     "hcat_notify.store.change_feed",
     "hcat_notify.store.announce",
     "hcat_notify.store.journal",
@@ -139,6 +147,10 @@ def test_one_root_exception_per_package():
 
 def test_spark_output_re_exports_send_mark_set_done():
     assert spark_output.send_mark_set_done is hcat_notify.send_mark_set_done
+
+
+def test_spark_output_re_exports_expect_sets():
+    assert spark_output.expect_sets is hcat_notify.expect_sets
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,9 @@ BODY_SCHEMAS = {
     "INSERT": "insert.schema.json",
     "CREATE_TABLE": "create_table.schema.json",
     "DROP_TABLE": "drop_table.schema.json",
+    "SET_LATE": "set_late.schema.json",
+    "SET_REOPENED": "set_reopened.schema.json",
+    "SET_RULE": "set_rule.schema.json",
 }
 
 

@@ -29,10 +29,18 @@ from hcat_notify.airflow.triggers import (
     HcatMarkSetDoneTrigger,
     HcatPartitionTrigger,
 )
-from hcat_notify.airflow.waiting import Condition, Waiter, check, open_reader, resolve_target
+from hcat_notify.airflow.waiting import (
+    Condition,
+    Waiter,
+    check,
+    missing_lines,
+    open_reader,
+    resolve_target,
+)
 from hcat_notify.errors import (
     BrokerAuthError,
     ConfigError,
+    HcatNotifyError,
     InvalidInputError,
     TableNotFoundError,
 )
@@ -58,6 +66,7 @@ class _HcatSensor(BaseSensorOperator):
         deferrable: bool = True,
         subscriber: str | None = None,
         conn_id: str | None = DEFAULT_CONN_ID,
+        min_generation: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -66,6 +75,15 @@ class _HcatSensor(BaseSensorOperator):
         self.deferrable = deferrable
         self.subscriber = subscriber
         self.conn_id = conn_id
+        if min_generation is not None and (
+            isinstance(min_generation, bool)
+            or not isinstance(min_generation, int)
+            or min_generation < 1
+        ):
+            raise AirflowFailException(
+                f"min_generation must be a whole number of at least 1, got {min_generation!r}"
+            )
+        self.min_generation = min_generation
 
     def execute(self, context: Context) -> Any:
         settings = self._fail_fast(HcatNotifyHook(self.conn_id).get_settings)
@@ -89,6 +107,7 @@ class _HcatSensor(BaseSensorOperator):
                     deadline=deadline,
                     conn_id=self.conn_id,
                     subscriber=self.subscriber,
+                    **self._trigger_extra(),
                 ),
                 method_name="execute_complete",
                 # The trigger fires "timeout" at the deadline itself; Airflow's own
@@ -102,6 +121,7 @@ class _HcatSensor(BaseSensorOperator):
             self.spec,
             deadline=deadline,
             subscriber=self.subscriber,
+            min_generation=self.min_generation,
         )
         self.log.info(
             "waiting in the worker for %s of %s %s", self.condition.value, self.table, self.spec
@@ -111,7 +131,10 @@ class _HcatSensor(BaseSensorOperator):
     def _check_once(self, settings: Any) -> dict[str, Any] | None:
         reader = open_reader(settings, durable=self.subscriber is not None)
         try:
-            return check(reader, resolve_target(reader, self.condition, self.table, self.spec))
+            target = resolve_target(
+                reader, self.condition, self.table, self.spec, self.min_generation
+            )
+            return check(reader, target)
         finally:
             reader.close()
 
@@ -133,12 +156,38 @@ class _HcatSensor(BaseSensorOperator):
             return self._finish(None)
         raise AirflowFailException(f"{self.task_id}: {event.get('message', event)}")
 
+    def _trigger_extra(self) -> dict[str, Any]:
+        if self.min_generation is None:
+            return {}
+        return {"min_generation": self.min_generation}
+
+    def _log_missing(self) -> None:
+        """On a timeout of a wait for a done: what the table's completeness rule still
+        misses, per set (nothing for a table without a rule). A failure to read it is
+        logged, never raised: the timeout is what the task reports."""
+        if self.condition is not Condition.DONE:
+            return
+        try:
+            settings = HcatNotifyHook(self.conn_id).get_settings()
+            reader = open_reader(settings)
+            try:
+                lines = missing_lines(reader, self.table, self.spec)
+            finally:
+                reader.close()
+        except (HcatNotifyError, OSError) as exc:
+            self.log.info("could not read what %s %s misses: %s", self.table, self.spec, exc)
+            return
+        for line in lines:
+            self.log.warning("not done: %s", line)
+
     def _finish(self, found: dict[str, Any] | None) -> dict[str, Any]:
         if found is not None:
             return found
+        self._log_missing()
+        wanted = "" if self.min_generation is None else f" at generation >= {self.min_generation}"
         message = (
             f"Sensor has timed out: no {self.condition.value} of {self.table} "
-            f"{self.spec} within {self.timeout} s"
+            f"{self.spec}{wanted} within {self.timeout} s"
         )
         if self.soft_fail:
             raise AirflowSkipException(message)
@@ -150,7 +199,8 @@ class HcatMarkSetDoneSensor(_HcatSensor):
 
     A done for a broader spec covers a narrower one: ``datestamp=20110228`` covers
     ``{"datestamp": "20110228", "region": "us"}``. The task's return value (XCom) is the
-    done: table, spec, event id.
+    done: table, spec, event id (and its generation and reason). On a timeout, when the
+    table has a completeness rule, the sensor logs each set's missing parts.
 
     Args:
         table: ``db.table`` (templated).
@@ -160,6 +210,9 @@ class HcatMarkSetDoneSensor(_HcatSensor):
             (default); False waits in the worker, subscribed.
         subscriber: a durable subscriber name for the consumer (None: none needed).
         conn_id: the ``hcat_notify`` connection (None: the hcat-notify settings alone).
+        min_generation: only a done of this set generation or a later one counts (a set
+            that changed after its done is done again at the next generation;
+            docs/completeness.md). None: any done.
         **kwargs: :class:`~airflow.sdk.BaseSensorOperator`'s (``timeout``, ``soft_fail``,
             ...; ``poke_interval`` and ``mode`` have no effect: nothing polls).
     """

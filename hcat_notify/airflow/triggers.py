@@ -90,6 +90,7 @@ class _WaitTrigger(BaseTrigger):
         deadline: float,
         conn_id: str | None = DEFAULT_CONN_ID,
         subscriber: str | None = None,
+        min_generation: int | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # Airflow: unannotated
         self.table = table
@@ -97,18 +98,19 @@ class _WaitTrigger(BaseTrigger):
         self.deadline = deadline
         self.conn_id = conn_id
         self.subscriber = subscriber
+        self.min_generation = min_generation
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "table": self.table,
-                "spec": dict(self.spec),
-                "deadline": self.deadline,
-                "conn_id": self.conn_id,
-                "subscriber": self.subscriber,
-            },
-        )
+        kwargs: dict[str, Any] = {
+            "table": self.table,
+            "spec": dict(self.spec),
+            "deadline": self.deadline,
+            "conn_id": self.conn_id,
+            "subscriber": self.subscriber,
+        }
+        if self.min_generation is not None:
+            kwargs["min_generation"] = self.min_generation
+        return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
@@ -120,6 +122,7 @@ class _WaitTrigger(BaseTrigger):
                 self.spec,
                 deadline=self.deadline,
                 subscriber=self.subscriber,
+                min_generation=self.min_generation,
             )
         except HcatNotifyError as exc:
             yield self._event(STATUS_ERROR, message=str(exc))
@@ -153,6 +156,8 @@ class HcatMarkSetDoneTrigger(_WaitTrigger):
         deadline: wall-clock time (epoch seconds) at which it fires ``timeout``.
         conn_id: the ``hcat_notify`` connection (None: the hcat-notify settings alone).
         subscriber: a durable subscriber name for its consumer (None: none needed).
+        min_generation: a done counts only at this set generation or a later one
+            (docs/completeness.md); a SET_LATE or SET_REOPENED never fires it.
     """
 
     condition = Condition.DONE
@@ -167,14 +172,17 @@ class HcatPartitionTrigger(_WaitTrigger):
 
 class HcatEventTrigger(BaseEventTrigger):
     """An asset watcher's trigger: one event per notification of ``tables`` whose type is
-    in ``event_types``, with the notification's facts (table, spec, event id, location)
-    as the payload (the asset event's ``extra``).
+    in ``event_types``, with the notification's facts (table, spec, event id, location;
+    for a verdict on a set its generation, reason or missing parts; for a SET_RULE the
+    rule) as the payload (the asset event's ``extra``).
 
     Args:
         tables: ``db.table`` names.
         subscriber: the durable subscriber name: the catalog keeps its watermarks, so a
             triggerer restart neither loses nor repeats an event. One name per watcher.
-        event_types: event type names (default: ``["MARK_SET_DONE"]``).
+        event_types: event type names (default: ``["MARK_SET_DONE"]``); the filter on
+            kinds: ``["SET_LATE"]`` for a watcher of late sets, ``["MARK_SET_DONE",
+            "SET_REOPENED"]`` to re-run on a set's new generation or reopening.
         conn_id: the ``hcat_notify`` connection (None: the hcat-notify settings alone).
 
     Raises:

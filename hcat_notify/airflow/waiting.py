@@ -30,6 +30,7 @@ from hcat_notify.consumer import (
     NotificationConsumer,
     Target,
     open_reader,
+    sets_of,
 )
 from hcat_notify.errors import (
     ApiUnavailableError,
@@ -41,6 +42,7 @@ from hcat_notify.errors import (
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.store.set_records import SetReport
 
 __all__ = [
     "TRANSIENT_ERRORS",
@@ -49,6 +51,7 @@ __all__ = [
     "Target",
     "Waiter",
     "check",
+    "missing_lines",
     "notification_payload",
     "open_reader",
     "resolve_target",
@@ -75,9 +78,14 @@ Reader = CatalogReader
 
 
 def resolve_target(
-    reader: Reader, condition: Condition, table: str, spec: Mapping[str, Any]
+    reader: Reader,
+    condition: Condition,
+    table: str,
+    spec: Mapping[str, Any],
+    min_generation: int | None = None,
 ) -> Target:
-    """Validate ``table`` and ``spec`` against the catalog.
+    """Validate ``table`` and ``spec`` against the catalog (``min_generation``: a done
+    counts only at that set generation or a later one).
 
     Raises:
         TableNotFoundError: no such table.
@@ -87,7 +95,7 @@ def resolve_target(
     name = TableName.parse(table)
     info = reader.get_table(name)
     values = {str(key): None if value is None else str(value) for key, value in spec.items()}
-    return Target(condition, name, info.spec(values, partial=True))
+    return Target(condition, name, info.spec(values, partial=True), min_generation=min_generation)
 
 
 def _found(
@@ -134,16 +142,36 @@ def notification_payload(
     timestamp = body.get("timestamp")
     if isinstance(timestamp, int | float):
         payload["timestamp"] = timestamp
+    if notification.generation is not None:  # a verdict on a set (docs/completeness.md)
+        payload["generation"] = notification.generation
+        if notification.reason is not None:
+            payload["reason"] = notification.reason
+        if notification.event_type is not EventType.MARK_SET_DONE:
+            payload["missing"] = list(notification.missing)
+            payload["missing_count"] = body.get("missingCount", len(notification.missing))
+    elif notification.event_type is EventType.SET_RULE:
+        payload["rule_version"] = body.get("ruleVersion")
+        payload["rule"] = body.get("rule")
     return payload
 
 
 def check(reader: Reader, target: Target) -> dict[str, Any] | None:
     """The condition's payload if it holds in the catalog now, else None."""
     if target.condition is Condition.DONE:
-        done = reader.find_covering_done(target.table, target.spec)
+        done = reader.find_covering_done(
+            target.table, target.spec, min_generation=target.min_generation
+        )
         if done is None:
             return None
-        return _found(target, EventType.MARK_SET_DONE, done.event_id, done.spec, source="retained")
+        return _found(
+            target,
+            EventType.MARK_SET_DONE,
+            done.event_id,
+            done.spec,
+            source="retained",
+            generation=done.generation,
+            reason=done.reason,
+        )
     partitions = reader.list_partitions(target.table, target.spec)
     if not partitions:
         return None
@@ -158,6 +186,53 @@ def check(reader: Reader, target: Target) -> dict[str, Any] | None:
     )
 
 
+MAX_MISSING_LOGGED = 50
+MAX_SETS_LOGGED = 10
+
+
+def missing_lines(reader: Reader, table: str, spec: Mapping[str, Any]) -> list[str]:
+    """What a timed-out wait for a done logs when the table has a completeness rule:
+    per set the spec names (or covers, at most 10), its state and the parts still
+    missing (at most 50 each); nothing for a table without a rule."""
+    name = TableName.parse(table)
+    info = reader.get_table(name)
+    sets = sets_of(reader)
+    if info.rule_version is None or sets is None:
+        return []
+    record = sets.rule(name)
+    if record is None or record.rule is None:
+        return []
+    values = {str(key): None if value is None else str(value) for key, value in spec.items()}
+    wanted = info.spec(values, partial=True)
+    given = wanted.as_dict()
+    keys = record.rule.set_keys
+    if all(key in given for key in keys):
+        reports = [sets.state(name, {key: given[key] for key in keys})]
+    else:
+        reports = sets.list(name, wanted, limit=MAX_SETS_LOGGED)
+    return [_missing_line(report) for report in reports]
+
+
+def _missing_line(report: SetReport) -> str:
+    state = "no part yet" if report.state is None else report.state.value
+    expected = "?" if report.expected is None else str(report.expected)
+    line = (
+        f"{report.table} {report.spec.to_path()}: {state}, generation {report.generation}, "
+        f"{len(report.present)} of {expected} parts present"
+    )
+    if report.done_generation is not None:
+        line += f", done at generation {report.done_generation} ({report.done_reason})"
+    if report.late_by is not None:
+        line += f", late by {report.late_by:.0f} s"
+    if report.missing:
+        shown = ", ".join(report.missing[:MAX_MISSING_LOGGED])
+        more = len(report.missing) - MAX_MISSING_LOGGED
+        line += f"; missing {len(report.missing)}: {shown}"
+        if more > 0:
+            line += f" (+{more} more)"
+    return line
+
+
 class Waiter:
     """Subscribe, check, then watch live notifications until the condition holds.
 
@@ -167,6 +242,7 @@ class Waiter:
         deadline: wall-clock time (``time.time()``) at which :meth:`wait` gives up;
             wall-clock because it crosses processes (worker → triggerer).
         subscriber: a durable subscriber name for the consumer (None: none).
+        min_generation: a done counts only at this set generation or a later one.
         consumer_factory: builds the consumer (tests may pass a double).
     """
 
@@ -179,9 +255,11 @@ class Waiter:
         *,
         deadline: float,
         subscriber: str | None = None,
+        min_generation: int | None = None,
         consumer_factory: Callable[..., NotificationConsumer] = NotificationConsumer,
     ) -> None:
         self._settings = settings
+        self._min_generation = min_generation
         self._condition = condition
         self._table = table
         self._spec = dict(spec)
@@ -228,7 +306,9 @@ class Waiter:
     def _attempt(self) -> dict[str, Any] | None:
         reader = open_reader(self._settings, durable=self._subscriber is not None)
         try:
-            target = resolve_target(reader, self._condition, self._table, self._spec)
+            target = resolve_target(
+                reader, self._condition, self._table, self._spec, self._min_generation
+            )
             consumer = self._factory(
                 [str(target.table)],
                 settings=self._settings,

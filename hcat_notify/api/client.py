@@ -32,7 +32,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from hcat_notify import errors
-from hcat_notify.api.contract import MAX_PAGE, NOT_DONE
+from hcat_notify.api.contract import MAX_PAGE, NO_RULE, NOT_DONE
 from hcat_notify.api.datamodels import (
     CoveringDone,
     Discovery,
@@ -46,6 +46,7 @@ from hcat_notify.api.datamodels import (
     TableDropped,
     TableList,
 )
+from hcat_notify.api.set_models import RuleVersion, SetList
 from hcat_notify.config import DEFAULT_API_TIMEOUT, Settings, parse_api_urls
 from hcat_notify.errors import (
     ApiAuthError,
@@ -55,6 +56,7 @@ from hcat_notify.errors import (
     InvalidInputError,
 )
 from hcat_notify.model.changes import AnnounceMode
+from hcat_notify.model.completeness import SetRule
 from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
@@ -67,13 +69,14 @@ from hcat_notify.store.records import (
     TableInfo,
     as_table_name,
 )
+from hcat_notify.store.set_records import RuleRecord, SetReport
 
 if TYPE_CHECKING:
     # The lifecycle results (sqlalchemy, pyarrow) are imported when a method returns one.
     from hcat_notify import lifecycle
     from hcat_notify.store.table_changes import DroppedPartitions, DroppedTable, Registration
 
-__all__ = ["ApiClient", "error_of"]
+__all__ = ["ApiClient", "RemoteSets", "error_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -245,6 +248,18 @@ class ApiClient:
             raise error_of(response)
         return _decode(model, response)
 
+    def _put(self, model: type[Model], path: str, body: Any) -> Model:
+        response = self._send("PUT", path, body=body)
+        if response.status_code != 200:
+            raise error_of(response)
+        return _decode(model, response)
+
+    @property
+    def sets(self) -> RemoteSets:
+        """Completeness rules and sets through the API, as ``catalog.sets`` has them:
+        expect, remove, rule, state, list (docs/completeness.md)."""
+        return RemoteSets(self)
+
     # -- the CatalogReader methods ----------------------------------------------------------
 
     def get_table(self, table: TableName | str) -> TableInfo:
@@ -308,11 +323,19 @@ class ApiClient:
         return found
 
     def find_covering_done(
-        self, table: TableName | str, spec: SpecLike, *, wait: float = 0.0
+        self,
+        table: TableName | str,
+        spec: SpecLike,
+        *,
+        wait: float = 0.0,
+        min_generation: int | None = None,
     ) -> RetainedDone | None:
-        """The retained mark-set-done covering ``spec``, or None; with ``wait``, wait up
-        to that many seconds for one (the server's long poll, at most 300)."""
+        """The retained mark-set-done covering ``spec`` (of set generation
+        ``min_generation`` or later, if given), or None; with ``wait``, wait up to that
+        many seconds for one (the server's long poll, at most 300)."""
         params = _spec_params(spec)
+        if min_generation is not None:
+            params.append(("min_generation", min_generation))
         if wait > 0:
             params.append(("wait", wait))
         response = self._send(
@@ -444,3 +467,60 @@ class ApiClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class RemoteSets:
+    """``catalog.sets`` through the HTTP API (:attr:`ApiClient.sets`): the same methods
+    and records as :class:`hcat_notify.store.sets_view.Sets` (writes need a writer
+    principal)."""
+
+    def __init__(self, client: ApiClient) -> None:
+        self._client = client
+
+    def expect(self, table: TableName | str, rule: SetRule | Mapping[str, Any]) -> int:
+        """Make ``rule`` (a :class:`SetRule` or its stored form) the table's rule; its
+        version.
+
+        Raises:
+            InvalidRuleError: the rule does not fit the table (nothing is written).
+        """
+        stored = rule.as_json() if isinstance(rule, SetRule) else dict(rule)
+        path = f"/v1/tables/{as_table_name(table)}/expectation"
+        return self._client._put(RuleVersion, path, stored).version
+
+    def remove(self, table: TableName | str) -> int:
+        """Remove the table's rule (a new version without one); the version."""
+        path = f"/v1/tables/{as_table_name(table)}/expectation"
+        return self._client._delete(RuleVersion, path, []).version
+
+    def rule(self, table: TableName | str) -> RuleRecord | None:
+        """The table's rule in force, or None."""
+        path = f"/v1/tables/{as_table_name(table)}/expectation"
+        response = self._client._send("GET", path)
+        if response.status_code == 200:
+            return _decode(RuleVersion, response).to_record()
+        if response.status_code == 404 and _problem(response).get("type") == NO_RULE:
+            return None
+        raise error_of(response)
+
+    def state(self, table: TableName | str, spec: SpecLike) -> SetReport:
+        """Where the set ``spec`` (exactly the rule's set keys) stands.
+
+        Raises:
+            InvalidInputError: the table has no rule, or ``spec`` is not one of its sets.
+        """
+        params: Params = [("one", True), *_spec_params(spec)]
+        page = self._client._get(SetList, f"/v1/tables/{as_table_name(table)}/sets", params)
+        if len(page.sets) != 1:  # pragma: no cover - the server answers one report
+            raise ApiError(f"the API answered {len(page.sets)} reports for one set")
+        return page.sets[0].to_report()
+
+    def list(
+        self, table: TableName | str, spec: SpecLike | None = None, *, limit: int = 100
+    ) -> list[SetReport]:
+        """The table's known sets, newest first (the one set, if ``spec`` is one)."""
+        params: Params = [("limit", limit)]
+        if spec is not None:
+            params += _spec_params(spec)
+        page = self._client._get(SetList, f"/v1/tables/{as_table_name(table)}/sets", params)
+        return [item.to_report() for item in page.sets]

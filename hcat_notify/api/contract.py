@@ -9,6 +9,7 @@ __all__ = [
     "MAX_PAGE",
     "MAX_WAIT_SECONDS",
     "NOT_DONE",
+    "NO_RULE",
     "PROBLEM_JSON",
     "PROBLEM_PREFIX",
     "problem_type",
@@ -18,6 +19,9 @@ PROBLEM_JSON = "application/problem+json"
 PROBLEM_PREFIX = "urn:hcat-notify:problem:"
 NOT_DONE = f"{PROBLEM_PREFIX}not-done"
 """The type of the 404 that says no retained mark-set-done covers a spec."""
+
+NO_RULE = f"{PROBLEM_PREFIX}no-rule"
+"""The type of the 404 that says a table has no completeness rule in force."""
 
 MAX_PAGE = 10_000
 """The most partitions or events one page holds."""

@@ -145,6 +145,9 @@ class Table(_Model):
     created_at: datetime
     updated_at: datetime
     version: int
+    rule_version: int | None = Field(
+        default=None, description="The version of its completeness rule (null: none)."
+    )
 
     @classmethod
     def of_table(cls, info: TableInfo) -> Table:
@@ -163,6 +166,7 @@ class Table(_Model):
             created_at=info.created_at,
             updated_at=info.updated_at,
             version=info.version,
+            rule_version=info.rule_version,
         )
 
     def to_table(self) -> TableInfo:
@@ -178,6 +182,7 @@ class Table(_Model):
             created_at=as_datetime(self.created_at),
             updated_at=as_datetime(self.updated_at),
             version=self.version,
+            rule_version=self.rule_version,
         )
 
 
@@ -539,6 +544,10 @@ class CoveringDone(DoneRecorded):
 
     created_at: datetime
     expires_at: datetime
+    generation: int = Field(default=1, description="The set generation (1: its first done).")
+    reason: str | None = Field(
+        default=None, description="Why it was sent: rule, changed, partial or writer."
+    )
 
     @classmethod
     def of_done(cls, done: RetainedDone) -> CoveringDone:
@@ -550,6 +559,8 @@ class CoveringDone(DoneRecorded):
             partition_spec=canonical.as_strings(),
             created_at=done.created_at,
             expires_at=done.expires_at,
+            generation=done.generation,
+            reason=done.reason,
         )
 
     def to_done(self) -> RetainedDone:
@@ -559,6 +570,8 @@ class CoveringDone(DoneRecorded):
             spec=PartitionSpec.parse_trusted(self.spec),
             created_at=as_datetime(self.created_at),
             expires_at=as_datetime(self.expires_at),
+            generation=self.generation,
+            reason=self.reason,
         )
 
 

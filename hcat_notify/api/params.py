@@ -15,6 +15,8 @@ from hcat_notify.model.specs import PartitionSpec
 __all__ = [
     "MAX_WAIT_SECONDS",
     "SPEC_QUERY_DOC",
+    "min_generation_openapi",
+    "query_min_generation",
     "query_spec",
     "query_wait",
     "spec_openapi",
@@ -118,4 +120,37 @@ def wait_openapi(what: str) -> dict[str, Any]:
             "title": "Wait",
         },
         "description": _wait_description(what),
+    }
+
+
+_MIN_GENERATION_DOC = (
+    "Only a done of this set generation or a later one counts (1: a set's first done; "
+    "a set that changed after its done is done again at the next generation)."
+)
+
+
+def query_min_generation(request: Request) -> int | None:
+    """The ``min_generation`` parameter read by a route itself (None: not given).
+
+    Raises:
+        InvalidInputError: not a whole number of at least 1.
+    """
+    raw = request.query_params.get("min_generation")
+    if raw is None:
+        return None
+    if not raw.isdigit() or len(raw) > 9 or int(raw) < 1:
+        raise InvalidInputError(
+            f"malformed request: min_generation: {raw!r} is not a whole number of at least 1"
+        )
+    return int(raw)
+
+
+def min_generation_openapi() -> dict[str, Any]:
+    """The OpenAPI parameter of :func:`query_min_generation`."""
+    return {
+        "name": "min_generation",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "integer", "minimum": 1, "title": "Min Generation"},
+        "description": _MIN_GENERATION_DOC,
     }

@@ -344,6 +344,12 @@ def watch(
 @click.argument("name", metavar="DB.TABLE")
 @click.argument("spec", nargs=-1, metavar="K=V...")
 @click.option("--timeout", type=SECONDS, default=3600.0, show_default=True)
+@click.option(
+    "--min-generation",
+    type=click.IntRange(min=1),
+    help="Only a done of this set generation or a later one counts (a set that changed "
+    "after its done is done again at the next generation).",
+)
 @click.option("--subscriber", help="A durable subscriber name to consume under.")
 @click.option("--takeover", is_flag=True, help="Take --subscriber over from a live process.")
 @output_option
@@ -354,11 +360,12 @@ def wait(
     name: str,
     spec: tuple[str, ...],
     timeout: float,
+    min_generation: int | None,
     subscriber: str | None,
     takeover: bool,
 ) -> None:
     """Exit 0 once a mark-set-done covers K=V... (at once if retained), 1 on timeout,
-    2 if the table is dropped (or was).
+    2 if the table is dropped (or was). A SET_LATE or SET_REOPENED does not end it.
 
     A done already in the catalog answers without the broker; otherwise the command
     subscribes first and checks the catalog again, so no done slips in between. With
@@ -372,7 +379,8 @@ def wait(
     with _reader(obj, subscriber) as catalog:
         table_info = catalog.get_table(name)
         wanted = table_info.spec(wanted, partial=True)
-        done = catalog.find_covering_done(table_info.name, wanted) is not None
+        found = catalog.find_covering_done(table_info.name, wanted, min_generation=min_generation)
+        done = found is not None
         if not done:
             with NotificationConsumer(
                 [table_info.name],
@@ -381,7 +389,9 @@ def wait(
                 subscriber=subscriber,
                 takeover=takeover,
             ) as consumer:
-                done = consumer.wait_for_set_done(table_info.name, wanted, timeout)
+                done = consumer.wait_for_set_done(
+                    table_info.name, wanted, timeout, min_generation=min_generation
+                )
     waited = time.monotonic() - started
     data: dict[str, Any] = {
         "table": str(table_info.name),
@@ -389,12 +399,15 @@ def wait(
         "done": done,
         "waited_seconds": round(waited, 3),
     }
+    if min_generation is not None:
+        data["min_generation"] = min_generation
     emit(
         obj,
         data,
         lambda: (
-            f"{table_info.name} {wanted.canonical()}: "
-            + ("done" if done else f"not done after {timeout:g}s")
+            f"{table_info.name} {wanted.canonical()}"
+            + (f" (generation >= {min_generation})" if min_generation is not None else "")
+            + (": done" if done else f": not done after {timeout:g}s")
         ),
     )
     if not done:

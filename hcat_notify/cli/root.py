@@ -48,6 +48,11 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
         "Exit 0 once a mark-set-done covers K=V..., 1 on timeout.",
     ),
     "sweep": ("hcat_notify.cli.delivery", "sweep", "Delete expired retention rows."),
+    "completeness": (
+        "hcat_notify.cli.completeness",
+        "completeness",
+        "Where a set stands under its table's rule: expected, present, missing parts.",
+    ),
     "subscribers": (
         "hcat_notify.cli.delivery",
         "subscribers",

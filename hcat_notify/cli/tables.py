@@ -16,6 +16,7 @@ from hcat_notify.cli.common import (
     parse_duration,
     progress_bar,
 )
+from hcat_notify.cli.completeness import expect, rule_dict
 from hcat_notify.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ def table_dict(table: TableInfo) -> dict[str, Any]:
         "destination": destination_for(table.topic),
         "created_at": table.created_at,
         "version": table.version,
+        "rule_version": table.rule_version,
     }
 
 
@@ -74,6 +76,9 @@ def _format_table(data: dict[str, Any]) -> str:
         ("created", data["created_at"].isoformat(timespec="seconds")),
         ("version", str(data["version"])),
     ]
+    rule = data.get("rule")
+    if rule is not None:
+        rows.append(("rule", f"version {rule['version']}: {rule['describe']}"))
     rows += [(f"property {key}", value) for key, value in sorted(data["properties"].items())]
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
@@ -176,9 +181,18 @@ def table_create(
 @click.pass_obj
 @handle_errors
 def table_show(obj: CliContext, name: str) -> None:
-    """Show a table's definition and topic."""
-    data = table_dict(_get_table(obj, name))
+    """Show a table's definition, topic and completeness rule."""
+    info = _get_table(obj, name)
+    data = table_dict(info)
+    if info.rule_version is not None:
+        with obj.catalog(write=False) as catalog:
+            data["rule"] = rule_dict(catalog.sets.rule(info.name))
+    else:
+        data["rule"] = None
     emit(obj, data, lambda: _format_table(data))
+
+
+table.add_command(expect)
 
 
 @table.command("list")

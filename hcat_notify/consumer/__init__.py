@@ -28,7 +28,7 @@ from __future__ import annotations
 from hcat_notify.consumer.catchup import CATCH_UP_PAGE
 from hcat_notify.consumer.consumer import NotificationConsumer
 from hcat_notify.consumer.matching import Condition, Target, matches
-from hcat_notify.consumer.reader import CatalogReader, open_reader
+from hcat_notify.consumer.reader import CatalogReader, SetsReader, open_reader, sets_of
 from hcat_notify.consumer.watermarks import DEDUPE_WINDOW
 from hcat_notify.notification import Notification, Source
 
@@ -39,8 +39,10 @@ __all__ = [
     "Condition",
     "Notification",
     "NotificationConsumer",
+    "SetsReader",
     "Source",
     "Target",
     "matches",
     "open_reader",
+    "sets_of",
 ]

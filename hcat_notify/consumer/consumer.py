@@ -382,18 +382,28 @@ class NotificationConsumer:
     # -- mark-set-done queries ------------------------------------------------------------------
 
     def is_set_done(
-        self, table: TableName | str, spec: PartitionSpec | Mapping[str, str | None]
+        self,
+        table: TableName | str,
+        spec: PartitionSpec | Mapping[str, str | None],
+        *,
+        min_generation: int | None = None,
     ) -> bool:
-        """Whether an unexpired MARK_SET_DONE covers ``spec`` (the catalog's view)."""
-        return self._catalog.find_covering_done(table, spec) is not None
+        """Whether an unexpired MARK_SET_DONE covers ``spec`` (the catalog's view), of
+        set generation ``min_generation`` or later if given."""
+        found = self._catalog.find_covering_done(table, spec, min_generation=min_generation)
+        return found is not None
 
     def wait_for_set_done(
         self,
         table: TableName | str,
         spec: PartitionSpec | Mapping[str, str | None],
         timeout: float,
+        *,
+        min_generation: int | None = None,
     ) -> bool:
-        """Wait until a MARK_SET_DONE covering ``spec`` is retained or arrives.
+        """Wait until a MARK_SET_DONE covering ``spec`` is retained or arrives (of set
+        generation ``min_generation`` or later, if given). A SET_LATE or SET_REOPENED
+        does not end the wait.
 
         The consumer must be started (subscribed) first, so that a done sent while this
         checks the catalog is not missed.
@@ -410,8 +420,9 @@ class NotificationConsumer:
             raise self._dropped[name]
         if name not in self._tables:
             raise InvalidInputError(f"the consumer does not follow {name}")
-        target = Target(Condition.DONE, name, self._tables[name].spec(spec, partial=True))
-        if self.is_set_done(name, target.spec):
+        wanted = self._tables[name].spec(spec, partial=True)
+        target = Target(Condition.DONE, name, wanted, min_generation=min_generation)
+        if self.is_set_done(name, target.spec, min_generation=min_generation):
             return True
         deadline = time.monotonic() + timeout
         while not self._stop.is_set():

@@ -30,6 +30,8 @@ class Target:
     condition: Condition
     table: TableName
     spec: PartitionSpec
+    min_generation: int | None = None
+    """A done counts only at this set generation or a later one (None: any done)."""
 
     def match(self, notification: Notification) -> PartitionSpec | None:
         """:func:`matches` for this target."""
@@ -57,7 +59,10 @@ def matches(target: Target, notification: Notification) -> PartitionSpec | None:
     if target.condition is Condition.DONE:
         done = notification.event_type is EventType.MARK_SET_DONE
         spec = notification.spec
-        return spec if done and spec is not None and spec.covers(target.spec) else None
+        if not done or spec is None or not spec.covers(target.spec):
+            return None  # a SET_LATE or SET_REOPENED never ends a wait for a done
+        minimum = target.min_generation
+        return spec if minimum is None or (notification.generation or 1) >= minimum else None
     if notification.event_type is not EventType.ADD_PARTITION:
         return None
     partitions = notification.partitions or (

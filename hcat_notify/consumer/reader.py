@@ -8,7 +8,7 @@ creates one: a missing catalog is an error.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 from hcat_notify.config import Settings
 from hcat_notify.model.cursor import Cursor
@@ -16,8 +16,9 @@ from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.records import OutboxEvent, PartitionInfo, RetainedDone, TableInfo
+from hcat_notify.store.set_records import RuleRecord, SetReport
 
-__all__ = ["CatalogReader", "open_reader"]
+__all__ = ["CatalogReader", "SetsReader", "open_reader", "sets_of"]
 
 
 class CatalogReader(Protocol):
@@ -43,12 +44,41 @@ class CatalogReader(Protocol):
     ) -> Sequence[OutboxEvent]: ...
 
     def find_covering_done(
-        self, table: TableName | str, spec: PartitionSpec | Mapping[str, str | None]
+        self,
+        table: TableName | str,
+        spec: PartitionSpec | Mapping[str, str | None],
+        *,
+        min_generation: int | None = None,
     ) -> RetainedDone | None: ...
 
     def last_event_id(self) -> int: ...
 
     def close(self) -> None: ...
+
+
+class SetsReader(Protocol):
+    """What a reader tells of completeness rules and sets: ``catalog.sets`` or the API
+    client's ``sets`` (docs/completeness.md)."""
+
+    def rule(self, table: TableName | str) -> RuleRecord | None: ...
+
+    def state(
+        self, table: TableName | str, spec: PartitionSpec | Mapping[str, str | None]
+    ) -> SetReport: ...
+
+    def list(
+        self,
+        table: TableName | str,
+        spec: PartitionSpec | Mapping[str, str | None] | None = None,
+        *,
+        limit: int = 100,
+    ) -> list[SetReport]: ...
+
+
+def sets_of(reader: CatalogReader) -> SetsReader | None:
+    """The reader's view of rules and sets (:class:`Catalog` and the API client have
+    one; None for another reader)."""
+    return cast("SetsReader | None", getattr(reader, "sets", None))
 
 
 def open_reader(

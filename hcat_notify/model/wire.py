@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hcat_notify.model.events import (
+    HEADER_DONE_REASON,
     HEADER_EVENT,
     HEADER_EVENT_ID,
     HEADER_FORMAT,
+    HEADER_RULE_VERSION,
+    HEADER_SET_GENERATION,
     HEADER_SPEC,
     HEADER_TABLE,
     HEADER_VERSION,
@@ -36,6 +39,8 @@ __all__ = [
     "build_mark_set_done",
     "dump_body",
     "message_headers",
+    "set_body",
+    "set_headers",
     "with_event_id",
 ]
 
@@ -146,6 +151,44 @@ def build_add_partition(
     return Message(event_id, EventType.ADD_PARTITION, topic, headers, dump_body(body))
 
 
+def set_body(
+    event_type: EventType, event_id: int, table: TableName, canonical: PartitionSpec, timestamp: int
+) -> dict[str, Any]:
+    """The fields every verdict on a set starts with (MARK_SET_DONE, SET_LATE,
+    SET_REOPENED): the set as ``spec`` (keys sorted) and ``partitionSpec``."""
+    return {
+        "eventType": event_type.value,
+        "db": table.db,
+        "table": table.table,
+        "timestamp": int(timestamp),
+        "eventId": event_id,
+        "spec": canonical.to_path(),
+        "partitionSpec": canonical.as_strings(),
+    }
+
+
+def set_headers(
+    event_type: EventType,
+    event_id: int,
+    table: TableName,
+    canonical: PartitionSpec,
+    *,
+    generation: int,
+    reason: str | None = None,
+    rule_version: int | None = None,
+) -> dict[str, str]:
+    """The headers of a verdict on a set (MARK_SET_DONE, SET_LATE, SET_REOPENED): the
+    common ones, ``HCAT_SET_GENERATION``, and ``HCAT_DONE_REASON`` and
+    ``HCAT_RULE_VERSION`` when known."""
+    headers = message_headers(event_type, event_id, table, canonical.to_path())
+    headers[HEADER_SET_GENERATION] = str(generation)
+    if reason is not None:
+        headers[HEADER_DONE_REASON] = reason
+    if rule_version is not None:
+        headers[HEADER_RULE_VERSION] = str(rule_version)
+    return headers
+
+
 def build_mark_set_done(
     *,
     event_id: int,
@@ -153,6 +196,9 @@ def build_mark_set_done(
     topic: str,
     spec: PartitionSpec,
     timestamp: int,
+    generation: int = 1,
+    reason: str = "writer",
+    rule_version: int | None = None,
 ) -> Message:
     """Build the ``MARK_SET_DONE`` message for a (partial) spec.
 
@@ -164,18 +210,25 @@ def build_mark_set_done(
         topic: the topic the message is published to.
         spec: the completed (partial) spec; any key order.
         timestamp: epoch seconds.
+        generation: the set's generation (``HCAT_SET_GENERATION``; 1 for its first done).
+        reason: why it is done (``HCAT_DONE_REASON``: rule, changed, partial, writer).
+        rule_version: the version of the rule that decided, if one did.
     """
     canonical = spec.sorted()
-    body = {
-        "eventType": EventType.MARK_SET_DONE.value,
-        "db": table.db,
-        "table": table.table,
-        "timestamp": int(timestamp),
-        "eventId": event_id,
-        "spec": canonical.to_path(),
-        "partitionSpec": canonical.as_strings(),
-    }
-    headers = message_headers(EventType.MARK_SET_DONE, event_id, table, canonical.to_path())
+    body = set_body(EventType.MARK_SET_DONE, event_id, table, canonical, timestamp)
+    body["generation"] = generation
+    body["reason"] = reason
+    if rule_version is not None:
+        body["ruleVersion"] = rule_version
+    headers = set_headers(
+        EventType.MARK_SET_DONE,
+        event_id,
+        table,
+        canonical,
+        generation=generation,
+        reason=reason,
+        rule_version=rule_version,
+    )
     return Message(event_id, EventType.MARK_SET_DONE, topic, headers, dump_body(body))
 
 

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
         TableInfo,
         WriteMode,
     )
+    from hcat_notify.store.set_records import DuePass, RuleRecord, SetReport
+    from hcat_notify.store.sets_view import Sets
     from hcat_notify.store.table_changes import (
         DroppedPartitions,
         DroppedTable,
@@ -49,6 +51,7 @@ __all__ = [
     "CommitRecord",
     "DroppedPartitions",
     "DroppedTable",
+    "DuePass",
     "JournalEntry",
     "JournalState",
     "Lease",
@@ -58,6 +61,9 @@ __all__ = [
     "RefusedEvent",
     "Registration",
     "RetainedDone",
+    "RuleRecord",
+    "SetReport",
+    "Sets",
     "TableActivity",
     "TableInfo",
     "WriteMode",
@@ -78,6 +84,8 @@ __getattr__, __dir__ = lazy_exports(
         "DroppedTable": "hcat_notify.store.table_changes",
         "Registration": "hcat_notify.store.table_changes",
         "quick_table": "hcat_notify.store.quick",
+        **dict.fromkeys(["DuePass", "RuleRecord", "SetReport"], "hcat_notify.store.set_records"),
+        "Sets": "hcat_notify.store.sets_view",
         "STORAGE_FORMATS": "hcat_notify.store.tables",
         "OUTBOX_CHANNEL": "hcat_notify.store.tx",
     },

@@ -23,6 +23,7 @@ from hcat_notify.model.events import EventType
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import validate_topic_name
 from hcat_notify.model.wire import Message, PartitionDetails, build_add_partition
+from hcat_notify.store import completeness
 from hcat_notify.store.outbox import add_outbox_rows
 from hcat_notify.store.records import TableInfo
 from hcat_notify.store.tx import Tx
@@ -66,10 +67,13 @@ def announce_partitions(
     """ADD_PARTITION or DROP_PARTITION events for ``changes``; the event id of each change.
 
     ``partition`` mode gives one message per partition; ``write`` mode one message listing
-    them all, split so that none exceeds ``settings.max_message_bytes``.
+    them all, split so that none exceeds ``settings.max_message_bytes``. The sets the
+    changes touch are settled before the transaction commits
+    (:func:`hcat_notify.store.completeness.touch`).
     """
     if not changes:
         return []
+    completeness.touch(tx, info, [change.spec for change in changes])
     context = event_context(tx, info)
     if mode is AnnounceMode.WRITE:
         groups = plan_batches(
@@ -126,7 +130,9 @@ def announce_insert(
     files_added: int,
     bytes_added: int,
 ) -> int:
-    """The INSERT event of an append to (or, ``replace``, an overwrite of) a partition."""
+    """The INSERT event of an append to (or, ``replace``, an overwrite of) a partition
+    (its set is settled before the transaction commits, as for every change)."""
+    completeness.touch(tx, info, [spec])
     (event_id,) = tx.allocate_event_ids(1)
     message = build_insert(
         event_context(tx, info),

@@ -1,7 +1,7 @@
 """The catalog: the public facade over the store, a facade of sub-facades.
 
-``catalog.tables``, ``.partitions``, ``.dones``, ``.outbox``, ``.commits``, ``.group``
-and ``.subscriptions`` are thin views over the store's functions, each method one short
+``catalog.tables``, ``.partitions``, ``.dones``, ``.sets``, ``.outbox``, ``.commits``,
+``.group`` and ``.subscriptions`` are thin views over the store's functions, each method one short
 transaction (:mod:`hcat_notify.store.tx`); the calls most users make
 (``create_table``, ``mark_set_done``, ``find_covering_done``, ``catch_up``, ...) stay on
 the catalog itself and delegate. Writes that announce something put their outbox events
@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from hcat_notify.config import Settings
 from hcat_notify.errors import StoreUnavailableError
 from hcat_notify.model.changes import AnnounceMode
+from hcat_notify.model.completeness import OnDeadline, parse_rule
 from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
@@ -43,6 +44,7 @@ from hcat_notify.store.records import (
     RetainedDone,
     TableInfo,
 )
+from hcat_notify.store.sets_view import Sets
 from hcat_notify.store.subscriptions import Subscriptions
 from hcat_notify.store.tables_view import Tables
 from hcat_notify.store.tx import Tx, transaction
@@ -83,6 +85,7 @@ class Catalog:
         self._partitions = Partitions(self._transaction)
         self._dones = Dones(self._transaction, self._fast, self._clock, self._bucket_count_now)
         self._outbox = Outbox(self._transaction)
+        self._sets = Sets(self._transaction)
 
     @classmethod
     def open(
@@ -202,6 +205,12 @@ class Catalog:
     def dones(self) -> Dones:
         """MARK_SET_DONE messages: record, find the covering one, retained, sweep."""
         return self._dones
+
+    @property
+    def sets(self) -> Sets:
+        """Completeness rules and the sets they judge: expect, remove, rule, state, list,
+        the timed pass."""
+        return self._sets
 
     @property
     def outbox(self) -> Outbox:
@@ -352,12 +361,70 @@ class Catalog:
         """
         return self.dones.mark(table, spec)
 
-    def find_covering_done(self, table: TableName | str, spec: SpecLike) -> RetainedDone | None:
+    def find_covering_done(
+        self, table: TableName | str, spec: SpecLike, *, min_generation: int | None = None
+    ) -> RetainedDone | None:
         """The oldest unexpired MARK_SET_DONE that covers ``spec``, or None.
 
-        A done for ``datestamp=X`` covers ``datestamp=X/region=us``.
+        A done for ``datestamp=X`` covers ``datestamp=X/region=us``. With
+        ``min_generation``, only dones of that set generation or a later one count
+        (docs/completeness.md).
         """
-        return self.dones.find_covering(table, spec)
+        return self.dones.find_covering(table, spec, min_generation=min_generation)
+
+    def expect(
+        self,
+        table: TableName | str,
+        *,
+        set_keys: Sequence[str] | str,
+        parts: Mapping[str, str] | Sequence[str] | None = None,
+        like_previous: bool = False,
+        min_partitions: int | str | None = None,
+        quiet: int | str | None = None,
+        deadline: str | None = None,
+        deadline_after: int | str | None = None,
+        on_deadline: OnDeadline | str | None = None,
+        principal: str | None = None,
+    ) -> int:
+        """Give the table a completeness rule (``hcat-notify table expect``): the done of
+        each set is then written by the transaction that brings its last expected part
+        (docs/completeness.md).
+
+        Args:
+            table: the table.
+            set_keys: the table's leading keys that make a set (``"datestamp"``).
+            parts: the expected values of every key below the set
+                (``["region=us,eu,apac", "hour=00..23"]`` or ``{"hour": "00..23"}``).
+            like_previous: expect the partitions of the previous set instead.
+            min_partitions: or at least this many partitions.
+            quiet: done only after no change for this long (``10m``, seconds).
+            deadline: ``KEY+Nd HH:MM`` (UTC) relative to the set's date value.
+            deadline_after: or this long after the set's first part (``4h``).
+            on_deadline: ``late`` (a SET_LATE, the default), ``done`` (a partial done) or
+                ``nothing``.
+            principal: who sets it (recorded).
+
+        Returns:
+            The rule's version.
+
+        Raises:
+            TableNotFoundError: no such table.
+            InvalidRuleError: the rule is malformed or does not fit the table (one line
+                naming the problem; nothing is written).
+        """
+        keys = self.get_table(table).partition_keys
+        rule = parse_rule(
+            keys,
+            set_keys=set_keys,
+            parts=parts,
+            like_previous=like_previous,
+            min_partitions=min_partitions,
+            quiet=quiet,
+            deadline=deadline,
+            deadline_after=deadline_after,
+            on_deadline=on_deadline,
+        )
+        return self.sets.expect(table, rule, principal=principal)
 
     def retained_dones(
         self,

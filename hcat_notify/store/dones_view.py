@@ -11,7 +11,7 @@ from datetime import datetime
 from hcat_notify.errors import HcatNotifyError, InvalidInputError, TableNotFoundError
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import MAX_COVERING_KEYS, PartitionSpec
-from hcat_notify.store import retention
+from hcat_notify.store import completeness, retention
 from hcat_notify.store import tables as table_ops
 from hcat_notify.store.fast_path import FastPath
 from hcat_notify.store.records import RetainedDone, as_table_name
@@ -60,18 +60,22 @@ class Dones:
         (:meth:`hcat_notify.store.Catalog.mark_set_done`); the event id."""
         name = as_table_name(table)
         given = _lookup_spec(spec)
+        fast: tuple[int, PartitionSpec] | None = None
         if given is not None:
             buckets = self._buckets()
             try:
-                event_id, canonical = self._fast.mark_set_done(name, given, self._clock(), buckets)
+                fast = self._fast.mark_set_done(name, given, self._clock(), buckets)
             except TableNotFoundError:
                 self._why_absent(name)
                 raise
-        else:  # the session path says what is wrong with the spec (after the table)
+        if fast is not None:
+            event_id, canonical = fast
+        else:  # the session path says what is wrong with the spec (after the table), and
+            # keeps the set's state of a table with a completeness rule
             with self._transaction(write=True) as tx:
                 row = tx.table_row(name)
                 info = table_ops.info_of(row)
-                event_id, canonical = retention.add_mark_set_done(tx, row, info, spec)
+                event_id, canonical = completeness.mark_set_done(tx, row, info, spec)
         logger.info("mark-set-done %s %s as event %d", name, canonical, event_id)
         return event_id
 
@@ -92,14 +96,26 @@ class Dones:
             by_id = {tx.table_row(name).id: name for name in names}
             return retention.retained_dones(tx, by_id, after_event_id=after_event_id, limit=limit)
 
-    def find_covering(self, table: TableName | str, spec: SpecLike) -> RetainedDone | None:
-        """The oldest unexpired MARK_SET_DONE that covers ``spec``, or None
+    def find_covering(
+        self, table: TableName | str, spec: SpecLike, *, min_generation: int | None = None
+    ) -> RetainedDone | None:
+        """The oldest unexpired MARK_SET_DONE that covers ``spec`` (of set generation
+        ``min_generation`` or later, if given), or None
         (:meth:`hcat_notify.store.Catalog.find_covering_done`)."""
         name = as_table_name(table)
         given = _lookup_spec(spec)
+        if min_generation is not None:
+            if isinstance(min_generation, bool) or not isinstance(min_generation, int):
+                raise InvalidInputError(f"minimum generation {min_generation!r} is not a number")
+            if min_generation < 1:
+                raise InvalidInputError(
+                    f"minimum generation must be at least 1, got {min_generation}"
+                )
         if given is not None:
             try:
-                return self._fast.covering_done(name, given, self._clock())
+                return self._fast.covering_done(
+                    name, given, self._clock(), min_generation=min_generation or 1
+                )
             except TableNotFoundError:
                 self._why_absent(name)
                 raise
@@ -108,7 +124,9 @@ class Dones:
         with self._transaction() as tx:
             row = tx.table_row(name)
             wanted = table_ops.info_of(row).spec(spec, partial=True)
-            return retention.find_covering_done(tx, row, name, wanted)
+            return retention.find_covering_done(
+                tx, row, name, wanted, min_generation=min_generation or 1
+            )
 
     def sweep_expired(self, *, batch_size: int = 1000, max_batches: int | None = None) -> int:
         """Delete expired retention rows in batches of ``batch_size``; return how many."""

@@ -31,7 +31,16 @@ OUTBOX_COLUMNS = (
 )
 """The outbox columns an event is written with (the rest are the relay's to set)."""
 
-RETENTION_COLUMNS = ("event_id", "table_id", "spec", "spec_json", "created_at", "expires_at")
+RETENTION_COLUMNS = (
+    "event_id",
+    "table_id",
+    "spec",
+    "spec_json",
+    "created_at",
+    "expires_at",
+    "generation",
+    "reason",
+)
 """The columns of a retention row."""
 
 
@@ -71,15 +80,22 @@ def done_rows(
     spec: PartitionSpec,
     retention: timedelta,
     now: datetime,
+    generation: int = 1,
+    reason: str = "writer",
+    rule_version: int | None = None,
 ) -> DoneRows:
     """The rows of the MARK_SET_DONE of ``spec`` (a done spec of the table, checked by
-    the caller) as event ``event_id``, retained for ``retention`` from ``now``."""
+    the caller) as event ``event_id``, retained for ``retention`` from ``now``: of the
+    set's ``generation``, sent for ``reason`` (by the rule of ``rule_version``)."""
     message = build_mark_set_done(
         event_id=event_id,
         table=table,
         topic=topic,
         spec=spec,
         timestamp=int(now.timestamp()),
+        generation=generation,
+        reason=reason,
+        rule_version=rule_version,
     )
     return DoneRows(
         event_id=event_id,
@@ -91,6 +107,8 @@ def done_rows(
             "spec_json": spec.as_dict(),
             "created_at": now,
             "expires_at": now + retention,
+            "generation": generation,
+            "reason": reason,
         },
         outbox=outbox_row(message, table, bucket, now),
     )

@@ -77,7 +77,11 @@ def _write_statements(dialect: Dialect) -> dict[str, _Compiled]:
     return {
         "table": _Compiled(
             select(
-                TableRow.id, TableRow.partition_keys, TableRow.topic, TableRow.retention_seconds
+                TableRow.id,
+                TableRow.partition_keys,
+                TableRow.topic,
+                TableRow.retention_seconds,
+                TableRow.rule_version,
             ).where(TableRow.db_name == bindparam("db"), TableRow.table_name == bindparam("table")),
             dialect,
         ),
@@ -111,6 +115,8 @@ def _covering_statement(dialect: Dialect, specs: int) -> _Compiled:
             RetentionRow.spec,
             RetentionRow.created_at,
             RetentionRow.expires_at,
+            RetentionRow.generation,
+            RetentionRow.reason,
         )
         .select_from(TableRow)
         .outerjoin(
@@ -148,9 +154,10 @@ class FastPath:
                 driver.close()
 
     def covering_done(
-        self, name: TableName, given: PartitionSpec, now: datetime
+        self, name: TableName, given: PartitionSpec, now: datetime, *, min_generation: int = 1
     ) -> RetainedDone | None:
-        """The oldest done of ``name`` unexpired at ``now`` that covers ``given``.
+        """The oldest done of ``name`` unexpired at ``now`` that covers ``given`` (of set
+        generation ``min_generation`` or later).
 
         Raises:
             TableNotFoundError: no such table.
@@ -170,11 +177,11 @@ class FastPath:
         given.for_table(trusted_json(rows[0][1]), table=str(name), partial=True)
         best: Any = None
         for row in rows:
-            if row[2] is None:
-                continue  # the table row alone: nothing covers the spec
+            if row[2] is None or row[6] < min_generation:
+                continue  # the table row alone (nothing covers the spec), or too old
             expires_at = as_datetime(row[5])
             if expires_at > now and (best is None or row[2] < best[2]):
-                best = (*row[:5], expires_at)
+                best = (*row[:5], expires_at, row[6], row[7])
         if best is None:
             return None
         return RetainedDone(
@@ -183,13 +190,17 @@ class FastPath:
             spec=PartitionSpec.parse_trusted(best[3]),
             created_at=as_datetime(best[4]),
             expires_at=best[5],
+            generation=best[6],
+            reason=best[7],
         )
 
     def mark_set_done(
         self, name: TableName, given: PartitionSpec, now: datetime, buckets: int
-    ) -> tuple[int, PartitionSpec]:
+    ) -> tuple[int, PartitionSpec] | None:
         """Record a MARK_SET_DONE of ``given`` in one transaction, the rows
-        :func:`~hcat_notify.store.event_rows.done_rows` builds; (event id, spec).
+        :func:`~hcat_notify.store.event_rows.done_rows` builds; (event id, spec), or None
+        (nothing written) when the table has a completeness rule: its dones count in
+        the set's state, which the session path keeps.
 
         Raises:
             TableNotFoundError: no such table.
@@ -202,7 +213,9 @@ class FastPath:
             found = cursor.fetchone()
             if found is None:
                 raise table_not_found(name)
-            table_id, keys, topic, retention_seconds = found
+            table_id, keys, topic, retention_seconds, rule_version = found
+            if rule_version is not None:
+                return None
             canonical = given.for_done(trusted_json(keys), table=str(name))
             # Readers in id order stay below this id until the commit (event_ids).
             if self._postgres:

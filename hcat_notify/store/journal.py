@@ -35,6 +35,7 @@ from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName, validate_identifier
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.wire import PartitionDetails
+from hcat_notify.store import completeness
 from hcat_notify.store import tables as table_ops
 from hcat_notify.store.announce import announce_insert, announce_table
 from hcat_notify.store.models import CommitJournalRow, PartitionRow, TableRow
@@ -54,7 +55,6 @@ from hcat_notify.store.records import (
     as_table_name,
     table_not_found,
 )
-from hcat_notify.store.retention import add_mark_set_done
 from hcat_notify.store.tables import info_of
 from hcat_notify.store.tx import Tx
 
@@ -413,7 +413,7 @@ class CommitJournal:
             }
             done_event_id: int | None = None
             if mark_set_done is not None:
-                done_event_id, _ = add_mark_set_done(tx, row, info, mark_set_done)
+                done_event_id, _ = completeness.mark_set_done(tx, row, info, mark_set_done)
             record = CommitRecord(
                 job_id=job_id,
                 created=tuple(created_specs),

@@ -24,6 +24,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, MappedAsDataclass, mapped_column
@@ -39,6 +40,8 @@ __all__ = [
     "RelayGroupRow",
     "RelayMemberRow",
     "RetentionRow",
+    "SetRuleRow",
+    "SetStateRow",
     "SubscriberRow",
     "SubscriberWatermarkRow",
     "TableRow",
@@ -109,6 +112,11 @@ class TableRow(Base):
     version: Mapped[int] = mapped_column(Integer, default=1)
     # Where CREATE_TABLE and DROP_TABLE go (the prefix topic), fixed at creation too.
     prefix_topic: Mapped[str | None] = mapped_column(String(255), default=None)
+    # The version of the table's current completeness rule (None: none) and the rule (its
+    # stored form), so that writes of tables without one pay nothing to find out and
+    # those with one read it with the table.
+    rule_version: Mapped[int | None] = mapped_column(Integer, default=None)
+    set_rule: Mapped[dict[str, Any] | None] = mapped_column(JSON(), default=None)
 
 
 class PartitionRow(Base):
@@ -154,6 +162,49 @@ class RetentionRow(Base):
     spec_json: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
+    # The set's generation (1: its first done) and why it was sent (rule, changed,
+    # partial, writer; None: written before completeness rules).
+    generation: Mapped[int] = mapped_column(Integer, default=1, server_default=text("1"))
+    reason: Mapped[str | None] = mapped_column(String(16), default=None)
+
+
+class SetRuleRow(Base):
+    """One version of a table's completeness rule (``rule`` None: removed)."""
+
+    __tablename__ = "hcat_set_rules"
+
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("hcat_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    rule: Mapped[dict[str, Any] | None] = mapped_column(JSON(), nullable=True)
+    principal: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime]
+
+
+class SetStateRow(Base):
+    """Where one set of a table with a rule stands (the row writers lock to serialise
+    on the set). Times are seconds since the epoch by the database's clock."""
+
+    __tablename__ = "hcat_set_states"
+    __table_args__ = (Index("ix_hcat_set_states_bucket_due", "bucket", "due_at"),)
+
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("hcat_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    set_spec: Mapped[str] = mapped_column(Text, primary_key=True)  # sorted path form
+    bucket: Mapped[int] = mapped_column(Integer)
+    generation: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))  # open, done, late, reopened
+    rule_version: Mapped[int] = mapped_column(Integer)
+    first_part_at: Mapped[float | None] = mapped_column(Float, default=None)
+    last_change_at: Mapped[float | None] = mapped_column(Float, default=None)
+    done_at: Mapped[float | None] = mapped_column(Float, default=None)
+    done_reason: Mapped[str | None] = mapped_column(String(16), default=None)
+    done_event_id: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    late_emitted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    deadline_at: Mapped[float | None] = mapped_column(Float, default=None)
+    due_at: Mapped[float | None] = mapped_column(Float, default=None)
 
 
 class OutboxRow(Base):

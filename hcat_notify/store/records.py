@@ -14,13 +14,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from hcat_notify.errors import TableDroppedError, TableNotFoundError
 from hcat_notify.model.events import EVENT_TYPES, EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.records import ReadOnlyRecord
 from hcat_notify.model.specs import PartitionSpec
+
+if TYPE_CHECKING:
+    from hcat_notify.store.models import TableRow
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -43,6 +46,7 @@ __all__ = [
     "as_datetime",
     "as_json",
     "as_table_name",
+    "info_of",
     "outbox_event",
     "outbox_events",
     "stored_mapping",
@@ -189,6 +193,8 @@ class TableInfo:
     version: int
     prefix_topic: str | None = None
     """Where the table's CREATE_TABLE and DROP_TABLE go (None: the settings' prefix)."""
+    rule_version: int | None = None
+    """The version of the table's completeness rule (None: it has none)."""
 
     def spec(
         self, values: Mapping[str, str | None] | PartitionSpec, *, partial: bool
@@ -219,6 +225,7 @@ TABLE_COLUMNS = (
     "updated_at",
     "version",
     "prefix_topic",
+    "rule_version",
 )
 """The columns :func:`table_info` reads, in this order."""
 
@@ -238,7 +245,13 @@ def table_info(row: Mapping[str, Any]) -> TableInfo:
         updated_at=as_datetime(row["updated_at"]),
         version=row["version"],
         prefix_topic=row.get("prefix_topic"),
+        rule_version=row.get("rule_version"),
     )
+
+
+def info_of(row: TableRow) -> TableInfo:
+    """The record of an ORM table row."""
+    return table_info({column: getattr(row, column) for column in TABLE_COLUMNS})
 
 
 @dataclass(frozen=True)
@@ -280,6 +293,10 @@ class RetainedDone:
     spec: PartitionSpec
     created_at: datetime
     expires_at: datetime
+    generation: int = 1
+    """The set's generation (``HCAT_SET_GENERATION``; 1: its first done)."""
+    reason: str | None = None
+    """Why it was sent (rule, changed, partial, writer; None: before completeness rules)."""
 
 
 @dataclass(frozen=True)

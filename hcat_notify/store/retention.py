@@ -23,14 +23,24 @@ def _retained(row: RetentionRow, name: TableName) -> RetainedDone:
         spec=PartitionSpec.from_mapping(row.spec_json),
         created_at=row.created_at,
         expires_at=row.expires_at,
+        generation=row.generation,
+        reason=row.reason,
     )
 
 
 def add_mark_set_done(
-    tx: Tx, row: TableRow, info: TableInfo, spec: PartitionSpec | Mapping[str, str | None]
+    tx: Tx,
+    row: TableRow,
+    info: TableInfo,
+    spec: PartitionSpec | Mapping[str, str | None],
+    *,
+    generation: int = 1,
+    reason: str = "writer",
+    rule_version: int | None = None,
 ) -> tuple[int, PartitionSpec]:
     """Retention row and outbox event of a MARK_SET_DONE, in ``tx``; (event id, spec as
-    recorded, keys sorted).
+    recorded, keys sorted). A done of a table with a completeness rule goes through
+    :func:`hcat_notify.store.completeness.mark_set_done`, which keeps the set's state.
 
     Raises:
         UnknownPartitionKeyError, InvalidSpecError: ``spec`` is not a done of the table
@@ -47,6 +57,9 @@ def add_mark_set_done(
         spec=canonical,
         retention=info.retention,
         now=tx.now,
+        generation=generation,
+        reason=reason,
+        rule_version=rule_version,
     )
     tx.session.execute(insert(RetentionRow), [rows.retention])
     tx.session.execute(insert(OutboxRow), [rows.outbox])
@@ -75,9 +88,10 @@ def retained_dones(
 
 
 def find_covering_done(
-    tx: Tx, row: TableRow, name: TableName, wanted: PartitionSpec
+    tx: Tx, row: TableRow, name: TableName, wanted: PartitionSpec, *, min_generation: int = 1
 ) -> RetainedDone | None:
-    """The oldest unexpired MARK_SET_DONE of the table that covers ``wanted``, or None."""
+    """The oldest unexpired MARK_SET_DONE of the table that covers ``wanted`` (of set
+    generation ``min_generation`` or later), or None."""
     # An equality lookup on (table, spec): at most 2^keys - 1 specs, a few rows each.
     # Expiry is checked here rather than in SQL: with a range condition on expires_at,
     # SQLite's planner walks the expiry index over every retained row of the table
@@ -88,7 +102,11 @@ def find_covering_done(
             RetentionRow.spec.in_(wanted.covering_canonicals()),
         )
     ).all()
-    rows = [item for item in candidates if item.expires_at > tx.now]
+    rows = [
+        item
+        for item in candidates
+        if item.expires_at > tx.now and item.generation >= min_generation
+    ]
     if not rows:
         return None
     return _retained(min(rows, key=lambda item: item.event_id), name)

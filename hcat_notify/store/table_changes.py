@@ -22,16 +22,23 @@ from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.wire import PartitionDetails
+from hcat_notify.store import completeness
 from hcat_notify.store import partitions as partition_ops
 from hcat_notify.store.announce import announce_partitions, announce_table
-from hcat_notify.store.models import CommitJournalRow, PartitionRow, RetentionRow, TableRow
+from hcat_notify.store.models import (
+    CommitJournalRow,
+    PartitionRow,
+    RetentionRow,
+    SetRuleRow,
+    SetStateRow,
+    TableRow,
+)
 from hcat_notify.store.records import (
     JournalState,
     NewPartition,
     PartitionInfo,
     TableInfo,
 )
-from hcat_notify.store.retention import add_mark_set_done
 from hcat_notify.store.tables import info_of
 from hcat_notify.store.tx import Tx
 
@@ -94,8 +101,9 @@ def _pending_claims(tx: Tx, table_id: int) -> list[CommitJournalRow]:
 
 def drop_table_rows(tx: Tx, row: TableRow) -> None:
     """Delete a table's row and everything that hangs off it (partitions, retained
-    dones, journal entries): explicitly, whatever the backend does with foreign keys."""
-    for model in (PartitionRow, RetentionRow, CommitJournalRow):
+    dones, journal entries, completeness rules and set states): explicitly, whatever the
+    backend does with foreign keys."""
+    for model in (PartitionRow, RetentionRow, CommitJournalRow, SetRuleRow, SetStateRow):
         tx.session.execute(delete(model).where(model.table_id == row.id))
     tx.session.delete(row)
 
@@ -138,7 +146,7 @@ def register_partitions(
         mode=announce_mode(info.properties, announce),
         outside_warehouse=outside_warehouse,
     )
-    done_id = add_mark_set_done(tx, row, info, mark_set_done)[0] if mark_set_done else None
+    done_id = completeness.mark_set_done(tx, row, info, mark_set_done)[0] if mark_set_done else None
     return Registration(tuple(registered), done_id)
 
 

@@ -23,9 +23,8 @@ from hcat_notify.store.models import TableRow
 from hcat_notify.store.records import (
     DEFAULT_RETENTION,
     MAX_RETENTION,
-    TABLE_COLUMNS,
     TableInfo,
-    table_info,
+    info_of,
 )
 from hcat_notify.store.tx import Tx
 from hcat_notify.warehouse import Warehouse, check_location_shape
@@ -59,11 +58,6 @@ def _duration_text(value: object) -> str:
         return repr(value)
     seconds = value.total_seconds()
     return f"{int(seconds // 86400)}d" if seconds % 86400 == 0 else f"{seconds:g}s"
-
-
-def info_of(row: TableRow) -> TableInfo:
-    """The record of an ORM table row."""
-    return table_info({column: getattr(row, column) for column in TABLE_COLUMNS})
 
 
 def normalise_location(location: str) -> str:

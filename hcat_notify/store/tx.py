@@ -14,7 +14,7 @@ import json
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -68,12 +68,31 @@ class Tx:
         session: the ORM session, inside ``begin()``.
         now: the catalog clock's time when the transaction began.
         settings: the deployment's settings.
+        pending: what steps of the transaction leave for its end (keyed by step).
+        finishers: run, in order, when the block ends without an error, before the
+            commit (:meth:`before_commit`): a step that must see everything the
+            transaction wrote (completeness: the sets a write touched).
     """
 
     session: Session
     now: datetime
     settings: Settings
     bucket_count: Callable[[Session], int]
+    pending: dict[str, Any] = field(default_factory=dict)
+    finishers: list[Callable[[Tx], None]] = field(default_factory=list)
+
+    def before_commit(self, finisher: Callable[[Tx], None]) -> None:
+        """Run ``finisher(tx)`` when the transaction's block ends, before its commit
+        (once, however often it is asked)."""
+        if finisher not in self.finishers:
+            self.finishers.append(finisher)
+
+    def finish(self) -> None:
+        """Run the finishers (a finisher may add another; it runs too)."""
+        index = 0
+        while index < len(self.finishers):
+            self.finishers[index](self)
+            index += 1
 
     def bucket_of(self, topic: str) -> int:
         """The relay group's bucket of ``topic``."""
@@ -225,7 +244,9 @@ def transaction(
     """
     try:
         with Session(engine, expire_on_commit=False) as session, session.begin():
-            yield Tx(session, clock(), settings, bucket_count)
+            tx = Tx(session, clock(), settings, bucket_count)
+            yield tx
+            tx.finish()
     except DBAPIError as exc:
         # A damaged file comes as a bare DatabaseError ("database disk image is
         # malformed"); constraint and data errors are its other subclasses.

@@ -13,7 +13,14 @@ from starlette.types import Scope
 from hcat_notify.api.auth import BASIC_SECURITY, authorize, require_writer
 from hcat_notify.api.contract import NOT_DONE
 from hcat_notify.api.datamodels import CoveringDone, DoneRecorded, MarkDone
-from hcat_notify.api.params import query_spec, query_wait, spec_openapi, wait_openapi
+from hcat_notify.api.params import (
+    min_generation_openapi,
+    query_min_generation,
+    query_spec,
+    query_wait,
+    spec_openapi,
+    wait_openapi,
+)
 from hcat_notify.api.problems import PROBLEM_RESPONSES, problem_doc, problem_response
 from hcat_notify.api.routes.tables import (
     SPEC_ERRORS,
@@ -48,32 +55,38 @@ router = APIRouter(
         "parameters": [
             TABLE_PARAMETER,
             wait_openapi("a covering done"),
+            min_generation_openapi(),
             *spec_openapi()["parameters"],
         ],
     },
 )
 async def covering_done(request: Request) -> Any:
     """The retained MARK_SET_DONE that covers the spec, or 404: ``curl --fail`` is a
-    complete scheduler check. A done for ``datestamp=X`` covers ``datestamp=X/region=us``."""
+    complete scheduler check. A done for ``datestamp=X`` covers ``datestamp=X/region=us``.
+    With ``min_generation``, only a done of that set generation or a later one counts."""
     # The scheduler's hot path: it checks its credentials and reads its parameters itself
     # (FastAPI's dependency solving cost more than the catalog read).
     await authorize(request, Role.READER)
     table: str = request.path_params["table"]
     state = await state_of(request)
     wait = query_wait(request)
-    spec = query_spec(request, frozenset({"wait", "spec"}))
+    minimum = query_min_generation(request)
+    spec = query_spec(request, frozenset({"wait", "spec", "min_generation"}))
     if spec is None:
         raise InvalidSpecError("give the spec to check, e.g. ?datestamp=20110228")
     wanted: PartitionSpec = spec
 
     async def check() -> RetainedDone | None:
-        return await state.read(lambda catalog: catalog.find_covering_done(table, wanted))
+        return await state.read(
+            lambda catalog: catalog.find_covering_done(table, wanted, min_generation=minimum)
+        )
 
     done = await state.feed.poll(check, wait)
     if done is None:
         return problem_response(
             404,
-            f"no retained mark-set-done of {table} covers {wanted.canonical()}",
+            f"no retained mark-set-done of {table} covers {wanted.canonical()}"
+            + (f" at generation {minimum} or later" if minimum is not None else ""),
             request=request,
             type_=NOT_DONE,
         )

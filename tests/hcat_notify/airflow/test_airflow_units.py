@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -13,6 +14,7 @@ import pytest
 
 from hcat_notify.airflow.stream import parse_event_types
 from hcat_notify.airflow.waiting import Condition, Target, notification_payload
+from hcat_notify.config import load_settings
 from hcat_notify.consumer import Notification, Source
 from hcat_notify.errors import ConfigError, InvalidInputError, TableDroppedError
 from hcat_notify.model.events import EventType
@@ -258,3 +260,109 @@ def test_the_tables_drop_ends_a_wait_with_an_error():
     dropped = notification(EventType.DROP_TABLE, "datestamp=20110228").replace(spec=None)
     with pytest.raises(TableDroppedError, match=r"web\.clicks was dropped"):
         wanted.match(dropped)
+
+
+def _verdict(event: EventType, generation: int, **body) -> Notification:
+    headers = {"HCAT_SET_GENERATION": str(generation)}
+    if "reason" in body:
+        headers["HCAT_DONE_REASON"] = body["reason"]
+    return Notification(
+        event_id=9,
+        event_type=event,
+        table=TableName.parse("web.clicks"),
+        spec=PartitionSpec.parse("datestamp=20261126"),
+        body={"generation": generation, **body},
+        headers=headers,
+        topic="hcat.web.clicks",
+        source=Source.LIVE,
+    )
+
+
+def test_a_wait_for_a_done_ends_only_at_a_done_of_its_generation():
+    """A SET_LATE or SET_REOPENED never ends a wait; ``min_generation`` passes over
+    older dones (docs/completeness.md)."""
+    spec = PartitionSpec.parse("datestamp=20261126/region=us")
+    table = TableName.parse("web.clicks")
+    late = _verdict(EventType.SET_LATE, 1, missing=["datestamp=20261126/region=eu"], missingCount=1)
+    reopened = _verdict(EventType.SET_REOPENED, 2, missing=[], missingCount=0)
+    first = _verdict(EventType.MARK_SET_DONE, 1, reason="rule")
+    second = _verdict(EventType.MARK_SET_DONE, 2, reason="changed")
+    any_done = Target(Condition.DONE, table, spec)
+    from_second = Target(Condition.DONE, table, spec, min_generation=2)
+    assert [any_done.match(n) for n in (late, reopened, first)] == [None, None, first.spec]
+    assert [from_second.match(n) for n in (late, first, second)] == [None, None, second.spec]
+    assert (late.generation, late.reason, late.missing) == (
+        1,
+        None,
+        ("datestamp=20261126/region=eu",),
+    )
+    assert (second.generation, second.reason) == (2, "changed")
+    assert second.describe() == "datestamp=20261126 generation 2 (changed)"
+    assert late.describe() == "datestamp=20261126 generation 1, 1 missing"
+    assert notification_payload(late)["missing"] == ["datestamp=20261126/region=eu"]
+    assert notification_payload(second)["generation"] == 2
+    assert notification_payload(second)["reason"] == "changed"
+    # An asset watcher filters on the new kinds as on any other.
+    assert parse_event_types(["set_late", "SET_REOPENED"]) == {
+        EventType.SET_LATE,
+        EventType.SET_REOPENED,
+    }
+
+
+def test_a_done_trigger_keeps_its_minimum_generation():
+    from hcat_notify.airflow import HcatMarkSetDoneTrigger
+
+    trigger = HcatMarkSetDoneTrigger(
+        table="web.clicks", spec={"datestamp": "1"}, deadline=1.0, min_generation=2
+    )
+    classpath, kwargs = trigger.serialize()
+    assert kwargs["min_generation"] == 2
+    assert HcatMarkSetDoneTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+
+def test_a_timed_out_done_sensor_logs_what_the_rule_still_misses(monkeypatch, tmp_path, caplog):
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
+
+    from hcat_notify.airflow import HcatMarkSetDoneSensor
+    from hcat_notify.store import Catalog, NewPartition
+
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    monkeypatch.setenv("HCAT_NOTIFY_DB_URL", url)
+    monkeypatch.setenv("HCAT_NOTIFY_HOME", str(tmp_path / "home"))
+    with Catalog.open(load_settings()) as catalog:
+        for name in ("web.clicks", "web.plain"):
+            catalog.create_table(
+                name,
+                location=f"/data/{name}",
+                partition_keys=["datestamp", "region"],
+                table_type="EXTERNAL_TABLE",
+            )
+        catalog.expect("web.clicks", set_keys="datestamp", parts=["region=us,eu,apac"])
+        values = {"datestamp": "20261126", "region": "us"}
+        catalog.add_partitions("web.clicks", [NewPartition(values, "/data/x", 1, 1)])
+    # Airflow's task logger is structlog's; the test reads the sensor's lines through logging.
+    monkeypatch.setattr(HcatMarkSetDoneSensor, "log", logging.getLogger("hcat-sensor-test"))
+    logged = []
+    for table in ("web.clicks", "web.plain"):
+        sensor = HcatMarkSetDoneSensor(
+            task_id=f"wait_{table.replace('.', '_')}",
+            table=table,
+            spec={"datestamp": "20261126", "region": "eu"},
+            conn_id=None,
+            timeout=5,
+            min_generation=1,
+        )
+        caplog.clear()
+        with caplog.at_level("WARNING"), pytest.raises(AirflowSensorTimeout) as caught:
+            sensor.execute_complete({}, {"status": "timeout"})
+        assert "at generation >= 1" in str(caught.value)
+        logged.append([r.getMessage() for r in caplog.records if "not done" in r.getMessage()])
+    assert logged == [
+        [
+            "not done: web.clicks datestamp=20261126: open, generation 1, 1 of 3 parts present; "
+            "missing 2: datestamp=20261126/region=eu, datestamp=20261126/region=apac"
+        ],
+        [],  # no rule: nothing to say
+    ]
+    with pytest.raises(AirflowFailException, match="min_generation"):
+        HcatMarkSetDoneSensor(task_id="bad", table="web.clicks", spec={}, min_generation=0)

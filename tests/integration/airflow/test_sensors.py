@@ -47,3 +47,45 @@ def test_non_deferrable_sensor_waits_subscribed_in_the_worker(
     assert done["event_id"] == event_id
     assert done["spec"] == "datestamp=20110228"
     assert done["wanted"] == "datestamp=20110228/region=us"
+
+
+def test_a_sensor_for_generation_two_passes_over_the_first_done(
+    hcat_settings: Settings, clicks_table: TableInfo, relay, airflow_connection: str, logged
+):
+    """A table with a completeness rule: its set is done (generation 1) before the sensor
+    starts; ``min_generation=2`` waits on, subscribed, until an extra part changes it."""
+    from hcat_notify.airflow import HcatMarkSetDoneSensor
+    from hcat_notify.store import Catalog, NewPartition
+
+    table = str(clicks_table.name)
+
+    def add(catalog: Catalog, region: str) -> None:
+        values = {"datestamp": "20110228", "region": region}
+        catalog.add_partitions(table, [NewPartition(values, f"/data/clicks/{region}", 1, 1)])
+
+    with Catalog.open(hcat_settings) as catalog:
+        catalog.expect(table, set_keys="datestamp", parts=["region=us,eu"])
+        add(catalog, "us")
+        add(catalog, "eu")  # done, generation 1
+        sensor = HcatMarkSetDoneSensor(
+            task_id="clicks_changed",
+            table=table,
+            spec={"datestamp": "20110228"},
+            deferrable=False,
+            timeout=300,
+            conn_id=airflow_connection,
+            min_generation=2,
+        )
+        results: list[Any] = []
+        subscribed = logged("hcat wait subscribed")
+        worker = threading.Thread(target=lambda: results.append(sensor.execute({})), daemon=True)
+        worker.start()
+        assert subscribed.wait(60), "the sensor did not subscribe"
+        assert results == []
+        add(catalog, "apac")  # a part after the done: generation 2
+        worker.join(120)
+
+    assert not worker.is_alive()
+    [done] = results
+    assert (done["event"], done["generation"], done["reason"]) == ("MARK_SET_DONE", 2, "changed")
+    assert done["spec"] == "datestamp=20110228"

@@ -1,0 +1,95 @@
+"""Completeness rules in the catalog: every version of a table's rule, the current one
+(its version is on the table row), and the ``SET_RULE`` event that announces a change
+(docs/completeness.md)."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from sqlalchemy import func, select, update
+
+from hcat_notify.model.completeness import SetRule
+from hcat_notify.model.names import TableName
+from hcat_notify.model.set_events import build_set_rule
+from hcat_notify.store.models import SetRuleRow, TableRow
+from hcat_notify.store.outbox import add_outbox_rows
+from hcat_notify.store.records import info_of
+from hcat_notify.store.set_records import RuleRecord
+from hcat_notify.store.tx import Tx
+
+__all__ = ["current_rule", "rule_record", "write_rule"]
+
+
+def _record(name: TableName, keys: tuple[str, ...], row: SetRuleRow) -> RuleRecord:
+    return RuleRecord(
+        table=name,
+        version=row.version,
+        rule=None if row.rule is None else SetRule.from_json(row.rule, keys),
+        principal=row.principal,
+        created_at=row.created_at,
+    )
+
+
+def rule_record(tx: Tx, row: TableRow, version: int | None = None) -> RuleRecord | None:
+    """The table's rule at ``version`` (default: its newest version, even a removal), or
+    None when it never had one."""
+    info = info_of(row)
+    query = select(SetRuleRow).where(SetRuleRow.table_id == row.id)
+    if version is not None:
+        query = query.where(SetRuleRow.version == version)
+    found = tx.session.scalars(query.order_by(SetRuleRow.version.desc()).limit(1)).first()
+    return None if found is None else _record(info.name, info.partition_keys, found)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(stored: str, keys: tuple[str, ...]) -> SetRule:
+    return SetRule.from_json(json.loads(stored), keys)
+
+
+def current_rule(row: TableRow) -> tuple[SetRule, int] | None:
+    """The table's rule in force and its version, or None (read with the table row)."""
+    if row.rule_version is None or row.set_rule is None:
+        return None
+    keys = tuple(row.partition_keys)
+    return _parsed(json.dumps(row.set_rule, sort_keys=True), keys), row.rule_version
+
+
+def write_rule(tx: Tx, row: TableRow, rule: SetRule | None, *, principal: str | None) -> int:
+    """Record ``rule`` (None: remove the rule) as the table's next version, make it the
+    one in force and announce it (``SET_RULE`` on the table's topic); the version.
+
+    ``rule`` must have been checked against the table's keys (:func:`parse_rule`).
+    """
+    latest = tx.session.execute(
+        select(func.max(SetRuleRow.version)).where(SetRuleRow.table_id == row.id)
+    ).scalar_one()
+    version = (latest or 0) + 1
+    stored = None if rule is None else rule.as_json()
+    tx.session.add(
+        SetRuleRow(
+            table_id=row.id, version=version, rule=stored, principal=principal, created_at=tx.now
+        )
+    )
+    tx.session.execute(
+        update(TableRow)
+        .where(TableRow.id == row.id)
+        .values(rule_version=None if rule is None else version, set_rule=stored, updated_at=tx.now)
+        .execution_options(synchronize_session=False)
+    )
+    tx.session.flush()
+    tx.session.expire(row)
+    tx.session.refresh(row)
+    info = info_of(row)
+    (event_id,) = tx.allocate_event_ids(1)
+    message = build_set_rule(
+        event_id=event_id,
+        table=info.name,
+        topic=info.topic,
+        timestamp=int(tx.now.timestamp()),
+        version=version,
+        rule=stored,
+        principal=principal,
+    )
+    add_outbox_rows(tx, [message], info.name)
+    return version
