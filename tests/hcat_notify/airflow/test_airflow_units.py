@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import logging
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -320,7 +319,7 @@ def test_a_done_trigger_keeps_its_minimum_generation():
     assert HcatMarkSetDoneTrigger(**kwargs).serialize() == (classpath, kwargs)
 
 
-def test_a_timed_out_done_sensor_logs_what_the_rule_still_misses(monkeypatch, tmp_path, caplog):
+def test_a_timed_out_done_sensor_logs_what_the_rule_still_misses(monkeypatch, tmp_path):
     from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
     from hcat_notify.airflow import HcatMarkSetDoneSensor
@@ -340,8 +339,17 @@ def test_a_timed_out_done_sensor_logs_what_the_rule_still_misses(monkeypatch, tm
         catalog.expect("web.clicks", set_keys="datestamp", parts=["region=us,eu,apac"])
         values = {"datestamp": "20261126", "region": "us"}
         catalog.add_partitions("web.clicks", [NewPartition(values, "/data/x", 1, 1)])
-    # Airflow's task logger is structlog's; the test reads the sensor's lines through logging.
-    monkeypatch.setattr(HcatMarkSetDoneSensor, "log", logging.getLogger("hcat-sensor-test"))
+    # Airflow's task logger is structlog's, and Airflow's logging setup may disable
+    # loggers made before it: the test reads the sensor's lines from a recorder of its own.
+    lines: list[str] = []
+
+    class Recorder:
+        def info(self, message: str, *args: object) -> None:
+            lines.append(message % args)
+
+        warning = info
+
+    monkeypatch.setattr(HcatMarkSetDoneSensor, "log", Recorder())
     logged = []
     for table in ("web.clicks", "web.plain"):
         sensor = HcatMarkSetDoneSensor(
@@ -352,11 +360,11 @@ def test_a_timed_out_done_sensor_logs_what_the_rule_still_misses(monkeypatch, tm
             timeout=5,
             min_generation=1,
         )
-        caplog.clear()
-        with caplog.at_level("WARNING"), pytest.raises(AirflowSensorTimeout) as caught:
+        lines.clear()
+        with pytest.raises(AirflowSensorTimeout) as caught:
             sensor.execute_complete({}, {"status": "timeout"})
         assert "at generation >= 1" in str(caught.value)
-        logged.append([r.getMessage() for r in caplog.records if "not done" in r.getMessage()])
+        logged.append([line for line in lines if "not done" in line])
     assert logged == [
         [
             "not done: web.clicks datestamp=20261126: open, generation 1, 1 of 3 parts present; "
