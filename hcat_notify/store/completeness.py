@@ -424,22 +424,18 @@ def reevaluate(tx: Tx, row: TableRow, limit: Sequence[str] | None = None) -> lis
 
 def _fenced(tx: Tx, member: str, buckets: Mapping[int, int]) -> tuple[list[int], set[int]]:
     """The buckets ``member`` still owns at the epochs given (locked against a move until
-    ``tx`` ends, on PostgreSQL), and those it lost."""
-    kept: list[int] = []
-    lost: set[int] = set()
-    for bucket, epoch in sorted(buckets.items()):
-        query = select(RelayBucketRow.bucket).where(
-            RelayBucketRow.bucket == bucket,
-            RelayBucketRow.owner == member,
-            RelayBucketRow.epoch == epoch,
-        )
-        if tx.dialect == "postgresql":
-            query = query.with_for_update()
-        if tx.session.execute(query).first() is None:
-            lost.add(bucket)
-        else:
-            kept.append(bucket)
-    return kept, lost
+    ``tx`` ends, on PostgreSQL: one scan in bucket order, as the controller's), and
+    those it lost."""
+    query = (
+        select(RelayBucketRow.bucket, RelayBucketRow.epoch)
+        .where(RelayBucketRow.bucket.in_(sorted(buckets)), RelayBucketRow.owner == member)
+        .order_by(RelayBucketRow.bucket)
+    )
+    if tx.dialect == "postgresql":
+        query = query.with_for_update()
+    held = {row.bucket: row.epoch for row in tx.session.execute(query)}
+    kept = [bucket for bucket, epoch in sorted(buckets.items()) if held.get(bucket) == epoch]
+    return kept, set(buckets) - set(kept)
 
 
 def evaluate_due(
@@ -449,9 +445,19 @@ def evaluate_due(
     at) due by ``now`` (default: the database's clock): dones after quiet periods,
     deadlines' verdicts. Fenced like progress: nothing is written for a bucket the member
     no longer owns at that epoch. Sets a writer holds locked are left to that writer
-    (PostgreSQL: ``SKIP LOCKED``; it settles them itself)."""
-    kept, lost = _fenced(tx, member, buckets)
+    (PostgreSQL: ``SKIP LOCKED``; it settles them itself). Only the buckets with a set
+    due are fenced (locked): a pass with nothing due takes no lock and writes nothing."""
     clock = tx.clock() if now is None else now
+    due = tx.session.scalars(
+        select(SetStateRow.bucket)
+        .where(
+            SetStateRow.bucket.in_(sorted(buckets)),
+            SetStateRow.due_at.is_not(None),
+            SetStateRow.due_at <= clock,
+        )
+        .distinct()
+    )
+    kept, lost = _fenced(tx, member, {bucket: buckets[bucket] for bucket in due})
     if not kept:
         return DuePass(0, (), (), frozenset(lost))
     query = (
