@@ -1,12 +1,6 @@
-"""The timed verdicts of completeness (quiet periods, deadlines) for a member's buckets.
-
-A thread of its own runs ``catalog.sets.evaluate_due`` for the buckets the member owns,
-each with the epoch of its ownership, every ``timed_interval`` seconds (again at once
-while a pass leaves more due), by the database's clock. The store fences each pass by
-those epochs: a member that lost a bucket, or a paused one that goes on with what it
-read before the pause, writes nothing for it. What a pass writes are ordinary outbox
-rows, published like any other event; the publishing loop never waits for a pass.
-"""
+"""The timed verdicts of completeness (quiet periods, deadlines) for a member's buckets,
+in a thread of its own, fenced by the buckets' epochs (docs/relay-group.md, "Timed
+verdicts")."""
 
 from __future__ import annotations
 
@@ -20,12 +14,16 @@ from hcat_notify.errors import HcatNotifyError
 from hcat_notify.relay.member import Membership
 from hcat_notify.store.catalog import Catalog
 
-__all__ = ["TimedPass", "TimedStats"]
+__all__ = ["PASS_LIMIT", "TimedPass", "TimedStats"]
 
 logger = logging.getLogger(__name__)
 
 MAX_ROUNDS = 100
 """Passes run back to back while more is due, before the thread rests an interval."""
+PASS_LIMIT = 100
+"""Sets judged per pass (one transaction). On PostgreSQL a pass holds the rows of its
+buckets with a set due, which the member's own progress writes wait for: a small pass
+keeps that wait short (a set's verdict takes a few milliseconds)."""
 
 
 @dataclass
@@ -89,7 +87,9 @@ class TimedPass:
             if not buckets or self._stop.is_set():
                 break
             started = time.monotonic()
-            result = self._catalog.sets.evaluate_due(self._member.member_id, buckets)
+            result = self._catalog.sets.evaluate_due(
+                self._member.member_id, buckets, limit=PASS_LIMIT
+            )
             self.stats.seconds += time.monotonic() - started
             self.stats.passes += 1
             self.stats.evaluated += result.evaluated
