@@ -53,6 +53,7 @@ MODULES = [
     "hcat_notify.model",
     "hcat_notify.model.changes",
     "hcat_notify.model.completeness",
+    "hcat_notify.model.rule_values",
     "hcat_notify.model.events",
     "hcat_notify.model.names",
     "hcat_notify.model.principals",

@@ -15,11 +15,18 @@ import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from hcat_notify.errors import InvalidRuleError
+from hcat_notify.model.rule_values import (
+    as_date,
+    expression_size,
+    expression_values,
+    parse_duration,
+    parse_parts,
+)
 from hcat_notify.model.specs import PartitionSpec
 
 __all__ = [
@@ -41,14 +48,9 @@ MAX_EXPECTED_PARTS = 100_000
 MAX_QUIET_SECONDS = 31 * 86400
 MAX_DEADLINE_DAYS = 366
 
-_DURATION = re.compile(r"(\d{1,9})([smhd])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _RELATIVE_DEADLINE = re.compile(
     r"(?P<key>[a-z_][a-z0-9_]*)(?:\+(?P<days>\d{1,3})d)?(?:\s+(?P<hh>\d{2}):(?P<mm>\d{2}))?"
 )
-_DATE_COMPACT = re.compile(r"\d{8}")
-_DATE_DASHED = re.compile(r"\d{4}-\d{2}-\d{2}")
-_INTEGER = re.compile(r"-?\d{1,18}")
 
 
 class OnDeadline(StrEnum):
@@ -75,132 +77,6 @@ class SetState(StrEnum):
     DONE = "done"  # its current generation is done
     LATE = "late"  # not done, and its deadline passed
     REOPENED = "reopened"  # done once, then a drop left it incomplete
-
-
-def parse_duration(text: str | int, *, what: str = "duration") -> int:
-    """Seconds of ``10m``, ``4h``, ``1d``, ``1h30m``, ``90s`` or a plain number of seconds.
-
-    Raises:
-        InvalidRuleError: anything else, or a negative duration.
-    """
-    if isinstance(text, bool):
-        raise InvalidRuleError(f"{what} {text!r} is not a duration")
-    if isinstance(text, int):
-        if text < 0:
-            raise InvalidRuleError(f"{what} must not be negative, got {text}")
-        return text
-    given = str(text).strip().lower()
-    if re.fullmatch(r"\d{1,9}", given):
-        return int(given)
-    if not given or _DURATION.sub("", given) != "":
-        raise InvalidRuleError(
-            f"{what} {text!r} is not a duration (use e.g. 90s, 10m, 4h, 1d or 1h30m)"
-        )
-    return sum(int(amount) * _UNIT_SECONDS[unit] for amount, unit in _DURATION.findall(given))
-
-
-def _as_date(text: str) -> date | None:
-    try:
-        if _DATE_COMPACT.fullmatch(text):
-            return datetime.strptime(text, "%Y%m%d").date()
-        if _DATE_DASHED.fullmatch(text):
-            return date.fromisoformat(text)
-    except ValueError:
-        return None
-    return None
-
-
-def _range_dates(start: str, end: str) -> tuple[date, date] | None:
-    """The two ends of a date range (both ``yyyymmdd`` or both ``yyyy-mm-dd``), else None."""
-    same_form = (_DATE_COMPACT.fullmatch(start) and _DATE_COMPACT.fullmatch(end)) or (
-        _DATE_DASHED.fullmatch(start) and _DATE_DASHED.fullmatch(end)
-    )
-    first, last = _as_date(start), _as_date(end)
-    if same_form and first is not None and last is not None:
-        return first, last
-    return None
-
-
-def _range_size(key: str, start: str, end: str) -> int:
-    dates = _range_dates(start, end)
-    if dates is not None:
-        size = (dates[1] - dates[0]).days + 1
-    elif _INTEGER.fullmatch(start) and _INTEGER.fullmatch(end):
-        size = int(end) - int(start) + 1
-    else:
-        raise InvalidRuleError(
-            f"range {start}..{end} of {key} is neither integers nor dates "
-            "(use e.g. 00..23, 20260101..20260131 or 2026-01-01..2026-01-31)"
-        )
-    if size < 1:
-        raise InvalidRuleError(
-            f"range {start}..{end} of {key} is empty (its end is before its start)"
-        )
-    return size
-
-
-def _range_values(start: str, end: str) -> list[str]:
-    dates = _range_dates(start, end)
-    if dates is not None:
-        first, last = dates
-        form = "%Y-%m-%d" if "-" in start else "%Y%m%d"
-        return [
-            (first + timedelta(days=offset)).strftime(form)
-            for offset in range((last - first).days + 1)
-        ]
-    width = len(start) if len(start) == len(end) else 0  # 00..23: zero-padded to 2
-    return [f"{value:0{width}d}" for value in range(int(start), int(end) + 1)]
-
-
-def _items(key: str, expression: str) -> list[str]:
-    items = [item.strip() for item in str(expression).split(",")]
-    if not items or any(not item for item in items):
-        raise InvalidRuleError(f"expected values of {key} {expression!r} has an empty value")
-    return items
-
-
-def _expression_size(key: str, expression: str) -> int:
-    size = 0
-    for item in _items(key, expression):
-        if ".." in item:
-            start, _, end = item.partition("..")
-            size += _range_size(key, start.strip(), end.strip())
-        else:
-            size += 1
-    return size
-
-
-def _expression_values(key: str, expression: str) -> tuple[str, ...]:
-    values: list[str] = []
-    for item in _items(key, expression):
-        if ".." in item:
-            start, _, end = item.partition("..")
-            values.extend(_range_values(start.strip(), end.strip()))
-        else:
-            values.append(item)
-    unique = tuple(dict.fromkeys(values))
-    if len(unique) != len(values):
-        repeated = next(value for value in values if values.count(value) > 1)
-        raise InvalidRuleError(f"expected values of {key} name {repeated!r} twice")
-    return unique
-
-
-def parse_parts(args: Sequence[str]) -> dict[str, str]:
-    """``["region=us,eu,apac", "hour=00..23"]`` as ``{key: expression}``.
-
-    Raises:
-        InvalidRuleError: an argument without ``=``, or a key given twice.
-    """
-    parts: dict[str, str] = {}
-    for arg in args:
-        key, sep, expression = str(arg).partition("=")
-        key = key.strip()
-        if not sep or not key or not expression.strip():
-            raise InvalidRuleError(f"expected parts {arg!r} is not KEY=VALUES (e.g. hour=00..23)")
-        if key in parts:
-            raise InvalidRuleError(f"expected parts name key {key!r} twice")
-        parts[key] = expression.strip()
-    return parts
 
 
 @dataclass(frozen=True)
@@ -292,7 +168,7 @@ class SetRule:
         if self.parts:
             count = 1
             for key, expression in self.parts:
-                count *= _expression_size(key, expression)
+                count *= expression_size(key, expression)
             return count
         return self.min_partitions
 
@@ -339,14 +215,14 @@ def _check_parts(
     ordered = tuple((key, str(parts[key]).strip()) for key in below)
     count = 1
     for key, expression in ordered:
-        count *= _expression_size(key, expression)
+        count *= expression_size(key, expression)
         if count > MAX_EXPECTED_PARTS:
             raise InvalidRuleError(
                 f"the rule expects more than {MAX_EXPECTED_PARTS:,} parts per set; "
                 "use --min-partitions for sets that large"
             )
     for key, expression in ordered:
-        for value in _expression_values(key, expression):
+        for value in expression_values(key, expression):
             PartitionSpec.from_mapping({key: value})  # a value a partition can have
     return ordered
 
@@ -465,7 +341,7 @@ def expected_parts(rule: SetRule) -> tuple[str, ...] | None:
     if not rule.parts:
         return None
     segments = [
-        [PartitionSpec(((key, value),)).to_path() for value in _expression_values(key, expression)]
+        [PartitionSpec(((key, value),)).to_path() for value in expression_values(key, expression)]
         for key, expression in rule.parts
     ]
     return tuple("/".join(combination) for combination in itertools.product(*segments))
@@ -484,7 +360,7 @@ def deadline_at(
     if match is None:
         return None
     value = set_spec.as_dict().get(match["key"])
-    day = _as_date(value) if value is not None else None
+    day = as_date(value) if value is not None else None
     if day is None:
         return None
     moment = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(

@@ -4,8 +4,8 @@ generation (docs/completeness.md; invariant 11 of docs/architecture.md).
 Every change to partitions is announced through :mod:`hcat_notify.store.announce`, which
 notes the partitions it touched (:func:`touch`) when their table has a rule. Before the
 transaction commits (:meth:`Tx.before_commit`), each touched set is settled: its state
-row is locked (created first if need be: ``INSERT … ON CONFLICT DO NOTHING``, then
-``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's writer lock serialises already), what is
+row is locked (``SELECT … FOR UPDATE`` on PostgreSQL, a new set's row first created with
+``INSERT … ON CONFLICT DO NOTHING``; SQLite's writer lock serialises already), what is
 there is compared with what the rule expects, and the done (or ``SET_REOPENED``) is
 written in the same transaction. The timed pass (:func:`evaluate_due`) gives the
 verdicts that need a clock: quiet periods and deadlines, fenced by the bucket's epoch.
@@ -47,6 +47,7 @@ __all__ = [
     "evaluate_due",
     "lock_state",
     "mark_set_done",
+    "nothing_due",
     "reevaluate",
     "set_of",
     "settle_set",
@@ -142,13 +143,25 @@ def _take_touched(tx: Tx, name: TableName, rule: SetRule, spec: PartitionSpec) -
     return len(kept) != len(specs)
 
 
+def _loaded_row(tx: Tx, name: TableName) -> TableRow:
+    """The table's row: the one this transaction loaded already (every write reads it
+    first), else read now."""
+    for item in tx.session.identity_map.values():
+        if isinstance(item, TableRow) and (item.db_name, item.table_name) == (
+            name.db,
+            name.table,
+        ):
+            return item
+    return tx.table_row(name)
+
+
 def _settle(tx: Tx) -> None:
     touched: dict[TableName, list[PartitionSpec]] = tx.pending.pop(_PENDING, {})
     for name in sorted(touched, key=str):
         if not touched[name]:
             continue
-        row = tx.table_row(name)
-        found = current_rule(tx, row)
+        row = _loaded_row(tx, name)
+        found = current_rule(row)
         if found is None:
             continue
         rule, version = found
@@ -173,16 +186,22 @@ def lock_state(
     clock: float,
 ) -> SetStateRow:
     """The state row of the set ``spec``, locked until ``tx`` ends (PostgreSQL), created
-    (generation 1, open) if it has none yet."""
+    (generation 1, open) if it has none yet: ``SELECT … FOR UPDATE``, and only when there
+    is no row, ``INSERT … ON CONFLICT DO NOTHING`` and the ``SELECT`` again."""
     canonical = spec.canonical()
+    query = _state_query(row.id, canonical).execution_options(populate_existing=True)
+    if tx.dialect == "postgresql":
+        query = query.with_for_update()
+    found = tx.session.execute(query).scalar_one_or_none()
+    if found is not None:  # the usual case: one statement
+        return found
     dialect = postgresql if tx.dialect == "postgresql" else sqlite
-    info = info_of(row)
     tx.session.execute(
         dialect.insert(SetStateRow)
         .values(
             table_id=row.id,
             set_spec=canonical,
-            bucket=tx.bucket_of(info.topic),
+            bucket=tx.bucket_of(info_of(row).topic),
             generation=1,
             state=SetState.OPEN.value,
             rule_version=version,
@@ -193,9 +212,8 @@ def lock_state(
         )
         .on_conflict_do_nothing(index_elements=["table_id", "set_spec"])
     )
-    query = _state_query(row.id, canonical).execution_options(populate_existing=True)
-    if tx.dialect == "postgresql":
-        query = query.with_for_update()
+    # A writer that created it meanwhile has committed (the insert waited for it): the
+    # lock is taken on its row.
     return tx.session.execute(query).scalar_one()
 
 
@@ -332,7 +350,7 @@ def mark_set_done(
         UnknownPartitionKeyError, InvalidSpecError: ``spec`` is not a done of the table.
     """
     canonical = info.done_spec(spec)
-    found = current_rule(tx, row) if info.rule_version is not None else None
+    found = current_rule(row) if info.rule_version is not None else None
     if found is None or sorted(canonical.keys) != sorted(found[0].set_keys):
         return add_mark_set_done(tx, row, info, canonical)
     rule, version = found
@@ -404,7 +422,7 @@ def due_verdicts(
 def reevaluate(tx: Tx, row: TableRow, limit: Sequence[str] | None = None) -> list[int]:
     """Settle every set of the table not done (after a rule change), without counting
     it as a change; the event ids written."""
-    found = current_rule(tx, row)
+    found = current_rule(row)
     if found is None:
         return []
     rule, version = found
@@ -422,20 +440,60 @@ def reevaluate(tx: Tx, row: TableRow, limit: Sequence[str] | None = None) -> lis
     return written
 
 
-def _fenced(tx: Tx, member: str, buckets: Mapping[int, int]) -> tuple[list[int], set[int]]:
-    """The buckets ``member`` still owns at the epochs given (locked against a move until
-    ``tx`` ends, on PostgreSQL: one scan in bucket order, as the controller's), and
-    those it lost."""
+def _fenced(
+    tx: Tx, member: str, buckets: Mapping[int, int], *, lock: bool = True
+) -> tuple[list[int], set[int]]:
+    """The buckets ``member`` still owns at the epochs given (with ``lock``, locked
+    against a move until ``tx`` ends, on PostgreSQL: one scan in bucket order, as the
+    controller's), and those it lost."""
     query = (
         select(RelayBucketRow.bucket, RelayBucketRow.epoch)
         .where(RelayBucketRow.bucket.in_(sorted(buckets)), RelayBucketRow.owner == member)
         .order_by(RelayBucketRow.bucket)
     )
-    if tx.dialect == "postgresql":
+    if lock and tx.dialect == "postgresql":
         query = query.with_for_update()
     held = {row.bucket: row.epoch for row in tx.session.execute(query)}
     kept = [bucket for bucket, epoch in sorted(buckets.items()) if held.get(bucket) == epoch]
     return kept, set(buckets) - set(kept)
+
+
+def _due_buckets(tx: Tx, buckets: Mapping[int, int], clock: float) -> dict[int, int]:
+    """Those of ``buckets`` (bucket: epoch) with a set due by ``clock`` (no lock)."""
+    due = tx.session.scalars(
+        select(SetStateRow.bucket)
+        .where(
+            SetStateRow.bucket.in_(sorted(buckets)),
+            SetStateRow.due_at.is_not(None),
+            SetStateRow.due_at <= clock,
+        )
+        .distinct()
+    )
+    return {bucket: buckets[bucket] for bucket in due}
+
+
+def _due_query(buckets: Sequence[int], clock: float) -> Select[SetStateRow]:
+    return (
+        select(SetStateRow)
+        .where(
+            SetStateRow.bucket.in_(list(buckets)),
+            SetStateRow.due_at.is_not(None),
+            SetStateRow.due_at <= clock,
+        )
+        .order_by(SetStateRow.due_at)
+    )
+
+
+def nothing_due(
+    tx: Tx, member: str, buckets: Mapping[int, int], *, now: float | None
+) -> DuePass | None:
+    """The timed pass's answer when no set of the buckets ``member`` owns is due (indexed
+    reads, no lock), else None: the pass must run (:func:`evaluate_due`)."""
+    clock = tx.clock() if now is None else now
+    kept, lost = _fenced(tx, member, _due_buckets(tx, buckets, clock), lock=False)
+    if kept:
+        return None
+    return DuePass(0, (), (), frozenset(lost))
 
 
 def evaluate_due(
@@ -448,28 +506,10 @@ def evaluate_due(
     (PostgreSQL: ``SKIP LOCKED``; it settles them itself). Only the buckets with a set
     due are fenced (locked): a pass with nothing due takes no lock and writes nothing."""
     clock = tx.clock() if now is None else now
-    due = tx.session.scalars(
-        select(SetStateRow.bucket)
-        .where(
-            SetStateRow.bucket.in_(sorted(buckets)),
-            SetStateRow.due_at.is_not(None),
-            SetStateRow.due_at <= clock,
-        )
-        .distinct()
-    )
-    kept, lost = _fenced(tx, member, {bucket: buckets[bucket] for bucket in due})
+    kept, lost = _fenced(tx, member, _due_buckets(tx, buckets, clock))
     if not kept:
         return DuePass(0, (), (), frozenset(lost))
-    query = (
-        select(SetStateRow)
-        .where(
-            SetStateRow.bucket.in_(kept),
-            SetStateRow.due_at.is_not(None),
-            SetStateRow.due_at <= clock,
-        )
-        .order_by(SetStateRow.due_at)
-        .limit(limit + 1)
-    )
+    query = _due_query(kept, clock).limit(limit + 1)
     if tx.dialect == "postgresql":
         query = query.with_for_update(skip_locked=True)
     states = list(tx.session.scalars(query))
@@ -482,7 +522,7 @@ def evaluate_due(
         if state.table_id not in rows:
             rows[state.table_id] = tx.session.get(TableRow, state.table_id)
             table_row = rows[state.table_id]
-            rules[state.table_id] = None if table_row is None else current_rule(tx, table_row)
+            rules[state.table_id] = None if table_row is None else current_rule(table_row)
         table_row, found = rows[state.table_id], rules[state.table_id]
         if table_row is None or found is None:
             state.due_at = None  # the rule was removed: nothing is due any more

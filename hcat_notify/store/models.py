@@ -112,9 +112,11 @@ class TableRow(Base):
     version: Mapped[int] = mapped_column(Integer, default=1)
     # Where CREATE_TABLE and DROP_TABLE go (the prefix topic), fixed at creation too.
     prefix_topic: Mapped[str | None] = mapped_column(String(255), default=None)
-    # The version of the table's current completeness rule (None: none), so that writes
-    # of tables without one pay nothing to find out.
+    # The version of the table's current completeness rule (None: none) and the rule (its
+    # stored form), so that writes of tables without one pay nothing to find out and
+    # those with one read it with the table.
     rule_version: Mapped[int | None] = mapped_column(Integer, default=None)
+    set_rule: Mapped[dict[str, Any] | None] = mapped_column(JSON(), default=None)
 
 
 class PartitionRow(Base):

@@ -41,7 +41,7 @@ def set_figures(tx: Tx) -> SetFigures:
     missing: dict[str, int] = {}
     rows = tx.session.scalars(select(TableRow).where(TableRow.rule_version.is_not(None))).all()
     for row in rows:
-        found = current_rule(tx, row)
+        found = current_rule(row)
         if found is None:
             continue
         rule = found[0]

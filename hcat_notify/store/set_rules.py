@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+import functools
+import json
+
 from sqlalchemy import func, select, update
 
 from hcat_notify.model.completeness import SetRule
@@ -39,14 +42,17 @@ def rule_record(tx: Tx, row: TableRow, version: int | None = None) -> RuleRecord
     return None if found is None else _record(info.name, info.partition_keys, found)
 
 
-def current_rule(tx: Tx, row: TableRow) -> tuple[SetRule, int] | None:
-    """The table's rule in force and its version, or None."""
-    if row.rule_version is None:
+@functools.lru_cache(maxsize=256)
+def _parsed(stored: str, keys: tuple[str, ...]) -> SetRule:
+    return SetRule.from_json(json.loads(stored), keys)
+
+
+def current_rule(row: TableRow) -> tuple[SetRule, int] | None:
+    """The table's rule in force and its version, or None (read with the table row)."""
+    if row.rule_version is None or row.set_rule is None:
         return None
-    record = rule_record(tx, row, row.rule_version)
-    if record is None or record.rule is None:
-        return None
-    return record.rule, record.version
+    keys = tuple(row.partition_keys)
+    return _parsed(json.dumps(row.set_rule, sort_keys=True), keys), row.rule_version
 
 
 def write_rule(tx: Tx, row: TableRow, rule: SetRule | None, *, principal: str | None) -> int:
@@ -68,7 +74,7 @@ def write_rule(tx: Tx, row: TableRow, rule: SetRule | None, *, principal: str | 
     tx.session.execute(
         update(TableRow)
         .where(TableRow.id == row.id)
-        .values(rule_version=None if rule is None else version, updated_at=tx.now)
+        .values(rule_version=None if rule is None else version, set_rule=stored, updated_at=tx.now)
         .execution_options(synchronize_session=False)
     )
     tx.session.flush()

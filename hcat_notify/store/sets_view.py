@@ -160,6 +160,10 @@ class Sets:
         """
         if not 1 <= limit <= MAX_DUE_LIMIT:
             raise InvalidInputError(f"limit must be between 1 and {MAX_DUE_LIMIT}")
+        with self._transaction() as tx:  # usually nothing is due: no writer's lock
+            idle = completeness.nothing_due(tx, member, buckets, now=now)
+        if idle is not None:
+            return idle
         with self._transaction(write=True) as tx:
             return completeness.evaluate_due(tx, member, buckets, now=now, limit=limit)
 

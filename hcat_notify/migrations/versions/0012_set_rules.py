@@ -1,8 +1,9 @@
 """Completeness rules: each table's versioned rule, each set's state, dones' generations.
 
 ``hcat_set_rules`` keeps every version of a table's rule (a null rule: removed; the
-current rule is the highest version, also kept on the table row as ``rule_version`` so
-that writes of tables without a rule pay nothing). ``hcat_set_states`` holds one row per
+current rule is the highest version, also kept on the table row, ``rule_version`` and
+``set_rule``, so that writes of tables without a rule pay nothing and those with one read
+it with the table). ``hcat_set_states`` holds one row per
 set of a table with a rule: its generation, state, and the times the timed pass needs
 (seconds since the epoch by the database's clock); ``due_at`` is when the owner of the
 set's bucket must look at it next (a quiet period ending, a deadline). Retained dones
@@ -29,6 +30,7 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("hcat_tables") as batch:
         batch.add_column(sa.Column("rule_version", sa.Integer(), nullable=True))
+        batch.add_column(sa.Column("set_rule", sa.JSON(), nullable=True))
     with op.batch_alter_table("hcat_mark_set_done") as batch:
         batch.add_column(
             sa.Column("generation", sa.Integer(), nullable=False, server_default=sa.text("1"))
@@ -84,4 +86,5 @@ def downgrade() -> None:
         batch.drop_column("reason")
         batch.drop_column("generation")
     with op.batch_alter_table("hcat_tables") as batch:
+        batch.drop_column("set_rule")
         batch.drop_column("rule_version")

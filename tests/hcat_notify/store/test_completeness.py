@@ -11,14 +11,18 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, func, select
 
+from hcat_notify.config import load_settings
 from hcat_notify.errors import InvalidInputError, InvalidRuleError
 from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.completeness import SetState
 from hcat_notify.model.events import EventType
 from hcat_notify.model.topics import topic_bucket
-from hcat_notify.store import Catalog, NewPartition, WriteMode
+from hcat_notify.store import Catalog, NewPartition, WriteMode, completeness, group
+from hcat_notify.store import engine as engines
 from hcat_notify.store.group import MemberReport
 from hcat_notify.store.models import SetRuleRow, SetStateRow
+from hcat_notify.store.tx import transaction
+from tests.revisions import catalog_at
 from tests.wire import validate_message
 
 pytestmark = pytest.mark.integration
@@ -495,3 +499,91 @@ def test_the_sets_are_listed_newest_first_with_what_each_misses(catalog: Catalog
         catalog.sets.state(TABLE, {"datestamp": DAY, "region": "us"})
     with pytest.raises(InvalidInputError, match="between 1 and"):
         catalog.sets.list(TABLE, limit=0)
+
+
+def test_dones_retained_before_migration_0012_are_generation_one(db_url: str, tmp_path):
+    catalog_at(
+        db_url,
+        "0011",
+        "INSERT INTO hcat_tables (db_name, table_name, location, storage_format,"
+        " partition_keys, table_type, properties, retention_seconds, topic, created_at,"
+        " updated_at, version) VALUES ('web', 'clicks', '/c', 'parquet',"
+        " '[\"datestamp\", \"region\"]', 'MANAGED_TABLE', '{}', 86400000, 'hcat.web.clicks',"
+        " '2026-01-01 00:00:00', '2026-01-01 00:00:00', 1)",
+        "INSERT INTO hcat_mark_set_done (event_id, table_id, spec, spec_json, created_at,"
+        " expires_at) SELECT 5, id, 'datestamp=1', '{\"datestamp\": \"1\"}',"
+        " '2026-01-01 00:00:00', '2999-01-01 00:00:00' FROM hcat_tables",
+    )
+    settings = load_settings(home=tmp_path, db_url=db_url)
+    with Catalog.open(settings, upgrade=True) as catalog:
+        old = catalog.find_covering_done(TABLE, {"datestamp": "1", "region": "us"})
+        assert old is not None
+        assert (old.event_id, old.generation, old.reason) == (5, 1, None)
+        assert catalog.find_covering_done(TABLE, {"datestamp": "1"}, min_generation=2) is None
+        assert catalog.get_table(TABLE).rule_version is None
+        catalog.expect(TABLE, set_keys="datestamp", min_partitions=1)
+        catalog.add_partitions(TABLE, [NewPartition({"datestamp": "2", "region": "us"}, "/w")])
+        assert [d.headers["HCAT_SPEC"] for d in _dones(catalog)] == ["datestamp=2"]
+
+
+def test_a_pass_takes_at_most_its_limit_and_says_more_are_due(catalog: Catalog):
+    _table(catalog)
+    _expect_day(catalog, deadline="datestamp+1d")
+    owned = _own(catalog)
+    for day in ("20261124", "20261125"):
+        _add(catalog, day, "us", "00")
+    now = datetime(2026, 11, 27, tzinfo=UTC).timestamp()
+    first = catalog.sets.evaluate_due("relay-1", owned, now=now, limit=1)
+    assert (first.evaluated, len(first.late), first.more) == (1, 1, True)
+    second = catalog.sets.evaluate_due("relay-1", owned, now=now, limit=1)
+    assert (second.evaluated, len(second.late), second.more) == (1, 1, False)
+    late = _events(catalog, EventType.SET_LATE)
+    assert [event.headers["HCAT_SPEC"] for event in late] == [
+        "datestamp=20261124",
+        "datestamp=20261125",
+    ]
+    with pytest.raises(InvalidInputError, match="between 1 and"):
+        catalog.sets.evaluate_due("relay-1", owned, limit=0)
+
+
+def test_a_write_that_completes_two_sets_writes_both_dones_after_its_partitions(
+    catalog: Catalog,
+):
+    _table(catalog, ("datestamp", "region"))
+    catalog.expect(TABLE, set_keys="datestamp", parts=["region=us,eu"])
+    catalog.partitions.register(
+        TABLE,
+        [
+            NewPartition({"datestamp": day, "region": region}, "/w", file_count=1)
+            for day in ("20261126", "20261125")
+            for region in ("us", "eu")
+        ],
+    )
+    dones = _dones(catalog)
+    assert [done.headers["HCAT_SPEC"] for done in dones] == [
+        "datestamp=20261125",
+        "datestamp=20261126",
+    ]
+    adds = _events(catalog, EventType.ADD_PARTITION)
+    assert min(done.event_id for done in dones) > max(add.event_id for add in adds)
+
+
+def test_the_writing_pass_is_fenced_too(catalog: Catalog, settings):
+    """A bucket lost between the pass's read and its write gets nothing written."""
+    _table(catalog)
+    _expect_day(catalog, deadline_after="1h")
+    owned = _own(catalog)
+    _fill(catalog, _all_parts()[:1])
+    before = _events(catalog)
+    (bucket,) = owned
+    controller = catalog.group.claim_controller("relay-1", ttl=600)
+    assert controller is not None
+    assert catalog.group.assign("relay-1", controller, {bucket: "relay-2"})
+    engine = engines.open_engine(settings.database_url).execution_options(hcat_write=True)
+    try:
+        with transaction(engine, settings, catalog.now, catalog.url, group.bucket_count) as tx:
+            passed = completeness.evaluate_due(tx, "relay-1", owned, now=2e10, limit=10)
+    finally:
+        engine.dispose()
+    assert (passed.lost, passed.evaluated) == (frozenset(owned), 0)
+    assert _events(catalog) == before
