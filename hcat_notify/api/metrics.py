@@ -30,7 +30,7 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0)
+DONE_LATENCY_BUCKETS = (0.0, 1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 4 * 3600.0)
+"""Seconds from a set's last change to its done (0: the write that completed it)."""
 
 
 def _gauge(name: str, documentation: str, value: float | None = None) -> GaugeMetricFamily:
@@ -85,6 +87,7 @@ class CatalogCollector(Collector):
         )
         yield from self._relays(catalog)
         yield from self._subscribers(catalog)
+        yield from self._sets(catalog)
 
     def _relays(self, catalog: Catalog) -> Iterator[Metric]:
         group = catalog.group.status()
@@ -127,6 +130,42 @@ class CatalogCollector(Collector):
             behind = catalog.subscriptions.lag(subscriber.cursor.watermarks)
             lag.add_metric([subscriber.name], sum(behind.values()))
         yield lag
+
+    def _sets(self, catalog: Catalog) -> Iterator[Metric]:
+        figures = catalog.sets.figures()
+        late = GaugeMetricFamily(
+            "hcat_notify_sets_late",
+            "Sets of a table past their deadline, incomplete, not done.",
+            labels=["table"],
+        )
+        missing = GaugeMetricFamily(
+            "hcat_notify_set_missing_parts",
+            "Expected parts missing from a table's sets not done (its last changed 100).",
+            labels=["table"],
+        )
+        for table in sorted(figures.late):
+            late.add_metric([table], figures.late[table])
+            missing.add_metric([table], figures.missing.get(table, 0))
+        yield late
+        yield missing
+        by_reason: dict[str, list[float]] = {}
+        for reason, seconds in figures.done_latency:
+            by_reason.setdefault(reason, []).append(seconds)
+        latency = HistogramMetricFamily(
+            "hcat_notify_set_done_latency_seconds",
+            "Of the sets done now: seconds from the set's last change (its last part) to "
+            "its done, by the done's reason.",
+            labels=["reason"],
+        )
+        for reason, values in sorted(by_reason.items()):
+            counts = [
+                (str(bound), float(sum(1 for value in values if value <= bound)))
+                for bound in DONE_LATENCY_BUCKETS
+            ]
+            latency.add_metric(
+                [reason], [*counts, ("+Inf", float(len(values)))], sum_value=sum(values)
+            )
+        yield latency
 
 
 class ApiMetrics:

@@ -34,6 +34,9 @@ class RelayConfig:
         blocked_topic_retry: seconds before retrying a topic the broker refused.
         max_attempts: refusals of one event by the broker (not outages) after which it
             is parked as undeliverable and the relay goes on without it.
+        timed_interval: seconds between the member's timed passes over the sets of its
+            buckets (completeness: quiet periods and deadlines are judged at most this
+            late).
         freeze_heap: the relay owns its process (the ``relay`` command does): when it
             joins, move every object alive then out of the cyclic garbage collector's
             reach (``gc.freeze``), so that the full collections its stream of pages sets
@@ -50,6 +53,7 @@ class RelayConfig:
     backoff_max: float = DEFAULT_BACKOFF_MAX
     blocked_topic_retry: float = 30.0
     max_attempts: int = 3
+    timed_interval: float = 1.0
     freeze_heap: bool = False
 
     def __post_init__(self) -> None:

@@ -35,6 +35,7 @@ from hcat_notify.relay.member import Membership
 from hcat_notify.relay.pipeline import Batch, Pipeline, SendResult
 from hcat_notify.relay.progress import ProgressWriter
 from hcat_notify.relay.sender import BatchSender
+from hcat_notify.relay.timed import TimedPass
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.change_feed import OutboxWaiter, PostgresNotifyWaiter, outbox_waiter
 from hcat_notify.store.group import MemberReport
@@ -147,6 +148,9 @@ class Relay:
             blocked_retry=self._config.blocked_topic_retry,
             on_blocked=self._on_blocked,
         )
+        self._timed = TimedPass(
+            self._catalog, self._member, self._config.timed_interval, self._lost
+        )
         self._stop = threading.Event()
         self._was_in_flight = False  # an open transaction held ids at the last idle check
         self.stats = RelayStats()
@@ -177,6 +181,11 @@ class Relay:
         return self._member
 
     @property
+    def timed(self) -> TimedPass:
+        """This relay's timed pass over the sets of its buckets (completeness)."""
+        return self._timed
+
+    @property
     def pipeline(self) -> Pipeline:
         """This relay's publishing steps and what it has published."""
         return self._pipeline
@@ -203,6 +212,8 @@ class Relay:
                 self._catalog, self.member_id, self._lost, max_events=self._config.batch_size
             )
             self._joined = True
+            if not self._member.alone:  # relay --once runs its passes itself
+                self._timed.start()
             if self._config.freeze_heap:
                 gc.freeze()
             logger.info(
@@ -217,6 +228,7 @@ class Relay:
         if not self._joined:
             return
         self._joined = False
+        self._timed.stop()  # before the handoff: its pass is fenced by what it owns
         pipeline = self._pipeline
         if pipeline.progress is not None:
             if pipeline.cursor > pipeline.idle_through:  # where the next owners start reading
@@ -260,6 +272,7 @@ class Relay:
         self._member.alone = True  # it takes every bucket at once
         self._join()
         self._wait_for_buckets(self._bucket_count)
+        self._timed.run_once()  # the verdicts due by now are published with the rest
         total = 0
         self._pipeline.draining = True  # a refused topic is tried again at once, until parked
         try:
@@ -298,8 +311,9 @@ class Relay:
         backoff = Backoff(self._config.backoff_initial, self._config.backoff_max)
         try:
             while not self.stopping:
-                if self._member.error is not None:
-                    raise self._member.error
+                for failed in (self._member.error, self._timed.error):
+                    if failed is not None:
+                        raise failed
                 try:
                     handled, _ = self._publish_next_batch()
                 except BrokerCredentialsError:

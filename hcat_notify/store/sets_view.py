@@ -19,6 +19,7 @@ from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.store import completeness, set_reports, set_rules
 from hcat_notify.store.models import SetRuleRow
 from hcat_notify.store.records import as_table_name, info_of
+from hcat_notify.store.set_figures import SetFigures, set_figures
 from hcat_notify.store.set_records import DuePass, RuleRecord, SetReport
 from hcat_notify.store.tx import Tx
 
@@ -165,3 +166,9 @@ class Sets:
             return idle
         with self._transaction(write=True) as tx:
             return completeness.evaluate_due(tx, member, buckets, now=now, limit=limit)
+
+    def figures(self) -> SetFigures:
+        """Sets late, parts missing and done latencies of the tables with a rule (for
+        ``/metrics``)."""
+        with self._transaction() as tx:
+            return set_figures(tx)

@@ -53,7 +53,7 @@ RELAY_ARGS = (
 )
 
 
-def _wait_for(condition: Callable[[], bool], timeout: float, failure: Callable[[], str]) -> None:
+def wait_until(condition: Callable[[], bool], timeout: float, failure: Callable[[], str]) -> None:
     """Poll ``condition`` until it holds; fail with ``failure()`` after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while not condition():
@@ -70,6 +70,7 @@ class WireRecorder:
         self.connection.subscribe(f"/topic/hcat.{db}.>", "wire")
         self.seen: list[tuple[str, int]] = []  # (topic, event id) in arrival order
         self.arrived_at: list[float] = []  # monotonic time of each, same order
+        self.messages: list[tuple[dict[str, str], str]] = []  # (headers, body), same order
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -81,6 +82,9 @@ class WireRecorder:
                 topic = message.destination.removeprefix("/topic/")
                 self.seen.append((topic, int(message.headers["HCAT_EVENT_ID"])))
                 self.arrived_at.append(time.monotonic())
+                self.messages.append(
+                    ({key: str(value) for key, value in message.headers.items()}, message.body)
+                )
 
     def wait_for(self, ids: set[int], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -250,12 +254,12 @@ def test_kill_stop_and_handoff_lose_nothing_and_keep_order(
             # them has nothing to give up, and after SIGCONT it is simply assigned buckets
             # again and publishes them (seen twice: "the zombie published 26 batches", 169
             # when an earlier "acquired" line was taken for the latest one)
-            _wait_for(read_all_it_owns, 30, lambda: f"{zombie} never read its buckets")
-            _stop_outside_sqlite_write_lock(process.proc, delivery_settings.database_url)
+            wait_until(read_all_it_owns, 30, lambda: f"{zombie} never read its buckets")
+            stop_outside_sqlite_write_lock(process.proc, delivery_settings.database_url)
             time.sleep(2 * SESSION)
             # the others take its buckets while it sleeps (it stays stopped until they have:
             # on a loaded machine the controller may need longer than the two timeouts)
-            _wait_for(
+            wait_until(
                 lambda: (
                     zombie
                     not in {b.owner for b in delivery_catalog.group.buckets() if b.bucket in had}
@@ -292,7 +296,7 @@ def test_kill_stop_and_handoff_lose_nothing_and_keep_order(
     assert len(delivered) == len(set(delivered))
 
 
-def _stop_outside_sqlite_write_lock(proc: subprocess.Popen[str], url: str) -> None:
+def stop_outside_sqlite_write_lock(proc: subprocess.Popen[str], url: str) -> None:
     """SIGSTOP ``proc``. On SQLite, not while it holds the writers' lock: a process
     stopped inside a write transaction stops every writer of the file until it goes on
     (SQLite has one writer at a time; docs/relay-group.md), which is not the fencing
@@ -381,7 +385,9 @@ def test_a_deposed_controllers_assignment_changes_nothing(
     paused = threading.Event()
     quick = {"session_timeout": SESSION, "heartbeat_interval": 0.5, "min_move_interval": 0.5}
     with running_relay(delivery_settings, member_id="a", **quick):
-        _wait_for(lambda: len(delivery_catalog.group.owned("a")) >= DEFAULT_BUCKETS, 20, lambda: "")
+        wait_until(
+            lambda: len(delivery_catalog.group.owned("a")) >= DEFAULT_BUCKETS, 20, lambda: ""
+        )
 
         def hook() -> None:  # runs in a's membership thread, before its write
             paused.set()
@@ -393,7 +399,7 @@ def test_a_deposed_controllers_assignment_changes_nothing(
             running_relay(delivery_settings, member_id="b", **quick),
         ):
             assert paused.wait(20), "a never planned to give b buckets"
-            _wait_for(
+            wait_until(
                 lambda: len(delivery_catalog.group.owned("b")) >= DEFAULT_BUCKETS,
                 20,
                 lambda: "b did not take over from the paused a",
@@ -401,7 +407,7 @@ def test_a_deposed_controllers_assignment_changes_nothing(
             epoch = delivery_catalog.group.info().controller_epoch
             del before_assign["a"]
             release.set()
-            _wait_for(
+            wait_until(
                 lambda: "deposed before its assignment member=a" in caplog.text,
                 10,
                 lambda: caplog.text[-3000:],
@@ -468,7 +474,7 @@ def test_writers_committing_out_of_order_skip_nothing(
             )
             fast.start()
             if connection.dialect.name == "postgresql":
-                _wait_for(
+                wait_until(
                     lambda: bool(second), 10, lambda: "the fast writer waited for the held id"
                 )
             else:
@@ -496,7 +502,7 @@ def test_status_shows_the_controller_members_and_their_buckets(
 ):
     with group_of_relays(delivery_settings, delivery_catalog, 2) as group:
         # the first member may hold every bucket until the controller evens the counts
-        _wait_for(
+        wait_until(
             lambda: sorted(group.owners().values()) == [DEFAULT_BUCKETS // 2] * 2,
             30,
             lambda: str(group.owners()),

@@ -1,7 +1,8 @@
 """``GET /``: a small page for operators, rendered on the server (no script).
 
-Tables with their last partition and newest retained done, the outbox backlog, the
-relay members and their buckets, the last events. It refreshes itself every 10 s.
+Tables with their last partition and newest retained done, the completeness grids of
+the tables with a rule, the outbox backlog, the relay members and their buckets, the
+last events. It refreshes itself every 10 s.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fastapi.responses import HTMLResponse
 
 from hcat_notify.api.auth import require_reader
 from hcat_notify.api.routing import ApiRoute
+from hcat_notify.api.set_grid import GRID_STYLE, Grid, read_grids, render_grids
 from hcat_notify.api.state import ApiState, in_thread, state_of
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.group import GroupStatus
@@ -44,17 +46,20 @@ class _Overview:
     oldest: datetime | None
     group: GroupStatus
     events: list[OutboxEvent]
+    grids: list[Grid]
 
 
 def _read(catalog: Catalog) -> _Overview:
     backlog, oldest = catalog.outbox.backlog()
     last = catalog.last_event_id()
+    tables = catalog.tables.activity(limit=MAX_TABLES)
     return _Overview(
-        tables=catalog.tables.activity(limit=MAX_TABLES),
+        tables=tables,
         backlog=backlog,
         oldest=oldest,
         group=catalog.group.status(),
         events=catalog.outbox.events(after_event_id=max(0, last - LAST_EVENTS), limit=LAST_EVENTS),
+        grids=read_grids(catalog, [item.table for item in tables]),
     )
 
 
@@ -114,7 +119,7 @@ def _render(view: _Overview, now: datetime) -> str:
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="10">
 <link rel="icon" href="data:,">
-<title>hcat-notify</title><style>{_STYLE}</style></head>
+<title>hcat-notify</title><style>{_STYLE}{GRID_STYLE}</style></head>
 <body>
 <h1>hcat-notify</h1>
 <p class="muted">as of {_when(now)} UTC</p>
@@ -126,6 +131,7 @@ def _render(view: _Overview, now: datetime) -> str:
 <h2>Tables</h2>
 {more}
 {_table(["table", "topic", "last partition", "at", "last done", "at"], tables, "no tables")}
+{render_grids(view.grids)}
 <h2>Last events</h2>
 {_table(["event", "type", "table", "spec", "at"], events, "no events yet")}
 </body></html>

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.api.sets import sets_of_every_kind
 from tests.integration.api.support import READER, ApiServer
 
 pytestmark = pytest.mark.integration
@@ -78,6 +79,44 @@ def test_status_page_shows_a_new_table_without_console_errors(
     assert "datestamp=20110228" in cells
     assert "not yet published" in browser.find_element(By.ID, "backlog").text
     browser.save_screenshot(str(tmp_path / "status.png"))
+    errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    assert errors == []
+
+
+def test_status_page_shows_a_completeness_grid(
+    browser, api: ApiServer, new_table, api_catalog, tmp_path: Path
+):
+    from selenium.webdriver.common.by import By
+
+    name = new_table()
+    sets_of_every_kind(api_catalog, name)
+    token = base64.b64encode(":".join(READER).encode()).decode()
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd(
+        "Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Basic {token}"}}
+    )
+    browser.get(f"{api.url}/")
+    grid = browser.find_element(By.CSS_SELECTOR, f'table.grid[data-table="{name}"]')
+    parts = [th.text for th in grid.find_elements(By.CSS_SELECTOR, "th.part")]
+    assert parts == ["region=us", "region=eu", "region=apac"]
+    rows = {}
+    for row in grid.find_elements(By.CSS_SELECTOR, "tbody tr"):
+        spec = row.find_element(By.CSS_SELECTOR, "th.set").text
+        state = row.find_element(By.CSS_SELECTOR, "td.state").text
+        cells = [
+            cell.get_attribute("class").split()[-1]
+            for cell in row.find_elements(By.CSS_SELECTOR, "td.cell")
+        ]
+        rows[spec] = (state, cells)
+    assert rows == {  # newest first
+        "datestamp=20260104": ("open", ["present", "present", "missing"]),
+        "datestamp=20260103": ("late", ["present", "late", "late"]),
+        "datestamp=20260102": ("done g2", ["done", "done", "done"]),
+        "datestamp=20260101": ("done", ["done", "done", "done"]),
+    }
+    specs = [th.text for th in grid.find_elements(By.CSS_SELECTOR, "th.set")]
+    assert specs == sorted(specs, reverse=True)
+    browser.save_screenshot(str(tmp_path / "grid.png"))
     errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == []
 
