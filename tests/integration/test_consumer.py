@@ -302,8 +302,8 @@ class _DropsTheTableOnceChecked:
     def __getattr__(self, name: str):
         return getattr(self.catalog, name)
 
-    def find_covering_done(self, table, spec):
-        found = self.catalog.find_covering_done(table, spec)
+    def find_covering_done(self, table, spec, **options):
+        found = self.catalog.find_covering_done(table, spec, **options)
         if not self.dropped:
             self.dropped.extend(self.catalog.tables.drop(table).event_ids)
         return found
