@@ -110,6 +110,13 @@ def mark_done(obj: CliContext, name: str, spec: tuple[str, ...]) -> None:
     help="Seconds a bucket stays with its owner after a move (unless the owner dies).",
 )
 @click.option(
+    "--timed-interval",
+    type=SECONDS,
+    default=_RELAY_DEFAULTS.timed_interval,
+    show_default=True,
+    help="Seconds between passes over the owned sets' quiet periods and deadlines.",
+)
+@click.option(
     "--buckets",
     type=click.IntRange(1, 65_536),
     help="Expected bucket count; it is fixed when the catalog is created (default 256).",
@@ -126,6 +133,7 @@ def relay(
     heartbeat_interval: float,
     session_timeout: float,
     min_move_interval: float,
+    timed_interval: float,
     buckets: int | None,
 ) -> None:
     """Publish the outbox as a member of the relay group (long-running; SIGTERM/SIGINT
@@ -142,6 +150,7 @@ def relay(
         heartbeat_interval=heartbeat_interval,
         session_timeout=session_timeout,
         min_move_interval=min_move_interval,
+        timed_interval=timed_interval,
         freeze_heap=True,  # this process is the relay's
     )
     settings = obj.settings

@@ -50,6 +50,8 @@ RELAY_ARGS = (
     "0.5",
     "--min-move-interval",
     "3",
+    "--timed-interval",
+    "0.5",
 )
 
 

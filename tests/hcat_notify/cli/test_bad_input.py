@@ -342,6 +342,7 @@ _COMMANDS = st.one_of(
     st.builds(lambda i: ["outbox", "drop", i], st.sampled_from(["0", "-1", "x", "99", "1"])),
     st.builds(lambda b: ["sweep", "--batch-size", b], _bad_numbers),
     st.builds(lambda b: ["relay", "--batch-size", b], _bad_numbers),
+    st.builds(lambda t: ["relay", "--timed-interval", t], _bad_numbers),
     st.just(["broker", "check"]),  # the broker is unreachable
     st.builds(lambda t: ["broker", "check", "--wait", t], _bad_numbers),
     st.builds(lambda n: ["table", "drop", n], _bad_names),
