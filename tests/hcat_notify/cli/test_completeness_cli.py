@@ -11,7 +11,7 @@ import pytest
 from hcat_notify.config import load_settings
 from hcat_notify.store import Catalog, NewPartition
 
-DAY = "datestamp=20261126"
+DAY = "datestamp=20991231"  # its deadline (next day, 06:00) lies ahead whenever this runs
 
 
 def _create(run) -> None:
@@ -31,7 +31,7 @@ def _create(run) -> None:
 def _add(db_url: str, tmp_path: Path, *parts: tuple[str, str]) -> None:
     with Catalog.open(load_settings(home=tmp_path, db_url=db_url)) as catalog:
         for region, hour in parts:
-            values = {"datestamp": "20261126", "region": region, "hour": hour}
+            values = {"datestamp": "20991231", "region": region, "hour": hour}
             location = f"/data/clicks/{DAY}/region={region}/hour={hour}"
             catalog.add_partitions("web.clicks", [NewPartition(values, location, 1, 10)])
 
@@ -72,7 +72,7 @@ def test_expect_show_completeness_and_wait_by_generation(run, db_url: str, tmp_p
         "missing   1",
         "done      not yet",
     ]
-    assert lines[7] == "deadline  2026-11-27T06:00:00+00:00"
+    assert lines[7] == "deadline  2100-01-01T06:00:00+00:00"
     assert lines[-1] == f"  missing {DAY}/region=eu/hour=01"
 
     _add(db_url, tmp_path, ("eu", "01"))
