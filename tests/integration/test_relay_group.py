@@ -245,19 +245,7 @@ def test_kill_stop_and_handoff_lose_nothing_and_keep_order(
             # a zombie: SIGSTOP one member for twice the session timeout, then SIGCONT
             zombie = group.owners().most_common(1)[0][0]
             process = group.processes[zombie]
-            had: set[int] = set()
-
-            def read_all_it_owns() -> bool:
-                had.clear()
-                had.update(b.bucket for b in delivery_catalog.group.buckets() if b.owner == zombie)
-                return bool(had) and had <= _buckets_read(process.stderr, zombie)
-
-            # not before it has read every bucket it owns: a member stopped before it read
-            # them has nothing to give up, and after SIGCONT it is simply assigned buckets
-            # again and publishes them (seen twice: "the zombie published 26 batches", 169
-            # when an earlier "acquired" line was taken for the latest one)
-            wait_until(read_all_it_owns, 30, lambda: f"{zombie} never read its buckets")
-            stop_outside_sqlite_write_lock(process.proc, delivery_settings.database_url)
+            had = stop_holding_its_buckets(process, zombie, delivery_catalog)
             time.sleep(2 * SESSION)
             # the others take its buckets while it sleeps (it stays stopped until they have:
             # on a loaded machine the controller may need longer than the two timeouts)
@@ -298,6 +286,50 @@ def test_kill_stop_and_handoff_lose_nothing_and_keep_order(
     assert len(delivered) == len(set(delivered))
 
 
+def stop_holding_its_buckets(process: CliProcess, member: str, catalog: Catalog) -> set[int]:
+    """SIGSTOP ``member`` at a moment when it holds, in memory, exactly the buckets the
+    catalog says it owns; those buckets.
+
+    A member stopped before it has read its buckets has nothing to give up, and after
+    SIGCONT it is simply assigned buckets again and publishes them, which is no zombie
+    (seen three times: "the zombie published 26 batches", 169 when an earlier "acquired"
+    line was taken for the latest one, and 25 after an "acquired count=85" when it had
+    given its buckets up between the check and the stop). So the check is made while it
+    is stopped: its log read to the end (what it knows) against the catalog (what it
+    owns); if they differ it goes on for a moment and is stopped again.
+    """
+    url = catalog.settings.database_url
+    for _ in range(20):
+        wait_until(
+            lambda: _owned_in_catalog(catalog, member) <= _buckets_read(process.stderr, member),
+            30,
+            lambda: f"{member} never read its buckets",
+        )
+        stop_outside_sqlite_write_lock(process.proc, url)
+        _drain(process)
+        owned = _owned_in_catalog(catalog, member)
+        if owned and owned == _buckets_read(process.stderr, member):
+            return owned
+        process.proc.send_signal(signal.SIGCONT)
+        time.sleep(random.uniform(0.2, 0.5))
+    raise AssertionError(f"{member} never held exactly its buckets when stopped")
+
+
+def _owned_in_catalog(catalog: Catalog, member: str) -> set[int]:
+    return {b.bucket for b in catalog.group.buckets() if b.owner == member}
+
+
+def _drain(process: CliProcess) -> None:
+    """Wait until a stopped process's stderr has been read to the end (no growth for
+    0.3 s): the pipe's reader thread may lag behind what the process wrote."""
+    seen, quiet_since = len(process.stderr), time.monotonic()
+    while time.monotonic() - quiet_since < 0.3:
+        time.sleep(0.05)
+        now = len(process.stderr)
+        if now != seen:
+            seen, quiet_since = now, time.monotonic()
+
+
 def stop_outside_sqlite_write_lock(proc: subprocess.Popen[str], url: str) -> None:
     """SIGSTOP ``proc``. On SQLite, not while it holds the writers' lock: a process
     stopped inside a write transaction stops every writer of the file until it goes on
@@ -323,14 +355,19 @@ def stop_outside_sqlite_write_lock(proc: subprocess.Popen[str], url: str) -> Non
 
 ACQUIRED_OR_GIVEN_UP = re.compile(
     r"relay buckets (acquired|given up) member=(\S+) count=\d+ buckets=([0-9,-]+)"
+    r"|relay bucket (lost) bucket=(\d+) member=(\S+)"
 )
 
 
 def _buckets_read(log: str, member: str) -> set[int]:
-    """The buckets ``member`` has read as its own, replaying its log's "acquired" and
-    "given up" lines (buckets as ``0-3,7``)."""
+    """The buckets ``member`` holds in memory, replaying its log's "acquired", "given
+    up" (buckets as ``0-3,7``) and "bucket lost" (one, fenced) lines."""
     owned: set[int] = set()
-    for what, who, spans in ACQUIRED_OR_GIVEN_UP.findall(log):
+    for what, who, spans, lost, lost_bucket, lost_by in ACQUIRED_OR_GIVEN_UP.findall(log):
+        if lost:
+            if lost_by == member:
+                owned.discard(int(lost_bucket))
+            continue
         if who != member:
             continue
         buckets: set[int] = set()
