@@ -50,6 +50,13 @@ def validate_message(headers: Mapping[str, str], body: str) -> dict[str, Any]:
     return parsed
 
 
+def validate_cloudevent(event: Mapping[str, Any]) -> None:
+    """Validate one structured-mode CloudEvent (a JSON object) against
+    cloudevent.schema.json, and its ``data`` against its kind's body schema."""
+    validator("cloudevent.schema.json").validate(event)
+    validator(BODY_SCHEMAS[event["hcatevent"]]).validate(event["data"])
+
+
 def parse_cloudevent(body: bytes) -> Any:
     """One structured-mode CloudEvent, parsed and validated by the ``cloudevents`` SDK
     (its v1.0 event checks every attribute and extension name)."""

@@ -40,7 +40,12 @@ from hcat_notify.model.wire import (
     build_add_partition,
     build_mark_set_done,
 )
-from tests.wire import parse_cloudevent, parse_cloudevent_batch, validate_message
+from tests.wire import (
+    parse_cloudevent,
+    parse_cloudevent_batch,
+    validate_cloudevent,
+    validate_message,
+)
 
 SOURCE = "urn:hcat-notify:test"
 TABLE = TableName("web", "clicks")
@@ -158,9 +163,9 @@ def test_every_kind_is_a_cloudevent_the_sdk_parses_with_the_hive_body_as_data(ki
         assert event.get_subject() == f"web.clicks/{spec}"
         assert event.get_extension("hcatspec") == spec
     # The dict form is the same event; its data the same object.
-    assert to_cloudevent(message, source=SOURCE) == json.loads(
-        dump_cloudevent(message, source=SOURCE)
-    )
+    as_dict = to_cloudevent(message, source=SOURCE)
+    assert as_dict == json.loads(dump_cloudevent(message, source=SOURCE))
+    validate_cloudevent(as_dict)  # schemas/cloudevent.schema.json
 
 
 def test_structured_mode_carries_the_body_byte_for_byte():
