@@ -86,3 +86,23 @@ ensure_venv() {
         echo "$want" >"$stamp"
     fi
 }
+
+# The AsyncAPI document's check (tests/asyncapi/test_document.py) runs the official parser,
+# @asyncapi/parser from npm, pinned in tests/asyncapi/package-lock.json. Node.js and npm
+# come from Debian when missing (Debian 12's nodejs 18 runs the pinned parser); `npm ci`
+# runs only when node_modules is missing or the lock changed since it last ran.
+HCAT_ASYNCAPI_DIR="$HCAT_ROOT/tests/asyncapi"
+
+ensure_asyncapi_parser() {
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        apt_install nodejs npm
+    fi
+    local stamp="$HCAT_ASYNCAPI_DIR/node_modules/.hcat-notify-installed"
+    local want
+    want="$(sha256sum "$HCAT_ASYNCAPI_DIR/package-lock.json" | cut -d' ' -f1)"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        log "npm ci in tests/asyncapi (@asyncapi/parser)"
+        (cd "$HCAT_ASYNCAPI_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+        echo "$want" >"$stamp"
+    fi
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian machine or this one: installs a JDK, ActiveMQ
-# (with XStream and Jettison), PostgreSQL 15 and the virtualenv if missing, then lint,
+# (with XStream and Jettison), PostgreSQL 15, the virtualenv and the AsyncAPI parser
+# (Node.js and npm from Debian, tests/asyncapi/node_modules) if missing, then lint,
 # types and pytest. The tests start their own broker and database (tests/fixtures/) on
 # free loopback ports.
 set -euo pipefail
@@ -9,6 +10,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 
 ensure_system_packages "${HCAT_TEST_PACKAGES[@]}"
 ensure_venv
+ensure_asyncapi_parser
 cd "$HCAT_ROOT"
 
 # The suite starts hundreds of Python processes (relays, CLI commands, API servers,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,7 +33,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from hcat_notify import errors
-from hcat_notify.api.contract import MAX_PAGE, NO_RULE, NOT_DONE
+from hcat_notify.api.contract import CURSOR_HEADER, MAX_PAGE, MORE_HEADER, NO_RULE, NOT_DONE
 from hcat_notify.api.datamodels import (
     CoveringDone,
     Discovery,
@@ -56,6 +57,7 @@ from hcat_notify.errors import (
     InvalidInputError,
 )
 from hcat_notify.model.changes import AnnounceMode
+from hcat_notify.model.cloudevents import CLOUDEVENTS_BATCH_JSON
 from hcat_notify.model.completeness import SetRule
 from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.names import TableName
@@ -76,7 +78,7 @@ if TYPE_CHECKING:
     from hcat_notify import lifecycle
     from hcat_notify.store.table_changes import DroppedPartitions, DroppedTable, Registration
 
-__all__ = ["ApiClient", "RemoteSets", "error_of"]
+__all__ = ["ApiClient", "CloudEventPage", "RemoteSets", "error_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +129,18 @@ def error_of(response: httpx.Response) -> HcatNotifyError:
     if response.status_code in (401, 403):
         return ApiAuthError(detail)
     return ApiError(f"{response.request.url} answered {response.status_code}: {detail}")
+
+
+@dataclass(frozen=True)
+class CloudEventPage:
+    """One page of the event feed as CloudEvents (:meth:`ApiClient.cloudevents`)."""
+
+    events: list[dict[str, Any]]
+    """Structured-mode CloudEvents (JSON objects), in event-id order."""
+    cursor: str
+    """Where these events leave you: give it as ``cursor`` next time."""
+    more: bool
+    """The page is full: ask again at once for the rest."""
 
 
 class ApiClient:
@@ -194,6 +208,7 @@ class ApiClient:
         params: Params | None = None,
         body: Any = None,
         wait: float = 0.0,
+        accept: str | None = None,
     ) -> httpx.Response:
         """Send to the current instance, then to the others in turn; the first answer
         that is not 502/503/504 (or the last answer if every instance gave one)."""
@@ -202,12 +217,13 @@ class ApiClient:
         last: httpx.Response | None = None
         start = self._current
         timeout = httpx.Timeout(self._timeout + wait, connect=min(self._timeout, 5.0))
+        headers = {"Accept": accept} if accept is not None else None
         for step in range(len(self._urls)):
             index = (start + step) % len(self._urls)
             base = self._urls[index]
             try:
                 response = self._http.request(
-                    method, base + path, params=params, json=body, timeout=timeout
+                    method, base + path, params=params, json=body, timeout=timeout, headers=headers
                 )
             except httpx.TransportError as exc:
                 if not reads and not isinstance(exc, httpx.ConnectError):
@@ -321,6 +337,45 @@ class ApiClient:
                 break
             after = events[-1].event_id
         return found
+
+    def cloudevents(
+        self,
+        tables: Sequence[TableName | str],
+        *,
+        cursor: Cursor | str | int | None = None,
+        after: int = 0,
+        limit: int = MAX_PAGE,
+        wait: float = 0.0,
+    ) -> CloudEventPage:
+        """One page of ``GET /v1/events`` as a CloudEvents batch
+        (``Accept: application/cloudevents-batch+json``; docs/api.md): the events after
+        ``cursor``, as :meth:`catch_up` reads them, and the cursor after them; with
+        ``wait``, the server's long poll for the first event.
+
+        Raises:
+            ApiError: the answer is not a CloudEvents batch with a cursor.
+        """
+        position = cursor if isinstance(cursor, Cursor) else Cursor.parse(cursor)
+        params: Params = [("table", str(as_table_name(table))) for table in tables]
+        params += [("after", after), ("limit", limit)]
+        if position:
+            params.append(("cursor", str(position)))
+        if wait > 0:
+            params.append(("wait", wait))
+        response = self._send(
+            "GET", "/v1/events", params=params, wait=wait, accept=CLOUDEVENTS_BATCH_JSON
+        )
+        if response.status_code != 200:
+            raise error_of(response)
+        kind = response.headers.get("content-type", "").split(";")[0].strip()
+        found = response.headers.get(CURSOR_HEADER)
+        events = response.json() if kind == CLOUDEVENTS_BATCH_JSON else None
+        if found is None or not isinstance(events, list):
+            raise ApiError(
+                f"{response.request.url} answered {kind or 'no content type'} where a "
+                f"CloudEvents batch with a {CURSOR_HEADER} header was asked for"
+            )
+        return CloudEventPage(events, found, response.headers.get(MORE_HEADER) == "true")
 
     def find_covering_done(
         self,

@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "CURSOR_HEADER",
     "MAX_PAGE",
     "MAX_WAIT_SECONDS",
+    "MORE_HEADER",
     "NOT_DONE",
     "NO_RULE",
     "PROBLEM_JSON",
@@ -22,6 +24,12 @@ NOT_DONE = f"{PROBLEM_PREFIX}not-done"
 
 NO_RULE = f"{PROBLEM_PREFIX}no-rule"
 """The type of the 404 that says a table has no completeness rule in force."""
+
+CURSOR_HEADER = "Hcat-Cursor"
+"""The response header that carries an event page's cursor where the body cannot (a
+CloudEvents batch is a bare JSON array)."""
+MORE_HEADER = "Hcat-More"
+"""The response header that says, ``true`` or ``false``, whether such a page is full."""
 
 MAX_PAGE = 10_000
 """The most partitions or events one page holds."""

@@ -21,6 +21,7 @@ from hcat_notify.model.events import EVENT_TYPES, EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.records import ReadOnlyRecord
 from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.wire import Message
 
 if TYPE_CHECKING:
     from hcat_notify.store.models import TableRow
@@ -353,6 +354,10 @@ class OutboxEvent(ReadOnlyRecord):
     ) -> None:
         values = (event_id, topic, event_type, table, headers, body, created_at, bucket)
         self._fill(dict(zip(_STORED, values, strict=True)))
+
+    def message(self) -> Message:
+        """The event as the wire message it is published as."""
+        return Message(self.event_id, self.event_type, self.topic, self.headers, self.body)
 
     @property
     def created_at(self) -> datetime:

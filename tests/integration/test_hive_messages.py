@@ -34,7 +34,7 @@ def _props(message: dict) -> dict[str, str]:
     return {k: v["value"] for k, v in message["properties"].items() if k.startswith("HCAT_")}
 
 
-def _write(catalog: Catalog, table: TableInfo, job: str, mode: str, spec: dict) -> None:
+def write_existing(catalog: Catalog, table: TableInfo, job: str, mode: str, spec: dict) -> None:
     """An append or overwrite of an existing partition, as the committer journals it."""
     path = "/".join(f"{k}={v}" for k, v in spec.items())
     catalog.commits.begin(
@@ -70,8 +70,8 @@ def test_hive_reads_every_new_event_type(
         [NewPartition({"datestamp": "20110301", "region": r}, f"/w/{r}", 1, 1) for r in "abc"],
         announce="write",
     )
-    _write(catalog, clicks, "append-1", "append", us)
-    _write(catalog, clicks, "overwrite-1", "overwrite", us)
+    write_existing(catalog, clicks, "append-1", "append", us)
+    write_existing(catalog, clicks, "overwrite-1", "overwrite", us)
     catalog.partitions.drop(clicks.name, {"datestamp": "20110228"})
     catalog.tables.drop(clicks.name)
     with Relay(delivery_settings) as relay:

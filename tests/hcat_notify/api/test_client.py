@@ -187,3 +187,21 @@ def test_a_body_that_is_not_the_apis_model_is_an_api_error():
 
     with _client(handler) as client, pytest.raises(ApiError, match="no LastEvent"):
         client.last_event_id()
+
+
+def test_cloudevents_asks_for_a_batch_and_refuses_an_answer_that_is_none():
+    seen: list[str] = []
+    batch = {"content-type": "application/cloudevents-batch+json", "hcat-cursor": "*:9"}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["accept"])
+        if request.url.params.get("limit") == "1":  # a server that ignores Accept
+            return httpx.Response(200, json={"events": [], "cursor": "*:9", "more": False})
+        return httpx.Response(200, json=[{"id": "9"}], headers=batch | {"hcat-more": "true"})
+
+    with _client(handler) as client:
+        page = client.cloudevents(["web.clicks"], cursor="*:0", wait=1)
+        assert (page.events, page.cursor, page.more) == ([{"id": "9"}], "*:9", True)
+        with pytest.raises(ApiError, match="answered application/json where a CloudEvents"):
+            client.cloudevents(["web.clicks"], limit=1)
+    assert seen[0] == "application/cloudevents-batch+json"

@@ -8,9 +8,11 @@ import json
 import httpx
 import pytest
 
+from hcat_notify.api.client import ApiClient
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog, NewPartition
-from tests.wire import validate_message
+from tests.integration.api.support import READER, ApiServer
+from tests.wire import parse_cloudevent_batch, validate_cloudevent, validate_message
 
 pytestmark = pytest.mark.integration
 
@@ -180,6 +182,50 @@ def test_events_paged(reader: httpx.Client, new_table, api_catalog: Catalog):
     first = reader.get("/v1/events", params={"table": name, "limit": 3}).json()
     assert first["more"]
     assert first["cursor"] == f"*:{ids[2]}"
+
+
+CE_BATCH = "application/cloudevents-batch+json"
+
+
+def test_events_as_a_cloudevents_batch(
+    api: ApiServer, reader: httpx.Client, new_table, api_catalog: Catalog
+):
+    name = new_table()
+    api_catalog.add_partitions(name, [NewPartition({"datestamp": "2", "region": "us"}, "/d/2")])
+    done = api_catalog.mark_set_done(name, {"datestamp": "2"})
+    query = {"table": name, "cursor": "*:0"}
+    page = reader.get("/v1/events", params=query).json()
+    answer = reader.get("/v1/events", params=query, headers={"Accept": CE_BATCH})
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == CE_BATCH
+    assert (answer.headers["hcat-cursor"], answer.headers["hcat-more"]) == (page["cursor"], "false")
+    events = parse_cloudevent_batch(answer.content)
+    assert [e.get_id() for e in events] == [str(e["eventId"]) for e in page["events"]]
+    assert [e.get_type() for e in events] == [
+        "org.apache.hive.hcatalog.add_partition",
+        "org.apache.hive.hcatalog.mark_set_done",
+    ]
+    for event, plain in zip(events, page["events"], strict=True):
+        assert event.get_data() == plain["body"]  # the Hive body unchanged
+        assert event.get_source() == "urn:hcat-notify:hcat"  # the default source
+        assert event.get_extension("hcattable") == name
+    assert events[-1].get_subject() == f"{name}/datestamp=2"
+    # JSON stays the default, and wins where the client prefers it.
+    for accept in ("application/json", "*/*", f"{CE_BATCH};q=0.5, application/json"):
+        plain = reader.get("/v1/events", params=query, headers={"Accept": accept})
+        assert plain.headers["content-type"] == "application/json", accept
+        assert plain.json() == page
+    # The client, a page at a time along the cursor.
+    with ApiClient(api.url, auth=READER) as client:
+        first = client.cloudevents([name], cursor="*:0", limit=1)
+        rest = client.cloudevents([name], cursor=first.cursor)
+    assert first.more
+    assert not rest.more
+    assert [e["id"] for e in first.events + rest.events] == [e.get_id() for e in events]
+    assert rest.cursor == page["cursor"]
+    assert rest.events[-1]["sequence"] == str(done).zfill(19)
+    for item in json.loads(answer.content):
+        validate_cloudevent(item)
 
 
 def test_last_event(reader: httpx.Client, new_table, api_catalog: Catalog):
