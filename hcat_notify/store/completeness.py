@@ -52,6 +52,7 @@ __all__ = [
     "mark_set_done",
     "reevaluate",
     "set_of",
+    "settle",
     "settle_set",
     "touch",
 ]
@@ -60,6 +61,9 @@ logger = logging.getLogger(__name__)
 
 _PENDING = "completeness"
 """The key of :attr:`Tx.pending` under which touched partitions wait for the commit."""
+
+_DONES = "completeness.dones"
+"""The key of :attr:`Tx.pending` listing the MARK_SET_DONE events rules wrote."""
 
 _STATES = cast(Table, SetStateRow.__table__)
 
@@ -169,6 +173,15 @@ def _loaded_row(tx: Tx, name: TableName) -> TableRow:
         ):
             return item
     return tx.table_row(name)
+
+
+def settle(tx: Tx) -> list[int]:
+    """Settle now the sets ``tx`` touched so far (else they are settled when it
+    commits); the MARK_SET_DONE events their rules wrote, in order."""
+    dones: list[int] = tx.pending.setdefault(_DONES, [])
+    before = len(dones)
+    _settle(tx)
+    return dones[before:]
 
 
 def _settle(tx: Tx) -> None:
@@ -336,6 +349,7 @@ def _write_done(
         rule_version=state.rule_version,
     )
     _record_done(state, event_id, reason, clock)
+    tx.pending.setdefault(_DONES, []).append(event_id)
     logger.info(
         "set %s of %s done (generation %d, %s) as event %d",
         spec,

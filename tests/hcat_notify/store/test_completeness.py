@@ -748,3 +748,47 @@ def test_the_counts_kept_on_a_set_row_match_a_fresh_count_through_every_kind_of_
             assert part_count == len(report.present), (step, set_spec)
             if expected_present is not None and report.expected is not None:
                 assert expected_present == report.expected - len(report.missing), (step, set_spec)
+
+
+def _commit(
+    catalog: Catalog, job: str, days: tuple[str, ...], regions: str = "us,eu", **options: Any
+) -> Any:
+    parts = [(day, region) for day in days for region in regions.split(",")]
+    catalog.commits.begin(
+        job,
+        TABLE,
+        mode=WriteMode.APPEND,
+        partitions=[f"datestamp={day}/region={region}" for day, region in parts],
+        plan={},
+        started_at=catalog.now(),
+    )
+    return catalog.commits.complete(
+        job,
+        [NewPartition({"datestamp": d, "region": r}, f"/w/{d}{r}", 1) for d, r in parts],
+        **options,
+    )
+
+
+def test_a_commit_record_names_the_dones_its_rule_wrote(catalog: Catalog):
+    _table(catalog, ("datestamp", "region"))
+    catalog.expect(TABLE, set_keys="datestamp", parts=["region=us,eu"])
+    record = _commit(catalog, "job-1", ("20261125", "20261126"))
+    dones = _dones(catalog)
+    assert [done.headers["HCAT_SPEC"] for done in dones] == [
+        "datestamp=20261125",
+        "datestamp=20261126",
+    ]
+    assert record.set_done_event_ids == tuple(done.event_id for done in dones)
+    assert record.done_event_id == dones[-1].event_id
+    entry = catalog.commits.get("job-1")
+    assert entry is not None
+    assert entry.result == record.as_dict()
+    # a done asked for stays the record's done; the rule's are listed beside it
+    asked = _commit(catalog, "job-2", ("20261127",), mark_set_done={"datestamp": "20261124"})
+    (*_, by_hand, by_rule) = _dones(catalog)
+    assert (asked.done_event_id, asked.set_done_event_ids) == (
+        by_hand.event_id,
+        (by_rule.event_id,),
+    )
+    nothing = _commit(catalog, "job-3", ("20261128",), regions="us")
+    assert (nothing.done_event_id, nothing.set_done_event_ids) == (None, ())
