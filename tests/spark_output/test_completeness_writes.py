@@ -4,7 +4,6 @@ SQLite file and PostgreSQL."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from hcat_notify.config import Settings, load_settings
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog
 from spark_output import CommitResult, write_partitions
-from tests.spark_output.crashes import pause_after_staging
+from tests.spark_output.crashes import commit_together
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -44,7 +43,6 @@ def test_concurrent_spark_writes_of_disjoint_regions_complete_the_day_once(
         )
         catalog.expect(TABLE, set_keys="datestamp", parts=["region=us,eu,apac", "hour=00..23"])
     # Every write is staged before any commits: the three commits then race.
-    barrier = threading.Barrier(len(REGIONS), timeout=180)
     results: dict[str, CommitResult] = {}
     errors: list[BaseException] = []
 
@@ -57,12 +55,7 @@ def test_concurrent_spark_writes_of_disjoint_regions_complete_the_day_once(
         except BaseException as exc:  # noqa: BLE001 - asserted below
             errors.append(exc)
 
-    threads = [threading.Thread(target=write, args=(region,)) for region in REGIONS]
-    with pause_after_staging(barrier.wait):
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(300)
+    commit_together([lambda region=region: write(region) for region in REGIONS])
     assert errors == []
     assert sorted(len(result.partitions_created) for result in results.values()) == [24] * 3
     with Catalog.open(settings, upgrade=False) as catalog:
