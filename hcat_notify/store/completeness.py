@@ -197,11 +197,13 @@ def _settle(tx: Tx) -> None:
         depth = len(rule.set_keys)
         sets: dict[str, tuple[PartitionSpec, list[Change]]] = {}
         for spec, delta in touched[name]:
-            path = spec.to_path()
-            prefix = "/".join(path.split("/", depth)[:depth])
-            if prefix not in sets:
-                sets[prefix] = (set_of(rule, spec), [])
-            sets[prefix][1].append((path[len(prefix) + 1 :], delta))
+            pieces = spec.to_path().split("/", depth)
+            below = pieces.pop()
+            prefix = "/".join(pieces)
+            found_set = sets.get(prefix)
+            if found_set is None:
+                found_set = sets[prefix] = (set_of(rule, spec), [])
+            found_set[1].append((below, delta))
         clock: float | None = None
         for prefix in sorted(sets):  # one lock order for every writer: no deadlock
             spec, changes = sets[prefix]
