@@ -1,12 +1,15 @@
 """Completeness across processes: writers racing for a set's last two parts on
 PostgreSQL end with exactly one done every round, never none; 72 ``hcat-notify
-partitions add`` processes completing a day end with one done, after the last part."""
+partitions add`` processes completing a day end with one done, after the last part; a
+rule change waits for an add in flight."""
 
 from __future__ import annotations
 
 import multiprocessing
 import random
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from sqlalchemy import create_engine, text
 from hcat_notify.config import Settings, load_settings
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog, NewPartition
+from hcat_notify.store import partitions as partition_ops
 from tests.integration.cli_processes import run_commands
 from tests.integration.delivery import cli_env
 
@@ -165,3 +169,52 @@ def test_72_partitions_add_processes_complete_a_day_with_one_done(
         assert done.headers["HCAT_DONE_REASON"] == "rule"
         adds = [event for event in events if event.event_type is EventType.ADD_PARTITION]
         assert len(adds) == 72
+
+
+def test_a_rule_change_waits_for_an_add_in_flight(
+    fresh_postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An add holds its table's row FOR SHARE, so a rule change made while it is in
+    flight waits for it: the add's set is judged by the rule in force when it commits,
+    and the change then finds the set done (one done), never judged twice."""
+    settings = load_settings(home=tmp_path / "home", db_url=fresh_postgres_url)
+    engine = create_engine(fresh_postgres_url)
+    catalog = Catalog.open(settings)
+    catalog.create_table(TABLE, location="/w/clicks", partition_keys=["datestamp", "region"])
+    first = catalog.expect(TABLE, set_keys="datestamp", parts=["region=a,b,c"])
+    catalog.add_partitions(
+        TABLE, [NewPartition({"datestamp": "d", "region": region}, "/w") for region in "ab"]
+    )
+    paused, go = threading.Event(), threading.Event()
+    add = partition_ops.add_partitions
+
+    def add_when_told(*args: Any, **kwargs: Any) -> Any:
+        paused.set()  # the table's row is read (and held FOR SHARE) already
+        assert go.wait(BARRIER_TIMEOUT)
+        return add(*args, **kwargs)
+
+    monkeypatch.setattr(partition_ops, "add_partitions", add_when_told)
+    last = NewPartition({"datestamp": "d", "region": "c"}, "/w")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        try:
+            adding = pool.submit(catalog.add_partitions, TABLE, [last])
+            assert paused.wait(BARRIER_TIMEOUT)
+            changing = pool.submit(
+                catalog.expect, TABLE, set_keys="datestamp", parts=["region=a,b"]
+            )
+            _until(lambda: _waiting_on_locks(engine) >= 1)
+            assert not changing.done()
+        finally:
+            go.set()
+        adding.result(BARRIER_TIMEOUT)
+        second = changing.result(BARRIER_TIMEOUT)
+    try:
+        (done,) = _dones(catalog, "datestamp=d")
+        assert (done.headers["HCAT_RULE_VERSION"], done.headers["HCAT_SET_GENERATION"]) == (
+            str(first),
+            "1",
+        )
+        assert second == first + 1
+    finally:
+        engine.dispose()
+        catalog.close()
