@@ -90,14 +90,17 @@ def set_of(rule: SetRule, spec: PartitionSpec) -> PartitionSpec:
 
 def _under(tx: Tx, table_id: int, prefix: str) -> list[str]:
     """The paths of the table's partitions under ``prefix`` (``k=v/``), in path order."""
-    return sorted(
-        tx.session.scalars(
-            select(PartitionRow.path_spec).where(
-                PartitionRow.table_id == table_id,
-                PartitionRow.path_spec.startswith(prefix, autoescape=True),
-            )
-        )
+    query = select(PartitionRow.path_spec).where(
+        PartitionRow.table_id == table_id,
+        PartitionRow.path_spec.startswith(prefix, autoescape=True),
     )
+    if tx.dialect == "sqlite":
+        # SQLite's LIKE ignores case and uses no index; its text compares bytewise
+        # (BINARY), so the paths under "k=v/" are exactly those in ["k=v/", "k=v0").
+        query = query.where(
+            PartitionRow.path_spec >= prefix, PartitionRow.path_spec < prefix[:-1] + "0"
+        )
+    return sorted(tx.session.scalars(query))
 
 
 def _previous_set(tx: Tx, table_id: int, prefix: str, depth: int) -> str | None:

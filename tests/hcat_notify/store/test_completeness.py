@@ -792,3 +792,12 @@ def test_a_commit_record_names_the_dones_its_rule_wrote(catalog: Catalog):
     )
     nothing = _commit(catalog, "job-3", ("20261128",), regions="us")
     assert (nothing.done_event_id, nothing.set_done_event_ids) == (None, ())
+
+
+def test_sets_whose_values_differ_only_in_case_are_counted_apart(catalog: Catalog):
+    _table(catalog, ("datestamp", "region"))
+    catalog.expect(TABLE, set_keys="datestamp", min_partitions=2)
+    for day in ("A", "a"):
+        catalog.add_partitions(TABLE, [NewPartition({"datestamp": day, "region": "us"}, "/w")])
+    assert _dones(catalog) == []
+    assert [len(catalog.sets.state(TABLE, {"datestamp": day}).present) for day in "Aa"] == [1, 1]
