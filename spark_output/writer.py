@@ -67,7 +67,11 @@ class CommitResult:
         event_ids: the ADD_PARTITION events: one per new partition, or (``announce``
             ``write``) the few that list them all.
         insert_event_ids: the INSERT events of the replaced and appended partitions.
-        done_event_id: the MARK_SET_DONE event, if one was asked for.
+        done_event_id: the MARK_SET_DONE event: the one asked for, else the one the
+            table's completeness rule wrote for a set the write completed (the last,
+            when it completed several).
+        set_done_event_ids: the MARK_SET_DONE events the table's completeness rule
+            wrote for the sets the write completed.
         phase_seconds: elapsed time per phase (stage, discover, compact, journal, move,
             register, spark_catalog, cleanup).
         already_committed: True when the job id had committed before (nothing done now).
@@ -90,6 +94,7 @@ class CommitResult:
     insert_event_ids: tuple[int, ...] = ()
     already_committed: bool = False
     spark_catalog_errors: tuple[str, ...] = ()
+    set_done_event_ids: tuple[int, ...] = ()
 
     @property
     def partitions(self) -> tuple[str, ...]:
@@ -120,6 +125,7 @@ def _result(
         done_event_id=record.done_event_id,
         phase_seconds=dict(phases),
         insert_event_ids=record.insert_event_ids,
+        set_done_event_ids=record.set_done_event_ids,
         already_committed=already,
     )
 

@@ -73,7 +73,8 @@ def announce_partitions(
     """
     if not changes:
         return []
-    completeness.touch(tx, info, [change.spec for change in changes])
+    delta = {EventType.ADD_PARTITION: 1, EventType.DROP_PARTITION: -1}.get(event_type, 0)
+    completeness.touch(tx, info, [change.spec for change in changes], delta=delta)
     context = event_context(tx, info)
     if mode is AnnounceMode.WRITE:
         groups = plan_batches(
@@ -132,7 +133,7 @@ def announce_insert(
 ) -> int:
     """The INSERT event of an append to (or, ``replace``, an overwrite of) a partition
     (its set is settled before the transaction commits, as for every change)."""
-    completeness.touch(tx, info, [spec])
+    completeness.touch(tx, info, [spec], delta=0)
     (event_id,) = tx.allocate_event_ids(1)
     message = build_insert(
         event_context(tx, info),

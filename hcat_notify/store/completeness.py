@@ -7,17 +7,22 @@ transaction commits (:meth:`Tx.before_commit`), each touched set is settled: its
 row is locked (``SELECT … FOR UPDATE`` on PostgreSQL, a new set's row first created with
 ``INSERT … ON CONFLICT DO NOTHING``; SQLite's writer lock serialises already), what is
 there is compared with what the rule expects, and the done (or ``SET_REOPENED``) is
-written in the same transaction. The timed pass (:func:`evaluate_due`) gives the
-verdicts that need a clock: quiet periods and deadlines, fenced by the bucket's epoch.
+written in the same transaction. The verdict reads no partitions: the set's row keeps
+its counts (partitions under it, expected parts there), which every write moves under
+the lock (:func:`touch`'s delta); a row created, or counted under another rule
+version, is counted afresh once. The timed pass (:mod:`hcat_notify.store.set_timed`) gives the
+verdicts that need a clock (:func:`due_verdicts`): quiet periods and deadlines.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, cast
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, Table, Update, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.model.completeness import (
@@ -32,24 +37,22 @@ from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.set_events import SetVerdict, build_set_event
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.store.models import PartitionRow, RelayBucketRow, SetStateRow, TableRow
+from hcat_notify.store.models import PartitionRow, SetStateRow, TableRow
 from hcat_notify.store.outbox import add_outbox_rows
 from hcat_notify.store.records import TableInfo, info_of
 from hcat_notify.store.retention import add_mark_set_done
-from hcat_notify.store.set_records import DuePass
 from hcat_notify.store.set_rules import current_rule
-from hcat_notify.store.tx import Tx
+from hcat_notify.store.tx import Tx, clock_sql
 
 __all__ = [
     "Assessment",
     "assess",
     "due_verdicts",
-    "evaluate_due",
     "lock_state",
     "mark_set_done",
-    "nothing_due",
     "reevaluate",
     "set_of",
+    "settle",
     "settle_set",
     "touch",
 ]
@@ -58,6 +61,15 @@ logger = logging.getLogger(__name__)
 
 _PENDING = "completeness"
 """The key of :attr:`Tx.pending` under which touched partitions wait for the commit."""
+
+_DONES = "completeness.dones"
+"""The key of :attr:`Tx.pending` listing the MARK_SET_DONE events rules wrote."""
+
+_STATES = cast(Table, SetStateRow.__table__)
+
+Change = tuple[str, int]
+"""A change under a set: the part (its path below the set) and what it did to the
+set's partitions: +1 added, -1 dropped, 0 changed in place (append, overwrite)."""
 
 
 @dataclass(frozen=True)
@@ -78,14 +90,17 @@ def set_of(rule: SetRule, spec: PartitionSpec) -> PartitionSpec:
 
 def _under(tx: Tx, table_id: int, prefix: str) -> list[str]:
     """The paths of the table's partitions under ``prefix`` (``k=v/``), in path order."""
-    return sorted(
-        tx.session.scalars(
-            select(PartitionRow.path_spec).where(
-                PartitionRow.table_id == table_id,
-                PartitionRow.path_spec.startswith(prefix, autoescape=True),
-            )
-        )
+    query = select(PartitionRow.path_spec).where(
+        PartitionRow.table_id == table_id,
+        PartitionRow.path_spec.startswith(prefix, autoescape=True),
     )
+    if tx.dialect == "sqlite":
+        # SQLite's LIKE ignores case and uses no index; its text compares bytewise
+        # (BINARY), so the paths under "k=v/" are exactly those in ["k=v/", "k=v0").
+        query = query.where(
+            PartitionRow.path_spec >= prefix, PartitionRow.path_spec < prefix[:-1] + "0"
+        )
+    return sorted(tx.session.scalars(query))
 
 
 def _previous_set(tx: Tx, table_id: int, prefix: str, depth: int) -> str | None:
@@ -121,26 +136,34 @@ def assess(tx: Tx, table_id: int, rule: SetRule, spec: PartitionSpec) -> Assessm
     return Assessment(minimum, present, (), complete)
 
 
-def touch(tx: Tx, info: TableInfo, specs: Iterable[PartitionSpec]) -> None:
-    """Note partitions that ``tx`` adds, changes or drops: their sets are settled before
-    it commits (nothing to do for a table without a rule)."""
+def touch(tx: Tx, info: TableInfo, specs: Iterable[PartitionSpec], *, delta: int) -> None:
+    """Note partitions (full specs) that ``tx`` adds (``delta`` 1), drops (-1) or
+    changes in place (0): their sets are settled before it commits (nothing to do for a
+    table without a rule)."""
     if info.rule_version is None:
         return
-    touched: dict[TableName, list[PartitionSpec]] = tx.pending.setdefault(_PENDING, {})
-    touched.setdefault(info.name, []).extend(specs)
+    touched: dict[TableName, list[tuple[PartitionSpec, int]]] = tx.pending.setdefault(_PENDING, {})
+    touched.setdefault(info.name, []).extend((spec, delta) for spec in specs)
     tx.before_commit(_settle)
 
 
-def _take_touched(tx: Tx, name: TableName, rule: SetRule, spec: PartitionSpec) -> bool:
-    """Whether ``tx`` touched the set ``spec``; its touches are taken (a done by hand in
-    the same transaction covers them)."""
-    touched: dict[TableName, list[PartitionSpec]] = tx.pending.get(_PENDING, {})
-    specs = touched.get(name)
-    if not specs:
-        return False
-    kept = [item for item in specs if set_of(rule, item) != spec]
-    touched[name] = kept
-    return len(kept) != len(specs)
+def _below(spec: PartitionSpec, depth: int) -> str:
+    """The path of a partition below its set of ``depth`` keys (escaped values hold no
+    ``/``)."""
+    return spec.to_path().split("/", depth)[-1]
+
+
+def _take_touched(tx: Tx, name: TableName, rule: SetRule, spec: PartitionSpec) -> list[Change]:
+    """The changes ``tx`` made under the set ``spec``, taken (a done by hand in the same
+    transaction covers them; the caller counts them)."""
+    touched: dict[TableName, list[tuple[PartitionSpec, int]]] = tx.pending.get(_PENDING, {})
+    noted = touched.get(name)
+    if not noted:
+        return []
+    depth = len(rule.set_keys)
+    taken = [(_below(item, depth), delta) for item, delta in noted if set_of(rule, item) == spec]
+    touched[name] = [(item, delta) for item, delta in noted if set_of(rule, item) != spec]
+    return taken
 
 
 def _loaded_row(tx: Tx, name: TableName) -> TableRow:
@@ -155,8 +178,17 @@ def _loaded_row(tx: Tx, name: TableName) -> TableRow:
     return tx.table_row(name)
 
 
+def settle(tx: Tx) -> list[int]:
+    """Settle now the sets ``tx`` touched so far (else they are settled when it
+    commits); the MARK_SET_DONE events their rules wrote, in order."""
+    dones: list[int] = tx.pending.setdefault(_DONES, [])
+    before = len(dones)
+    _settle(tx)
+    return dones[before:]
+
+
 def _settle(tx: Tx) -> None:
-    touched: dict[TableName, list[PartitionSpec]] = tx.pending.pop(_PENDING, {})
+    touched: dict[TableName, list[tuple[PartitionSpec, int]]] = tx.pending.pop(_PENDING, {})
     for name in sorted(touched, key=str):
         if not touched[name]:
             continue
@@ -165,10 +197,23 @@ def _settle(tx: Tx) -> None:
         if found is None:
             continue
         rule, version = found
-        sets = {set_of(rule, spec).to_path(): set_of(rule, spec) for spec in touched[name]}
-        clock = tx.clock()
-        for path in sorted(sets):  # one lock order for every writer: no deadlock
-            settle_set(tx, row, rule, version, sets[path], clock, changed=True)
+        depth = len(rule.set_keys)
+        sets: dict[str, tuple[PartitionSpec, list[Change]]] = {}
+        for spec, delta in touched[name]:
+            pieces = spec.to_path().split("/", depth)
+            below = pieces.pop()
+            prefix = "/".join(pieces)
+            found_set = sets.get(prefix)
+            if found_set is None:
+                found_set = sets[prefix] = (set_of(rule, spec), [])
+            found_set[1].append((below, delta))
+        clock: float | None = None
+        for prefix in sorted(sets):  # one lock order for every writer: no deadlock
+            spec, changes = sets[prefix]
+            if _settle_moved(tx, row, rule, version, spec, changes) is not None:
+                continue
+            clock = tx.clock() if clock is None else clock
+            settle_set(tx, row, rule, version, spec, clock, changes=changes)
 
 
 def _state_query(table_id: int, canonical: str) -> Select[SetStateRow]:
@@ -184,19 +229,20 @@ def lock_state(
     version: int,
     spec: PartitionSpec,
     clock: float,
-) -> SetStateRow:
+) -> tuple[SetStateRow, bool]:
     """The state row of the set ``spec``, locked until ``tx`` ends (PostgreSQL), created
     (generation 1, open) if it has none yet: ``SELECT … FOR UPDATE``, and only when there
-    is no row, ``INSERT … ON CONFLICT DO NOTHING`` and the ``SELECT`` again."""
+    is no row, ``INSERT … ON CONFLICT DO NOTHING`` and the ``SELECT`` again. Also whether
+    this transaction created it (its counts are still to be made)."""
     canonical = spec.canonical()
     query = _state_query(row.id, canonical).execution_options(populate_existing=True)
     if tx.dialect == "postgresql":
         query = query.with_for_update()
     found = tx.session.execute(query).scalar_one_or_none()
     if found is not None:  # the usual case: one statement
-        return found
+        return found, False
     dialect = postgresql if tx.dialect == "postgresql" else sqlite
-    tx.session.execute(
+    created = tx.session.execute(
         dialect.insert(SetStateRow)
         .values(
             table_id=row.id,
@@ -209,12 +255,82 @@ def lock_state(
             last_change_at=clock,
             late_emitted=False,
             deadline_at=deadline_at(rule, spec, clock),
+            part_count=0,
         )
         .on_conflict_do_nothing(index_elements=["table_id", "set_spec"])
     )
     # A writer that created it meanwhile has committed (the insert waited for it): the
-    # lock is taken on its row.
-    return tx.session.execute(query).scalar_one()
+    # lock is taken on its row, whose counts that writer made.
+    return tx.session.execute(query).scalar_one(), bool(created.rowcount)  # type: ignore[attr-defined]
+
+
+@functools.lru_cache(maxsize=64)
+def _expected(rule: SetRule) -> frozenset[str] | None:
+    """The parts (paths below the set) ``rule`` expects, for membership; None: the rule
+    names none."""
+    parts = expected_parts(rule)
+    return None if parts is None else frozenset(parts)
+
+
+def _count(state: SetStateRow, rule: SetRule, spec: PartitionSpec, present: Sequence[str]) -> None:
+    """Set the row's counts from the set's partitions ``present`` (full paths)."""
+    expected = _expected(rule)
+    state.part_count = len(present)
+    if expected is None:
+        state.expected_present = None
+    else:
+        start = len(spec.to_path()) + 1
+        state.expected_present = sum(1 for path in present if path[start:] in expected)
+
+
+def _adopt(rule: SetRule, version: int, spec: PartitionSpec, state: SetStateRow) -> None:
+    """Judge the set by the rule of ``version`` from now on (its deadline follows)."""
+    state.rule_version = version
+    state.deadline_at = deadline_at(rule, spec, state.first_part_at)
+
+
+def _keep_counts(
+    tx: Tx,
+    table_id: int,
+    rule: SetRule,
+    version: int,
+    spec: PartitionSpec,
+    state: SetStateRow,
+    *,
+    created: bool,
+    changes: Sequence[Change],
+) -> None:
+    """Bring the locked row's counts up to this transaction: its ``changes`` moved them;
+    a row just created, counted under another rule version or never counted is counted
+    afresh (one read of the set's partitions, this transaction's included). Exact under
+    racing writers: each moves them under the row's lock, and a count reads only what
+    committed before the lock was taken (or this transaction wrote)."""
+    expected = _expected(rule)
+    stale = state.rule_version != version
+    if stale:
+        _adopt(rule, version, spec, state)
+    if created or stale or (expected is not None and state.expected_present is None):
+        _count(state, rule, spec, _under(tx, table_id, spec.to_path() + "/"))
+        return
+    if not changes:
+        return
+    state.part_count += sum(delta for _, delta in changes)
+    if expected is not None and state.expected_present is not None:
+        state.expected_present += sum(delta for part, delta in changes if part in expected)
+
+
+def _complete(
+    tx: Tx, table_id: int, rule: SetRule, spec: PartitionSpec, state: SetStateRow
+) -> tuple[bool, Assessment | None]:
+    """Whether the set is complete, by its row's counts; a rule whose expected parts are
+    another set's (``like_previous``) reads the partitions (the assessment, then)."""
+    expected = _expected(rule)
+    if expected is not None:
+        return bool(expected) and state.expected_present == len(expected), None
+    if rule.min_partitions is not None:
+        return state.part_count >= rule.min_partitions, None
+    found = assess(tx, table_id, rule, spec)
+    return found.complete, found
 
 
 def _record_done(state: SetStateRow, event_id: int, reason: DoneReason, clock: float) -> None:
@@ -238,6 +354,7 @@ def _write_done(
         rule_version=state.rule_version,
     )
     _record_done(state, event_id, reason, clock)
+    tx.pending.setdefault(_DONES, []).append(event_id)
     logger.info(
         "set %s of %s done (generation %d, %s) as event %d",
         spec,
@@ -285,17 +402,46 @@ def _done_reason(state: SetStateRow) -> DoneReason:
     return DoneReason.RULE if state.generation == 1 else DoneReason.CHANGED
 
 
-def _deadline_pending(state: SetStateRow) -> bool:
+class _Times(Protocol):
+    """What of a set's row says when it is due: the row, or a write's ``RETURNING``."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def late_emitted(self) -> bool: ...
+    @property
+    def done_at(self) -> float | None: ...
+    @property
+    def deadline_at(self) -> float | None: ...
+    @property
+    def last_change_at(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class _Moved:
+    """A set's row as the counting ``UPDATE … RETURNING`` left it."""
+
+    state: str
+    late_emitted: bool
+    done_at: float | None
+    deadline_at: float | None
+    last_change_at: float | None
+    due_at: float | None
+    part_count: int
+    expected_present: int | None
+
+
+def _deadline_pending(state: _Times) -> bool:
     """Whether the set still awaits its deadline's verdict: one, for a set never done."""
     return not state.late_emitted and state.done_at is None and state.deadline_at is not None
 
 
-def _next_due(rule: SetRule, state: SetStateRow, found: Assessment) -> float | None:
+def _next_due(rule: SetRule, state: _Times, complete: bool) -> float | None:
     """When the timed pass must look at the set next (None: only a change can move it)."""
     if state.state == SetState.DONE.value:
         return None
     times: list[float] = []
-    if found.complete and rule.quiet_seconds and state.last_change_at is not None:
+    if complete and rule.quiet_seconds and state.last_change_at is not None:
         times.append(state.last_change_at + rule.quiet_seconds)
     if _deadline_pending(state) and state.deadline_at is not None:
         times.append(state.deadline_at)
@@ -310,30 +456,31 @@ def settle_set(
     spec: PartitionSpec,
     clock: float,
     *,
-    changed: bool,
+    changes: Sequence[Change] | None,
 ) -> list[int]:
-    """Settle one set under its lock: note a change (a new generation after a done),
-    then write the done at once when the set is complete (without a quiet period), or a
-    ``SET_REOPENED`` when a done set is no longer complete. The event ids written."""
-    state = lock_state(tx, row, rule, version, spec, clock)
-    if state.rule_version != version:
-        state.rule_version = version
-        state.deadline_at = deadline_at(rule, spec, state.first_part_at)
+    """Settle one set under its lock: count this transaction's ``changes`` under it
+    (None: no change, the set is only judged again), note a change (a new generation
+    after a done), then write the done at once when the set is complete (without a quiet
+    period), or a ``SET_REOPENED`` when a done set is no longer complete. The event ids
+    written."""
+    state, created = lock_state(tx, row, rule, version, spec, clock)
+    _keep_counts(tx, row.id, rule, version, spec, state, created=created, changes=changes or ())
     was_done = state.state == SetState.DONE.value
-    if changed:
+    if changes is not None:
         state.last_change_at = clock
         if was_done:
             state.generation += 1
             state.state = SetState.OPEN.value
-    found = assess(tx, row.id, rule, spec)
+    complete, found = _complete(tx, row.id, rule, spec, state)
     written: list[int] = []
     if state.state != SetState.DONE.value:
-        if found.complete and not rule.quiet_seconds:
+        if complete and not rule.quiet_seconds:
             written.append(_write_done(tx, row, spec, state, _done_reason(state), clock))
-        elif not found.complete and was_done:
+        elif not complete and was_done:
             state.state = SetState.REOPENED.value
+            found = found or assess(tx, row.id, rule, spec)  # what is missing
             written.append(_write_verdict(tx, row, EventType.SET_REOPENED, spec, state, found))
-    state.due_at = _next_due(rule, state, found)
+    state.due_at = _next_due(rule, state, complete)
     tx.session.flush()
     return written
 
@@ -356,8 +503,10 @@ def mark_set_done(
     rule, version = found
     ordered = info.spec(canonical, partial=True)
     clock = tx.clock()
-    state = lock_state(tx, row, rule, version, ordered, clock)
-    if _take_touched(tx, info.name, rule, ordered):
+    state, created = lock_state(tx, row, rule, version, ordered, clock)
+    changes = _take_touched(tx, info.name, rule, ordered)
+    _keep_counts(tx, row.id, rule, version, ordered, state, created=created, changes=changes)
+    if changes:
         state.last_change_at = clock
         if state.state == SetState.DONE.value:
             state.generation += 1
@@ -396,13 +545,13 @@ def due_verdicts(
     a quiet period, or its deadline's verdict; (dones, lates) written."""
     keys = info_of(row).partition_keys
     spec = PartitionSpec.parse(state.set_spec).for_table(keys, partial=True)
-    if state.rule_version != version:
-        state.rule_version = version
-        state.deadline_at = deadline_at(rule, spec, state.first_part_at)
     dones: list[int] = []
     lates: list[int] = []
     if state.state != SetState.DONE.value:
+        if state.rule_version != version:
+            _adopt(rule, version, spec, state)
         found = assess(tx, row.id, rule, spec)
+        _count(state, rule, spec, found.present)  # read anyway, under the lock
         quiet_until = (state.last_change_at or clock) + (rule.quiet_seconds or 0)
         if found.complete and quiet_until <= clock:
             dones.append(_write_done(tx, row, spec, state, _done_reason(state), clock))
@@ -413,10 +562,91 @@ def due_verdicts(
             and state.deadline_at <= clock
         ):
             dones, lates = deadline_verdict(tx, row, rule, spec, state, found, clock)
-        state.due_at = _next_due(rule, state, found)
+        state.due_at = _next_due(rule, state, found.complete)
     else:
         state.due_at = None
     return dones, lates
+
+
+@functools.cache
+def _move_statement(dialect: str, parts: bool) -> Update:
+    """The counting write of a settled set whose row is current (counted under the
+    rule's version, not done): one statement, which also takes the row's lock."""
+    table = _STATES
+    values = {
+        "part_count": table.c.part_count + bindparam("b_added"),
+        "last_change_at": clock_sql(dialect),
+    }
+    where = [
+        table.c.table_id == bindparam("b_table"),
+        table.c.set_spec == bindparam("b_set"),
+        table.c.rule_version == bindparam("b_version"),
+        table.c.state != SetState.DONE.value,
+    ]
+    if parts:
+        values["expected_present"] = table.c.expected_present + bindparam("b_expected")
+        where.append(table.c.expected_present.is_not(None))
+    return (
+        update(table)
+        .where(*where)
+        .values(values)
+        .returning(*(table.c[name] for name in _Moved.__dataclass_fields__))
+    )
+
+
+def _settle_moved(
+    tx: Tx,
+    row: TableRow,
+    rule: SetRule,
+    version: int,
+    spec: PartitionSpec,
+    changes: Sequence[Change],
+) -> list[int] | None:
+    """Settle a set whose row is current with one counting ``UPDATE … RETURNING`` (and a
+    second write only when its verdict or due time changes); None when it is not (no
+    row yet, done, counted under another version, a rule whose expected parts are
+    another set's): :func:`settle_set` then does it all."""
+    expected = _expected(rule)
+    if expected is None and rule.min_partitions is None:
+        return None
+    connection = tx.session.connection()  # a Core statement on it: no ORM step
+    if not connection.dialect.update_returning:
+        return None
+    canonical = spec.canonical()
+    found = connection.execute(
+        _move_statement(connection.dialect.name, expected is not None),
+        {
+            "b_table": row.id,
+            "b_set": canonical,
+            "b_version": version,
+            "b_added": sum(delta for _, delta in changes),
+            "b_expected": sum(delta for part, delta in changes if expected and part in expected),
+        },
+    ).first()
+    if found is None:
+        return None
+    moved = _Moved(*found)  # the statement returns the fields in order
+    if expected is not None:
+        complete = bool(expected) and moved.expected_present == len(expected)
+    else:
+        complete = rule.min_partitions is not None and moved.part_count >= rule.min_partitions
+    if complete and not rule.quiet_seconds:
+        state = tx.session.execute(
+            _state_query(row.id, canonical).execution_options(populate_existing=True)
+        ).scalar_one()
+        clock = state.last_change_at if state.last_change_at is not None else tx.clock()
+        written = [_write_done(tx, row, spec, state, _done_reason(state), clock)]
+        tx.session.flush()
+        return written
+    due = _next_due(rule, moved, complete)
+    if due != moved.due_at:
+        table = _STATES
+        tx.session.execute(
+            update(table)
+            .where(table.c.table_id == row.id, table.c.set_spec == canonical)
+            .values(due_at=due)
+        )
+    return []
 
 
 def reevaluate(tx: Tx, row: TableRow, limit: Sequence[str] | None = None) -> list[int]:
@@ -436,100 +666,5 @@ def reevaluate(tx: Tx, row: TableRow, limit: Sequence[str] | None = None) -> lis
     written: list[int] = []
     for canonical in sorted(tx.session.scalars(query)):
         spec = PartitionSpec.parse(canonical).for_table(keys, partial=True)
-        written += settle_set(tx, row, rule, version, spec, clock, changed=False)
+        written += settle_set(tx, row, rule, version, spec, clock, changes=None)
     return written
-
-
-def _fenced(
-    tx: Tx, member: str, buckets: Mapping[int, int], *, lock: bool = True
-) -> tuple[list[int], set[int]]:
-    """The buckets ``member`` still owns at the epochs given (with ``lock``, locked
-    against a move until ``tx`` ends, on PostgreSQL: one scan in bucket order, as the
-    controller's), and those it lost."""
-    query = (
-        select(RelayBucketRow.bucket, RelayBucketRow.epoch)
-        .where(RelayBucketRow.bucket.in_(sorted(buckets)), RelayBucketRow.owner == member)
-        .order_by(RelayBucketRow.bucket)
-    )
-    if lock and tx.dialect == "postgresql":
-        query = query.with_for_update()
-    held = {row.bucket: row.epoch for row in tx.session.execute(query)}
-    kept = [bucket for bucket, epoch in sorted(buckets.items()) if held.get(bucket) == epoch]
-    return kept, set(buckets) - set(kept)
-
-
-def _due_buckets(tx: Tx, buckets: Mapping[int, int], clock: float) -> dict[int, int]:
-    """Those of ``buckets`` (bucket: epoch) with a set due by ``clock`` (no lock)."""
-    due = tx.session.scalars(
-        select(SetStateRow.bucket)
-        .where(
-            SetStateRow.bucket.in_(sorted(buckets)),
-            SetStateRow.due_at.is_not(None),
-            SetStateRow.due_at <= clock,
-        )
-        .distinct()
-    )
-    return {bucket: buckets[bucket] for bucket in due}
-
-
-def _due_query(buckets: Sequence[int], clock: float) -> Select[SetStateRow]:
-    return (
-        select(SetStateRow)
-        .where(
-            SetStateRow.bucket.in_(list(buckets)),
-            SetStateRow.due_at.is_not(None),
-            SetStateRow.due_at <= clock,
-        )
-        .order_by(SetStateRow.due_at)
-    )
-
-
-def nothing_due(
-    tx: Tx, member: str, buckets: Mapping[int, int], *, now: float | None
-) -> DuePass | None:
-    """The timed pass's answer when no set of the buckets ``member`` owns is due (indexed
-    reads, no lock), else None: the pass must run (:func:`evaluate_due`)."""
-    clock = tx.clock() if now is None else now
-    kept, lost = _fenced(tx, member, _due_buckets(tx, buckets, clock), lock=False)
-    if kept:
-        return None
-    return DuePass(0, (), (), frozenset(lost))
-
-
-def evaluate_due(
-    tx: Tx, member: str, buckets: Mapping[int, int], *, now: float | None, limit: int
-) -> DuePass:
-    """The timed pass over the sets of ``buckets`` (bucket: the epoch ``member`` owns it
-    at) due by ``now`` (default: the database's clock): dones after quiet periods,
-    deadlines' verdicts. Fenced like progress: nothing is written for a bucket the member
-    no longer owns at that epoch. Sets a writer holds locked are left to that writer
-    (PostgreSQL: ``SKIP LOCKED``; it settles them itself). Only the buckets with a set
-    due are fenced (locked): a pass with nothing due takes no lock and writes nothing."""
-    clock = tx.clock() if now is None else now
-    kept, lost = _fenced(tx, member, _due_buckets(tx, buckets, clock))
-    if not kept:
-        return DuePass(0, (), (), frozenset(lost))
-    query = _due_query(kept, clock).limit(limit + 1)
-    if tx.dialect == "postgresql":
-        query = query.with_for_update(skip_locked=True)
-    states = list(tx.session.scalars(query))
-    more = len(states) > limit
-    rows: dict[int, TableRow | None] = {}
-    rules: dict[int, tuple[SetRule, int] | None] = {}
-    dones: list[int] = []
-    lates: list[int] = []
-    for state in states[:limit]:
-        if state.table_id not in rows:
-            rows[state.table_id] = tx.session.get(TableRow, state.table_id)
-            table_row = rows[state.table_id]
-            rules[state.table_id] = None if table_row is None else current_rule(table_row)
-        table_row, found = rows[state.table_id], rules[state.table_id]
-        if table_row is None or found is None:
-            state.due_at = None  # the rule was removed: nothing is due any more
-            continue
-        rule, version = found
-        done_ids, late_ids = due_verdicts(tx, table_row, rule, version, state, clock)
-        dones += done_ids
-        lates += late_ids
-    tx.session.flush()
-    return DuePass(len(states[:limit]), tuple(dones), tuple(lates), frozenset(lost), more)

@@ -414,6 +414,9 @@ class CommitJournal:
             done_event_id: int | None = None
             if mark_set_done is not None:
                 done_event_id, _ = completeness.mark_set_done(tx, row, info, mark_set_done)
+            set_dones = completeness.settle(tx)  # the sets the write completed, now
+            if done_event_id is None and set_dones:
+                done_event_id = set_dones[-1]
             record = CommitRecord(
                 job_id=job_id,
                 created=tuple(created_specs),
@@ -425,6 +428,7 @@ class CommitJournal:
                     event_id for values in changed.values() for _, event_id in values
                 ),
                 table_event_ids=tuple(table_events),
+                set_done_event_ids=tuple(set_dones),
             )
             _close(tx, journal, JournalState.COMMITTED, record.as_dict(), table_id=row.id)
         logger.info(

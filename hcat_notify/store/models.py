@@ -205,6 +205,11 @@ class SetStateRow(Base):
     late_emitted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     deadline_at: Mapped[float | None] = mapped_column(Float, default=None)
     due_at: Mapped[float | None] = mapped_column(Float, default=None)
+    # Kept by every write under the row's lock, so that the verdict reads no partitions:
+    # the partitions under the set, and (a rule naming its parts) how many of the parts
+    # the rule of ``rule_version`` expects are there (None: not counted yet).
+    part_count: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    expected_present: Mapped[int | None] = mapped_column(Integer, default=None)
 
 
 class OutboxRow(Base):

@@ -49,7 +49,7 @@ class Partitions:
         if not new:
             return []
         with self._transaction(write=True) as tx:
-            row = tx.table_row(name)
+            row = tx.table_row(name, share=True)
             return partition_ops.add_partitions(tx, row, new, job_id=job_id, mode=announce)
 
     def register(

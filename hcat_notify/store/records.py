@@ -542,6 +542,9 @@ class CommitRecord:
     """The INSERT events of the replaced and appended partitions."""
     table_event_ids: tuple[int, ...] = ()
     """The CREATE_TABLE event, when the write registered its table (an import)."""
+    set_done_event_ids: tuple[int, ...] = ()
+    """The MARK_SET_DONE events the table's completeness rule wrote for the sets the
+    write completed (``done_event_id`` is the one asked for, else the last of these)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form kept in the journal."""
@@ -554,6 +557,7 @@ class CommitRecord:
             "done_event_id": self.done_event_id,
             "insert_event_ids": list(self.insert_event_ids),
             "table_event_ids": list(self.table_event_ids),
+            "set_done_event_ids": list(self.set_done_event_ids),
         }
 
     @classmethod
@@ -568,4 +572,5 @@ class CommitRecord:
             done_event_id=data.get("done_event_id"),
             insert_event_ids=tuple(int(item) for item in data.get("insert_event_ids", ())),
             table_event_ids=tuple(int(item) for item in data.get("table_event_ids", ())),
+            set_done_event_ids=tuple(int(item) for item in data.get("set_done_event_ids", ())),
         )

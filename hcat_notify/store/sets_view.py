@@ -16,7 +16,7 @@ from hcat_notify.errors import InvalidInputError, InvalidRuleError
 from hcat_notify.model.completeness import SetRule
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.store import completeness, set_reports, set_rules
+from hcat_notify.store import completeness, set_reports, set_rules, set_timed
 from hcat_notify.store.models import SetRuleRow
 from hcat_notify.store.records import as_table_name, info_of
 from hcat_notify.store.set_figures import SetFigures, set_figures
@@ -161,11 +161,11 @@ class Sets:
         if not 1 <= limit <= MAX_DUE_LIMIT:
             raise InvalidInputError(f"limit must be between 1 and {MAX_DUE_LIMIT}")
         with self._transaction() as tx:  # usually nothing is due: no writer's lock
-            idle = completeness.nothing_due(tx, member, buckets, now=now)
+            idle = set_timed.nothing_due(tx, member, buckets, now=now)
         if idle is not None:
             return idle
         with self._transaction(write=True) as tx:
-            return completeness.evaluate_due(tx, member, buckets, now=now, limit=limit)
+            return set_timed.evaluate_due(tx, member, buckets, now=now, limit=limit)
 
     def figures(self) -> SetFigures:
         """Sets late, parts missing and done latencies of the tables with a rule (for

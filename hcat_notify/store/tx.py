@@ -102,8 +102,11 @@ class Tx:
     def dialect(self) -> str:
         return self.session.get_bind().dialect.name
 
-    def table_row(self, name: TableName, *, lock: bool = False) -> TableRow:
-        """The table's row; ``lock`` serialises writers of the table (PostgreSQL).
+    def table_row(self, name: TableName, *, lock: bool = False, share: bool = False) -> TableRow:
+        """The table's row; ``lock`` serialises writers of the table (PostgreSQL);
+        ``share`` lets such writers (``FOR SHARE``) run at once, serialised only with
+        those that ``lock`` it (a rule change: a write then judges its sets by the rule
+        in force at its commit).
 
         Raises:
             TableDroppedError: no such table, and the last one of that name was dropped.
@@ -112,9 +115,9 @@ class Tx:
         query = select(TableRow).where(
             TableRow.db_name == name.db, TableRow.table_name == name.table
         )
-        if lock and self.dialect == "postgresql":
+        if (lock or share) and self.dialect == "postgresql":
             # SQLite writers are serial already (BEGIN IMMEDIATE).
-            query = query.with_for_update()
+            query = query.with_for_update(read=not lock)
         row = self.session.execute(query).scalar_one_or_none()
         if row is None:
             drops = self.table_drops(name, limit=1)

@@ -1,11 +1,13 @@
 """Completeness across processes: writers racing for a set's last two parts on
 PostgreSQL end with exactly one done every round, never none; 72 ``hcat-notify
-partitions add`` processes completing a day end with one done, after the last part."""
+partitions add`` processes completing a day end with one done, after the last part; a
+rule change waits for an add in flight."""
 
 from __future__ import annotations
 
 import multiprocessing
 import random
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,7 +19,9 @@ from sqlalchemy import create_engine, text
 from hcat_notify.config import Settings, load_settings
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog, NewPartition
-from tests.integration.delivery import run_cli
+from hcat_notify.store import partitions as partition_ops
+from tests.integration.cli_processes import run_commands
+from tests.integration.delivery import cli_env
 
 pytestmark = pytest.mark.integration
 
@@ -127,11 +131,13 @@ def test_racing_writers_of_the_last_two_parts_end_with_exactly_one_done(
 
 
 def test_72_partitions_add_processes_complete_a_day_with_one_done(
-    fresh_postgres_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path
 ) -> None:
-    # PostgreSQL only, where the writers really run at once (SQLite's are serial; the
-    # store tests cover it): 72 processes cost about a minute of CPU.
-    settings: Settings = load_settings(home=tmp_path / "home", db_url=fresh_postgres_url)
+    # 72 processes, 4 at a time, in random order, the last part alone after all the
+    # others; forked from a server that imported the CLI once (cli_processes: start-up
+    # is most of each process's cost). SQLite's writers take turns on its lock,
+    # PostgreSQL's run at once and meet at the set's row.
+    settings: Settings = load_settings(home=tmp_path / "home", db_url=db_url)
     with Catalog.open(settings) as catalog:
         catalog.create_table(
             TABLE, location=str(tmp_path / "clicks"), partition_keys=["datestamp", "region", "hour"]
@@ -139,34 +145,76 @@ def test_72_partitions_add_processes_complete_a_day_with_one_done(
         catalog.expect(TABLE, set_keys="datestamp", parts=["region=us,eu,apac", "hour=00..23"])
     parts = [(region, f"{hour:02d}") for region in ("us", "eu", "apac") for hour in range(24)]
     random.Random(28).shuffle(parts)
+    commands = []
     for region, hour in parts:
         where = tmp_path / "landing" / region / hour
         where.mkdir(parents=True)
         (where / "part-0.parquet").write_bytes(b"x")
-
-    def add(part: tuple[str, str]) -> None:
-        region, hour = part
-        done = run_cli(
-            settings,
-            "partitions",
-            "add",
-            TABLE,
-            "datestamp=20261126",
-            f"region={region}",
-            f"hour={hour}",
-            "--location",
-            str(tmp_path / "landing" / region / hour),
-            timeout=120,
+        commands.append(
+            [
+                *("partitions", "add", TABLE, "datestamp=20261126"),
+                *(f"region={region}", f"hour={hour}", "--location", str(where)),
+            ]
         )
-        assert done.returncode == 0, done.stderr
-
-    # In batches of 8 concurrent processes; the last part alone, after all the others.
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(add, parts[:-1]))
+    env = cli_env(settings)
+    ended = run_commands(env, commands[:-1], tmp_path / "out", at_once=4)
+    assert [code for code, _ in ended] == [0] * 71, [out for code, out in ended if code][:1]
     with Catalog.open(settings, upgrade=False) as catalog:
         assert _dones(catalog, "datestamp=20261126") == []
-        add(parts[-1])
+        ((code, output),) = run_commands(env, commands[-1:], tmp_path / "last", at_once=1)
+        assert code == 0, output
         (done,) = _dones(catalog, "datestamp=20261126")
         events = catalog.outbox.catch_up([TABLE], cursor=0)
         assert done.event_id == max(event.event_id for event in events)
         assert done.headers["HCAT_DONE_REASON"] == "rule"
+        adds = [event for event in events if event.event_type is EventType.ADD_PARTITION]
+        assert len(adds) == 72
+
+
+def test_a_rule_change_waits_for_an_add_in_flight(
+    fresh_postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An add holds its table's row FOR SHARE, so a rule change made while it is in
+    flight waits for it: the add's set is judged by the rule in force when it commits,
+    and the change then finds the set done (one done), never judged twice."""
+    settings = load_settings(home=tmp_path / "home", db_url=fresh_postgres_url)
+    engine = create_engine(fresh_postgres_url)
+    catalog = Catalog.open(settings)
+    catalog.create_table(TABLE, location="/w/clicks", partition_keys=["datestamp", "region"])
+    first = catalog.expect(TABLE, set_keys="datestamp", parts=["region=a,b,c"])
+    catalog.add_partitions(
+        TABLE, [NewPartition({"datestamp": "d", "region": region}, "/w") for region in "ab"]
+    )
+    paused, go = threading.Event(), threading.Event()
+    add = partition_ops.add_partitions
+
+    def add_when_told(*args: Any, **kwargs: Any) -> Any:
+        paused.set()  # the table's row is read (and held FOR SHARE) already
+        assert go.wait(BARRIER_TIMEOUT)
+        return add(*args, **kwargs)
+
+    monkeypatch.setattr(partition_ops, "add_partitions", add_when_told)
+    last = NewPartition({"datestamp": "d", "region": "c"}, "/w")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        try:
+            adding = pool.submit(catalog.add_partitions, TABLE, [last])
+            assert paused.wait(BARRIER_TIMEOUT)
+            changing = pool.submit(
+                catalog.expect, TABLE, set_keys="datestamp", parts=["region=a,b"]
+            )
+            _until(lambda: _waiting_on_locks(engine) >= 1)
+            assert not changing.done()
+        finally:
+            go.set()
+        adding.result(BARRIER_TIMEOUT)
+        second = changing.result(BARRIER_TIMEOUT)
+    try:
+        (done,) = _dones(catalog, "datestamp=d")
+        assert (done.headers["HCAT_RULE_VERSION"], done.headers["HCAT_SET_GENERATION"]) == (
+            str(first),
+            "1",
+        )
+        assert second == first + 1
+    finally:
+        engine.dispose()
+        catalog.close()

@@ -7,7 +7,8 @@ every committer, while its ``with`` block runs.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -58,3 +59,15 @@ def pause_after_staging(pause: Callable[[], object]) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(PartitionCommitter, "commit", paused)
         yield
+
+
+def commit_together(jobs: Sequence[Callable[[], object]], *, timeout: float = 300) -> None:
+    """Run each job (a write) in a thread of its own: each waits once Spark has staged
+    its output until every job has, then all commit at once."""
+    barrier = threading.Barrier(len(jobs), timeout=timeout)
+    threads = [threading.Thread(target=job) for job in jobs]
+    with pause_after_staging(barrier.wait):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout)

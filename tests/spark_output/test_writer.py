@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -24,9 +23,9 @@ from spark_output import (
 )
 from tests.spark_output.crashes import (
     SimulatedCrash,
+    commit_together,
     crash_after_moves,
     crash_before_moves,
-    pause_after_staging,
 )
 from tests.wire import validate_message
 
@@ -270,7 +269,6 @@ def test_rerunning_a_committed_job_id_is_a_no_op(spark, settings, catalog, table
 
 
 def test_concurrent_jobs_on_different_partitions_both_commit(spark, settings, catalog, table):
-    barrier = threading.Barrier(2, timeout=120)
     results, errors = [], []
 
     def job(regions, offset):
@@ -285,15 +283,7 @@ def test_concurrent_jobs_on_different_partitions_both_commit(spark, settings, ca
         except Exception as exc:  # noqa: BLE001 - asserted below
             errors.append(exc)
 
-    threads = [
-        threading.Thread(target=job, args=(REGIONS[:5], 0)),
-        threading.Thread(target=job, args=(REGIONS[5:10], 10**6)),
-    ]
-    with pause_after_staging(barrier.wait):
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(300)
+    commit_together([lambda: job(REGIONS[:5], 0), lambda: job(REGIONS[5:10], 10**6)])
     assert errors == []
     assert len(results) == 2
     assert _read(spark, table) == sorted(results[0][0] + results[1][0])
@@ -305,7 +295,6 @@ def test_concurrent_overwrites_of_one_partition_have_one_winner(spark, settings,
     write_partitions(
         _frame(spark, [(1, "old", "20110228", "r01")]), "web.clicks", settings=settings
     )
-    barrier = threading.Barrier(2, timeout=120)
     outcomes: dict[str, object] = {}
 
     def job(tag):
@@ -317,12 +306,7 @@ def test_concurrent_overwrites_of_one_partition_have_one_winner(spark, settings,
         except Exception as exc:  # noqa: BLE001 - asserted below
             outcomes[tag] = exc
 
-    threads = [threading.Thread(target=job, args=(tag,)) for tag in ("a", "b")]
-    with pause_after_staging(barrier.wait):
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(300)
+    commit_together([lambda: job("a"), lambda: job("b")])
     errors = [value for value in outcomes.values() if isinstance(value, Exception)]
     assert len(errors) == 1
     assert isinstance(errors[0], ConcurrentWriteError)

@@ -4,6 +4,7 @@ periods, deadlines) fenced by the bucket's epoch. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import json
 import random
 from datetime import UTC, datetime
 from typing import Any
@@ -16,11 +17,12 @@ from hcat_notify.errors import InvalidInputError, InvalidRuleError
 from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.completeness import SetState
 from hcat_notify.model.events import EventType
+from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import topic_bucket
-from hcat_notify.store import Catalog, NewPartition, WriteMode, completeness, group
+from hcat_notify.store import Catalog, NewPartition, WriteMode, group, set_timed
 from hcat_notify.store import engine as engines
 from hcat_notify.store.group import MemberReport
-from hcat_notify.store.models import SetRuleRow, SetStateRow
+from hcat_notify.store.models import SetRuleRow, SetStateRow, TableRow
 from hcat_notify.store.tx import transaction
 from tests.revisions import catalog_at
 from tests.wire import validate_message
@@ -582,8 +584,220 @@ def test_the_writing_pass_is_fenced_too(catalog: Catalog, settings):
     engine = engines.open_engine(settings.database_url).execution_options(hcat_write=True)
     try:
         with transaction(engine, settings, catalog.now, catalog.url, group.bucket_count) as tx:
-            passed = completeness.evaluate_due(tx, "relay-1", owned, now=2e10, limit=10)
+            passed = set_timed.evaluate_due(tx, "relay-1", owned, now=2e10, limit=10)
     finally:
         engine.dispose()
     assert (passed.lost, passed.evaluated) == (frozenset(owned), 0)
     assert _events(catalog) == before
+
+
+def _table_0012(name: str, keys: str, rule: str) -> list[str]:
+    """A table with a rule (version 1) as a catalog at revision 0012 holds it."""
+    return [
+        "INSERT INTO hcat_tables (db_name, table_name, location, storage_format,"
+        " partition_keys, table_type, properties, retention_seconds, topic, created_at,"
+        f" updated_at, version, rule_version, set_rule) VALUES ('web', '{name}', '/w/{name}',"
+        f" 'parquet', '{keys}', 'MANAGED_TABLE', '{{}}', 86400000, 'hcat.web.{name}',"
+        f" '2026-01-01 00:00:00', '2026-01-01 00:00:00', 1, 1, '{rule}')",
+        "INSERT INTO hcat_set_rules (table_id, version, rule, principal, created_at)"
+        f" SELECT id, 1, '{rule}', NULL, '2026-01-01 00:00:00' FROM hcat_tables"
+        f" WHERE table_name = '{name}'",
+    ]
+
+
+def _rows_0012(name: str, partitions: list[str], sets: list[str]) -> list[str]:
+    statements = [
+        "INSERT INTO hcat_partitions (table_id, partition_values, path_spec, location, job_id,"
+        " file_count, total_bytes, archived, event_id, created_at, updated_at, version)"
+        f" SELECT id, '{json.dumps([part.split('=')[1] for part in path.split('/')])}',"
+        f" '{path}', '/w', NULL, 1, 1, FALSE, NULL, '2026-01-01 00:00:00',"
+        f" '2026-01-01 00:00:00', 1 FROM hcat_tables WHERE table_name = '{name}'"
+        for path in partitions
+    ]
+    statements += [
+        "INSERT INTO hcat_set_states (table_id, set_spec, bucket, generation, state,"
+        " rule_version, first_part_at, last_change_at, late_emitted)"
+        f" SELECT id, '{spec}', 0, 1, 'open', 1, 1.0, 1.0, FALSE FROM hcat_tables"
+        f" WHERE table_name = '{name}'"
+        for spec in sets
+    ]
+    return statements
+
+
+def _counts(url: str) -> dict[tuple[str, str], tuple[int, int | None]]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                select(
+                    TableRow.table_name,
+                    SetStateRow.set_spec,
+                    SetStateRow.part_count,
+                    SetStateRow.expected_present,
+                ).join(TableRow, TableRow.id == SetStateRow.table_id)
+            )
+            return {(row[0], row[1]): (row[2], row[3]) for row in rows}
+    finally:
+        engine.dispose()
+
+
+def test_migration_0013_counts_the_parts_of_existing_sets(db_url: str, tmp_path):
+    """Sets from before 0013 get their partition counts; their expected parts are
+    counted by the next write, which completes the set exactly once."""
+    parts_rule = json.dumps(
+        {"set": ["datestamp"], "parts": {"region": "us,eu,apac"}, "onDeadline": "late"}
+    )
+    least_rule = json.dumps({"set": ["region", "day"], "minPartitions": 3, "onDeadline": "late"})
+    catalog_at(
+        db_url,
+        "0012",
+        *_table_0012("clicks", '["datestamp", "region"]', parts_rule),
+        *_rows_0012(
+            "clicks",
+            [
+                *("datestamp=1/region=us", "datestamp=1/region=eu", "datestamp=1/region=xx"),
+                *("datestamp=2/region=us", "datestamp=10/region=us"),
+            ],
+            ["datestamp=1", "datestamp=2"],
+        ),
+        # set keys out of lexical order: the sorted set spec is not the path prefix
+        *_table_0012("views", '["region", "day", "hour"]', least_rule),
+        *_rows_0012(
+            "views",
+            ["region=us/day=1/hour=00", "region=us/day=1/hour=01", "region=eu/day=1/hour=00"],
+            ["day=1/region=us", "day=1/region=eu"],
+        ),
+    )
+    settings = load_settings(home=tmp_path, db_url=db_url)
+    with Catalog.open(settings, upgrade=True):
+        pass
+    assert _counts(db_url) == {
+        ("clicks", "datestamp=1"): (3, None),
+        ("clicks", "datestamp=2"): (1, None),
+        ("views", "day=1/region=us"): (2, None),
+        ("views", "day=1/region=eu"): (1, None),
+    }
+    with Catalog.open(settings) as catalog:
+        catalog.add_partitions(TABLE, [NewPartition({"datestamp": "2", "region": "eu"}, "/w")])
+        assert _dones(catalog) == []
+        catalog.add_partitions(TABLE, [NewPartition({"datestamp": "1", "region": "apac"}, "/w")])
+        (done,) = _dones(catalog)
+        assert done.headers["HCAT_SPEC"] == "datestamp=1"
+        views = [NewPartition({"region": "us", "day": "1", "hour": "02"}, "/w")]
+        catalog.add_partitions("web.views", views)
+        (done,) = _events_of(catalog, "web.views", EventType.MARK_SET_DONE)
+        assert done.headers["HCAT_SPEC"] == "day=1/region=us"
+    assert _counts(db_url) == {
+        ("clicks", "datestamp=1"): (4, 3),
+        ("clicks", "datestamp=2"): (2, 2),
+        ("views", "day=1/region=us"): (3, None),
+        ("views", "day=1/region=eu"): (1, None),
+    }
+
+
+def _events_of(catalog: Catalog, table: str, kind: EventType) -> list[Any]:
+    return [e for e in catalog.outbox.catch_up([table], cursor=0) if e.event_type is kind]
+
+
+def test_the_counts_kept_on_a_set_row_match_a_fresh_count_through_every_kind_of_change(
+    catalog: Catalog, settings
+):
+    """Adds (expected and extra), drops, appends, hand-sent dones and rule changes move
+    the row's counts exactly as a fresh count of the set's partitions says."""
+    _table(catalog, ("datestamp", "region", "hour"))
+    catalog.expect(TABLE, set_keys="datestamp", parts=["region=us,eu", "hour=00..02"])
+    rng = random.Random(13)
+    present: set[tuple[str, str, str]] = set()
+    universe = [(d, r, h) for d in ("1", "2") for r in ("us", "eu", "xx") for h in HOURS[:4]]
+    for step in range(60):
+        choice = rng.random()
+        if step == 30:
+            catalog.expect(TABLE, set_keys="datestamp", parts=["region=us,xx", "hour=00..03"])
+        elif choice < 0.55 or not present:
+            part = rng.choice([p for p in universe if p not in present])
+            _add(catalog, *part)
+            present.add(part)
+        elif choice < 0.75:
+            part = rng.choice(sorted(present))
+            catalog.partitions.drop(
+                TABLE, dict(zip(("datestamp", "region", "hour"), part, strict=True))
+            )
+            present.discard(part)
+        elif choice < 0.9:
+            day = rng.choice(sorted(present))[0]
+            catalog.mark_set_done(TABLE, {"datestamp": day})
+        else:
+            day, region, hour = rng.choice(sorted(present))
+            job = f"job-{step}"
+            path = f"datestamp={day}/region={region}/hour={hour}"
+            catalog.commits.begin(
+                job,
+                TABLE,
+                mode=WriteMode.APPEND,
+                partitions=[path],
+                plan={},
+                started_at=catalog.now(),
+            )
+            catalog.commits.complete(
+                job,
+                [NewPartition({"datestamp": day, "region": region, "hour": hour}, "/w", 1)],
+            )
+        counts = _counts(settings.database_url)
+        for (_, set_spec), (part_count, expected_present) in counts.items():
+            report = catalog.sets.state(TABLE, PartitionSpec.parse(set_spec).as_dict())
+            assert part_count == len(report.present), (step, set_spec)
+            if expected_present is not None and report.expected is not None:
+                assert expected_present == report.expected - len(report.missing), (step, set_spec)
+
+
+def _commit(
+    catalog: Catalog, job: str, days: tuple[str, ...], regions: str = "us,eu", **options: Any
+) -> Any:
+    parts = [(day, region) for day in days for region in regions.split(",")]
+    catalog.commits.begin(
+        job,
+        TABLE,
+        mode=WriteMode.APPEND,
+        partitions=[f"datestamp={day}/region={region}" for day, region in parts],
+        plan={},
+        started_at=catalog.now(),
+    )
+    return catalog.commits.complete(
+        job,
+        [NewPartition({"datestamp": d, "region": r}, f"/w/{d}{r}", 1) for d, r in parts],
+        **options,
+    )
+
+
+def test_a_commit_record_names_the_dones_its_rule_wrote(catalog: Catalog):
+    _table(catalog, ("datestamp", "region"))
+    catalog.expect(TABLE, set_keys="datestamp", parts=["region=us,eu"])
+    record = _commit(catalog, "job-1", ("20261125", "20261126"))
+    dones = _dones(catalog)
+    assert [done.headers["HCAT_SPEC"] for done in dones] == [
+        "datestamp=20261125",
+        "datestamp=20261126",
+    ]
+    assert record.set_done_event_ids == tuple(done.event_id for done in dones)
+    assert record.done_event_id == dones[-1].event_id
+    entry = catalog.commits.get("job-1")
+    assert entry is not None
+    assert entry.result == record.as_dict()
+    # a done asked for stays the record's done; the rule's are listed beside it
+    asked = _commit(catalog, "job-2", ("20261127",), mark_set_done={"datestamp": "20261124"})
+    (*_, by_hand, by_rule) = _dones(catalog)
+    assert (asked.done_event_id, asked.set_done_event_ids) == (
+        by_hand.event_id,
+        (by_rule.event_id,),
+    )
+    nothing = _commit(catalog, "job-3", ("20261128",), regions="us")
+    assert (nothing.done_event_id, nothing.set_done_event_ids) == (None, ())
+
+
+def test_sets_whose_values_differ_only_in_case_are_counted_apart(catalog: Catalog):
+    _table(catalog, ("datestamp", "region"))
+    catalog.expect(TABLE, set_keys="datestamp", min_partitions=2)
+    for day in ("A", "a"):
+        catalog.add_partitions(TABLE, [NewPartition({"datestamp": day, "region": "us"}, "/w")])
+    assert _dones(catalog) == []
+    assert [len(catalog.sets.state(TABLE, {"datestamp": day}).present) for day in "Aa"] == [1, 1]
