@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from hcat_notify.errors import ConfigError, InvalidIdentifierError
+from hcat_notify.errors import ConfigError, InvalidIdentifierError, InvalidInputError
+from hcat_notify.model.cloudevents import validate_source
 from hcat_notify.model.principals import Principal, Role, parse_principals
 from hcat_notify.model.topics import (
     DEFAULT_TOPIC_PREFIX,
@@ -38,6 +39,7 @@ __all__ = [
     "DEFAULT_API_PORT",
     "DEFAULT_API_PRINCIPALS",
     "DEFAULT_BROKER_URL",
+    "DEFAULT_CLOUDEVENTS_SOURCE_PREFIX",
     "DEFAULT_CONSUMER_PASSWORD",
     "DEFAULT_CONSUMER_USER",
     "DEFAULT_HOME",
@@ -98,6 +100,10 @@ DEFAULT_WEBHOOK_TIMEOUT = 10.0
 DEFAULT_WEBHOOK_MAX_AGE = 24 * 3600.0
 """Seconds a webhook's failing events are retried before they are parked."""
 DEFAULT_WEBHOOK_ROTATION_OVERLAP = 24 * 3600.0
+DEFAULT_CLOUDEVENTS_SOURCE_PREFIX = "urn:hcat-notify:"
+"""The default CloudEvents ``source`` is this plus the topic prefix (``urn:hcat-notify:hcat``):
+the same for every process of a catalog, and different for two catalogs on one broker,
+which must have different prefixes anyway."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +223,13 @@ def _checked_prefix(value: str) -> str:
         raise ValueError(str(exc)) from None
 
 
+def _checked_source(value: str) -> str:
+    try:
+        return validate_source(value)
+    except InvalidInputError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _bucket_count(value: int) -> int:
     if not 1 <= value <= MAX_BUCKETS:
         raise ValueError(f"must be between 1 and {MAX_BUCKETS}, not {value}")
@@ -286,6 +299,8 @@ class Settings:
     api_principals: tuple[Principal, ...] = field(default=DEFAULT_API_PRINCIPALS, repr=False)
     max_message_bytes: int = field(default=DEFAULT_MAX_MESSAGE_BYTES, metadata=_check(_message_cap))
     warehouse_roots: tuple[str, ...] = field(default=(), metadata=_check(_warehouse_roots))
+    cloudevents_source: str | None = field(default=None, metadata=_check(_checked_source))
+    """The ``source`` of the CloudEvents this catalog's events become (a URI)."""
     db_auto_upgrade: bool = False
     """Let writers migrate a catalog that is not a SQLite file (PostgreSQL is migrated by
     ``hcat-notify db upgrade`` otherwise: docs/operations.md)."""
@@ -319,6 +334,11 @@ class Settings:
         if self.warehouse_roots:
             return self.warehouse_roots
         return (os.path.abspath(self.home / DEFAULT_WAREHOUSE_DIR),)
+
+    @property
+    def event_source(self) -> str:
+        """The CloudEvents ``source``: configured, or ``urn:hcat-notify:<topic prefix>``."""
+        return self.cloudevents_source or DEFAULT_CLOUDEVENTS_SOURCE_PREFIX + self.topic_prefix
 
     @property
     def broker_addresses(self) -> tuple[BrokerAddress, ...]:

@@ -48,3 +48,21 @@ def validate_message(headers: Mapping[str, str], body: str) -> dict[str, Any]:
     parsed: dict[str, Any] = json.loads(body)
     validator(BODY_SCHEMAS[headers["HCAT_EVENT"]]).validate(parsed)
     return parsed
+
+
+def parse_cloudevent(body: bytes) -> Any:
+    """One structured-mode CloudEvent, parsed and validated by the ``cloudevents`` SDK
+    (its v1.0 event checks every attribute and extension name)."""
+    from cloudevents.core.bindings.http import HTTPMessage, from_http
+    from cloudevents.core.formats.json import JSONFormat
+    from cloudevents.core.v1.event import CloudEvent
+
+    message = HTTPMessage(headers={"content-type": "application/cloudevents+json"}, body=body)
+    return from_http(message, JSONFormat(), CloudEvent)
+
+
+def parse_cloudevent_batch(body: bytes) -> list[Any]:
+    """A batch-mode JSON array, each event parsed by the SDK (which reads one at a time)."""
+    items = json.loads(body)
+    assert isinstance(items, list)
+    return [parse_cloudevent(json.dumps(item).encode()) for item in items]

@@ -124,12 +124,21 @@ def test_credentials_in_the_broker_url_are_refused_without_echoing_them():
         ({"topic_strategy": "per-partition"}, "topic_strategy"),
         ({"topic_prefix": "hcat/x"}, "invalid topic name"),
         ({"broker_timeout": 0}, "broker_timeout"),
+        ({"cloudevents_source": "urn:a b"}, "cloudevents_source: CloudEvents source"),
     ],
 )
 def test_invalid_values_give_one_clear_error(overrides, match):
     with pytest.raises(ConfigError, match=match) as info:
         load_settings(**overrides)
     assert "\n" not in str(info.value)
+
+
+def test_cloudevents_source_defaults_to_the_topic_prefix(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("HCAT_NOTIFY_CLOUDEVENTS_SOURCE", raising=False)
+    assert load_settings().event_source == "urn:hcat-notify:hcat"
+    assert load_settings(topic_prefix="prod").event_source == "urn:hcat-notify:prod"
+    monkeypatch.setenv("HCAT_NOTIFY_CLOUDEVENTS_SOURCE", "https://hcat.example.com")
+    assert load_settings(topic_prefix="prod").event_source == "https://hcat.example.com"
 
 
 def test_unknown_key_in_file_is_an_error(tmp_path: Path):

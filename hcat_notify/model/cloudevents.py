@@ -1,0 +1,180 @@
+"""Wire messages as CloudEvents 1.0, structured and batch JSON modes
+(docs/architecture.md, "CloudEvents").
+
+A plain dict builder: the format is small, and the ``cloudevents`` SDK (which the tests
+parse our output with) would cost every relay and API process an import for nothing.
+``data`` is the Hive body unchanged, so Hive's ``JSONMessageDeserializer`` reads it as it
+reads the broker's message body.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from hcat_notify.errors import InvalidInputError
+from hcat_notify.model.cursor import MAX_EVENT_ID
+from hcat_notify.model.events import HEADER_SPEC, HEADER_TABLE, EventType
+from hcat_notify.model.wire import Message
+
+__all__ = [
+    "CLOUDEVENTS_BATCH_JSON",
+    "CLOUDEVENTS_JSON",
+    "DATA_CONTENT_TYPE",
+    "SEQUENCE_WIDTH",
+    "SPEC_VERSION",
+    "TYPE_PREFIX",
+    "dump_batch",
+    "dump_cloudevent",
+    "event_type_name",
+    "extension_name",
+    "sequence_of",
+    "subject_of",
+    "to_cloudevent",
+    "validate_source",
+]
+
+CLOUDEVENTS_JSON = "application/cloudevents+json"
+"""The content type of one event in structured mode."""
+CLOUDEVENTS_BATCH_JSON = "application/cloudevents-batch+json"
+"""The content type of a JSON array of events (batch mode)."""
+SPEC_VERSION = "1.0"
+DATA_CONTENT_TYPE = "application/json"
+TYPE_PREFIX = "org.apache.hive.hcatalog."
+"""``type`` is this plus the kind in lower case: ``org.apache.hive.hcatalog.add_partition``."""
+
+SEQUENCE_WIDTH = len(str(MAX_EVENT_ID))
+"""Digits of ``sequence`` (19): the largest event id the catalog holds, so that every id,
+zero-padded, sorts lexically in numeric order."""
+
+_EXTENSION_NAME = re.compile(r"[a-z0-9]{1,20}")
+_MAX_SOURCE = 2048
+
+
+def event_type_name(kind: EventType) -> str:
+    """The CloudEvents ``type`` of a kind: ``org.apache.hive.hcatalog.mark_set_done``."""
+    return TYPE_PREFIX + kind.value.lower()
+
+
+def extension_name(header: str) -> str | None:
+    """The extension attribute a header travels as: lower case, underscores dropped
+    (``HCAT_SET_GENERATION`` -> ``hcatsetgeneration``); None when that is not a valid
+    CloudEvents extension name (lower-case letters and digits, at most 20)."""
+    name = header.replace("_", "").lower()
+    return name if _EXTENSION_NAME.fullmatch(name) else None
+
+
+def sequence_of(event_id: int) -> str:
+    """``sequence``: the event id zero-padded to :data:`SEQUENCE_WIDTH` digits.
+
+    Raises:
+        InvalidInputError: the id is negative or larger than the catalog can hold.
+    """
+    if not 0 <= event_id <= MAX_EVENT_ID:
+        raise InvalidInputError(f"event id {event_id} is out of range 0..{MAX_EVENT_ID}")
+    return str(event_id).zfill(SEQUENCE_WIDTH)
+
+
+def subject_of(headers: Mapping[str, str]) -> str:
+    """``subject``: ``db.table``, then ``/`` and the spec when there is one
+    (``web.clicks/datestamp=20110228``). The first ``/`` ends the table: names have none."""
+    table = headers.get(HEADER_TABLE, "")
+    spec = headers.get(HEADER_SPEC, "")
+    return f"{table}/{spec}" if spec else table
+
+
+def validate_source(source: str) -> str:
+    """A CloudEvents ``source`` (a non-empty URI-reference) as given.
+
+    Raises:
+        InvalidInputError: empty, too long, or with spaces or control characters.
+    """
+    if not source:
+        raise InvalidInputError("CloudEvents source is empty; give a URI such as urn:hcat:prod")
+    if len(source) > _MAX_SOURCE:
+        raise InvalidInputError(f"CloudEvents source is longer than {_MAX_SOURCE} characters")
+    if any(char.isspace() or ord(char) < 0x20 or ord(char) == 0x7F for char in source):
+        raise InvalidInputError(
+            f"CloudEvents source {source!r} has spaces or control characters; give a URI"
+        )
+    return source
+
+
+def _time_of(body: Mapping[str, Any], event_id: int) -> str:
+    stamp = body.get("timestamp")
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float):
+        raise InvalidInputError(f"event {event_id} has no numeric timestamp in its body")
+    moment = datetime.fromtimestamp(stamp, UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _attributes(message: Message, body: Mapping[str, Any], source: str) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "specversion": SPEC_VERSION,
+        "id": str(message.event_id),
+        "source": source,
+        "type": event_type_name(message.event_type),
+        "subject": subject_of(message.headers),
+        "time": _time_of(body, message.event_id),
+        "sequence": sequence_of(message.event_id),
+        "datacontenttype": DATA_CONTENT_TYPE,
+    }
+    for header, value in message.headers.items():
+        name = extension_name(header)
+        # Empty values (HCAT_SPEC of a table event) stay out: an absent attribute says it.
+        if name is not None and value and name not in attributes:
+            attributes[name] = value
+    return attributes
+
+
+def to_cloudevent(message: Message, *, source: str) -> dict[str, Any]:
+    """The message as a CloudEvent in structured mode, as a JSON object.
+
+    Args:
+        message: the wire message.
+        source: the catalog's URI (``cloudevents_source`` of the settings).
+
+    Returns:
+        The context attributes, the ``hcat*`` extensions, and ``data``: the body parsed.
+
+    Raises:
+        InvalidInputError: the source is not a URI-reference, or the body has no
+            timestamp.
+    """
+    validate_source(source)
+    body = message.body_json()
+    event = _attributes(message, body, source)
+    event["data"] = body
+    return event
+
+
+def _dump(message: Message, source: str) -> str:
+    body = message.body_json()
+    head = json.dumps(_attributes(message, body, source), ensure_ascii=True, separators=(",", ":"))
+    # The body's own text goes in as it is (it is compact ASCII JSON already): byte for
+    # byte what the broker carries, and no second serialisation.
+    return f'{head[:-1]},"data":{message.body}}}'
+
+
+def dump_cloudevent(message: Message, *, source: str) -> bytes:
+    """The message as one structured-mode CloudEvent (:data:`CLOUDEVENTS_JSON`), UTF-8.
+
+    Raises:
+        InvalidInputError: as :func:`to_cloudevent`.
+    """
+    validate_source(source)
+    return _dump(message, source).encode()
+
+
+def dump_batch(messages: Sequence[Message], *, source: str) -> bytes:
+    """The messages as a batch-mode JSON array (:data:`CLOUDEVENTS_BATCH_JSON`), UTF-8,
+    in the order given (an empty sequence makes ``[]``).
+
+    Raises:
+        InvalidInputError: as :func:`to_cloudevent`.
+    """
+    validate_source(source)
+    return ("[" + ",".join(_dump(message, source) for message in messages) + "]").encode()
