@@ -339,7 +339,7 @@ class WebhookDelivery:
         failure: PostResult | None = None
         if wanted:
             assert self._poster is not None
-            source = self._source()
+            source = self._settings.event_source
             for request in requests_for(target, wanted, source=source):
                 result = self._poster.post(target.info.url, request.body, request.headers)
                 self.stats.requests += 1
@@ -354,11 +354,6 @@ class WebhookDelivery:
             return self._gone(target, lane, failure, delivered_through)
         return self._record(target, lane, delivered_through, failure)
 
-    def _source(self) -> str:
-        source = getattr(self._settings, "event_source", None)
-        if isinstance(source, str):
-            return source
-        return f"urn:hcat-notify:{self._settings.topic_prefix}"
 
     def _record(
         self, target: WebhookTarget, lane: _Lane, through: int, failure: PostResult | None
