@@ -202,3 +202,94 @@ def test_every_event_in_order_through_kill_and_zombie(
         )
         check_order(hive, secrets[2], expected, bound)
         assert "relay webhook progress fenced" in after or "given up" in after, after[-3000:]
+
+
+def _show(settings: Settings, name: str) -> dict[str, Any]:
+    done = run_cli(settings, "-o", "json", "webhooks", "show", name)
+    assert done.returncode == 0, done.stderr
+    shown: dict[str, Any] = json.loads(done.stdout)
+    return shown
+
+
+def test_failures_back_off_park_disable_and_spare_the_others(
+    hook_settings: Settings, hook_catalog: Catalog
+):
+    settings = dataclasses.replace(hook_settings, webhook_timeout=3.0, webhook_max_age=3.0)
+    db = f"f{uuid.uuid4().hex[:8]}"
+    tables = _tables(hook_catalog, db, 2)
+    script = {
+        "flaky": lambda n: "500" if n < 2 else "200",
+        "limited": lambda n: "429" if n < 1 else "200",
+        "closer": lambda n: "close" if n < 1 else "200",
+        "gone": lambda _n: "410",
+        "dead": lambda _n: "hang",
+        "fast": lambda _n: "200",
+    }
+    with receivers(len(script)) as started:
+        hooks = dict(zip(script, started, strict=True))
+        secrets = {}
+        for name, receiver in hooks.items():
+            receiver.answer = script[name]
+            receiver.retry_after = 2
+            secrets[name] = add_hook(settings, name, receiver.url, f"{db}.*")
+        relay = CliProcess(settings, "-v", *RELAY_ARGS, "--member-id", "solo")
+        try:
+            wait_until(
+                lambda: {b.owner for b in hook_catalog.group.buckets()} == {"solo"},
+                60,
+                lambda: f"the relay never took the buckets: {relay.stderr[-2000:]}",
+            )
+            written_at = time.monotonic()
+            expected = write_events(hook_catalog, tables, 3)
+            total = sum(len(ids) for ids in expected.values())
+            everyone = ["flaky", "limited", "closer", "fast"]
+            wait_until(
+                lambda: all(
+                    len({i for r in hooks[n].ok() for _, i in events_of(r, [secrets[n]])}) == total
+                    for n in everyone
+                ),
+                60,
+                lambda: f"{ {n: len(hooks[n].ok()) for n in everyone} }: {relay.stderr[-3000:]}",
+            )
+            # the healthy endpoint got its events while "dead" hung for its timeout (3 s)
+            fast_latency = max(r.at for r in hooks["fast"].ok()) - written_at
+            assert fast_latency < 2.5, fast_latency
+            refused, *rest = hooks["limited"].received
+            again = next(r for r in rest if r.body == refused.body)  # the same batch
+            assert again.at - refused.at >= 1.9  # Retry-After: 2 honoured
+            # 410: the webhook is disabled, and nothing more is sent to it
+            wait_until(lambda: _show(settings, "gone")["state"] == "disabled", 30, lambda: "")
+            assert "410" in (_show(settings, "gone")["disabled_reason"] or "")
+            # the dead endpoint is parked after the max age (3 s here), shown by show
+            wait_until(
+                lambda: any(t["parked_at"] for t in _show(settings, "dead")["topics"]),
+                60,
+                lambda: f"never parked: {_show(settings, 'dead')}",
+            )
+            shown = run_cli(settings, "webhooks", "show", "dead").stdout
+            assert "PARKED" in shown and "timeout" in shown, shown
+            # released once the endpoint answers again: everything arrives, in order
+            hooks["dead"].answer = lambda _n: "200"
+            done = run_cli(settings, "webhooks", "retry", "dead")
+            assert done.returncode == 0, done.stderr
+            wait_until(
+                lambda: (
+                    len({i for r in hooks["dead"].ok() for _, i in events_of(r, [secrets["dead"]])})
+                    == total
+                ),
+                60,
+                lambda: f"dead not delivered after retry: {_show(settings, 'dead')}",
+            )
+            gone_requests = len(hooks["gone"].received)
+            relay.proc.send_signal(signal.SIGTERM)
+            code, err = relay.finish(timeout=60)
+            assert code == 0, err[-3000:]
+        finally:
+            if relay.proc.poll() is None:
+                relay.proc.kill()
+                relay.finish(timeout=30)
+        assert gone_requests == len(hooks["gone"].received) <= 2  # one per topic, once
+        for name in [*everyone, "dead"]:
+            check_order(hooks[name], secrets[name], expected, BATCH)
+        for name in ("flaky", "closer"):
+            assert [r.answered for r in hooks[name].received][:1] != ["200"]
