@@ -279,7 +279,9 @@ class WebhookDelivery:
                 break
             if running.get(lane.webhook_id, 0) >= per_hook:
                 continue
-            target = self._targets[lane.webhook_id]
+            target = self._targets.get(lane.webhook_id)
+            if target is None:
+                continue
             running[lane.webhook_id] = running.get(lane.webhook_id, 0) + 1
             future = self._pool.submit(self._deliver, target, lane)
             self._running[(lane.webhook_id, lane.topic)] = future
@@ -301,8 +303,10 @@ class WebhookDelivery:
                 current = self._lanes.get(key)
                 if outcome.lost:
                     lost.add(outcome.bucket)
-                if outcome.changed:
-                    self._targets.pop(key[0], None)  # read again next pass
+                if outcome.changed:  # read it again next pass
+                    self._targets.pop(key[0], None)
+                    for other in [k for k in self._lanes if k[0] == key[0]]:
+                        del self._lanes[other]
                 if outcome.lane is None or outcome.lost or outcome.changed:
                     self._lanes.pop(key, None)
                 elif current is not None and current.epoch == outcome.lane.epoch:
@@ -353,7 +357,6 @@ class WebhookDelivery:
         elif failure.status == 410:
             return self._gone(target, lane, failure, delivered_through)
         return self._record(target, lane, delivered_through, failure)
-
 
     def _record(
         self, target: WebhookTarget, lane: _Lane, through: int, failure: PostResult | None

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -176,19 +175,17 @@ def test_every_event_in_order_through_kill_and_zombie(
             def delivered(receiver: Receiver, secret: str) -> int:
                 return len({i for r in receiver.ok() for _, i in events_of(r, [secret])})
 
+            def counts() -> list[int]:
+                return [
+                    delivered(ce, secrets[0]),
+                    delivered(ce_batch, secrets[1]),
+                    delivered(hive, secrets[2]),
+                ]
+
             wait_until(
-                lambda: (
-                    [
-                        delivered(ce, secrets[0]),
-                        delivered(ce_batch, secrets[1]),
-                        delivered(hive, secrets[2]),
-                    ]
-                    == [wanted_by["ce"], wanted_by["ce2"], wanted_by["hive"]]
-                ),
+                lambda: counts() == [wanted_by["ce"], wanted_by["ce2"], wanted_by["hive"]],
                 90,
-                lambda: (
-                    f"not delivered: {[delivered(ce, secrets[0]), delivered(ce_batch, secrets[1]), delivered(hive, secrets[2])]} of {wanted_by}"
-                ),
+                lambda: f"not delivered: {counts()} of {wanted_by}",
             )
             after = process.stderr[continued:]
             group.stop_all()
@@ -267,7 +264,8 @@ def test_failures_back_off_park_disable_and_spare_the_others(
                 lambda: f"never parked: {_show(settings, 'dead')}",
             )
             shown = run_cli(settings, "webhooks", "show", "dead").stdout
-            assert "PARKED" in shown and "timeout" in shown, shown
+            assert "PARKED" in shown, shown
+            assert "timeout" in shown, shown
             # released once the endpoint answers again: everything arrives, in order
             hooks["dead"].answer = lambda _n: "200"
             done = run_cli(settings, "webhooks", "retry", "dead")

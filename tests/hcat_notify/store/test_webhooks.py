@@ -41,8 +41,10 @@ def _stored(settings: Settings) -> list[tuple[object, ...]]:
 @pytest.mark.usefixtures("tables")
 def test_add_returns_the_secret_once_and_lists_without_it(catalog: Catalog, settings: Settings):
     info, secret = catalog.webhooks.add("ops", URL, "web.*,sales.orders", events="mark_set_done")
-    assert secret.startswith("whsec_") and len(secret) >= 6 + 32
-    assert info.format is WebhookFormat.CLOUDEVENTS and info.state is WebhookState.ACTIVE
+    assert secret.startswith("whsec_")
+    assert len(secret) >= 6 + 32
+    assert info.format is WebhookFormat.CLOUDEVENTS
+    assert info.state is WebhookState.ACTIVE
     assert info.tables.patterns == ("web.*", "sales.orders")
     assert [kind.value for kind in info.events or ()] == ["MARK_SET_DONE"]
     assert info.start_after == catalog.outbox.last_event_id()  # from now on
@@ -52,31 +54,29 @@ def test_add_returns_the_secret_once_and_lists_without_it(catalog: Catalog, sett
     assert _stored(settings) == [("ops", "plain:" + secret)]  # no key configured
 
 
+REFUSALS = [
+    (("bad name", URL, "web.*"), {}, "invalid webhook name"),
+    (("a", "ftp://x/y", "web.*"), {}, "https:// URL"),
+    (("a", "not a url", "web.*"), {}, "invalid webhook URL"),
+    (("a", "http://hooks.example.com/in", "web.*"), {}, "plain HTTP to hooks.example.com"),
+    (("a", "http://127.0.0.1:9/in", "web.*"), {}, "loopback too must be listed"),
+    (("a", "https://u:p@x.example/in", "web.*"), {}, "no credentials"),
+    (("a", URL, "nosuch.*"), {}, "'nosuch.*' matches no table"),
+    (("a", URL, "web"), {}, "malformed table pattern 'web'"),
+    (("a", URL, "web.cl-icks"), {}, "malformed table pattern"),
+    (("a", URL, "web.*"), {"events": "ADD_PARTITION,NOPE"}, "unknown event kind 'NOPE'"),
+    (("a", URL, "web.*"), {"format": "xml"}, "unknown webhook format"),
+    (("a", URL, "web.*"), {"from_event": 0}, "at least 1"),
+]
+
+
 @pytest.mark.usefixtures("tables")
-@pytest.mark.parametrize(
-    ("args", "kwargs", "message"),
-    [
-        (("bad name", URL, "web.*"), {}, "invalid webhook name"),
-        (("a", "ftp://x/y", "web.*"), {}, "https:// URL"),
-        (("a", "not a url", "web.*"), {}, "invalid webhook URL"),
-        (("a", "http://hooks.example.com/in", "web.*"), {}, "plain HTTP to hooks.example.com"),
-        (("a", "http://127.0.0.1:9/in", "web.*"), {}, "loopback too must be listed"),
-        (("a", "https://u:p@x.example/in", "web.*"), {}, "no credentials"),
-        (("a", URL, "nosuch.*"), {}, "'nosuch.*' matches no table"),
-        (("a", URL, "web"), {}, "malformed table pattern 'web'"),
-        (("a", URL, "web.cl-icks"), {}, "malformed table pattern"),
-        (("a", URL, "web.*"), {"events": "ADD_PARTITION,NOPE"}, "unknown event kind 'NOPE'"),
-        (("a", URL, "web.*"), {"format": "xml"}, "unknown webhook format"),
-        (("a", URL, "web.*"), {"from_event": 0}, "at least 1"),
-    ],
-)
-def test_bad_input_is_refused_and_nothing_is_written(
-    catalog: Catalog, settings: Settings, args, kwargs, message
-):
-    with pytest.raises(InvalidInputError, match=message):
-        catalog.webhooks.add(*args, **kwargs)
-    assert catalog.webhooks.every() == []
-    assert _stored(settings) == []
+def test_bad_input_is_refused_and_nothing_is_written(catalog: Catalog, settings: Settings):
+    for args, kwargs, message in REFUSALS:
+        with pytest.raises(InvalidInputError, match=message):
+            catalog.webhooks.add(*args, **kwargs)
+        assert catalog.webhooks.every() == []
+        assert _stored(settings) == []
 
 
 @pytest.mark.usefixtures("tables")
@@ -102,7 +102,8 @@ def test_secrets_are_encrypted_at_rest_with_a_key(catalog: Catalog, settings: Se
     with Catalog.open(keyed) as sealed:
         _, secret = sealed.webhooks.add("ops", URL, "web.*")
         ((_, stored),) = _stored(settings)
-        assert isinstance(stored, str) and stored.startswith("fernet:")
+        assert isinstance(stored, str)
+        assert stored.startswith("fernet:")
         assert secret not in stored
         (target,) = sealed.webhooks.targets()
         assert target.secrets == (secret,)
