@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hcat_notify.errors import ConfigError
+from hcat_notify.model.cloudevents import CLOUDEVENTS_BATCH_JSON, dump_batch
 from hcat_notify.model.webhooks import WebhookFormat, signature_headers
 from hcat_notify.model.wire import Message
 from hcat_notify.store.records import OutboxEvent
@@ -82,8 +83,6 @@ def requests_for(
     now = int(time.time())
     found: list[WebhookRequest] = []
     if target.info.format is WebhookFormat.CLOUDEVENTS:
-        from hcat_notify.model.cloudevents import CLOUDEVENTS_BATCH_JSON, dump_batch
-
         body = dump_batch([_message(event) for event in events], source=source)
         first, last = events[0].event_id, events[-1].event_id
         message_id = str(first) if first == last else f"{first}-{last}"
