@@ -291,3 +291,43 @@ def test_failures_back_off_park_disable_and_spare_the_others(
             check_order(hooks[name], secrets[name], expected, BATCH)
         for name in ("flaky", "closer"):
             assert [r.answered for r in hooks[name].received][:1] != ["200"]
+
+
+def test_rotation_signs_with_both_secrets_and_replay_delivers_again(
+    hook_settings: Settings, hook_catalog: Catalog
+):
+    db = f"r{uuid.uuid4().hex[:8]}"
+    tables = _tables(hook_catalog, db, 2)
+    with receivers(1) as (receiver,):
+        old = add_hook(hook_settings, "rot", receiver.url, f"{db}.*", "--format", "hive")
+        relay = CliProcess(hook_settings, "-v", *RELAY_ARGS, "--member-id", "solo")
+        try:
+            first = write_events(hook_catalog, tables, 2)
+            count = sum(len(ids) for ids in first.values())
+            wait_until(lambda: len(receiver.ok()) >= count, 60, lambda: relay.stderr[-2000:])
+            assert all(len(r.headers["webhook-signature"].split()) == 1 for r in receiver.ok())
+            done = run_cli(hook_settings, "-o", "json", "webhooks", "rotate-secret", "rot")
+            assert done.returncode == 0, done.stderr
+            new = json.loads(done.stdout)["secret"]
+            second = write_events(hook_catalog, tables, 2)
+            wait_until(lambda: len(receiver.ok()) >= 2 * count, 60, lambda: relay.stderr[-2000:])
+            rotated = receiver.ok()[count:]
+            for request in rotated:  # both sign: a receiver with either secret verifies
+                assert len(request.headers["webhook-signature"].split()) == 2
+                events_of(request, [old, new])
+            # replay from the first event of the second round: those come again, in order
+            start = min(min(ids) for ids in second.values())
+            done = run_cli(hook_settings, "webhooks", "replay", "rot", "--from-event", str(start))
+            assert done.returncode == 0, done.stderr
+            wait_until(lambda: len(receiver.ok()) >= 3 * count, 60, lambda: relay.stderr[-2000:])
+            again = [events_of(r, [new])[0] for r in receiver.ok()[2 * count :]]
+            for table, ids in second.items():
+                assert [i for t, i in again if t == table] == ids
+            relay.proc.send_signal(signal.SIGTERM)
+            code, err = relay.finish(timeout=60)
+            assert code == 0, err[-3000:]
+        finally:
+            if relay.proc.poll() is None:
+                relay.proc.kill()
+                relay.finish(timeout=30)
+    assert len(receiver.ok()) == 3 * count  # nothing more than asked for
