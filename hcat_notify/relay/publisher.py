@@ -413,6 +413,7 @@ class Relay:
         batch = pipeline.read()
         if not batch.events:
             return 0, 0
+        self._webhooks.wake()  # new events: the webhook pass looks at once, not at its interval
         started = time.monotonic()
         result = self._send(batch) if batch.fresh else None
         sent = pipeline.record(

@@ -138,6 +138,10 @@ class WebhookDelivery:
         if self._poster is not None:
             self._poster.close()
 
+    def wake(self) -> None:
+        """New events are in the outbox: look now rather than at the next interval."""
+        self._loop.wake()
+
     def parked(self) -> list[tuple[int, str]]:
         """The (webhook id, topic) lanes parked here now."""
         with self._lock:

@@ -352,6 +352,17 @@ def topics(
     return [_topic(row) for row in tx.session.scalars(query.order_by(WebhookProgressRow.topic))]
 
 
+def parked(tx: Tx) -> list[tuple[str, WebhookTopic]]:
+    """Every parked (webhook name, topic), by name and topic."""
+    rows = tx.session.execute(
+        select(WebhookRow.name, WebhookProgressRow)
+        .join(WebhookRow, WebhookRow.id == WebhookProgressRow.webhook_id)
+        .where(WebhookProgressRow.parked_at.is_not(None))
+        .order_by(WebhookRow.name, WebhookProgressRow.topic)
+    )
+    return [(name, _topic(row)) for name, row in rows]
+
+
 def _fenced(tx: Tx, member_id: str, webhook_id: int, version: int, bucket: int, epoch: int) -> str:
     """The fence of a progress write: ``lost`` (the bucket is not the member's at that
     epoch), ``changed`` (the webhook changed or went), else ``ok``; on PostgreSQL both

@@ -108,6 +108,11 @@ class Webhooks:
         with self._transaction() as tx:
             return webhooks.topics(tx, [webhooks.one(tx, name).id])
 
+    def parked(self) -> list[tuple[str, WebhookTopic]]:
+        """Every parked (webhook name, topic)."""
+        with self._transaction() as tx:
+            return webhooks.parked(tx)
+
     def pause(self, name: str) -> WebhookInfo:
         """Stop delivering to it (what is in flight finishes)."""
         return self._set_state(name, WebhookState.PAUSED)

@@ -266,6 +266,8 @@ def test_failures_back_off_park_disable_and_spare_the_others(
             shown = run_cli(settings, "webhooks", "show", "dead").stdout
             assert "PARKED" in shown, shown
             assert "timeout" in shown, shown
+            status = run_cli(settings, "status").stdout
+            assert "parked webhook dead topic" in status, status
             # released once the endpoint answers again: everything arrives, in order
             hooks["dead"].answer = lambda _n: "200"
             done = run_cli(settings, "webhooks", "retry", "dead")

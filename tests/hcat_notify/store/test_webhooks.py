@@ -198,6 +198,7 @@ def test_parked_topics_are_retried_or_dropped(catalog: Catalog):
     )
     (row,) = catalog.webhooks.topics("ops")
     assert (row.attempts, row.last_error, row.parked_at is not None) == (7, "HTTP 500: boom", True)
+    assert catalog.webhooks.parked() == [("ops", row)]
     assert catalog.webhooks.retry_parked("ops") == [TOPIC]
     (row,) = catalog.webhooks.topics("ops")
     assert (row.attempts, row.parked_at, row.last_event_id) == (0, None, 0)
