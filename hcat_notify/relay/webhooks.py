@@ -6,7 +6,8 @@ One background pass (:class:`~hcat_notify.relay.background.BackgroundLoop`) find
 work: it reads the owned buckets' events after its position, as the publisher reads its
 pages, and notes for each (webhook, topic) a *lane* the highest event waiting. A small
 thread pool delivers the lanes, one job per lane at a time (so the order holds), at most
-a few jobs per webhook (so a slow or dead endpoint holds a few threads, not all). A job
+half the pool per webhook, a quarter for one that fails (so a slow or dead endpoint
+holds a few threads, not all). A job
 checks that the bucket is still the member's before it sends, and records progress in a
 transaction that starts with the same fence as relay progress: a member that lost the
 bucket (paused, partitioned) sends at most the batch it was in, and records nothing.
@@ -38,6 +39,9 @@ __all__ = ["WebhookDelivery", "WebhookStats"]
 
 logger = logging.getLogger(__name__)
 
+TROUBLED_FOR = 60.0
+"""Seconds a webhook counts as failing after its last failed request: it gets a quarter
+of the pool then, a healthy one half."""
 DISCOVERY_PAGES = 5
 """Pages of the owned buckets read per pass (then the pass runs again at once)."""
 BACKOFF_INITIAL = 1.0
@@ -118,6 +122,7 @@ class WebhookDelivery:
         self._lanes: dict[tuple[int, str], _Lane] = {}
         self._running: dict[tuple[int, str], Future[_Outcome]] = {}
         self._scan = 0  # every event of the owned buckets up to here was looked at
+        self._failed_at: dict[int, float] = {}  # webhook id -> its last failure (monotonic)
         self._lock = threading.Lock()
         self.stats = WebhookStats()
 
@@ -255,7 +260,8 @@ class WebhookDelivery:
         """Start a job for each lane with events waiting, due, not running, within the
         limits (the pool's, and each webhook's share of it)."""
         workers = self._config.webhook_workers
-        per_hook = max(1, workers // 4)
+        healthy, troubled = max(1, workers // 2), max(1, workers // 4)
+        since = time.monotonic() - TROUBLED_FOR
         if self._pool is None:
             self._pool = ThreadPoolExecutor(workers, thread_name_prefix="hcat-webhook")
             if self._poster is None:
@@ -281,7 +287,8 @@ class WebhookDelivery:
         for lane in ready:
             if len(self._running) >= workers:
                 break
-            if running.get(lane.webhook_id, 0) >= per_hook:
+            failing = self._failed_at.get(lane.webhook_id, 0.0) > since
+            if running.get(lane.webhook_id, 0) >= (troubled if failing else healthy):
                 continue
             target = self._targets.get(lane.webhook_id)
             if target is None:
@@ -384,6 +391,7 @@ class WebhookDelivery:
         if failure is None:
             return _Outcome(lane)
         self.stats.failures += 1
+        self._failed_at[info.id] = time.monotonic()
         now = time.time()
         since = lane.failing_since or now
         attempts = lane.attempts + 1
