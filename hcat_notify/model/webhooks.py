@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -148,10 +149,13 @@ class TablePatterns:
                 )
         return cls(patterns)
 
+    @functools.cached_property
+    def _regex(self) -> re.Pattern[str]:
+        return re.compile("|".join(fnmatch.translate(pattern) for pattern in self.patterns))
+
     def matches(self, table: str) -> bool:
         """Whether ``table`` (``db.table``) matches any pattern."""
-        name = table.lower()
-        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.patterns)
+        return self._regex.match(table.lower()) is not None
 
 
 def parse_event_kinds(text: str | Sequence[str] | None) -> tuple[EventType, ...] | None:
