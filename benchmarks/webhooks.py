@@ -14,10 +14,11 @@ CloudEvents batches, signed.
     events/s over 20 tables; timed: from the write returning to the receiver reading the
     request that carries the event. p50/p99; target: p99 < 25 ms.
 
-(c) A dead endpoint. E endpoints get every event of (b)'s load; timed: the p99 of (b)'s
-    latency over all endpoints with every endpoint healthy (reference), then with one of
+(c) A dead endpoint. E endpoints get every event written at 10 events/s (each event a
+    request to each endpoint); timed: the p99 of the write -> receiver latency over all
+    endpoints with every endpoint healthy (reference), then with one of
     them hanging (no answer until the request's timeout, 2 s here). Target: ratio <= 1.2.
-    The issue asks for 1,000 endpoints; E is 20 (``--endpoints``): each endpoint's
+    The issue asks for 1,000 endpoints; E is 10 (``--endpoints``): each endpoint's
     events are one more request per event batch, and 1,000 receivers in this process
     would measure the receivers.
 """
@@ -60,6 +61,8 @@ from tests.fixtures.webhook_receiver import Receiver
 
 TABLES = 20
 RATE = 200.0
+RATE_C = 10.0
+"""Events/s of (c): each goes to every endpoint (10 x 10 = 100 requests/s at most)."""
 
 
 class RunningRelay:
@@ -170,11 +173,15 @@ def throughput(
 
 
 def latencies(
-    catalog: Catalog, tables: list[str], receivers: list[Receiver], seconds: float
+    catalog: Catalog,
+    tables: list[str],
+    receivers: list[Receiver],
+    seconds: float,
+    rate: float = RATE,
 ) -> list[float]:
-    """Write at RATE events/s for ``seconds``; every (event, receiver) latency in ms."""
+    """Write at ``rate`` events/s for ``seconds``; every (event, receiver) latency in ms."""
     written: dict[int, float] = {}
-    interval = 1.0 / RATE
+    interval = 1.0 / rate
     next_at = time.monotonic()
     end = next_at + seconds
     n = 0
@@ -195,7 +202,7 @@ def latencies(
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--events", type=int, default=None, help="events of (a) (default 20,000)")
-    p.add_argument("--endpoints", type=int, default=20, help="endpoints of (c)")
+    p.add_argument("--endpoints", type=int, default=10, help="endpoints of (c)")
     p.add_argument("--seconds", type=float, default=None, help="seconds of (b) and (c) loads")
     args = p.parse_args()
     n = args.events or (2_000 if args.quick else 20_000)
@@ -230,10 +237,10 @@ def main() -> None:
                 for i, receiver in enumerate(healthy[1:], start=1):
                     catalog.webhooks.add(f"e{i}", receiver.url, ",".join(tables))
                 time.sleep(1)
-                all_ok = latencies(catalog, tables, healthy, seconds)
+                all_ok = latencies(catalog, tables, healthy, seconds, RATE_C)
                 catalog.webhooks.add("dead", dead.url, ",".join(tables))
                 time.sleep(1)
-                with_dead = latencies(catalog, tables, healthy, seconds)
+                with_dead = latencies(catalog, tables, healthy, seconds, RATE_C)
                 rows = [
                     Row(
                         f"(c) {args.endpoints} endpoints, one more dead: p99",
