@@ -40,8 +40,8 @@ class RelayConfig:
         webhook_interval: seconds between the member's webhook passes (a pass that
             finds more runs again at once, and each finished request wakes it).
         webhook_workers: requests to webhook endpoints under way at once (each webhook
-            gets at most half of them, one that failed in the last minute a quarter: a
-            dead endpoint holds no more).
+            gets at most half of them, one that failed in the last minute or has not
+            answered yet one: a dead endpoint holds no more).
         webhook_batch: events per webhook job: one CloudEvents batch, or that many Hive
             requests in a row before their progress is recorded.
         freeze_heap: the relay owns its process (the ``relay`` command does): when it

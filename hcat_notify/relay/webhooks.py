@@ -6,8 +6,8 @@ One background pass (:class:`~hcat_notify.relay.background.BackgroundLoop`) find
 work: it reads the owned buckets' events after its position, as the publisher reads its
 pages, and notes for each (webhook, topic) a *lane* the highest event waiting. A small
 thread pool delivers the lanes, one job per lane at a time (so the order holds), at most
-half the pool per webhook, a quarter for one that fails (so a slow or dead endpoint
-holds a few threads, not all). A job
+half the pool per webhook, one request at a time to one that fails or has not answered
+yet (so a slow or dead endpoint holds one thread, not all). A job
 checks that the bucket is still the member's before it sends, and records progress in a
 transaction that starts with the same fence as relay progress: a member that lost the
 bucket (paused, partitioned) sends at most the batch it was in, and records nothing.
@@ -40,8 +40,8 @@ __all__ = ["WebhookDelivery", "WebhookStats"]
 logger = logging.getLogger(__name__)
 
 TROUBLED_FOR = 60.0
-"""Seconds a webhook counts as failing after its last failed request: it gets a quarter
-of the pool then, a healthy one half."""
+"""Seconds a webhook counts as failing after its last failed request: one request at a
+time probes it then, as before its first 2xx (a healthy one may have half the pool)."""
 DISCOVERY_PAGES = 5
 """Pages of the owned buckets read per pass (then the pass runs again at once)."""
 BACKOFF_INITIAL = 1.0
@@ -123,6 +123,7 @@ class WebhookDelivery:
         self._running: dict[tuple[int, str], Future[_Outcome]] = {}
         self._scan = 0  # every event of the owned buckets up to here was looked at
         self._failed_at: dict[int, float] = {}  # webhook id -> its last failure (monotonic)
+        self._answered: set[int] = set()  # webhooks that answered 2xx to this member
         self._lock = threading.Lock()
         self.stats = WebhookStats()
 
@@ -260,7 +261,7 @@ class WebhookDelivery:
         """Start a job for each lane with events waiting, due, not running, within the
         limits (the pool's, and each webhook's share of it)."""
         workers = self._config.webhook_workers
-        healthy, troubled = max(1, workers // 2), max(1, workers // 4)
+        healthy, troubled = max(1, workers // 2), 1
         since = time.monotonic() - TROUBLED_FOR
         if self._pool is None:
             self._pool = ThreadPoolExecutor(workers, thread_name_prefix="hcat-webhook")
@@ -287,8 +288,10 @@ class WebhookDelivery:
         for lane in ready:
             if len(self._running) >= workers:
                 break
+            proven = lane.webhook_id in self._answered
             failing = self._failed_at.get(lane.webhook_id, 0.0) > since
-            if running.get(lane.webhook_id, 0) >= (troubled if failing else healthy):
+            cap = healthy if proven and not failing else troubled
+            if running.get(lane.webhook_id, 0) >= cap:
                 continue
             target = self._targets.get(lane.webhook_id)
             if target is None:
@@ -362,6 +365,7 @@ class WebhookDelivery:
                     failure = result
                     break
                 self.stats.delivered += request.events
+                self._answered.add(target.info.id)
                 delivered_through = request.last_event_id
         if failure is None:
             delivered_through = last_read  # the events between that it does not want too
