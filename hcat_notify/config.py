@@ -96,6 +96,10 @@ _TOML_SECTIONS = ("api",)
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024
 """The largest message body a batched announcement may make (``max_message_bytes``)."""
 MIN_MAX_MESSAGE_BYTES = 4096
+DEFAULT_WEBHOOK_TIMEOUT = 10.0
+DEFAULT_WEBHOOK_MAX_AGE = 24 * 3600.0
+"""Seconds a webhook's failing events are retried before they are parked."""
+DEFAULT_WEBHOOK_ROTATION_OVERLAP = 24 * 3600.0
 DEFAULT_CLOUDEVENTS_SOURCE_PREFIX = "urn:hcat-notify:"
 """The default CloudEvents ``source`` is this plus the topic prefix (``urn:hcat-notify:hcat``):
 the same for every process of a catalog, and different for two catalogs on one broker,
@@ -256,6 +260,14 @@ def _warehouse_roots(value: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(roots))
 
 
+def _webhook_hosts(value: tuple[str, ...]) -> tuple[str, ...]:
+    hosts = tuple(host.strip().lower().strip("[]") for host in value if host.strip())
+    for host in hosts:
+        if any(char in host for char in "/@ ") or not host.isprintable():
+            raise ValueError(f"webhook host {host!r} is not a host name or address")
+    return hosts
+
+
 def _check(func: Callable[[Any], Any]) -> dict[str, Any]:
     return {"check": func}
 
@@ -292,6 +304,18 @@ class Settings:
     db_auto_upgrade: bool = False
     """Let writers migrate a catalog that is not a SQLite file (PostgreSQL is migrated by
     ``hcat-notify db upgrade`` otherwise: docs/operations.md)."""
+    webhook_allow: tuple[str, ...] = field(default=(), metadata=_check(_webhook_hosts))
+    """Hosts a webhook may reach over plain ``http://`` (HTTPS is always allowed)."""
+    webhook_key: str | None = field(default=None, repr=False)
+    """A Fernet key (``cryptography``) that encrypts webhook secrets at rest."""
+    webhook_timeout: float = field(default=DEFAULT_WEBHOOK_TIMEOUT, metadata=_check(_positive))
+    """Seconds for each webhook request (connect, send, answer)."""
+    webhook_max_age: float = field(default=DEFAULT_WEBHOOK_MAX_AGE, metadata=_check(_positive))
+    """Seconds a webhook's events are retried before they are parked."""
+    webhook_rotation_overlap: float = field(
+        default=DEFAULT_WEBHOOK_ROTATION_OVERLAP, metadata=_check(_positive)
+    )
+    """Seconds the previous secret still signs after ``webhooks rotate-secret``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).expanduser())

@@ -117,6 +117,13 @@ def mark_done(obj: CliContext, name: str, spec: tuple[str, ...]) -> None:
     help="Seconds between passes over the owned sets' quiet periods and deadlines.",
 )
 @click.option(
+    "--webhook-batch",
+    type=click.IntRange(1, 10_000),
+    default=_RELAY_DEFAULTS.webhook_batch,
+    show_default=True,
+    help="Events per webhook request (CloudEvents) or per recorded run (hive).",
+)
+@click.option(
     "--buckets",
     type=click.IntRange(1, 65_536),
     help="Expected bucket count; it is fixed when the catalog is created (default 256).",
@@ -134,6 +141,7 @@ def relay(
     session_timeout: float,
     min_move_interval: float,
     timed_interval: float,
+    webhook_batch: int,
     buckets: int | None,
 ) -> None:
     """Publish the outbox as a member of the relay group (long-running; SIGTERM/SIGINT
@@ -151,6 +159,7 @@ def relay(
         session_timeout=session_timeout,
         min_move_interval=min_move_interval,
         timed_interval=timed_interval,
+        webhook_batch=webhook_batch,
         freeze_heap=True,  # this process is the relay's
     )
     settings = obj.settings

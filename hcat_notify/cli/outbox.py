@@ -63,6 +63,7 @@ def status(obj: CliContext, member_id: str | None, session_timeout: float | None
         backlog, oldest = catalog.outbox.backlog()
         refused = catalog.outbox.refused()
         per_topic = catalog.outbox.last_published_by_topic()
+        hooks_parked = catalog.webhooks.parked()
     group, members = relays.info, relays.members
     if member_id is not None and member_id not in {m.member_id for m in members}:
         known = ", ".join(m.member_id for m in members) or "none"
@@ -102,6 +103,15 @@ def status(obj: CliContext, member_id: str | None, session_timeout: float | None
         "parked": [_refused_dict(event) for event in parked],
         "refused": [_refused_dict(event) for event in trying],
         "last_publish_by_topic": per_topic,
+        "webhooks_parked": [
+            {
+                "webhook": name,
+                "topic": t.topic,
+                "after_event": t.last_event_id,
+                "error": t.last_error,
+            }
+            for name, t in hooks_parked
+        ],
     }
 
     def text() -> str:
@@ -138,6 +148,12 @@ def status(obj: CliContext, member_id: str | None, session_timeout: float | None
             )
         if parked:
             lines.append("retry or drop parked events with: hcat-notify outbox retry|drop ID...")
+        for item in data["webhooks_parked"]:
+            lines.append(
+                f"parked webhook {item['webhook']} topic {item['topic']} after event "
+                f"{item['after_event']}: {item['error']} (hcat-notify webhooks retry|drop "
+                f"{item['webhook']})"
+            )
         if len(per_topic) <= MAX_TOPIC_LINES:
             for topic_name, when in per_topic.items():
                 lines.append(f"last publish {topic_name}: {when.isoformat(timespec='seconds')}")

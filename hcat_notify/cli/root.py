@@ -41,6 +41,11 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "relay": ("hcat_notify.cli.delivery", "relay", "Publish the outbox to the broker."),
     "status": ("hcat_notify.cli.outbox", "status", "Outbox backlog, relays, parked events."),
     "outbox": ("hcat_notify.cli.outbox", "outbox", "Retry or drop events parked as undeliverable."),
+    "webhooks": (
+        "hcat_notify.cli.webhooks",
+        "webhooks",
+        "Signed HTTP deliveries of tables' events: add, list, show, pause, rotate, replay.",
+    ),
     "watch": ("hcat_notify.cli.delivery", "watch", "Print tables' notifications as they come."),
     "wait": (
         "hcat_notify.cli.delivery",

@@ -37,6 +37,13 @@ class RelayConfig:
         timed_interval: seconds between the member's timed passes over the sets of its
             buckets (completeness: quiet periods and deadlines are judged at most this
             late).
+        webhook_interval: seconds between the member's webhook passes (a pass that
+            finds more runs again at once, and each finished request wakes it).
+        webhook_workers: requests to webhook endpoints under way at once (each webhook
+            gets at most half of them, one that failed in the last minute or has not
+            answered yet one: a dead endpoint holds no more).
+        webhook_batch: events per webhook job: one CloudEvents batch, or that many Hive
+            requests in a row before their progress is recorded.
         freeze_heap: the relay owns its process (the ``relay`` command does): when it
             joins, move every object alive then out of the cyclic garbage collector's
             reach (``gc.freeze``), so that the full collections its stream of pages sets
@@ -54,11 +61,17 @@ class RelayConfig:
     blocked_topic_retry: float = 30.0
     max_attempts: int = 3
     timed_interval: float = 1.0
+    webhook_interval: float = 0.25
+    webhook_workers: int = 8
+    webhook_batch: int = 100
     freeze_heap: bool = False
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise InvalidInputError(f"relay batch size must be at least 1, not {self.batch_size}")
+        for name in ("webhook_workers", "webhook_batch"):
+            if getattr(self, name) < 1:
+                raise InvalidInputError(f"relay {name} must be at least 1")
         if self.max_attempts < 1:
             raise InvalidInputError(
                 f"relay max attempts must be at least 1, not {self.max_attempts}"

@@ -36,6 +36,7 @@ from hcat_notify.relay.pipeline import Batch, Pipeline, SendResult
 from hcat_notify.relay.progress import ProgressWriter
 from hcat_notify.relay.sender import BatchSender
 from hcat_notify.relay.timed import TimedPass
+from hcat_notify.relay.webhooks import WebhookDelivery
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.change_feed import OutboxWaiter, PostgresNotifyWaiter, outbox_waiter
 from hcat_notify.store.group import MemberReport
@@ -151,6 +152,9 @@ class Relay:
         self._timed = TimedPass(
             self._catalog, self._member, self._config.timed_interval, self._lost
         )
+        self._webhooks = WebhookDelivery(
+            self._catalog, self._member, settings, self._config, self._lost
+        )
         self._stop = threading.Event()
         self._was_in_flight = False  # an open transaction held ids at the last idle check
         self.stats = RelayStats()
@@ -186,6 +190,11 @@ class Relay:
         return self._timed
 
     @property
+    def webhooks(self) -> WebhookDelivery:
+        """This relay's delivery of its buckets' events to webhooks."""
+        return self._webhooks
+
+    @property
     def pipeline(self) -> Pipeline:
         """This relay's publishing steps and what it has published."""
         return self._pipeline
@@ -214,6 +223,7 @@ class Relay:
             self._joined = True
             if not self._member.alone:  # relay --once runs its passes itself
                 self._timed.start()
+                self._webhooks.start()
             if self._config.freeze_heap:
                 gc.freeze()
             logger.info(
@@ -229,6 +239,7 @@ class Relay:
             return
         self._joined = False
         self._timed.stop()  # before the handoff: its pass is fenced by what it owns
+        self._webhooks.stop()  # likewise: what has a 2xx is recorded before the handoff
         pipeline = self._pipeline
         if pipeline.progress is not None:
             if pipeline.cursor > pipeline.idle_through:  # where the next owners start reading
@@ -311,7 +322,7 @@ class Relay:
         backoff = Backoff(self._config.backoff_initial, self._config.backoff_max)
         try:
             while not self.stopping:
-                for failed in (self._member.error, self._timed.error):
+                for failed in (self._member.error, self._timed.error, self._webhooks.error):
                     if failed is not None:
                         raise failed
                 try:
@@ -402,6 +413,7 @@ class Relay:
         batch = pipeline.read()
         if not batch.events:
             return 0, 0
+        self._webhooks.wake()  # new events: the webhook pass looks at once, not at its interval
         started = time.monotonic()
         result = self._send(batch) if batch.fresh else None
         sent = pipeline.record(

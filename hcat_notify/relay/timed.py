@@ -5,12 +5,12 @@ verdicts")."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from hcat_notify.errors import HcatNotifyError
+from hcat_notify.relay.background import BackgroundLoop
 from hcat_notify.relay.member import Membership
 from hcat_notify.store.catalog import Catalog
 
@@ -58,25 +58,23 @@ class TimedPass:
     ) -> None:
         self._catalog = catalog
         self._member = member
-        self._interval = interval
         self._on_lost = on_lost
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop(
+            f"hcat-relay-timed-{member.member_id}", interval, self._step, on_failure=self._failed
+        )
         self.stats = TimedStats()
-        self.error: BaseException | None = None  # surfaced by the publisher
+
+    @property
+    def error(self) -> BaseException | None:
+        """What ended the thread (surfaced by the publisher)."""
+        return self._loop.error
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._run, name=f"hcat-relay-timed-{self._member.member_id}", daemon=True
-        )
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
         """Stop after the pass under way (its transaction commits or rolls back)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
-            self._thread = None
+        self._loop.stop()
 
     def run_once(self) -> int:
         """Passes over the owned buckets until nothing more is due (at most
@@ -84,7 +82,7 @@ class TimedPass:
         written = 0
         for _ in range(MAX_ROUNDS):
             buckets = {bucket: owned.epoch for bucket, owned in self._member.owned().items()}
-            if not buckets or self._stop.is_set():
+            if not buckets or self._loop.stopping:
                 break
             started = time.monotonic()
             result = self._catalog.sets.evaluate_due(
@@ -110,16 +108,9 @@ class TimedPass:
                 break
         return written
 
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(self._interval):
-                try:
-                    self.run_once()
-                except HcatNotifyError as exc:  # the database hiccuped: next interval
-                    self.stats.failures += 1
-                    logger.warning(
-                        "relay timed pass failed member=%s: %s", self._member.member_id, exc
-                    )
-        except BaseException as exc:
-            self.error = exc
-            logger.exception("relay timed pass thread failed member=%s", self._member.member_id)
+    def _step(self) -> bool:
+        self.run_once()
+        return False
+
+    def _failed(self, _exc: HcatNotifyError) -> None:
+        self.stats.failures += 1

@@ -1,7 +1,8 @@
 """The catalog: the public facade over the store, a facade of sub-facades.
 
 ``catalog.tables``, ``.partitions``, ``.dones``, ``.sets``, ``.outbox``, ``.commits``,
-``.group`` and ``.subscriptions`` are thin views over the store's functions, each method one short
+``.group``, ``.subscriptions`` and ``.webhooks`` are thin views over the store's functions,
+each method one short
 transaction (:mod:`hcat_notify.store.tx`); the calls most users make
 (``create_table``, ``mark_set_done``, ``find_covering_done``, ``catch_up``, ...) stay on
 the catalog itself and delegate. Writes that announce something put their outbox events
@@ -48,6 +49,7 @@ from hcat_notify.store.sets_view import Sets
 from hcat_notify.store.subscriptions import Subscriptions
 from hcat_notify.store.tables_view import Tables
 from hcat_notify.store.tx import Tx, transaction
+from hcat_notify.store.webhooks_view import Webhooks
 
 __all__ = ["Catalog"]
 
@@ -226,6 +228,11 @@ class Catalog:
     def subscriptions(self) -> Subscriptions:
         """Durable subscribers: owners, heartbeats, watermarks per topic."""
         return Subscriptions(self._transaction)
+
+    @property
+    def webhooks(self) -> Webhooks:
+        """Webhook subscriptions: add, list, pause, rotate, replay; their delivery."""
+        return Webhooks(self._transaction)
 
     @property
     def group(self) -> RelayGroup:

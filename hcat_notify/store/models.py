@@ -47,6 +47,8 @@ __all__ = [
     "TableRow",
     "TopicProgressRow",
     "UTCDateTime",
+    "WebhookProgressRow",
+    "WebhookRow",
 ]
 
 
@@ -408,3 +410,54 @@ class CommitJournalRow(Base):
     version: Mapped[int] = mapped_column(Integer, default=1)
     # An import into a new table: the table's definition, registered on completion.
     create_table: Mapped[dict[str, Any] | None] = mapped_column(JSON(), default=None)
+
+
+class WebhookRow(Base):
+    """A webhook subscription: an HTTP endpoint that gets the events of some tables.
+
+    ``secret`` (and ``previous_secret`` during a rotation, until ``previous_until``) is
+    stored as ``fernet:<token>`` when the operator configured a key, else ``plain:<secret>``
+    (the signature needs the secret itself: it cannot be hashed). ``version`` moves with
+    every change that resets delivery (replay, retry, drop): progress written under an
+    older version changes nothing.
+    """
+
+    __tablename__ = "hcat_webhooks"
+    __table_args__ = (UniqueConstraint("name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, init=False)
+    name: Mapped[str] = mapped_column(String(255))
+    url: Mapped[str] = mapped_column(Text)
+    tables: Mapped[list[Any]]
+    events: Mapped[list[Any] | None] = mapped_column(JSON())
+    format: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))  # active, paused, disabled
+    secret: Mapped[str] = mapped_column(Text)
+    start_after: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[float] = mapped_column(Float)
+    previous_secret: Mapped[str | None] = mapped_column(Text, default=None)
+    previous_until: Mapped[float | None] = mapped_column(Float, default=None)
+    disabled_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class WebhookProgressRow(Base):
+    """How far one topic is delivered to one webhook, fenced by the bucket's epoch, and
+    the failures of the events after it."""
+
+    __tablename__ = "hcat_webhook_progress"
+    __table_args__ = (Index("ix_hcat_webhook_progress_bucket", "bucket"),)
+
+    webhook_id: Mapped[int] = mapped_column(
+        ForeignKey("hcat_webhooks.id", ondelete="CASCADE"), primary_key=True
+    )
+    topic: Mapped[str] = mapped_column(String(255), primary_key=True)
+    bucket: Mapped[int] = mapped_column(Integer)
+    last_event_id: Mapped[int] = mapped_column(BigInteger)
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[float] = mapped_column(Float)
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    retry_at: Mapped[float | None] = mapped_column(Float, default=None)
+    failing_since: Mapped[float | None] = mapped_column(Float, default=None)
+    last_error: Mapped[str | None] = mapped_column(Text, default=None)
+    parked_at: Mapped[float | None] = mapped_column(Float, default=None)

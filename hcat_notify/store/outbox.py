@@ -64,6 +64,7 @@ __all__ = [
     "record_refusal",
     "refused_events",
     "retry_parked",
+    "topic_events",
 ]
 
 # Plain column selects for the hot paths (relay, catch-up), in the argument order of
@@ -136,6 +137,25 @@ def pending_events(
     if exclude_topics:
         query = query.where(OutboxRow.topic.not_in(list(exclude_topics)))
     return _outbox_events(tx, query.where(_in_id_order(tx.id_order_bound())))
+
+
+def topic_events(
+    tx: Tx, topic: str, *, after_event_id: int, through: int, limit: int
+) -> list[OutboxEvent]:
+    """Events of one topic after ``after_event_id`` up to ``through``, not parked, in id
+    order (a webhook's next batch: ``through`` is where a page of its buckets ended)."""
+    query = (
+        select(*_OUTBOX_COLUMNS)
+        .where(
+            OutboxRow.topic == topic,
+            OutboxRow.event_id > after_event_id,
+            OutboxRow.event_id <= through,
+            OutboxRow.parked_at.is_(None),
+        )
+        .order_by(OutboxRow.event_id)
+        .limit(limit)
+    )
+    return _outbox_events(tx, query)
 
 
 def events_in_buckets(

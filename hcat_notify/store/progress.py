@@ -21,6 +21,7 @@ __all__ = [
     "POSITIONS_PER_STATEMENT",
     "BucketProgress",
     "is_published",
+    "keep_bucket",
     "last_publish_by_topic",
     "move_positions",
     "record_progress",
@@ -122,6 +123,17 @@ _KEEP_BUCKET = (
 )
 """A bucket's position moved, only while the member owns it at the epoch (run on the
 connection: the session's ORM bulk update costs more than the statement)."""
+
+
+def keep_bucket(tx: Tx, member_id: str, bucket: int, epoch: int) -> bool:
+    """The fence of a write for ``bucket``: whether ``member_id`` still owns it at
+    ``epoch`` (the statement :func:`record_progress` starts with, moving nothing; on
+    PostgreSQL it locks the row against a move until ``tx`` ends)."""
+    kept = tx.session.connection().execute(
+        _KEEP_BUCKET,
+        {"keep_bucket": bucket, "keep_owner": member_id, "keep_epoch": epoch, "keep_through": -1},
+    )
+    return bool(kept.rowcount)
 
 
 def record_progress(tx: Tx, member_id: str, updates: Mapping[int, BucketProgress]) -> set[int]:

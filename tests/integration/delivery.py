@@ -133,6 +133,10 @@ def cli_env(settings: Settings) -> dict[str, str]:
     )
     if settings.api_url:
         env["HCAT_NOTIFY_API_URL"] = settings.api_url
+    if settings.webhook_allow:
+        env["HCAT_NOTIFY_WEBHOOK_ALLOW"] = ",".join(settings.webhook_allow)
+    env["HCAT_NOTIFY_WEBHOOK_TIMEOUT"] = str(settings.webhook_timeout)
+    env["HCAT_NOTIFY_WEBHOOK_MAX_AGE"] = str(settings.webhook_max_age)
     return env
 
 

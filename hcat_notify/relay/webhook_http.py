@@ -1,0 +1,145 @@
+"""How a relay POSTs to webhook endpoints: the requests a batch of events makes (the
+format, the Standard Webhooks signature) and the transport that sends them (httpx, no
+redirects followed, a timeout per request, answers read up to a small cap), behind a
+seam a unit test fills with an in-memory double."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from hcat_notify.errors import ConfigError
+from hcat_notify.model.cloudevents import CLOUDEVENTS_BATCH_JSON, dump_batch
+from hcat_notify.model.webhooks import WebhookFormat, signature_headers
+from hcat_notify.model.wire import Message
+from hcat_notify.store.records import OutboxEvent
+from hcat_notify.store.webhooks import WebhookTarget
+
+__all__ = [
+    "ANSWER_CAP",
+    "HIVE_JSON",
+    "HttpxPoster",
+    "PostResult",
+    "Poster",
+    "WebhookRequest",
+    "requests_for",
+]
+
+logger = logging.getLogger(__name__)
+
+ANSWER_CAP = 4096
+"""Bytes of an endpoint's answer read (kept for the error it reports); the rest is not."""
+HIVE_JSON = "application/json"
+USER_AGENT = "hcat-notify-webhooks"
+_MISSING_EXTRA = (
+    "webhook delivery needs the [webhooks] extra: pip install 'hcat-notify[webhooks]' ({error})"
+)
+
+
+@dataclass(frozen=True)
+class WebhookRequest:
+    """One POST: its body and headers, and the last event it carries."""
+
+    message_id: str
+    body: bytes
+    headers: dict[str, str]
+    last_event_id: int
+    events: int
+
+
+@dataclass(frozen=True)
+class PostResult:
+    """What an endpoint answered (``status`` None: no answer: timeout, connection)."""
+
+    status: int | None
+    retry_after: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+class Poster(Protocol):
+    """Sends one request to a URL; never raises for the endpoint's failures."""
+
+    def post(self, url: str, body: bytes, headers: dict[str, str]) -> PostResult: ...
+
+    def close(self) -> None: ...
+
+
+def _message(event: OutboxEvent) -> Message:
+    return Message(event.event_id, event.event_type, event.topic, event.headers, event.body)
+
+
+def requests_for(
+    target: WebhookTarget, events: Sequence[OutboxEvent], *, source: str
+) -> list[WebhookRequest]:
+    """The requests that carry ``events`` to ``target``, signed: one CloudEvents batch,
+    or (``hive``) one request per event with the Hive body and ``HCAT_*`` headers."""
+    now = int(time.time())
+    found: list[WebhookRequest] = []
+    if target.info.format is WebhookFormat.CLOUDEVENTS:
+        body = dump_batch([_message(event) for event in events], source=source)
+        first, last = events[0].event_id, events[-1].event_id
+        message_id = str(first) if first == last else f"{first}-{last}"
+        headers = {"content-type": CLOUDEVENTS_BATCH_JSON}
+        headers.update(signature_headers(target.secrets, message_id, now, body))
+        return [WebhookRequest(message_id, body, headers, last, len(events))]
+    for event in events:
+        body = event.body.encode()
+        message_id = str(event.event_id)
+        headers = {"content-type": HIVE_JSON, **{k: str(v) for k, v in event.headers.items()}}
+        headers.update(signature_headers(target.secrets, message_id, now, body))
+        found.append(WebhookRequest(message_id, body, headers, event.event_id, 1))
+    return found
+
+
+class HttpxPoster:
+    """Posts with one pooled ``httpx.Client``: no redirects, ``timeout`` per request.
+
+    Raises:
+        ConfigError: httpx is not installed (the ``[webhooks]`` extra).
+    """
+
+    def __init__(self, *, timeout: float, connections: int) -> None:
+        try:
+            import httpx
+        except ImportError as exc:
+            raise ConfigError(_MISSING_EXTRA.format(error=exc)) from None
+        self._httpx = httpx
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout),
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+            headers={"user-agent": USER_AGENT},
+        )
+
+    def post(self, url: str, body: bytes, headers: dict[str, str]) -> PostResult:
+        httpx = self._httpx
+        try:
+            with self._client.stream("POST", url, content=body, headers=headers) as answer:
+                head = b""
+                for chunk in answer.iter_bytes():
+                    head += chunk
+                    if len(head) >= ANSWER_CAP:
+                        break
+                status = answer.status_code
+                retry_after = answer.headers.get("retry-after")
+        except httpx.TimeoutException as exc:
+            return PostResult(None, error=f"timeout ({type(exc).__name__})")
+        except httpx.HTTPError as exc:
+            return PostResult(None, error=f"{type(exc).__name__}: {exc}"[:300])
+        if 200 <= status < 300:
+            return PostResult(status)
+        text = head[:ANSWER_CAP].decode("utf-8", "replace").strip().replace("\n", " ")
+        reason = f"HTTP {status}" + (f": {text[:200]}" if text else "")
+        if 300 <= status < 400:
+            reason += " (redirects are not followed)"
+        return PostResult(status, retry_after, reason)
+
+    def close(self) -> None:
+        self._client.close()

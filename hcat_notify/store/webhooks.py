@@ -1,0 +1,457 @@
+"""Webhook subscriptions and their delivery progress (docs/webhooks.md).
+
+A webhook's row holds its endpoint, what it gets and its signing secret; its progress
+rows hold, per topic, the highest event id delivered, written by the relay member that
+owns the topic's bucket, fenced by the bucket's epoch exactly as relay progress is (the
+same statement starts the transaction), and by the webhook's version: a replay, a retry
+or a drop of parked events moves the version, and what a member was delivering under the
+old one changes nothing.
+
+Secrets are kept as ``fernet:<token>`` when the settings give a key (``webhook_key``),
+else ``plain:<secret>``: the signature needs the secret itself, so it cannot be hashed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from hcat_notify.errors import ConfigError, InvalidInputError
+from hcat_notify.model.events import EventType
+from hcat_notify.model.webhooks import TablePatterns, WebhookFormat, WebhookState
+from hcat_notify.store.models import OutboxRow, TableRow, WebhookProgressRow, WebhookRow
+from hcat_notify.store.progress import keep_bucket
+from hcat_notify.store.tx import Tx
+
+__all__ = [
+    "DeliveryFailure",
+    "WebhookInfo",
+    "WebhookNotFoundError",
+    "WebhookTarget",
+    "WebhookTopic",
+    "seal_secret",
+    "unseal_secret",
+]
+
+_FERNET = "fernet:"
+_PLAIN = "plain:"
+_MISSING_EXTRA = (
+    "webhook secrets encrypted at rest need the [webhooks] extra: "
+    "pip install 'hcat-notify[webhooks]' ({error})"
+)
+
+
+class WebhookNotFoundError(InvalidInputError, LookupError):
+    """No webhook has that name."""
+
+
+def _fernet(key: str) -> Any:
+    try:
+        from cryptography.fernet import Fernet
+    except ImportError as exc:
+        raise ConfigError(_MISSING_EXTRA.format(error=exc)) from None
+    try:
+        return Fernet(key.encode("ascii"))
+    except (ValueError, UnicodeEncodeError):
+        raise ConfigError(
+            "webhook_key is not a Fernet key (32 url-safe base64-encoded bytes: "
+            "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key())')"
+        ) from None
+
+
+def seal_secret(secret: str, key: str | None) -> str:
+    """The stored form of ``secret``: encrypted with ``key`` when there is one."""
+    if key is None:
+        return _PLAIN + secret
+    token: bytes = _fernet(key).encrypt(secret.encode("ascii"))
+    return _FERNET + token.decode("ascii")
+
+
+def unseal_secret(stored: str, key: str | None) -> str:
+    """The secret of a stored form.
+
+    Raises:
+        ConfigError: it is encrypted and no key, or another key, is configured.
+    """
+    if stored.startswith(_PLAIN):
+        return stored.removeprefix(_PLAIN)
+    if key is None:
+        raise ConfigError("a webhook secret is encrypted at rest, and no webhook_key is set")
+    from cryptography.fernet import InvalidToken
+
+    try:
+        plain: bytes = _fernet(key).decrypt(stored.removeprefix(_FERNET).encode("ascii"))
+    except InvalidToken:
+        raise ConfigError("a webhook secret does not decrypt with the webhook_key set") from None
+    return plain.decode("ascii")
+
+
+@dataclass(frozen=True)
+class WebhookInfo:
+    """A webhook as shown to operators (never its secret)."""
+
+    id: int
+    name: str
+    url: str
+    tables: TablePatterns
+    events: tuple[EventType, ...] | None
+    format: WebhookFormat
+    state: WebhookState
+    start_after: int
+    created_at: float
+    version: int
+    disabled_reason: str | None
+    rotating_until: float | None
+    """While a rotation's previous secret still signs: until when (seconds)."""
+
+    def wants(self, table: str, kind: EventType) -> bool:
+        """Whether an event of ``kind`` about ``table`` goes to this webhook."""
+        return (self.events is None or kind in self.events) and self.tables.matches(table)
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    """An active webhook as its deliverer needs it: with its secrets (current first)."""
+
+    info: WebhookInfo
+    secrets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WebhookTopic:
+    """Delivery of one topic to one webhook: how far, and the failures after it."""
+
+    webhook_id: int
+    topic: str
+    bucket: int
+    last_event_id: int
+    attempts: int
+    retry_at: float | None
+    failing_since: float | None
+    last_error: str | None
+    parked_at: float | None
+
+
+@dataclass(frozen=True)
+class DeliveryFailure:
+    """A failed attempt at a topic's next events, as recorded."""
+
+    attempts: int
+    retry_at: float
+    failing_since: float
+    error: str
+    parked: bool
+
+
+def _info(row: WebhookRow, now: float) -> WebhookInfo:
+    rotating = row.previous_until if row.previous_secret and row.previous_until else None
+    return WebhookInfo(
+        id=row.id,
+        name=row.name,
+        url=row.url,
+        tables=TablePatterns(tuple(row.tables)),
+        events=None if row.events is None else tuple(EventType(e) for e in row.events),
+        format=WebhookFormat(row.format),
+        state=WebhookState(row.state),
+        start_after=row.start_after,
+        created_at=row.created_at,
+        version=row.version,
+        disabled_reason=row.disabled_reason,
+        rotating_until=rotating if rotating is not None and rotating > now else None,
+    )
+
+
+def _row(tx: Tx, name: str) -> WebhookRow:
+    row = tx.session.scalars(select(WebhookRow).where(WebhookRow.name == name)).one_or_none()
+    if row is None:
+        raise WebhookNotFoundError(f"no webhook named {name!r} (hcat-notify webhooks list)")
+    return row
+
+
+def check_tables_exist(tx: Tx, patterns: TablePatterns) -> None:
+    """Every pattern matches a registered table.
+
+    Raises:
+        InvalidInputError: naming the first pattern that matches none.
+    """
+    names = [
+        f"{db}.{table}".lower()
+        for db, table in tx.session.execute(select(TableRow.db_name, TableRow.table_name))
+    ]
+    for pattern in patterns.patterns:
+        if not any(TablePatterns((pattern,)).matches(name) for name in names):
+            raise InvalidInputError(f"table pattern {pattern!r} matches no table")
+
+
+def add(
+    tx: Tx,
+    *,
+    name: str,
+    url: str,
+    tables: TablePatterns,
+    events: Sequence[EventType] | None,
+    format: WebhookFormat,
+    start_after: int | None,
+    stored_secret: str,
+) -> WebhookInfo:
+    """Add a webhook (``start_after`` None: from the last event now).
+
+    Raises:
+        InvalidInputError: the name is taken, or a table pattern matches no table.
+    """
+    if tx.session.scalars(select(WebhookRow.id).where(WebhookRow.name == name)).first():
+        raise InvalidInputError(f"a webhook named {name!r} exists already")
+    check_tables_exist(tx, tables)
+    now = tx.clock()
+    row = WebhookRow(
+        name=name,
+        url=url,
+        tables=list(tables.patterns),
+        events=None if events is None else [kind.value for kind in events],
+        format=format.value,
+        state=WebhookState.ACTIVE.value,
+        secret=stored_secret,
+        start_after=tx.last_event_id() if start_after is None else start_after,
+        created_at=now,
+    )
+    tx.session.add(row)
+    tx.session.flush()
+    return _info(row, now)
+
+
+def every(tx: Tx) -> list[WebhookInfo]:
+    now = tx.clock()
+    rows = tx.session.scalars(select(WebhookRow).order_by(WebhookRow.name))
+    return [_info(row, now) for row in rows]
+
+
+def one(tx: Tx, name: str) -> WebhookInfo:
+    return _info(_row(tx, name), tx.clock())
+
+
+def set_state(tx: Tx, name: str, state: WebhookState) -> WebhookInfo:
+    row = _row(tx, name)
+    row.state = state.value
+    row.disabled_reason = None
+    tx.session.flush()
+    return _info(row, tx.clock())
+
+
+def remove(tx: Tx, name: str) -> None:
+    row = _row(tx, name)
+    tx.session.execute(delete(WebhookProgressRow).where(WebhookProgressRow.webhook_id == row.id))
+    tx.session.delete(row)
+
+
+def rotate(tx: Tx, name: str, stored_secret: str, overlap: float) -> WebhookInfo:
+    """Make ``stored_secret`` the secret; the current one signs too for ``overlap`` s."""
+    row = _row(tx, name)
+    now = tx.clock()
+    row.previous_secret, row.previous_until = row.secret, now + overlap
+    row.secret = stored_secret
+    tx.session.flush()
+    return _info(row, now)
+
+
+def replay(tx: Tx, name: str, from_event: int) -> WebhookInfo:
+    """Deliver again from ``from_event``: every topic starts after ``from_event - 1``."""
+    row = _row(tx, name)
+    tx.session.execute(delete(WebhookProgressRow).where(WebhookProgressRow.webhook_id == row.id))
+    row.start_after = from_event - 1
+    row.version += 1
+    tx.session.flush()
+    return _info(row, tx.clock())
+
+
+def _parked_rows(tx: Tx, row: WebhookRow, topic: str | None) -> list[WebhookProgressRow]:
+    query = select(WebhookProgressRow).where(
+        WebhookProgressRow.webhook_id == row.id, WebhookProgressRow.parked_at.is_not(None)
+    )
+    if topic is not None:
+        query = query.where(WebhookProgressRow.topic == topic)
+    return list(tx.session.scalars(query))
+
+
+def release_parked(tx: Tx, name: str, topic: str | None, *, drop: bool) -> list[str]:
+    """Release a webhook's parked topics (all, or ``topic``): tried again from their
+    first undelivered event, or with ``drop`` given up up to the topic's last event now.
+    Returns the topics released."""
+    row = _row(tx, name)
+    parked = _parked_rows(tx, row, topic)
+    bound = tx.last_event_id()
+    for item in parked:
+        if drop:
+            last = tx.session.scalar(
+                select(func.max(OutboxRow.event_id)).where(
+                    OutboxRow.topic == item.topic, OutboxRow.event_id <= bound
+                )
+            )
+            item.last_event_id = max(item.last_event_id, last or 0)
+        item.parked_at = item.retry_at = item.failing_since = item.last_error = None
+        item.attempts = 0
+    if parked:
+        row.version += 1
+    tx.session.flush()
+    return [item.topic for item in parked]
+
+
+def disable(tx: Tx, webhook_id: int, version: int, reason: str) -> bool:
+    """Disable a webhook (410 Gone) unless it changed since ``version``; whether it did."""
+    changed = tx.session.execute(
+        update(WebhookRow)
+        .where(WebhookRow.id == webhook_id, WebhookRow.version == version)
+        .values(state=WebhookState.DISABLED.value, disabled_reason=reason, version=version + 1)
+    )
+    return bool(changed.rowcount)  # type: ignore[attr-defined]
+
+
+def targets(tx: Tx, key: str | None) -> list[WebhookTarget]:
+    """The active webhooks with their secrets (the previous one while it still signs).
+
+    Raises:
+        ConfigError: a secret does not decrypt with ``key``.
+    """
+    now = tx.clock()
+    found = []
+    query = select(WebhookRow).where(WebhookRow.state == WebhookState.ACTIVE.value)
+    for row in tx.session.scalars(query.order_by(WebhookRow.id)):
+        keys = [unseal_secret(row.secret, key)]
+        if row.previous_secret and row.previous_until and row.previous_until > now:
+            keys.append(unseal_secret(row.previous_secret, key))
+        found.append(WebhookTarget(_info(row, now), tuple(keys)))
+    return found
+
+
+def _topic(row: WebhookProgressRow) -> WebhookTopic:
+    return WebhookTopic(
+        row.webhook_id,
+        row.topic,
+        row.bucket,
+        row.last_event_id,
+        row.attempts,
+        row.retry_at,
+        row.failing_since,
+        row.last_error,
+        row.parked_at,
+    )
+
+
+def topics(
+    tx: Tx, webhook_ids: Sequence[int], in_buckets: Sequence[int] | None = None
+) -> list[WebhookTopic]:
+    """The progress rows of some webhooks (in some buckets)."""
+    if not webhook_ids:
+        return []
+    query = select(WebhookProgressRow).where(WebhookProgressRow.webhook_id.in_(list(webhook_ids)))
+    if in_buckets is not None:
+        query = query.where(WebhookProgressRow.bucket.in_(list(in_buckets)))
+    return [_topic(row) for row in tx.session.scalars(query.order_by(WebhookProgressRow.topic))]
+
+
+def parked(tx: Tx) -> list[tuple[str, WebhookTopic]]:
+    """Every parked (webhook name, topic), by name and topic."""
+    rows = tx.session.execute(
+        select(WebhookRow.name, WebhookProgressRow)
+        .join(WebhookRow, WebhookRow.id == WebhookProgressRow.webhook_id)
+        .where(WebhookProgressRow.parked_at.is_not(None))
+        .order_by(WebhookRow.name, WebhookProgressRow.topic)
+    )
+    return [(name, _topic(row)) for name, row in rows]
+
+
+def _fenced(tx: Tx, member_id: str, webhook_id: int, version: int, bucket: int, epoch: int) -> str:
+    """The fence of a progress write: ``lost`` (the bucket is not the member's at that
+    epoch), ``changed`` (the webhook changed or went), else ``ok``; on PostgreSQL both
+    rows are locked until ``tx`` ends."""
+    if not keep_bucket(tx, member_id, bucket, epoch):
+        return "lost"
+    same = tx.session.execute(
+        update(WebhookRow)
+        .where(WebhookRow.id == webhook_id, WebhookRow.version == version)
+        .values(version=WebhookRow.version)
+    )
+    return "ok" if same.rowcount else "changed"  # type: ignore[attr-defined]
+
+
+def _upsert(tx: Tx, values: Mapping[str, Any], update_columns: Sequence[str]) -> None:
+    dialect = postgresql if tx.dialect == "postgresql" else sqlite
+    statement = dialect.insert(WebhookProgressRow).values(**values)
+    excluded = statement.excluded
+    tx.session.execute(
+        statement.on_conflict_do_update(
+            index_elements=[WebhookProgressRow.webhook_id, WebhookProgressRow.topic],
+            set_={name: getattr(excluded, name) for name in update_columns},
+        )
+    )
+
+
+_CLEARED = {"attempts": 0, "retry_at": None, "failing_since": None, "last_error": None}
+
+
+def record_delivered(
+    tx: Tx,
+    member_id: str,
+    *,
+    webhook_id: int,
+    version: int,
+    topic: str,
+    bucket: int,
+    epoch: int,
+    last_event_id: int,
+) -> str:
+    """Record that a topic's events up to ``last_event_id`` were delivered (a 2xx), fenced
+    by the bucket's owner and epoch and the webhook's version: ``ok``, ``lost`` or
+    ``changed`` (then nothing is written)."""
+    fence = _fenced(tx, member_id, webhook_id, version, bucket, epoch)
+    if fence != "ok":
+        return fence
+    values = {
+        "webhook_id": webhook_id,
+        "topic": topic,
+        "bucket": bucket,
+        "last_event_id": last_event_id,
+        "epoch": epoch,
+        "updated_at": tx.clock(),
+        "parked_at": None,
+        **_CLEARED,
+    }
+    _upsert(tx, values, [k for k in values if k not in ("webhook_id", "topic")])
+    return "ok"
+
+
+def record_failure(
+    tx: Tx,
+    member_id: str,
+    *,
+    webhook_id: int,
+    version: int,
+    topic: str,
+    bucket: int,
+    epoch: int,
+    last_event_id: int,
+    failure: DeliveryFailure,
+) -> str:
+    """Record a failed attempt (and a parking), fenced as :func:`record_delivered`."""
+    fence = _fenced(tx, member_id, webhook_id, version, bucket, epoch)
+    if fence != "ok":
+        return fence
+    now = tx.clock()
+    values = {
+        "webhook_id": webhook_id,
+        "topic": topic,
+        "bucket": bucket,
+        "last_event_id": last_event_id,
+        "epoch": epoch,
+        "updated_at": now,
+        "attempts": failure.attempts,
+        "retry_at": failure.retry_at,
+        "failing_since": failure.failing_since,
+        "last_error": failure.error[:1000],
+        "parked_at": now if failure.parked else None,
+    }
+    _upsert(tx, values, [k for k in values if k not in ("webhook_id", "topic", "last_event_id")])
+    return "ok"

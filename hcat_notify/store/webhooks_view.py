@@ -1,0 +1,239 @@
+"""``catalog.webhooks``: webhook subscriptions and their delivery progress, each call one
+transaction (the store's functions are in :mod:`hcat_notify.store.webhooks`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+
+from hcat_notify.errors import InvalidInputError
+from hcat_notify.model.webhooks import (
+    TablePatterns,
+    WebhookFormat,
+    WebhookState,
+    check_webhook_url,
+    new_secret,
+    parse_event_kinds,
+    validate_webhook_name,
+)
+from hcat_notify.store import outbox, webhooks
+from hcat_notify.store.records import OutboxEvent
+from hcat_notify.store.tx import Tx
+from hcat_notify.store.webhooks import (
+    DeliveryFailure,
+    WebhookInfo,
+    WebhookTarget,
+    WebhookTopic,
+    seal_secret,
+)
+
+__all__ = ["Webhooks"]
+
+
+class Webhooks:
+    """Webhook subscriptions in the catalog (``catalog.webhooks``).
+
+    Args:
+        transaction: opens a :class:`Tx` of the catalog (``write=True`` for writers).
+    """
+
+    def __init__(self, transaction: Callable[..., AbstractContextManager[Tx]]) -> None:
+        self._transaction = transaction
+
+    # -- what operators do -------------------------------------------------------------
+
+    def add(
+        self,
+        name: str,
+        url: str,
+        tables: str | Sequence[str],
+        *,
+        events: str | Sequence[str] | None = None,
+        format: WebhookFormat | str = WebhookFormat.CLOUDEVENTS,
+        from_event: int | None = None,
+    ) -> tuple[WebhookInfo, str]:
+        """Add a webhook; returns it and its signing secret (shown this once only).
+
+        Args:
+            name: the webhook's name.
+            url: its endpoint (``https://``; plain ``http://`` only to a host of the
+                ``webhook_allow`` setting).
+            tables: ``db.table`` patterns (``*`` for any characters), each matching a table.
+            events: the event kinds it gets (default: every kind).
+            format: ``cloudevents`` (default) or ``hive``.
+            from_event: the first event id it gets (default: the events after now).
+
+        Raises:
+            InvalidInputError: a bad name, URL, pattern or kind; a pattern that matches no
+                table; a name in use. Nothing is written then.
+        """
+        validate_webhook_name(name)
+        patterns = TablePatterns.parse(tables)
+        kinds = parse_event_kinds(events)
+        try:
+            chosen = WebhookFormat(format)
+        except ValueError:
+            raise InvalidInputError(
+                f"unknown webhook format {format!r} (cloudevents or hive)"
+            ) from None
+        if from_event is not None and from_event < 1:
+            raise InvalidInputError(f"--from-event must be at least 1, not {from_event}")
+        secret = new_secret()
+        with self._transaction(write=True) as tx:
+            check_webhook_url(url, tx.settings.webhook_allow)
+            info = webhooks.add(
+                tx,
+                name=name,
+                url=url,
+                tables=patterns,
+                events=kinds,
+                format=chosen,
+                start_after=None if from_event is None else from_event - 1,
+                stored_secret=seal_secret(secret, tx.settings.webhook_key),
+            )
+        return info, secret
+
+    def every(self) -> list[WebhookInfo]:
+        """Every webhook, by name."""
+        with self._transaction() as tx:
+            return webhooks.every(tx)
+
+    def get(self, name: str) -> WebhookInfo:
+        """The webhook ``name`` (WebhookNotFoundError if none)."""
+        with self._transaction() as tx:
+            return webhooks.one(tx, name)
+
+    def topics(self, name: str) -> list[WebhookTopic]:
+        """Its delivery per topic: how far, failures, parked."""
+        with self._transaction() as tx:
+            return webhooks.topics(tx, [webhooks.one(tx, name).id])
+
+    def parked(self) -> list[tuple[str, WebhookTopic]]:
+        """Every parked (webhook name, topic)."""
+        with self._transaction() as tx:
+            return webhooks.parked(tx)
+
+    def pause(self, name: str) -> WebhookInfo:
+        """Stop delivering to it (what is in flight finishes)."""
+        return self._set_state(name, WebhookState.PAUSED)
+
+    def resume(self, name: str) -> WebhookInfo:
+        """Deliver again (after a pause, or a 410 that disabled it)."""
+        return self._set_state(name, WebhookState.ACTIVE)
+
+    def _set_state(self, name: str, state: WebhookState) -> WebhookInfo:
+        with self._transaction(write=True) as tx:
+            return webhooks.set_state(tx, name, state)
+
+    def remove(self, name: str) -> None:
+        """Forget it and its progress."""
+        with self._transaction(write=True) as tx:
+            webhooks.remove(tx, name)
+
+    def rotate_secret(self, name: str) -> tuple[WebhookInfo, str]:
+        """A new secret (returned, shown this once); the old one signs too for the
+        ``webhook_rotation_overlap`` setting's seconds."""
+        secret = new_secret()
+        with self._transaction(write=True) as tx:
+            settings = tx.settings
+            info = webhooks.rotate(
+                tx,
+                name,
+                seal_secret(secret, settings.webhook_key),
+                settings.webhook_rotation_overlap,
+            )
+        return info, secret
+
+    def replay(self, name: str, from_event: int) -> WebhookInfo:
+        """Deliver every matching event again from ``from_event`` on, per topic in order."""
+        if from_event < 1:
+            raise InvalidInputError(f"--from-event must be at least 1, not {from_event}")
+        with self._transaction(write=True) as tx:
+            return webhooks.replay(tx, name, from_event)
+
+    def retry_parked(self, name: str, topic: str | None = None) -> list[str]:
+        """Try a webhook's parked topics again from their first undelivered event."""
+        with self._transaction(write=True) as tx:
+            return webhooks.release_parked(tx, name, topic, drop=False)
+
+    def drop_parked(self, name: str, topic: str | None = None) -> list[str]:
+        """Give a webhook's parked events up (up to each topic's last event now)."""
+        with self._transaction(write=True) as tx:
+            return webhooks.release_parked(tx, name, topic, drop=True)
+
+    # -- what relays do ----------------------------------------------------------------
+
+    def targets(self) -> list[WebhookTarget]:
+        """The active webhooks with their secrets (for the relays that deliver)."""
+        with self._transaction() as tx:
+            return webhooks.targets(tx, tx.settings.webhook_key)
+
+    def progress(self, webhook_ids: Sequence[int], in_buckets: Sequence[int]) -> list[WebhookTopic]:
+        """The progress rows of some webhooks in some buckets."""
+        with self._transaction() as tx:
+            return webhooks.topics(tx, webhook_ids, in_buckets)
+
+    def topic_events(
+        self, topic: str, *, after_event_id: int, through: int, limit: int
+    ) -> list[OutboxEvent]:
+        """A topic's events after an id, up to another, in id order."""
+        with self._transaction() as tx:
+            return outbox.topic_events(
+                tx, topic, after_event_id=after_event_id, through=through, limit=limit
+            )
+
+    def record_delivered(
+        self,
+        member_id: str,
+        *,
+        webhook_id: int,
+        version: int,
+        topic: str,
+        bucket: int,
+        epoch: int,
+        last_event_id: int,
+    ) -> str:
+        """Record a 2xx, fenced by the bucket's owner and epoch and the webhook's version:
+        ``ok``, ``lost`` (the bucket is another member's) or ``changed``."""
+        with self._transaction(write=True) as tx:
+            return webhooks.record_delivered(
+                tx,
+                member_id,
+                webhook_id=webhook_id,
+                version=version,
+                topic=topic,
+                bucket=bucket,
+                epoch=epoch,
+                last_event_id=last_event_id,
+            )
+
+    def record_failure(
+        self,
+        member_id: str,
+        *,
+        webhook_id: int,
+        version: int,
+        topic: str,
+        bucket: int,
+        epoch: int,
+        last_event_id: int,
+        failure: DeliveryFailure,
+    ) -> str:
+        """Record a failed attempt (parked once too old), fenced as :meth:`record_delivered`."""
+        with self._transaction(write=True) as tx:
+            return webhooks.record_failure(
+                tx,
+                member_id,
+                webhook_id=webhook_id,
+                version=version,
+                topic=topic,
+                bucket=bucket,
+                epoch=epoch,
+                last_event_id=last_event_id,
+                failure=failure,
+            )
+
+    def disable(self, webhook_id: int, version: int, reason: str) -> bool:
+        """Disable a webhook whose endpoint is gone (410), unless it changed meanwhile."""
+        with self._transaction(write=True) as tx:
+            return webhooks.disable(tx, webhook_id, version, reason)

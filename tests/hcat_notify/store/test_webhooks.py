@@ -1,0 +1,233 @@
+"""Webhook subscriptions in the catalog: refusals that write nothing, secrets (once, at
+rest), rotation, replay, parked topics, and progress fenced by the bucket's epoch and
+the webhook's version; SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from hcat_notify.config import Settings
+from hcat_notify.errors import ConfigError, InvalidInputError
+from hcat_notify.model.topics import topic_bucket
+from hcat_notify.model.webhooks import WebhookFormat, WebhookState
+from hcat_notify.store import Catalog
+from hcat_notify.store.group import MemberReport
+from hcat_notify.store.webhooks import DeliveryFailure, WebhookNotFoundError
+
+URL = "https://hooks.example.com/in"
+TOPIC = "hcat.web.clicks"
+
+
+@pytest.fixture
+def tables(catalog: Catalog) -> None:
+    catalog.create_table("web.clicks", location="/c", partition_keys=["ds"])
+    catalog.create_table("sales.orders", location="/o", partition_keys=["ds"])
+
+
+def _stored(settings: Settings) -> list[tuple[object, ...]]:
+    engine = create_engine(settings.database_url)
+    try:
+        with engine.connect() as connection:
+            return [
+                tuple(r) for r in connection.execute(text("SELECT name, secret FROM hcat_webhooks"))
+            ]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.usefixtures("tables")
+def test_add_returns_the_secret_once_and_lists_without_it(catalog: Catalog, settings: Settings):
+    info, secret = catalog.webhooks.add("ops", URL, "web.*,sales.orders", events="mark_set_done")
+    assert secret.startswith("whsec_")
+    assert len(secret) >= 6 + 32
+    assert info.format is WebhookFormat.CLOUDEVENTS
+    assert info.state is WebhookState.ACTIVE
+    assert info.tables.patterns == ("web.*", "sales.orders")
+    assert [kind.value for kind in info.events or ()] == ["MARK_SET_DONE"]
+    assert info.start_after == catalog.outbox.last_event_id()  # from now on
+    listed = catalog.webhooks.every()
+    assert [w.name for w in listed] == ["ops"]
+    assert secret not in repr(listed)
+    assert _stored(settings) == [("ops", "plain:" + secret)]  # no key configured
+
+
+REFUSALS = [
+    (("bad name", URL, "web.*"), {}, "invalid webhook name"),
+    (("a", "ftp://x/y", "web.*"), {}, "https:// URL"),
+    (("a", "not a url", "web.*"), {}, "invalid webhook URL"),
+    (("a", "http://hooks.example.com/in", "web.*"), {}, "plain HTTP to hooks.example.com"),
+    (("a", "http://127.0.0.1:9/in", "web.*"), {}, "loopback too must be listed"),
+    (("a", "https://u:p@x.example/in", "web.*"), {}, "no credentials"),
+    (("a", URL, "nosuch.*"), {}, "'nosuch.*' matches no table"),
+    (("a", URL, "web"), {}, "malformed table pattern 'web'"),
+    (("a", URL, "web.cl-icks"), {}, "malformed table pattern"),
+    (("a", URL, "web.*"), {"events": "ADD_PARTITION,NOPE"}, "unknown event kind 'NOPE'"),
+    (("a", URL, "web.*"), {"format": "xml"}, "unknown webhook format"),
+    (("a", URL, "web.*"), {"from_event": 0}, "at least 1"),
+]
+
+
+@pytest.mark.usefixtures("tables")
+def test_bad_input_is_refused_and_nothing_is_written(catalog: Catalog, settings: Settings):
+    for args, kwargs, message in REFUSALS:
+        with pytest.raises(InvalidInputError, match=message):
+            catalog.webhooks.add(*args, **kwargs)
+        assert catalog.webhooks.every() == []
+        assert _stored(settings) == []
+
+
+@pytest.mark.usefixtures("tables")
+def test_a_duplicate_name_is_refused(catalog: Catalog):
+    catalog.webhooks.add("ops", URL, "web.*")
+    with pytest.raises(InvalidInputError, match="a webhook named 'ops' exists already"):
+        catalog.webhooks.add("ops", "https://other.example/in", "sales.*")
+    assert [w.url for w in catalog.webhooks.every()] == [URL]
+
+
+@pytest.mark.usefixtures("tables")
+def test_plain_http_to_an_allowed_host(catalog: Catalog, settings: Settings):
+    allowed = Catalog(catalog._engine, dataclasses.replace(settings, webhook_allow=("127.0.0.1",)))
+    info, _ = allowed.webhooks.add("local", "http://127.0.0.1:8123/in", "web.clicks")
+    assert info.url == "http://127.0.0.1:8123/in"
+
+
+@pytest.mark.usefixtures("tables")
+def test_secrets_are_encrypted_at_rest_with_a_key(catalog: Catalog, settings: Settings):
+    from cryptography.fernet import Fernet
+
+    keyed = dataclasses.replace(settings, webhook_key=Fernet.generate_key().decode())
+    with Catalog.open(keyed) as sealed:
+        _, secret = sealed.webhooks.add("ops", URL, "web.*")
+        ((_, stored),) = _stored(settings)
+        assert isinstance(stored, str)
+        assert stored.startswith("fernet:")
+        assert secret not in stored
+        (target,) = sealed.webhooks.targets()
+        assert target.secrets == (secret,)
+    with pytest.raises(ConfigError, match="encrypted at rest, and no webhook_key"):
+        catalog.webhooks.targets()
+
+
+@pytest.mark.usefixtures("tables")
+def test_rotation_signs_with_both_until_the_overlap_ends(catalog: Catalog, settings: Settings):
+    _, old = catalog.webhooks.add("ops", URL, "web.*")
+    info, new = catalog.webhooks.rotate_secret("ops")
+    assert new != old
+    assert info.rotating_until is not None
+    (target,) = catalog.webhooks.targets()
+    assert target.secrets == (new, old)
+    brief = Catalog(catalog._engine, dataclasses.replace(settings, webhook_rotation_overlap=1e-3))
+    _, newest = brief.webhooks.rotate_secret("ops")
+    import time
+
+    time.sleep(0.01)
+    (target,) = catalog.webhooks.targets()
+    assert target.secrets == (newest,)  # the overlap is over
+
+
+def _own(catalog: Catalog, member: str, bucket: int) -> int:
+    catalog.group.heartbeat(MemberReport(member, "host", 1))
+    epoch = catalog.group.claim_controller(member, ttl=30)
+    assert epoch is not None
+    assert catalog.group.assign(member, epoch, {bucket: member}, [])
+    return catalog.group.owned(member)[bucket].epoch
+
+
+@pytest.mark.usefixtures("tables")
+def test_progress_is_fenced_by_the_buckets_epoch_and_the_webhooks_version(catalog: Catalog):
+    info, _ = catalog.webhooks.add("ops", URL, "web.*", from_event=1)
+    bucket = topic_bucket(TOPIC, catalog.group.info().bucket_count)
+    epoch = _own(catalog, "a", bucket)
+    common = {"webhook_id": info.id, "topic": TOPIC, "bucket": bucket}
+    assert (
+        catalog.webhooks.record_delivered(
+            "a", **common, version=info.version, epoch=epoch, last_event_id=5
+        )
+        == "ok"
+    )
+    # another member, or an older epoch: nothing written
+    assert (
+        catalog.webhooks.record_delivered(
+            "b", **common, version=info.version, epoch=epoch, last_event_id=9
+        )
+        == "lost"
+    )
+    assert (
+        catalog.webhooks.record_delivered(
+            "a", **common, version=info.version, epoch=epoch - 1, last_event_id=9
+        )
+        == "lost"
+    )
+    (row,) = catalog.webhooks.topics("ops")
+    assert row.last_event_id == 5
+    # a replay moves the version: what was under way before it changes nothing
+    catalog.webhooks.replay("ops", 3)
+    assert (
+        catalog.webhooks.record_delivered(
+            "a", **common, version=info.version, epoch=epoch, last_event_id=9
+        )
+        == "changed"
+    )
+    assert catalog.webhooks.topics("ops") == []
+    assert catalog.webhooks.get("ops").start_after == 2
+
+
+@pytest.mark.usefixtures("tables")
+def test_parked_topics_are_retried_or_dropped(catalog: Catalog):
+    info, _ = catalog.webhooks.add("ops", URL, "web.*", from_event=1)
+    for n in range(3):
+        catalog.mark_set_done("web.clicks", {"ds": str(n)})
+    bucket = topic_bucket(TOPIC, catalog.group.info().bucket_count)
+    epoch = _own(catalog, "a", bucket)
+    failure = DeliveryFailure(7, 1e12, 1.0, "HTTP 500: boom", parked=True)
+    assert (
+        catalog.webhooks.record_failure(
+            "a",
+            webhook_id=info.id,
+            version=info.version,
+            topic=TOPIC,
+            bucket=bucket,
+            epoch=epoch,
+            last_event_id=0,
+            failure=failure,
+        )
+        == "ok"
+    )
+    (row,) = catalog.webhooks.topics("ops")
+    assert (row.attempts, row.last_error, row.parked_at is not None) == (7, "HTTP 500: boom", True)
+    assert catalog.webhooks.parked() == [("ops", row)]
+    assert catalog.webhooks.retry_parked("ops") == [TOPIC]
+    (row,) = catalog.webhooks.topics("ops")
+    assert (row.attempts, row.parked_at, row.last_event_id) == (0, None, 0)
+    version = catalog.webhooks.get("ops").version
+    assert version > info.version
+    catalog.webhooks.record_failure(
+        "a",
+        webhook_id=info.id,
+        version=version,
+        topic=TOPIC,
+        bucket=bucket,
+        epoch=epoch,
+        last_event_id=0,
+        failure=failure,
+    )
+    assert catalog.webhooks.drop_parked("ops", TOPIC) == [TOPIC]
+    (row,) = catalog.webhooks.topics("ops")
+    assert row.parked_at is None
+    assert row.last_event_id == catalog.outbox.last_event_id()  # given up to the last one
+
+
+@pytest.mark.usefixtures("tables")
+def test_pause_resume_remove(catalog: Catalog):
+    catalog.webhooks.add("ops", URL, "web.*")
+    assert catalog.webhooks.pause("ops").state is WebhookState.PAUSED
+    assert catalog.webhooks.targets() == []
+    assert catalog.webhooks.resume("ops").state is WebhookState.ACTIVE
+    assert [t.info.name for t in catalog.webhooks.targets()] == ["ops"]
+    catalog.webhooks.remove("ops")
+    assert catalog.webhooks.every() == []
+    with pytest.raises(WebhookNotFoundError, match="no webhook named 'ops'"):
+        catalog.webhooks.remove("ops")
