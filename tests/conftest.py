@@ -84,9 +84,38 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     monkeypatch.setenv("HCAT_NOTIFY_WAREHOUSE_ROOTS", TEST_WAREHOUSE)
 
 
+@pytest.fixture(scope="session")
+def _sqlite_catalog_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite catalog at the newest schema revision, made once per session by the real
+    migrations (``hcat-notify db upgrade``'s code); each test's catalog is a copy."""
+    from hcat_notify.store.engine import upgrade_database
+
+    path = tmp_path_factory.mktemp("catalog-template") / "catalog.db"
+    upgrade_database(f"sqlite:///{path}")
+    # Closed by now: its write-ahead log is folded into the file, which is all there is.
+    assert not path.with_name(path.name + "-wal").exists()
+    return path
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh, empty catalog database URL: a SQLite file, then a PostgreSQL database."""
+    """A fresh catalog database URL, a SQLite file, then a PostgreSQL database: a new
+    catalog at the newest schema revision, with nothing in it but what the migrations
+    write. It is a copy of a template migrated once per session, so that a test does not
+    pay the migrations (0.1 s of CPU each, two thirds of the CPU of the store's tests);
+    what opening an empty database does is tested with :func:`empty_db_url`."""
+    if request.param == "sqlite":
+        path = tmp_path / "catalog.db"
+        shutil.copyfile(request.getfixturevalue("_sqlite_catalog_template"), path)
+        return f"sqlite:///{path}"
+    url: str = request.getfixturevalue("fresh_postgres_catalog_url")
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database URL (no catalog yet): a SQLite file that does not exist,
+    then an empty PostgreSQL database."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'catalog.db'}"
     url: str = request.getfixturevalue("fresh_postgres_url")

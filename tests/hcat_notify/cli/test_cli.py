@@ -208,16 +208,18 @@ def _user_tables(url: str) -> list[str]:
         engine.dispose()
 
 
-def test_reading_commands_on_an_empty_database_create_nothing(run, db_url: str, tmp_path):
+def test_reading_commands_on_an_empty_database_create_nothing(
+    run_empty, empty_db_url: str, tmp_path
+):
     """An empty database (a new PostgreSQL one, an empty SQLite file) holds no catalog:
     a command that only reads says so and leaves it empty."""
     from hcat_notify.store.engine import redact
     from hcat_notify.store.quick import sqlite_file
 
-    path = sqlite_file(db_url)
+    path = sqlite_file(empty_db_url)
     if path is not None:
         path.touch()  # SQLite's empty database: a file of zero bytes
-    where = path if path is not None else redact(db_url)
+    where = path if path is not None else redact(empty_db_url)
     for args in (
         ["table", "list"],
         ["table", "show", "web.t"],
@@ -231,17 +233,17 @@ def test_reading_commands_on_an_empty_database_create_nothing(run, db_url: str, 
         ["partitions", "discover", "web.t", "--dry-run"],
         ["export", "web.t", "--to", str(tmp_path / "export")],
     ):
-        code, out, err = run(*args)
+        code, out, err = run_empty(*args)
         assert (code, out) == (2, ""), (args, err)
         assert err.startswith(f"hcat-notify: error: no catalog at {where}: "), (args, err)
         assert err.count("\n") == 1, (args, err)
-    assert _user_tables(db_url) == []
+    assert _user_tables(empty_db_url) == []
     assert not (tmp_path / "export").exists()
 
 
 @pytest.mark.parametrize("given", ["3000000d", "36501d", "0.5s"])
-def test_a_retention_out_of_range_is_named_as_given(run, db_url: str, given: str):
-    code, out, err = run(
+def test_a_retention_out_of_range_is_named_as_given(run_empty, empty_db_url: str, given: str):
+    code, out, err = run_empty(
         "table", "create", "web.r", "--location", "/r", "--partition-keys", "ds",
         "--retention", given,
     )  # fmt: skip
@@ -249,7 +251,7 @@ def test_a_retention_out_of_range_is_named_as_given(run, db_url: str, given: str
     assert err == (
         f"hcat-notify: error: retention must be between 1 second and 36500 days, got {given}\n"
     )
-    assert _user_tables(db_url) == []  # refused before the catalog was opened
+    assert _user_tables(empty_db_url) == []  # refused before the catalog was opened
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -15,8 +16,11 @@ from tests.fakes.broker import FakeBroker
 
 
 @pytest.fixture
-def db_url(tmp_path) -> str:  # type: ignore[no-untyped-def]
-    return f"sqlite:///{tmp_path / 'catalog.db'}"
+def db_url(tmp_path, _sqlite_catalog_template) -> str:  # type: ignore[no-untyped-def]
+    """SQLite only: a copy of the session's migrated catalog (tests/conftest.py)."""
+    path = tmp_path / "catalog.db"
+    shutil.copyfile(_sqlite_catalog_template, path)
+    return f"sqlite:///{path}"
 
 
 @pytest.fixture

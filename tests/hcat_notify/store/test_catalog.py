@@ -121,10 +121,10 @@ def test_the_topic_is_fixed_when_the_table_is_created(db_url: str, tmp_path: Pat
         assert [t.topic for t in catalog.list_tables()] == ["alpha.web.clicks"]
 
 
-def test_migration_fills_the_topic_of_existing_tables(db_url: str, tmp_path: Path):
+def test_migration_fills_the_topic_of_existing_tables(empty_db_url: str, tmp_path: Path):
     """A catalog at revision 0004 (topics computed per process) gets its topics stored."""
     catalog_at(
-        db_url,
+        empty_db_url,
         "0004",
         "INSERT INTO hcat_tables (db_name, table_name, location, storage_format,"
         " partition_keys, table_type, properties, retention_seconds, created_at,"
@@ -135,7 +135,7 @@ def test_migration_fills_the_topic_of_existing_tables(db_url: str, tmp_path: Pat
         ' \'{"hcat.msgbus.topic.name": "custom.views"}\','
         " 60, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 1)",
     )
-    settings = load_settings(home=tmp_path, db_url=db_url, topic_prefix="ops")
+    settings = load_settings(home=tmp_path, db_url=empty_db_url, topic_prefix="ops")
     with Catalog.open(settings, upgrade=True) as catalog:  # as `hcat-notify db upgrade`
         assert {str(t.name): t.topic for t in catalog.list_tables()} == {
             "web.clicks": "ops.web.clicks",

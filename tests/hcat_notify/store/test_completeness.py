@@ -503,9 +503,9 @@ def test_the_sets_are_listed_newest_first_with_what_each_misses(catalog: Catalog
         catalog.sets.list(TABLE, limit=0)
 
 
-def test_dones_retained_before_migration_0012_are_generation_one(db_url: str, tmp_path):
+def test_dones_retained_before_migration_0012_are_generation_one(empty_db_url: str, tmp_path):
     catalog_at(
-        db_url,
+        empty_db_url,
         "0011",
         "INSERT INTO hcat_tables (db_name, table_name, location, storage_format,"
         " partition_keys, table_type, properties, retention_seconds, topic, created_at,"
@@ -516,7 +516,7 @@ def test_dones_retained_before_migration_0012_are_generation_one(db_url: str, tm
         " expires_at) SELECT 5, id, 'datestamp=1', '{\"datestamp\": \"1\"}',"
         " '2026-01-01 00:00:00', '2999-01-01 00:00:00' FROM hcat_tables",
     )
-    settings = load_settings(home=tmp_path, db_url=db_url)
+    settings = load_settings(home=tmp_path, db_url=empty_db_url)
     with Catalog.open(settings, upgrade=True) as catalog:
         old = catalog.find_covering_done(TABLE, {"datestamp": "1", "region": "us"})
         assert old is not None
@@ -641,7 +641,7 @@ def _counts(url: str) -> dict[tuple[str, str], tuple[int, int | None]]:
         engine.dispose()
 
 
-def test_migration_0013_counts_the_parts_of_existing_sets(db_url: str, tmp_path):
+def test_migration_0013_counts_the_parts_of_existing_sets(empty_db_url: str, tmp_path):
     """Sets from before 0013 get their partition counts; their expected parts are
     counted by the next write, which completes the set exactly once."""
     parts_rule = json.dumps(
@@ -649,7 +649,7 @@ def test_migration_0013_counts_the_parts_of_existing_sets(db_url: str, tmp_path)
     )
     least_rule = json.dumps({"set": ["region", "day"], "minPartitions": 3, "onDeadline": "late"})
     catalog_at(
-        db_url,
+        empty_db_url,
         "0012",
         *_table_0012("clicks", '["datestamp", "region"]', parts_rule),
         *_rows_0012(
@@ -668,10 +668,10 @@ def test_migration_0013_counts_the_parts_of_existing_sets(db_url: str, tmp_path)
             ["day=1/region=us", "day=1/region=eu"],
         ),
     )
-    settings = load_settings(home=tmp_path, db_url=db_url)
+    settings = load_settings(home=tmp_path, db_url=empty_db_url)
     with Catalog.open(settings, upgrade=True):
         pass
-    assert _counts(db_url) == {
+    assert _counts(empty_db_url) == {
         ("clicks", "datestamp=1"): (3, None),
         ("clicks", "datestamp=2"): (1, None),
         ("views", "day=1/region=us"): (2, None),
@@ -687,7 +687,7 @@ def test_migration_0013_counts_the_parts_of_existing_sets(db_url: str, tmp_path)
         catalog.add_partitions("web.views", views)
         (done,) = _events_of(catalog, "web.views", EventType.MARK_SET_DONE)
         assert done.headers["HCAT_SPEC"] == "day=1/region=us"
-    assert _counts(db_url) == {
+    assert _counts(empty_db_url) == {
         ("clicks", "datestamp=1"): (4, 3),
         ("clicks", "datestamp=2"): (2, 2),
         ("views", "day=1/region=us"): (3, None),

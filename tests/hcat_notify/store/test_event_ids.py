@@ -103,18 +103,20 @@ def test_the_database_function_refuses_a_bad_count(fresh_postgres_url: str, tmp_
         engine.dispose()
 
 
-def test_ids_continue_after_the_counter_when_a_catalog_is_migrated(db_url: str, tmp_path: Path):
+def test_ids_continue_after_the_counter_when_a_catalog_is_migrated(
+    empty_db_url: str, tmp_path: Path
+):
     """A catalog at 0009 with events: the sequence starts after the counter's last id."""
     from alembic import command
 
-    engine = open_engine(db_url)
+    engine = open_engine(empty_db_url)
     try:
         with engine.begin() as connection:
             command.upgrade(alembic_config(connection, None), "0009")
             connection.execute(text("UPDATE hcat_event_counter SET last_event_id = 41"))
     finally:
         engine.dispose()
-    settings = load_settings(home=tmp_path, db_url=db_url)
+    settings = load_settings(home=tmp_path, db_url=empty_db_url)
     with Catalog.open(settings, upgrade=True) as catalog:  # as `hcat-notify db upgrade`
         assert catalog.last_event_id() == 41
         catalog.create_table("web.clicks", location=str(tmp_path / "c"), partition_keys=["ds"])

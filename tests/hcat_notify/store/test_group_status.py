@@ -78,16 +78,16 @@ def test_the_status_names_the_controller_the_owners_and_the_unassigned_buckets(
 
 
 def test_members_of_a_catalog_migrated_from_0010_get_the_default_timeout(
-    db_url: str, tmp_path: Path
+    empty_db_url: str, tmp_path: Path
 ):
     """A member row written before timeouts were recorded is judged by the default."""
     catalog_at(
-        db_url,
+        empty_db_url,
         "0010",
         "INSERT INTO hcat_relay_members (member_id, host, pid, started_at, heartbeat_at,"
         " events_per_second, backlog, topics, bucket_loads, oldest_unpublished, leaving)"
         " VALUES ('r1', 'host', 1, 0, 0, 0, 0, 0, '{}', NULL, false)",
     )
-    with Catalog.open(load_settings(home=tmp_path, db_url=db_url), upgrade=True) as catalog:
+    with Catalog.open(load_settings(home=tmp_path, db_url=empty_db_url), upgrade=True) as catalog:
         (member,) = catalog.group.status().members
     assert (member.member_id, member.session_timeout, member.alive) == ("r1", 3.0, False)

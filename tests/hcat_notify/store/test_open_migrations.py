@@ -39,33 +39,35 @@ def _revision(url: str) -> str | None:
         engine.dispose()
 
 
-def test_a_reader_never_migrates(db_url: str, tmp_path: Path) -> None:
-    _catalog_at(db_url, OLD)
-    settings = load_settings(home=tmp_path, db_url=db_url)
+def test_a_reader_never_migrates(empty_db_url: str, tmp_path: Path) -> None:
+    _catalog_at(empty_db_url, OLD)
+    settings = load_settings(home=tmp_path, db_url=empty_db_url)
     with pytest.raises(StoreError, match=f"revision {OLD}.*'hcat-notify db upgrade'"):
         Catalog.open(settings, upgrade=False)
-    assert _revision(db_url) == OLD
+    assert _revision(empty_db_url) == OLD
 
 
-def test_a_writer_migrates_a_sqlite_catalog_only(db_url: str, tmp_path: Path) -> None:
-    _catalog_at(db_url, OLD)
-    settings = load_settings(home=tmp_path, db_url=db_url)
-    if db_url.startswith("sqlite"):
+def test_a_writer_migrates_a_sqlite_catalog_only(empty_db_url: str, tmp_path: Path) -> None:
+    _catalog_at(empty_db_url, OLD)
+    settings = load_settings(home=tmp_path, db_url=empty_db_url)
+    if empty_db_url.startswith("sqlite"):
         Catalog.open(settings).close()
-        assert _revision(db_url) == SCHEMA_REVISION
+        assert _revision(empty_db_url) == SCHEMA_REVISION
         return
     with pytest.raises(StoreError, match="stop older processes, then run 'hcat-notify db"):
         Catalog.open(settings)
-    assert _revision(db_url) == OLD
+    assert _revision(empty_db_url) == OLD
     # The operator's explicit setting lets writers migrate it.
-    Catalog.open(load_settings(home=tmp_path, db_url=db_url, db_auto_upgrade=True)).close()
-    assert _revision(db_url) == SCHEMA_REVISION
+    Catalog.open(load_settings(home=tmp_path, db_url=empty_db_url, db_auto_upgrade=True)).close()
+    assert _revision(empty_db_url) == SCHEMA_REVISION
 
 
-def test_a_writer_creates_the_schema_of_an_empty_database(db_url: str, tmp_path: Path) -> None:
-    with Catalog.open(load_settings(home=tmp_path, db_url=db_url)) as catalog:
+def test_a_writer_creates_the_schema_of_an_empty_database(
+    empty_db_url: str, tmp_path: Path
+) -> None:
+    with Catalog.open(load_settings(home=tmp_path, db_url=empty_db_url)) as catalog:
         catalog.create_table("web.clicks", location="/data/clicks", partition_keys=["ds"])
-    assert _revision(db_url) == SCHEMA_REVISION
+    assert _revision(empty_db_url) == SCHEMA_REVISION
 
 
 def test_the_setting_reads_true_and_false_and_refuses_anything_else(tmp_path: Path) -> None:
