@@ -15,6 +15,12 @@ protocol, plus what it lacks at the edge of the server.
   request (an unreadable request line, an unknown method, the bounds above), instead
   of uvicorn's ``text/plain``. A timed-out request gets 408, a target too long 414, a
   head too large 431, an unknown method or a malformed request 400.
+* **A lingering close** after a refusal: the server half-closes (its answer, then end of
+  stream) and reads and drops what the client still sends, for at most
+  :data:`LINGER_SECONDS`, before it closes. Closing a socket with unread input resets
+  the connection, and a reset can destroy the answer before the client reads it: a
+  client still sending a 100 KB request target got a reset instead of its 414 (nginx's
+  ``lingering_close`` does the same).
 * **Long polls answered on shutdown**: as uvicorn begins to stop it asks each
   connection to close; the first such call also calls the application's drain
   (:data:`~hcat_notify.api.state.DRAIN_STATE_KEY`), so every waiting long poll answers
@@ -43,6 +49,7 @@ from hcat_notify.api.state import DRAIN_STATE_KEY
 __all__ = [
     "BODY_IDLE_TIMEOUT",
     "HEAD_TIMEOUT",
+    "LINGER_SECONDS",
     "MAX_HEAD_BYTES",
     "MAX_URL_BYTES",
     "ApiHttpProtocol",
@@ -58,6 +65,9 @@ MAX_HEAD_BYTES = 64 * 1024
 """The largest request line and headers taken together (a query string included)."""
 MAX_URL_BYTES = 60 * 1024
 """The longest request target (path and query); httptools parses none over 64 KiB."""
+LINGER_SECONDS = 2.0
+"""After a refusal, the longest the server reads and drops what the client still sends
+before it closes the connection."""
 
 
 class _RefusedError(Exception):
@@ -81,6 +91,7 @@ class ApiHttpProtocol(HttpToolsProtocol):
         self._head_bytes: int | None = 0  # None: the head is read, the body may follow
         self._body_pending = False
         self._field_bytes = 0  # of the headers parsed so far
+        self._lingering = False  # refused: what still comes is read and dropped
 
     # ------------------------------------------------------------------ timers
 
@@ -109,11 +120,13 @@ class ApiHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return  # the rest of a refused request
         if self._body_pending:
             self._arm(BODY_IDLE_TIMEOUT, _body_idle())
         super().data_received(data)
         # Counted once parsed: a chunk that completes the head may hold body bytes too.
-        if self._head_bytes is not None and not self.transport.is_closing():
+        if self._head_bytes is not None and not self._lingering:
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
                 self._refuse(431, f"the request line and headers are over {MAX_HEAD_BYTES:,} bytes")
@@ -175,9 +188,9 @@ class ApiHttpProtocol(HttpToolsProtocol):
     def _refuse(self, status: int, detail: str) -> None:
         """Answer ``status`` with a problem document, unless a response is under way,
         and close the connection; the application, if it runs, sees a disconnect."""
+        if self._lingering or self.transport.is_closing():
+            return  # answered already
         self._disarm()
-        if self.transport.is_closing():
-            return
         cycle = self.cycle
         running = cycle is not None and not cycle.response_complete
         if running:
@@ -187,7 +200,18 @@ class ApiHttpProtocol(HttpToolsProtocol):
         head = self._head_bytes is not None
         if not (cycle is not None and (cycle.response_started if not head else running)):
             self.transport.write(self._problem(status, detail))
-        self.transport.close()
+        self._linger()
+
+    def _linger(self) -> None:
+        """End the answer with end of stream, then read and drop the client's input for
+        at most :data:`LINGER_SECONDS` before closing (the module's docstring says why);
+        a client that closes its side ends it sooner."""
+        self._lingering = True
+        if not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        self.transport.write_eof()
+        self._timer = self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
     def _problem(self, status: int, detail: str) -> bytes:
         body = json.dumps(

@@ -136,6 +136,18 @@ def test_protocol_errors_are_problem_documents(api: ApiServer):
     assert httpx.get(f"{api.url}/healthz", timeout=30).status_code == 200
 
 
+def test_a_refused_request_still_being_sent_gets_its_answer_not_a_reset(api: ApiServer):
+    """A client that is still sending a request the server has refused (a 4 MB request
+    target, refused after 60 KiB) reads the 414, then the end of the stream: the server
+    reads and drops the rest before it closes. Closed with unread input, the connection
+    was reset, and the reset could destroy the answer (seen under load as a
+    ConnectionResetError in the test above)."""
+    for _ in range(3):
+        answer = _raw(api, b"GET /healthz?q=" + b"a" * 4_000_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        _problem(answer, 414, "request target")
+    assert httpx.get(f"{api.url}/healthz", timeout=30).status_code == 200
+
+
 def test_unknown_route_is_a_problem_document(api: ApiServer):
     """Point 11: a 404 without a domain error behind it names a class too."""
     problem = _problem(httpx.get(f"{api.url}/v2/tables", timeout=30), 404, "/v2/tables")
