@@ -30,6 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, MappedAsDataclass, mapped_column
 
 __all__ = [
+    "REFUSED_CONDITION",
     "Base",
     "CommitJournalRow",
     "EventCounterRow",
@@ -207,6 +208,10 @@ class SetStateRow(Base):
     due_at: Mapped[float | None] = mapped_column(Float, default=None)
 
 
+REFUSED_CONDITION = "attempts > 0 AND parked_at IS NULL AND dropped_at IS NULL"
+"""Outbox rows the broker refused that are still tried (not parked, not dropped)."""
+
+
 class OutboxRow(Base):
     """An event to publish, in the bucket of its topic.
 
@@ -226,6 +231,13 @@ class OutboxRow(Base):
             "event_id",
             sqlite_where=text("parked_at IS NOT NULL AND dropped_at IS NULL"),
             postgresql_where=text("parked_at IS NOT NULL AND dropped_at IS NULL"),
+        ),
+        # What the broker refused and the relay still tries (status, /metrics): rare rows.
+        Index(
+            "ix_hcat_outbox_refused",
+            "event_id",
+            sqlite_where=text(REFUSED_CONDITION),
+            postgresql_where=text(REFUSED_CONDITION),
         ),
     )
 
@@ -340,7 +352,11 @@ class TopicProgressRow(Base):
     """How far a topic is published (Hedwig's persistence info), fenced by epoch."""
 
     __tablename__ = "hcat_topic_progress"
-    __table_args__ = (Index("ix_hcat_topic_progress_bucket", "bucket"),)
+    __table_args__ = (
+        Index("ix_hcat_topic_progress_bucket", "bucket"),
+        # the topics published last, newest first (status)
+        Index("ix_hcat_topic_progress_updated", "updated_at"),
+    )
 
     topic: Mapped[str] = mapped_column(String(255), primary_key=True)
     bucket: Mapped[int] = mapped_column(Integer)

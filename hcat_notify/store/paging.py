@@ -1,0 +1,36 @@
+"""Reading a long listing page by page: each page a short read of its own, resumed
+after the last key of the previous one (a keyset page, never an offset)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
+
+__all__ = ["PAGE_SIZE", "pages"]
+
+T = TypeVar("T")
+
+PAGE_SIZE = 1000
+"""Rows per page of a listing the command line streams."""
+
+
+def pages(
+    read: Callable[[str | None, int], Sequence[T]],
+    key: Callable[[T], str],
+    size: int | None = None,
+) -> Iterator[list[T]]:
+    """The pages ``read(after, size)`` returns, ``after`` being ``key`` of the last item
+    of the previous page (None for the first), until a page comes back short;
+    ``size`` is :data:`PAGE_SIZE` unless given."""
+    if size is None:
+        size = PAGE_SIZE
+    if size < 1:
+        raise ValueError(f"page size must be at least 1, not {size}")
+    after: str | None = None
+    while True:
+        page = list(read(after, size))
+        if page:
+            yield page
+        if len(page) < size:
+            return
+        after = key(page[-1])
