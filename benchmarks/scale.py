@@ -1,0 +1,823 @@
+"""How each cost grows with the catalog: the same operation on a catalog grown through
+geometric sizes and on one kept at the smallest size, alternating, in the same run.
+
+Two catalogs on each backend (SQLite files; PostgreSQL databases of a private cluster
+from ``deploy/local/postgres.sh``, unless ``--backends sqlite``): the *grown* one is
+bulk-loaded to each size in turn, the *base* one stays at the smallest. At a size N the
+grown catalog holds one table ``scale.big`` (keys ds, region) with N partitions and N
+retained, published MARK_SET_DONEs (retention and outbox rows, as ``mark_set_done``
+writes them), N/100 other tables (at least 100, at most 100,000), each with its topic's
+progress row, and ``scale.small`` with 1,000 retained dones. Rows go in the way the
+store writes them (the same tables and columns, ids from the catalog's counter or
+sequence), by ``executemany`` on SQLite and ``COPY`` on PostgreSQL, in big transactions,
+then ``ANALYZE``; each relay bucket is marked published through the last event, as a
+running relay leaves it.
+
+At each size every cost is measured on both catalogs, base then grown, for 3 rounds
+(``--rounds``); a figure is the median of the rounds' statistic (p99 where the row says
+so, else the median call). Printed: per size, grown / base (the ratio to the smallest
+size, same rounds), and per cost the figures at every size, the fitted exponent k (least
+squares of log cost on log N: cost ~ N^k) and the verdict: flat when the ratio at the
+largest size is at most 1.5. A PNG of the curves goes next to the record
+(``--chart``; matplotlib, the ``benchmarks`` extra).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+from _support import (
+    HOST,
+    Broker,
+    Row,
+    analyze,
+    bulk_dones,
+    drop_workdir,
+    footer,
+    free_port,
+    free_ports,
+    load_text,
+    log,
+    machine_line,
+    make_settings,
+    parser,
+    percentile,
+    postgres,
+    print_table,
+    run_main,
+    stop_on_sigterm,
+    table_id,
+)
+from sqlalchemy import URL, create_engine, make_url, text
+
+from hcat_notify.cli import main as cli_main
+from hcat_notify.config import Settings
+from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
+from hcat_notify.model.wire import build_mark_set_done
+from hcat_notify.store import Catalog, NewPartition
+from hcat_notify.store.event_ids import allocate_event_ids
+from hcat_notify.store.event_rows import OUTBOX_COLUMNS, RETENTION_COLUMNS
+from hcat_notify.writer import send_mark_set_done
+
+BIG = "scale.big"
+SMALL = "scale.small"
+SMALL_DONES = 1_000
+REGIONS = 1_000
+FIRST_DAY = datetime(2000, 1, 1, tzinfo=UTC)
+FLAT = 1.5
+SIZES = (10_000, 100_000, 1_000_000, 10_000_000)
+POSTGRESQL_SIZES = (10_000, 100_000, 1_000_000)  # 10^7 on both would not fit 30 minutes
+QUICK_SIZES = (1_000, 4_000)
+LOAD_CHUNK = 50_000
+READER = ("hcat-reader", "hcat-reader-dev")
+
+
+def tables_at(size: int) -> int:
+    return max(100, min(100_000, size // 100))
+
+
+def day(index: int) -> str:
+    return (FIRST_DAY + timedelta(days=index)).strftime("%Y%m%d")
+
+
+def spec_of(n: int) -> tuple[str, str]:
+    return day(n // REGIONS), f"r{n % REGIONS:03d}"
+
+
+# --------------------------------------------------------------------------- bulk load
+
+
+def sqlite_time(value: datetime) -> str:
+    """How the catalog stores a UTC datetime in SQLite (naive, microseconds)."""
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+
+
+class Loader:
+    """Rows into one catalog database, in the columns the store writes, fast."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.sqlite = url.startswith("sqlite")
+        self.engine = create_engine(url)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def time(self, value: datetime) -> Any:
+        return sqlite_time(value) if self.sqlite else value
+
+    def put(
+        self, conn: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        raw = conn.connection.driver_connection
+        if self.sqlite:
+            marks = ", ".join("?" * len(columns))
+            raw.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
+            return
+        with raw.cursor().copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    def ids(self, conn: Any, count: int) -> list[int]:
+        return allocate_event_ids(conn, count)
+
+
+def _template(info: Any, now: datetime) -> tuple[str, str]:
+    """The headers (as JSON text) and body of a MARK_SET_DONE of ``scale.big``, with
+    markers where the event id and the spec's values go."""
+    message = build_mark_set_done(
+        event_id=987654321987,
+        table=info.name,
+        topic=info.topic,
+        spec=PartitionSpec.from_mapping({"ds": "DSDSDSDS", "region": "RGRG"}),
+        timestamp=int(now.timestamp()),
+    )
+    return json.dumps(dict(message.headers)), message.body
+
+
+def _fill(template: str, event_id: int, ds: str, region: str) -> str:
+    return (
+        template.replace("987654321987", str(event_id))
+        .replace("DSDSDSDS", ds)
+        .replace("RGRG", region)
+    )
+
+
+@dataclass
+class Grown:
+    """What a catalog holds so far."""
+
+    url: str
+    partitions: int = 0
+    tables: int = 0
+    info: Any = None
+    big_id: int = 0
+    proto: dict[str, Any] = field(default_factory=dict)
+
+
+def prepare(settings: Settings) -> Grown:
+    """The two tables every catalog starts with, registered the ordinary way."""
+    with Catalog.open(settings) as catalog:
+        catalog.create_table(BIG, location="/data/scale/big", partition_keys=["ds", "region"])
+        catalog.create_table(SMALL, location="/data/scale/small", partition_keys=["ds"])
+        info = catalog.get_table(BIG)
+        small = catalog.get_table(SMALL)
+    bulk_dones(
+        settings.database_url, small, ({"ds": day(n)} for n in range(SMALL_DONES)), published=True
+    )
+    grown = Grown(settings.database_url, info=info)
+    engine = create_engine(settings.database_url)
+    try:
+        grown.big_id = table_id(engine, BIG)
+        with engine.connect() as conn:
+            row = conn.execute(text("SELECT * FROM hcat_tables WHERE table_name = 'small'")).one()
+            grown.proto = {k: v for k, v in row._mapping.items() if k != "id"}
+    finally:
+        engine.dispose()
+    return grown
+
+
+def grow(grown: Grown, size: int) -> float:
+    """Bulk-load ``grown`` up to ``size``; the seconds it took."""
+    started = time.perf_counter()
+    loader = Loader(grown.url)
+    now = datetime.now(UTC)
+    info = grown.info
+    headers_t, body_t = _template(info, now)
+    bucket = topic_bucket(info.topic, DEFAULT_BUCKETS)
+    expires = loader.time(now + timedelta(days=365))
+    at = loader.time(now)
+    try:
+        last_id = 0
+        while grown.partitions < size:
+            count = min(LOAD_CHUNK, size - grown.partitions)
+            first = grown.partitions
+            with loader.engine.begin() as conn:
+                ids = loader.ids(conn, count)
+                specs = [spec_of(n) for n in range(first, first + count)]
+                loader.put(
+                    conn,
+                    "hcat_partitions",
+                    (
+                        "table_id",
+                        "partition_values",
+                        "path_spec",
+                        "location",
+                        "job_id",
+                        "file_count",
+                        "total_bytes",
+                        "archived",
+                        "event_id",
+                        "created_at",
+                        "updated_at",
+                        "version",
+                    ),
+                    [
+                        (
+                            grown.big_id,
+                            json.dumps([ds, rg]),
+                            f"ds={ds}/region={rg}",
+                            f"/data/scale/big/ds={ds}/region={rg}",
+                            None,
+                            1,
+                            1000,
+                            False,
+                            None,
+                            at,
+                            at,
+                            1,
+                        )
+                        for ds, rg in specs
+                    ],
+                )
+                loader.put(
+                    conn,
+                    "hcat_mark_set_done",
+                    RETENTION_COLUMNS,
+                    [
+                        (
+                            eid,
+                            grown.big_id,
+                            f"ds={ds}/region={rg}",
+                            json.dumps({"ds": ds, "region": rg}),
+                            at,
+                            expires,
+                            1,
+                            "writer",
+                        )
+                        for eid, (ds, rg) in zip(ids, specs, strict=True)
+                    ],
+                )
+                loader.put(
+                    conn,
+                    "hcat_outbox",
+                    OUTBOX_COLUMNS,
+                    [
+                        (
+                            eid,
+                            info.topic,
+                            bucket,
+                            "MARK_SET_DONE",
+                            BIG,
+                            _fill(headers_t, eid, ds, rg),
+                            _fill(body_t, eid, ds, rg),
+                            at,
+                            0,
+                        )
+                        for eid, (ds, rg) in zip(ids, specs, strict=True)
+                    ],
+                )
+                last_id = ids[-1]
+            grown.partitions += count
+        wanted = tables_at(size)
+        if grown.tables < wanted:
+            with loader.engine.begin() as conn:
+                columns = list(grown.proto)
+                rows = []
+                progress = []
+                for n in range(grown.tables, wanted):
+                    values = dict(grown.proto)
+                    values.update(
+                        db_name=f"db{n % 100:02d}",
+                        table_name=f"t{n:06d}",
+                        location=f"/data/scale/t{n}",
+                        topic=f"hcat.scale.t{n:06d}",
+                    )
+                    rows.append(
+                        [
+                            json.dumps(values[c])
+                            if isinstance(values[c], dict | list)
+                            else loader.time(values[c])
+                            if isinstance(values[c], datetime)
+                            else values[c]
+                            for c in columns
+                        ]
+                    )
+                    progress.append(
+                        (
+                            f"hcat.scale.t{n:06d}",
+                            topic_bucket(f"hcat.scale.t{n:06d}", DEFAULT_BUCKETS),
+                            0,
+                            1,
+                            now.timestamp() - n,
+                        )
+                    )
+                loader.put(conn, "hcat_tables", columns, rows)
+                loader.put(
+                    conn,
+                    "hcat_topic_progress",
+                    ("topic", "bucket", "last_event_id", "epoch", "updated_at"),
+                    progress,
+                )
+            grown.tables = wanted
+        with loader.engine.begin() as conn:
+            if last_id:
+                conn.execute(
+                    text("DELETE FROM hcat_topic_progress WHERE topic = :t"), {"t": info.topic}
+                )
+                conn.execute(
+                    text(
+                        "INSERT INTO hcat_topic_progress (topic, bucket, last_event_id, epoch,"
+                        " updated_at) VALUES (:t, :b, :e, 1, :u)"
+                    ),
+                    {"t": info.topic, "b": bucket, "e": last_id, "u": now.timestamp()},
+                )
+            top = conn.execute(text("SELECT max(event_id) FROM hcat_outbox")).scalar_one()
+            conn.execute(text("UPDATE hcat_relay_buckets SET published_through = :e"), {"e": top})
+        analyze(loader.engine)
+    finally:
+        loader.close()
+    return time.perf_counter() - started
+
+
+# --------------------------------------------------------------------------- the costs
+
+
+class _Head(io.StringIO):
+    """A stdout that breaks after ``lines`` lines, as ``| head -N`` does."""
+
+    def __init__(self, lines: int) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def write(self, s: str) -> int:
+        if self.getvalue().count("\n") >= self.lines:
+            raise BrokenPipeError
+        return super().write(s)
+
+
+def cli(url: str, *args: str, head: int | None = None) -> str:
+    """``hcat-notify --db-url URL ARGS`` in this process (``| head -N`` with ``head``)."""
+    out = _Head(head) if head is not None else io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli_main(["--db-url", url, *args])
+    if code not in (0, 141):
+        raise RuntimeError(f"hcat-notify {' '.join(args)} exited {code}: {out.getvalue()[-500:]}")
+    return out.getvalue()
+
+
+@dataclass
+class Target:
+    """One catalog, as the costs reach it."""
+
+    settings: Settings
+    catalog: Catalog
+    api: str
+    http: httpx.Client
+    rng: random.Random
+    partitions: int = 0
+    written: int = 0
+
+    @property
+    def url(self) -> str:
+        return self.settings.database_url
+
+
+def _times(call: Callable[[], object], n: int) -> list[float]:
+    found = []
+    for _ in range(n):
+        started = time.perf_counter()
+        call()
+        found.append(time.perf_counter() - started)
+    return found
+
+
+def _covering(t: Target, n: int) -> list[float]:
+    found = []
+    for i in range(n):
+        k = t.rng.randrange(t.partitions)
+        ds, rg = spec_of(k)
+        spec = {"ds": ds, "region": rg} if i % 2 == 0 else {"ds": "19990101", "region": rg}
+        started = time.perf_counter()
+        done = t.catalog.find_covering_done(BIG, spec)
+        found.append(time.perf_counter() - started)
+        if (done is None) == (i % 2 == 0):
+            raise RuntimeError(f"find_covering_done({spec}) answered {done}")
+    return found
+
+
+def _api_done(t: Target, n: int) -> list[float]:
+    found = []
+    for _ in range(n):
+        ds, rg = spec_of(t.rng.randrange(t.partitions))
+        started = time.perf_counter()
+        answer = t.http.get(f"{t.api}/v1/tables/{BIG}/done", params={"ds": ds, "region": rg})
+        found.append(time.perf_counter() - started)
+        if answer.status_code != 200:
+            raise RuntimeError(f"GET done: {answer.status_code} {answer.text[:200]}")
+    return found
+
+
+def _get(t: Target, path: str, ok: Sequence[int] = (200,)) -> Callable[[], object]:
+    def call() -> None:
+        answer = t.http.get(t.api + path)
+        if answer.status_code not in ok:
+            raise RuntimeError(f"GET {path}: {answer.status_code} {answer.text[:200]}")
+
+    return call
+
+
+def _send(t: Target, n: int) -> list[float]:
+    found = []
+    for _ in range(n):
+        t.written += 1
+        spec = {"ds": day(90_000 + t.written), "region": "r000"}
+        started = time.perf_counter()
+        send_mark_set_done(BIG, spec, settings=t.settings)
+        found.append(time.perf_counter() - started)
+    return found
+
+
+def _add(t: Target, n: int) -> list[float]:
+    found = []
+    for _ in range(n):
+        t.written += 1
+        ds = day(90_000 + t.written)
+        part = NewPartition({"ds": ds, "region": "r001"}, f"/data/scale/big/ds={ds}/region=r001")
+        started = time.perf_counter()
+        t.catalog.add_partitions(BIG, [part])
+        found.append(time.perf_counter() - started)
+    return found
+
+
+def _catch_up(t: Target) -> None:
+    events = t.catalog.catch_up([SMALL])
+    if len(events) != SMALL_DONES:
+        raise RuntimeError(f"catch-up of {SMALL}: {len(events)} events, not {SMALL_DONES}")
+
+
+def first_names(tables: int, count: int) -> list[str]:
+    """The first ``count`` table names by name in a catalog grown to ``tables``."""
+    names = [f"db{n % 100:02d}.t{n:06d}" for n in range(tables)] + [BIG, SMALL]
+    return sorted(names, key=lambda name: tuple(name.split(".")))[:count]
+
+
+def verify(t: Target, tables: int) -> str:
+    """The paged answers are the right ones (not timed)."""
+    listed = [line.split("\t")[0] for line in cli(t.url, "table", "list", head=20).splitlines()]
+    if listed[:20] != first_names(tables, 20):
+        raise RuntimeError(f"table list | head -20 listed {listed[:20]}")
+    page = t.http.get(f"{t.api}/v1/tables", params={"limit": 100}).json()
+    names = [item["name"] for item in page["tables"]]
+    if names != first_names(tables, 100) or page["next"] != names[-1]:
+        raise RuntimeError(f"GET /v1/tables?limit=100: {names[:5]}... next {page['next']}")
+    lines = cli(t.url, "partitions", "list", BIG, head=20).splitlines()
+    wanted = ["ds={}/region={}".format(*spec_of(n)) for n in range(20)]
+    if [line.split("\t")[0] for line in lines[:20]] != wanted:
+        raise RuntimeError(f"partitions list | head -20 listed {lines[:3]}...")
+    shown = json.loads(cli(t.url, "table", "show", BIG, "-o", "json"))
+    if shown["table"] != BIG:
+        raise RuntimeError(f"table show {BIG}: {shown}")
+    return "table list | head -20, GET /v1/tables?limit=100, partitions list | head -20, table show"
+
+
+@dataclass(frozen=True)
+class Cost:
+    name: str
+    statistic: str  # "p99" or "median"
+    measure: Callable[[Target, bool], list[float]]
+
+
+def _repeat(
+    call: Callable[[Target], object], n: int, quick_n: int
+) -> Callable[[Target, bool], list[float]]:
+    return lambda t, quick: _times(lambda: call(t), quick_n if quick else n)
+
+
+COSTS = (
+    Cost("find_covering_done", "p99", lambda t, q: _covering(t, 50 if q else 1000)),
+    Cost("API GET .../done", "p99", lambda t, q: _api_done(t, 30 if q else 500)),
+    Cost(
+        "table list | head -20",
+        "median",
+        _repeat(lambda t: cli(t.url, "table", "list", head=20), 9, 1),
+    ),
+    Cost(
+        "GET /v1/tables?limit=100",
+        "median",
+        _repeat(lambda t: _get(t, "/v1/tables?limit=100")(), 15, 1),
+    ),
+    Cost(
+        "partitions list | head -20",
+        "median",
+        _repeat(lambda t: cli(t.url, "partitions", "list", BIG, head=20), 9, 1),
+    ),
+    Cost("table show", "median", _repeat(lambda t: cli(t.url, "table", "show", BIG), 9, 1)),
+    Cost("status", "median", _repeat(lambda t: cli(t.url, "status"), 9, 1)),
+    Cost("GET / (status page)", "median", _repeat(lambda t: _get(t, "/")(), 9, 1)),
+    Cost("GET /metrics", "median", _repeat(lambda t: _get(t, "/metrics")(), 15, 1)),
+    Cost("GET /readyz", "median", _repeat(lambda t: _get(t, "/readyz", (200, 503))(), 15, 1)),
+    Cost("send_mark_set_done", "median", lambda t, q: _send(t, 3 if q else 50)),
+    Cost("partitions add (one)", "median", lambda t, q: _add(t, 3 if q else 50)),
+    Cost("catch-up of 1,000 dones", "median", _repeat(_catch_up, 9, 1)),
+)
+
+
+def statistic(values: list[float], which: str) -> float:
+    return percentile(values, 99) if which == "p99" else statistics.median(values)
+
+
+# --------------------------------------------------------------------------- servers
+
+
+def serve(workdir: Path, settings: Settings, name: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A real ``hcat-notify serve`` on the catalog (one worker)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
+    env.update(
+        HCAT_NOTIFY_HOME=str(workdir),
+        HCAT_NOTIFY_DB_URL=settings.database_url,
+        HCAT_NOTIFY_BROKER_URL=settings.broker_url,
+        HCAT_NOTIFY_WAREHOUSE_ROOTS=f"{workdir},/data",
+    )
+    out = (workdir / f"serve-{name}.log").open("wb")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("hcat-notify")), "serve", "--port", str(port)],
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://{HOST}:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return proc, url
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"serve did not start: {(workdir / f'serve-{name}.log').read_text()}")
+
+
+@contextlib.contextmanager
+def _admin(server: URL) -> Iterator[Any]:
+    engine = create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
+# --------------------------------------------------------------------------- a backend
+
+
+@dataclass
+class Curve:
+    cost: Cost
+    sizes: list[int] = field(default_factory=list)
+    grown: list[float] = field(default_factory=list)  # median of the rounds' statistic
+    base: list[float] = field(default_factory=list)
+
+    def ratio(self, i: int) -> float:
+        return self.grown[i] / self.base[i] if self.base[i] else math.nan
+
+    def row(self, metric: str, rounds: int | None = None) -> Row:
+        """The figure at the largest size so far beside the smallest's, in ms."""
+        return Row(
+            metric,
+            self.grown[-1] * 1000,
+            self.base[-1] * 1000,
+            unit="ms",
+            target=("<=", FLAT),
+            check="ratio",
+            digits=2,
+            rounds=rounds,
+        )
+
+    def exponent(self) -> float:
+        xs = [math.log(s) for s in self.sizes]
+        ys = [math.log(max(g, 1e-9)) for g in self.grown]
+        if len(xs) < 2:
+            return math.nan
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        den = sum((x - mx) ** 2 for x in xs)
+        return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den
+
+
+def run_backend(
+    backend: str,
+    urls: tuple[str, str],
+    workdir: Path,
+    broker_url: str,
+    sizes: Sequence[int],
+    rounds: int,
+    quick: bool,
+) -> list[Curve]:
+    settings = {
+        role: make_settings(workdir / f"{backend}-{role}", broker_url, url)
+        for role, url in zip(("base", "grown"), urls, strict=True)
+    }
+    state = {role: prepare(s) for role, s in settings.items()}
+    seconds = grow(state["base"], sizes[0])
+    log(f"{backend}: base catalog at {sizes[0]:,} in {seconds:.1f} s")
+    servers = {role: serve(workdir, s, f"{backend}-{role}") for role, s in settings.items()}
+    curves = [Curve(cost) for cost in COSTS]
+    targets: dict[str, Target] = {}
+    try:
+        for role, s in settings.items():
+            targets[role] = Target(
+                s,
+                Catalog.open(s),
+                servers[role][1],
+                httpx.Client(auth=READER, timeout=60),
+                random.Random(7),
+            )
+            targets[role].partitions = sizes[0]
+        for size in sizes:
+            seconds = grow(state["grown"], size)
+            targets["grown"].partitions = size
+            log(
+                f"{backend}: grown catalog at {size:,} ({tables_at(size):,} tables) "
+                f"loaded in {seconds:.1f} s; {load_text()}"
+            )
+            checked = verify(targets["grown"], tables_at(size))
+            print(f"# {backend} N = {size:,}: checked {checked}", flush=True)
+            for curve in curves:
+                figures: dict[str, list[float]] = {"base": [], "grown": []}
+                if not quick:  # warm both: caches, plans
+                    curve.cost.measure(targets["base"], True)
+                    curve.cost.measure(targets["grown"], True)
+                for _ in range(rounds):
+                    for role in ("base", "grown"):
+                        values = curve.cost.measure(targets[role], quick)
+                        figures[role].append(statistic(values, curve.cost.statistic))
+                curve.sizes.append(size)
+                curve.base.append(statistics.median(figures["base"]))
+                curve.grown.append(statistics.median(figures["grown"]))
+            print_table(
+                f"{backend}, N = {size:,} partitions and retained dones in {BIG}, "
+                f"{tables_at(size):,} tables and topics: grown catalog vs the smallest",
+                [c.row(f"{c.cost.name} ({c.cost.statistic})", rounds) for c in curves],
+                [
+                    f"reference: the same operation on the catalog kept at {sizes[0]:,}, "
+                    f"rounds alternating; {load_text()}"
+                ],
+            )
+    finally:
+        for t in targets.values():
+            t.http.close()
+            t.catalog.close()
+        for proc, _ in servers.values():
+            proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(30)
+            if proc.poll() is None:
+                proc.kill()
+    return curves
+
+
+def summary(backend: str, curves: list[Curve]) -> None:
+    sizes = curves[0].sizes
+    rows = []
+    for c in curves:
+        at = ", ".join(f"{g * 1000:.2f}" for g in c.grown)
+        ratios = ", ".join(f"{c.ratio(i):.2f}" for i in range(len(sizes)))
+        rows.append(
+            c.row(
+                f"{c.cost.name} ({c.cost.statistic}) ms at each N: {at}; ratios {ratios}; "
+                f"k = {c.exponent():.3f}"
+            )
+        )
+    print_table(
+        f"{backend}: how each cost grows, N = {', '.join(f'{s:,}' for s in sizes)} "
+        "(flat: <= 1.5 x the smallest at the largest N)",
+        rows,
+        ["k: the fitted exponent, cost ~ N^k (0: flat, 1: linear)"],
+    )
+
+
+def chart(path: Path, results: dict[str, list[Curve]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(7 * len(results), 6), squeeze=False)
+    for ax, (backend, curves) in zip(axes[0], results.items(), strict=True):
+        for c in curves:
+            ax.plot(c.sizes, [g * 1000 for g in c.grown], marker="o", label=c.cost.name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("N (partitions and retained dones in one table; tables = N/100)")
+        ax.set_ylabel("ms (p99 or median call)")
+        ax.set_title(f"hcat-notify: cost against catalog size, {backend}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"# chart: {path}")
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--sizes", help="comma-separated N, e.g. 10000,100000,1000000 (SQLite)")
+    p.add_argument(
+        "--postgresql-sizes", help="the same for PostgreSQL (default: up to 10^6; --quick: --sizes)"
+    )
+    p.add_argument("--backends", default="sqlite,postgresql", help="sqlite, postgresql or both")
+    p.add_argument(
+        "--postgresql-admin-url",
+        help="a running PostgreSQL server's admin URL: two databases are created there "
+        "(and dropped at the end) instead of starting a private cluster",
+    )
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--chart", type=Path, default=None, help="the PNG (default: next to the record)")
+    args = p.parse_args()
+
+    def parse(given: str | None, default: Sequence[int]) -> list[int]:
+        return [int(float(s)) for s in given.split(",")] if given else list(default)
+
+    sizes = parse(args.sizes, QUICK_SIZES if args.quick else SIZES)
+    sizes_of = {
+        "sqlite": sizes,
+        "postgresql": parse(
+            args.postgresql_sizes, sizes if args.quick or args.sizes else POSTGRESQL_SIZES
+        ),
+    }
+    rounds = 1 if args.quick and args.rounds == 3 else args.rounds
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    stop_on_sigterm()
+    workdir = Path(tempfile.mkdtemp(prefix="hcat-bench-scale-"))
+    print(f"# how cost grows{' (--quick)' if args.quick else ''}: {rounds} rounds")
+    print(f"# {machine_line()}")
+    # --quick runs without a broker (/readyz then answers 503 at once: a closed port)
+    broker = None if args.quick else Broker(workdir, *free_ports(2))
+    broker_url = f"stomp://{HOST}:{free_port()}" if broker is None else broker.url
+    pg_port = free_port()
+    own_pg = False
+    pg_databases: tuple[URL, tuple[str, ...]] | None = None
+    results: dict[str, list[Curve]] = {}
+    try:
+        if broker is not None:
+            broker.start()
+        for backend in backends:
+            if backend == "sqlite":
+                urls = (f"sqlite:///{workdir}/base.db", f"sqlite:///{workdir}/grown.db")
+            elif backend == "postgresql":
+                if args.postgresql_admin_url is None:
+                    postgres(workdir, pg_port, "start")
+                    own_pg = True
+                server = make_url(
+                    args.postgresql_admin_url
+                    or f"postgresql+psycopg://postgres@{HOST}:{pg_port}/postgres"
+                )
+                names = tuple(f"scale_{role}_{uuid.uuid4().hex[:8]}" for role in ("base", "grown"))
+                pg_databases = (server, names)
+                with _admin(server) as conn:
+                    for name in names:
+                        conn.execute(text(f"CREATE DATABASE {name}"))
+                urls = tuple(  # type: ignore[assignment]
+                    server.set(database=name).render_as_string(hide_password=False)
+                    for name in names
+                )
+            else:
+                raise SystemExit(f"unknown backend {backend!r}")
+            at = sizes_of[backend]
+            print(f"# {backend}: {urls[1]} grown, {urls[0]} kept at {at[0]:,}; sizes {at}")
+            results[backend] = run_backend(
+                backend, urls, workdir, broker_url, at, rounds, args.quick
+            )
+            summary(backend, results[backend])
+            for path in workdir.glob("*.db*"):  # the SQLite catalogs: gigabytes at 10^7
+                path.unlink()
+    finally:
+        if broker is not None:
+            broker.stop()
+        if own_pg:
+            postgres(workdir, pg_port, "destroy")
+        elif pg_databases is not None:
+            with _admin(pg_databases[0]) as conn:
+                for name in pg_databases[1]:
+                    conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        drop_workdir(workdir, keep=args.keep)
+    if results:
+        where = args.chart or (
+            (args.results if not args.no_results else Path(tempfile.gettempdir())) / "scale.png"
+        )
+        chart(where, results)
+    footer()
+
+
+if __name__ == "__main__":
+    run_main(main)
