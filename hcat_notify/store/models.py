@@ -94,7 +94,16 @@ class TableRow(Base):
     """A registered partitioned table."""
 
     __tablename__ = "hcat_tables"
-    __table_args__ = (UniqueConstraint("db_name", "table_name"),)
+    __table_args__ = (
+        UniqueConstraint("db_name", "table_name"),
+        # the tables with a completeness rule (/metrics), few among many
+        Index(
+            "ix_hcat_tables_with_rule",
+            "id",
+            sqlite_where=text("rule_version IS NOT NULL"),
+            postgresql_where=text("rule_version IS NOT NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, init=False)
     db_name: Mapped[str] = mapped_column(String(128))

@@ -209,13 +209,16 @@ def test_a_tables_page_resumes_after_a_name(catalog: Catalog, db_url: str):
 
 
 @SQLITE
-def test_the_first_page_of_tables_costs_the_same_at_50_and_2000_tables(
+def test_the_first_page_of_tables_and_the_rule_figures_cost_the_same_at_50_and_2000_tables(
     catalog: Catalog, db_url: str
 ):
     _more_tables(catalog, db_url, "m", 50)
     small = _work(lambda: catalog.list_tables(limit=20))
+    small_figures = _work(catalog.sets.figures)  # /metrics: the tables with a rule
     _more_tables(catalog, db_url, "z", 2000)
     large = _work(lambda: catalog.list_tables(limit=20))
+    large_figures = _work(catalog.sets.figures)
+    assert large_figures <= FLAT * small_figures + 2, (small_figures, large_figures)
     deep = _work(lambda: catalog.list_tables(after="z.t001500", limit=20))
     assert large <= FLAT * small + 2, (small, large)
     assert deep <= FLAT * small + 2, (small, deep)
