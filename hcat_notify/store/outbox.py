@@ -201,21 +201,37 @@ def events(tx: Tx, *, after_event_id: int = 0, limit: int = 500) -> list[OutboxE
 def outbox_backlog(tx: Tx) -> tuple[int, datetime | None]:
     """(number of events waiting to be published, creation time of the oldest).
 
-    Parked events are not waiting: :func:`refused_events` lists them.
+    Parked events are not waiting: :func:`refused_events` lists them. Read bucket by
+    bucket (a correlated count per bucket, each a range of ``ix_hcat_outbox_bucket_event``
+    past what the bucket certainly published), so that the cost is the backlog's, not
+    the outbox's: joined, the planners scan the whole outbox.
     """
-    count, oldest = tx.session.execute(
-        select(func.count(OutboxRow.event_id), func.min(OutboxRow.created_at))
-        .join(RelayBucketRow, RelayBucketRow.bucket == OutboxRow.bucket)
-        .where(
-            # each bucket's range past what is certainly published, then per topic
-            OutboxRow.event_id > RelayBucketRow.published_through,
-            OutboxRow.parked_at.is_(None),
-            unpublished_filter(),
-        )
-    ).one()
+    waiting = (
+        OutboxRow.bucket == RelayBucketRow.bucket,
+        # each bucket's range past what is certainly published, then per topic
+        OutboxRow.event_id > RelayBucketRow.published_through,
+        OutboxRow.parked_at.is_(None),
+        unpublished_filter(),
+    )
+    count = (
+        select(func.count(OutboxRow.event_id))
+        .where(*waiting)
+        .correlate(RelayBucketRow)
+        .scalar_subquery()
+    )
+    first = (
+        select(func.min(OutboxRow.created_at))
+        .where(*waiting)
+        .correlate(RelayBucketRow)
+        .scalar_subquery()
+    )
+    rows = tx.session.execute(select(count, first).select_from(RelayBucketRow)).all()
+    total = sum(int(row[0]) for row in rows)
+    times = [row[1] for row in rows if row[1] is not None]
+    oldest = min(times) if times else None
     if oldest is not None and oldest.tzinfo is None:
         oldest = oldest.replace(tzinfo=UTC)
-    return int(count), oldest
+    return total, oldest
 
 
 def last_published_by_topic(tx: Tx, limit: int | None = None) -> dict[str, datetime]:
