@@ -205,6 +205,12 @@ def test_partitions_list_streams_pages_in_path_order(
     monkeypatch.setattr(paging_module, "PAGE_SIZE", 7)
     pages = list(catalog.partitions.pages("web.p"))
     assert [len(page) for page in pages] == [7] * 6 + [5]
+    monkeypatch.setattr(paging_module, "FIRST_PAGE", 2)  # then twice as many, up to 7
+    pages = list(catalog.partitions.pages("web.p"))
+    assert [len(page) for page in pages] == [2, 4, 7, 7, 7, 7, 7, 6]
+    assert [p.spec for page in pages for p in page] == [
+        p.spec for p in catalog.list_partitions("web.p")
+    ]
     assert main(["--db-url", db_url, "partitions", "list", "web.p", "r=r3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("\t")[0] for line in lines] == [f"ds=d{n:02d}/r=r3" for n in range(9)]
