@@ -720,8 +720,16 @@ def chart(path: Path, results: dict[str, list[Curve]]) -> None:
 
     fig, axes = plt.subplots(1, len(results), figsize=(7 * len(results), 6), squeeze=False)
     for ax, (backend, curves) in zip(axes[0], results.items(), strict=True):
-        for c in curves:
-            ax.plot(c.sizes, [g * 1000 for g in c.grown], marker="o", label=c.cost.name)
+        colours = plt.get_cmap("tab20").colors
+        for i, c in enumerate(curves):
+            ax.plot(
+                c.sizes,
+                [g * 1000 for g in c.grown],
+                marker="osD^v<>"[i % 7],
+                linestyle="-" if i % 2 == 0 else "--",
+                color=colours[i % len(colours)],
+                label=f"{c.cost.name} ({c.cost.statistic})",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("N (partitions and retained dones in one table; tables = N/100)")
