@@ -718,25 +718,31 @@ def chart(path: Path, results: dict[str, list[Curve]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(7 * len(results), 6), squeeze=False)
-    for ax, (backend, curves) in zip(axes[0], results.items(), strict=True):
-        colours = plt.get_cmap("tab20").colors
+    fig, axes = plt.subplots(
+        2, len(results), figsize=(7 * len(results), 11), squeeze=False, sharex="col"
+    )
+    colours = plt.get_cmap("tab20").colors
+    for column, (backend, curves) in enumerate(results.items()):
+        top, bottom = axes[0][column], axes[1][column]
         for i, c in enumerate(curves):
-            ax.plot(
-                c.sizes,
-                [g * 1000 for g in c.grown],
-                marker="osD^v<>"[i % 7],
-                linestyle="-" if i % 2 == 0 else "--",
-                color=colours[i % len(colours)],
-                label=f"{c.cost.name} ({c.cost.statistic})",
-            )
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("N (partitions and retained dones in one table; tables = N/100)")
-        ax.set_ylabel("ms (p99 or median call)")
-        ax.set_title(f"hcat-notify: cost against catalog size, {backend}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+            style = {
+                "marker": "osD^v<>"[i % 7],
+                "linestyle": "-" if i % 2 == 0 else "--",
+                "color": colours[i % len(colours)],
+                "label": f"{c.cost.name} ({c.cost.statistic})",
+            }
+            top.plot(c.sizes, [g * 1000 for g in c.grown], **style)
+            bottom.plot(c.sizes, [c.ratio(n) for n in range(len(c.sizes))], **style)
+        bottom.axhline(FLAT, color="grey", linestyle=":", label=f"flat: {FLAT} x the smallest")
+        for ax in (top, bottom):
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.grid(True, which="both", alpha=0.3)
+        top.set_ylabel("ms (p99 or median call)")
+        top.set_title(f"hcat-notify: cost against catalog size, {backend}")
+        top.legend(fontsize=7)
+        bottom.set_ylabel("cost / the same at the smallest size, same rounds")
+        bottom.set_xlabel("N (partitions and retained dones in one table; tables = N/100)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
