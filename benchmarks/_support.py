@@ -54,6 +54,7 @@ from hcat_notify.store.models import (
 REPO_DIR = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_DIR / "benchmarks" / "results"
 BROKER_SCRIPT = REPO_DIR / "deploy" / "local" / "activemq.sh"
+POSTGRES_SCRIPT = REPO_DIR / "deploy" / "local" / "postgres.sh"
 HOST = "127.0.0.1"
 PUBLISHER = ("hcat-publisher", "hcat-publisher-dev")
 READER = ("hcat-reader", "hcat-reader-dev")
@@ -178,6 +179,23 @@ class Broker:
 
     def status(self) -> str:
         return self._script("status", timeout=30).stdout.strip()
+
+
+def postgres(home: Path, port: int, command: str) -> str:
+    """``deploy/local/postgres.sh COMMAND`` for a private cluster under ``home``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
+    env.update(HCAT_NOTIFY_HOME=str(home), HCAT_NOTIFY_PG_PORT=str(port))
+    result = subprocess.run(
+        ["bash", str(POSTGRES_SCRIPT), command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"postgres.sh {command}: {result.stdout}{result.stderr}")
+    return result.stdout
 
 
 def log(message: str) -> None:

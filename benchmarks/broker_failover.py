@@ -42,7 +42,6 @@ from pathlib import Path
 from _support import (
     BROKER_SCRIPT,
     HOST,
-    REPO_DIR,
     Row,
     create_table,
     drop_workdir,
@@ -53,6 +52,7 @@ from _support import (
     make_settings,
     parser,
     percentiles,
+    postgres,
     print_table,
     run_main,
     stop_on_sigterm,
@@ -69,7 +69,6 @@ TARGET_RECEIPT_P99 = 5.0
 TARGET_CONSUMER_P99 = 8.0
 RATE = 50.0  # events/s from the producer
 WAIT = 60.0  # longest wait for anything in a round
-POSTGRES_SCRIPT = REPO_DIR / "deploy" / "local" / "postgres.sh"
 
 
 @dataclass
@@ -129,23 +128,6 @@ class Pair:
                     return number
             time.sleep(0.05)
         raise RuntimeError(f"no broker of the pair serves:\n{self.script('status')}")
-
-
-def postgres(home: Path, port: int, command: str) -> str:
-    """``deploy/local/postgres.sh COMMAND`` for a private cluster under ``home``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
-    env.update(HCAT_NOTIFY_HOME=str(home), HCAT_NOTIFY_PG_PORT=str(port))
-    result = subprocess.run(
-        ["bash", str(POSTGRES_SCRIPT), command],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"postgres.sh {command}: {result.stdout}{result.stderr}")
-    return result.stdout
 
 
 def listening(port: int) -> bool:

@@ -11,7 +11,15 @@ sending the same N bodies with the same headers (``amq-msg-type: text``,
 with a receipt on each COMMIT. Rounds alternate relay and raw; best and median are
 reported. Between relay rounds the progress is reset (not timed).
 
-Targets (issue 9): relay/raw >= 0.9 at batch 500 and >= 0.8 at batch 2,000.
+The broker's own floor, same run, same broker (issue 31): a small Java producer on
+OpenWire (``benchmarks/java/OpenWireProducer.java``, compiled by this benchmark with
+``javac`` against ActiveMQ's jars: ``$ACTIVEMQ_HOME/lib`` or ``/usr/share/activemq/lib``)
+sending the same bodies with the HCAT_* headers as string properties, persistent, in JMS
+transactions of the same batch size (each COMMIT waits for the broker), timed in the JVM
+from connecting to the last COMMIT. Rounds alternate relay, stomp.py, Java.
+
+Targets (issue 31): relay/Java >= 0.9 at every batch size. The stomp.py rows are context
+(issue 9's targets: relay/raw >= 0.9 at batch 500 and >= 0.8 at batch 2,000).
 """
 
 from __future__ import annotations
@@ -20,12 +28,17 @@ import collections
 import contextlib
 import functools
 import itertools
+import os
+import shutil
 import statistics
+import subprocess
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from _support import (
+    HOST,
     PUBLISHER,
     BenchEnv,
     RawListener,
@@ -54,7 +67,9 @@ from hcat_notify.store import Catalog, OutboxEvent
 from hcat_notify.store.group import RelayGroup
 from hcat_notify.store.outbox_view import Outbox
 
-TARGETS = {500: 0.9, 2000: 0.8}
+TARGETS = {500: 0.9, 2000: 0.8}  # relay / stomp.py (issue 9)
+FLOOR_TARGET = 0.9  # relay / the Java OpenWire producer (issue 31)
+JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "OpenWireProducer.java"
 _tx_ids = itertools.count(1)
 
 
@@ -140,6 +155,80 @@ def raw_receipt_each(env: BenchEnv, events: Sequence[OutboxEvent]) -> float:
         return time.perf_counter() - started
     finally:
         raw_close(conn)
+
+
+def activemq_classpath() -> str:
+    """ActiveMQ's jars, as a class path wildcard."""
+    for root in (os.environ.get("ACTIVEMQ_HOME"), "/usr/share/activemq"):
+        if root and (Path(root) / "lib" / "activemq-client.jar").is_file():
+            return str(Path(root) / "lib" / "*")
+    raise RuntimeError("ActiveMQ's jars not found (set ACTIVEMQ_HOME)")
+
+
+class OpenWireFloor:
+    """The Java producer, started once with the events and sending them all on each
+    :meth:`run` (its JVM warms up over the rounds, as the broker does)."""
+
+    def __init__(self, env: BenchEnv, events: Sequence[OutboxEvent], batch: int) -> None:
+        javac, java = shutil.which("javac"), shutil.which("java")
+        if javac is None or java is None:
+            raise RuntimeError("javac and java are needed for the OpenWire floor")
+        classes = env.workdir / "java-classes"
+        classpath = activemq_classpath()
+        if not (classes / "OpenWireProducer.class").is_file():
+            subprocess.run(
+                [javac, "-d", str(classes), "-cp", classpath, str(JAVA_SOURCE)],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
+        lines = []
+        for event in events:
+            properties = "\x01".join(
+                f"{k}={v}" for k, v in event.headers.items() if k.isidentifier()
+            )
+            lines.append(f"{event.topic}\t{properties}\t{event.body}")
+        messages = env.workdir / f"openwire-{batch}.txt"
+        messages.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        self.process = subprocess.Popen(
+            [
+                java,
+                "-cp",
+                f"{classes}{os.pathsep}{classpath}",
+                "OpenWireProducer",
+                f"tcp://{HOST}:{env.broker.openwire_port}",
+                *PUBLISHER,
+                str(batch),
+                str(messages),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self._in, self._out = self.process.stdin, self.process.stdout
+        ready = self._out.readline()
+        if not ready.startswith("ready"):
+            raise RuntimeError(f"OpenWireProducer did not start: {ready!r}")
+
+    def run(self) -> float:
+        """Seconds to send every event (connect to the last COMMIT), measured in the JVM."""
+        self._in.write("go\n")
+        self._in.flush()
+        answer = self._out.readline()
+        if not answer.strip():
+            raise RuntimeError(f"OpenWireProducer failed (exit {self.process.poll()})")
+        return float(answer)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._in.close()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 def relay_drain(env: BenchEnv, config: RelayConfig, expected: int) -> float:
@@ -251,22 +340,53 @@ def main() -> None:
         for batch in batch_sizes:
             relay_times: list[float] = []
             raw_times: list[float] = []
-            for round_no in range(rounds):
-                if not relay_is_pending:
-                    reset_outbox(env.settings.database_url, first, last)
-                seconds = relay_drain(env, RelayConfig(batch_size=batch, freeze_heap=True), n)
-                relay_is_pending = False
-                relay_times.append(seconds)
-                raw = raw_transactions(env, events, batch)
-                raw_times.append(raw)
-                log(
-                    f"batch {batch} round {round_no + 1}: relay {n / seconds:,.0f}/s, "
-                    f"raw {n / raw:,.0f}/s"
-                )
+            java_times: list[float] = []
+            floor = OpenWireFloor(env, events, batch)
+            try:
+                floor.run()  # warm the JVM (not counted)
+                for round_no in range(rounds):
+                    if not relay_is_pending:
+                        reset_outbox(env.settings.database_url, first, last)
+                    config = RelayConfig(batch_size=batch, freeze_heap=True)
+                    seconds = relay_drain(env, config, n)
+                    relay_is_pending = False
+                    relay_times.append(seconds)
+                    raw = raw_transactions(env, events, batch)
+                    raw_times.append(raw)
+                    java = floor.run()
+                    java_times.append(java)
+                    log(
+                        f"batch {batch} round {round_no + 1}: relay {n / seconds:,.0f}/s, "
+                        f"raw {n / raw:,.0f}/s, Java OpenWire {n / java:,.0f}/s"
+                    )
+            finally:
+                floor.close()
+            rows.extend(
+                [
+                    Row(
+                        f"tx batch {batch}: events/s vs Java OpenWire, best",
+                        n / min(relay_times),
+                        n / min(java_times),
+                        unit="msg/s",
+                        target=(">=", FLOOR_TARGET),
+                        check="ratio",
+                        digits=0,
+                    ),
+                    Row(
+                        f"tx batch {batch}: events/s vs Java OpenWire, median",
+                        n / statistics.median(relay_times),
+                        n / statistics.median(java_times),
+                        unit="msg/s",
+                        target=(">=", FLOOR_TARGET),
+                        check="ratio",
+                        digits=0,
+                    ),
+                ]
+            )
             target = TARGETS.get(batch)
             rows.append(
                 Row(
-                    f"tx batch {batch}: events/s, best",
+                    f"tx batch {batch}: events/s vs stomp.py (context), best",
                     n / min(relay_times),
                     n / min(raw_times),
                     unit="msg/s",
@@ -277,7 +397,7 @@ def main() -> None:
             )
             rows.append(
                 Row(
-                    f"tx batch {batch}: events/s, median",
+                    f"tx batch {batch}: events/s vs stomp.py, median",
                     n / statistics.median(relay_times),
                     n / statistics.median(raw_times),
                     unit="msg/s",
@@ -320,7 +440,8 @@ def main() -> None:
         )
 
         print_table(
-            f"relay drain vs raw stomp.py, {n:,} persistent ~{body_bytes:.0f}-byte messages "
+            f"relay drain vs Java OpenWire and raw stomp.py, {n:,} persistent "
+            f"~{body_bytes:.0f}-byte messages "
             f"(best of {rounds})",
             rows,
             notes=[
@@ -330,7 +451,10 @@ def main() -> None:
                 "freeze_heap, as the relay command: at its first join the relay moves the"
                 " objects alive (this benchmark's set-up too) out of the cyclic collector's"
                 " reach; the raw rounds run in the same process after it",
-                "reference = raw stomp.py Connection12, same bodies/headers, STOMP tx of B,"
+                "reference = the broker's floor: benchmarks/java/OpenWireProducer.java, same"
+                " bodies, HCAT_* headers as properties, persistent, JMS tx of B over OpenWire"
+                " (incl. connect; JVM warmed by one unmeasured run)",
+                "context = raw stomp.py Connection12, same bodies/headers, STOMP tx of B,"
                 " receipt on COMMIT (incl. connect)",
                 f"no-tx row: {n:,} events, relay use_transactions=False vs raw SEND with"
                 " receipt each (context only, no target)",

@@ -287,9 +287,20 @@ class ApiClient:
         return self._get(Table, f"/v1/tables/{as_table_name(table)}").to_table()
 
     def list_tables(self, db: str | None = None) -> list[TableInfo]:
-        """All registered tables (of one database if given), by name."""
-        params: Params | None = [("db", db)] if db is not None else None
-        return [item.to_table() for item in self._get(TableList, "/v1/tables", params).tables]
+        """All registered tables (of one database if given), by name, every page."""
+        found: list[TableInfo] = []
+        after: str | None = None
+        while True:
+            params: Params = [("limit", MAX_PAGE)]
+            if db is not None:
+                params.append(("db", db))
+            if after is not None:
+                params.append(("after", after))
+            page = self._get(TableList, "/v1/tables", params)
+            found += [item.to_table() for item in page.tables]
+            after = page.next
+            if after is None:
+                return found
 
     def list_partitions(
         self, table: TableName | str, spec: SpecLike | None = None

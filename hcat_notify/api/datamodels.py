@@ -188,6 +188,9 @@ class Table(_Model):
 
 class TableList(_Model):
     tables: list[Table]
+    next: str | None = Field(
+        default=None, description="Pass as after= for the next page; null on the last page."
+    )
 
 
 class CreateTable(_Request):

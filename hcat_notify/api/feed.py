@@ -5,8 +5,11 @@ catalog, then sleeps until the catalog may have changed and checks again. What w
 is the relay's own signal (:mod:`hcat_notify.store.change_feed`): ``LISTEN`` on PostgreSQL,
 ``PRAGMA data_version`` on SQLite. One thread watches for the whole process, and only
 while some request waits; it bumps a generation number and wakes the waiting
-coroutines, each of which then reads the catalog once. A waiter also re-checks every
-:data:`RECHECK_SECONDS` on its own, so a lost signal costs latency, never an answer.
+coroutines. Waiters that wait for the same thing (a ``key``: the table and spec) share
+one catalog read per wake-up, so a done answers ten thousand schedulers waiting for it
+with one read, not ten thousand. The watcher also wakes every waiter every
+:data:`RECHECK_SECONDS` (and a waiter re-checks on its own after twice that), so a lost
+signal costs latency, never an answer, and the re-checks are shared too.
 When the server starts to stop (:meth:`ChangeFeed.drain`), every waiting request answers
 at once: what it waits for if the catalog has it, else 503 (ask again, or another
 instance), so that a shutdown never cuts a long poll off without an answer.
@@ -18,8 +21,9 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, TypeVar
 
 from hcat_notify.errors import ApiUnavailableError
 from hcat_notify.store.change_feed import OutboxWaiter, outbox_waiter
@@ -58,15 +62,22 @@ class ChangeFeed:
         self._wanted = threading.Event()  # some request waits: watch
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
-        # per event loop: the event the next change sets
+        # per event loop: the event the next change sets, and how many were set
         self._changed: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
+        self._generation: dict[asyncio.AbstractEventLoop, int] = {}
+        # the catalog reads in flight, by (loop, key, generation): waiters share them
+        self._reads: dict[tuple[asyncio.AbstractEventLoop, Hashable, int], asyncio.Task[Any]] = {}
 
     def _watch(self) -> None:
         waiter: OutboxWaiter | None = None
+        woke = time.monotonic()
         try:
             while not self._closed.is_set():
                 if not self._wanted.wait(_WATCH_SLICE):
                     continue
+                if time.monotonic() - woke >= RECHECK_SECONDS:  # the shared re-check
+                    woke = time.monotonic()
+                    self._wake()
                 try:
                     if waiter is None:
                         waiter = self._factory(self._url)
@@ -79,6 +90,7 @@ class ChangeFeed:
                     self._closed.wait(_WATCH_SLICE)
                     continue
                 if changed:
+                    woke = time.monotonic()
                     self._wake()
         finally:
             if waiter is not None:
@@ -97,8 +109,24 @@ class ChangeFeed:
         with self._lock:
             event = self._changed.get(loop)
             self._changed[loop] = asyncio.Event()
+            self._generation[loop] = self._generation.get(loop, 0) + 1
         if event is not None:
             event.set()
+
+    async def _shared(
+        self, loop: asyncio.AbstractEventLoop, key: Hashable, check: Callable[[], Awaitable[T]]
+    ) -> T:
+        """``check()``, or the result of the same key's read that began since the last
+        wake-up (so after the change that woke its waiters) and is still running."""
+        with self._lock:
+            slot = (loop, key, self._generation.get(loop, 0))
+            task = self._reads.get(slot)
+            if task is None:
+                task = loop.create_task(_run(check))
+                self._reads[slot] = task
+                task.add_done_callback(lambda _: self._reads.pop(slot, None))
+        result: T = await asyncio.shield(task)
+        return result
 
     def _next_change(self, loop: asyncio.AbstractEventLoop) -> asyncio.Event:
         with self._lock:
@@ -129,11 +157,19 @@ class ChangeFeed:
             if self._waiting == 0:
                 self._wanted.clear()
 
-    async def poll(self, check: Callable[[], Awaitable[T | None]], timeout: float) -> T | None:
+    async def poll(
+        self,
+        check: Callable[[], Awaitable[T | None]],
+        timeout: float,
+        *,
+        key: Hashable | None = None,
+    ) -> T | None:
         """``await check()`` until it returns something, or ``timeout`` seconds pass.
 
         ``check`` runs at once, then after each possible change (and at least every
-        :data:`RECHECK_SECONDS`) until the deadline or the server's shutdown.
+        :data:`RECHECK_SECONDS`) until the deadline or the server's shutdown. Waiters
+        with the same ``key`` (equal keys: the same ``check``) share each read after
+        the first.
 
         Raises:
             ApiUnavailableError: the server began to stop (:meth:`drain`) before the
@@ -149,12 +185,12 @@ class ChangeFeed:
             while not self._closed.is_set():
                 # Taken before the read: a change during the read ends the next wait.
                 changed = self._next_change(loop)
-                found = await check()
+                found = await (check() if key is None else self._shared(loop, key, check))
                 remaining = deadline - loop.time()
                 if found is not None or remaining <= 0:
                     return found
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), min(remaining, RECHECK_SECONDS))
+                    await asyncio.wait_for(changed.wait(), min(remaining, 2 * RECHECK_SECONDS))
         finally:
             self._leave()
         # Drained while waiting: the last check found nothing.
@@ -175,3 +211,7 @@ class ChangeFeed:
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join(5)
+
+
+async def _run(check: Callable[[], Awaitable[T]]) -> T:
+    return await check()

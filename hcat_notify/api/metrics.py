@@ -76,9 +76,10 @@ class CatalogCollector(Collector):
             "Age of the oldest unpublished event (0 when none).",
             max(age, 0.0),
         )
-        parked = [event for event in catalog.outbox.refused() if event.parked_at is not None]
         yield _gauge(
-            "hcat_notify_outbox_parked_events", "Events parked as undeliverable.", len(parked)
+            "hcat_notify_outbox_parked_events",
+            "Events parked as undeliverable.",
+            catalog.outbox.parked_count(),
         )
         yield _gauge(
             "hcat_notify_last_event_id",

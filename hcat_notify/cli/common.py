@@ -15,7 +15,7 @@ import functools
 import math
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -36,6 +36,7 @@ __all__ = [
     "SECONDS",
     "CliContext",
     "emit",
+    "emit_pages",
     "fail",
     "format_duration",
     "handle_errors",
@@ -50,6 +51,7 @@ EXIT_ERROR = 2
 EXIT_TIMEOUT = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report an interrupted command
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -219,6 +221,37 @@ def emit(ctx: CliContext, data: Any, text: Callable[[], str]) -> None:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=json_default))
     else:
         click.echo(text())
+
+
+def emit_pages(
+    ctx: CliContext,
+    pages: Iterable[Sequence[T]],
+    data: Callable[[T], Any],
+    line: Callable[[T], str],
+    empty: str,
+) -> None:
+    """Print a listing as its pages arrive: with ``--output json`` one JSON array (as
+    :func:`emit` prints it) of ``data(item)``, else one ``line(item)`` each, or ``empty``
+    when there is none. The first page is out before the second is read, so ``| head``
+    costs one page however long the listing."""
+    import json
+
+    as_json = ctx.output == "json"
+    first = True
+    for page in pages:
+        for item in page:
+            if as_json:
+                text = json.dumps(data(item), indent=2, ensure_ascii=False, default=json_default)
+                lead = "[\n  " if first else ",\n  "
+                click.echo(lead + text.replace("\n", "\n  "), nl=False)
+            else:
+                click.echo(line(item))
+            first = False
+        sys.stdout.flush()
+    if as_json:
+        click.echo("[]" if first else "\n]")
+    elif first:
+        click.echo(empty)
 
 
 def spec_args(values: Sequence[str]) -> PartitionSpec | None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["outbox", "status"]
 
 MAX_TOPIC_LINES = 20
+"""Topics ``status`` shows, those published last (it counts the rest)."""
 
 
 def _actor() -> str:
@@ -62,7 +63,8 @@ def status(obj: CliContext, member_id: str | None, session_timeout: float | None
         relays = catalog.group.status(session_timeout)
         backlog, oldest = catalog.outbox.backlog()
         refused = catalog.outbox.refused()
-        per_topic = catalog.outbox.last_published_by_topic()
+        per_topic = catalog.outbox.last_published_by_topic(MAX_TOPIC_LINES)
+        topic_count = catalog.outbox.published_topics()
         hooks_parked = catalog.webhooks.parked()
     group, members = relays.info, relays.members
     if member_id is not None and member_id not in {m.member_id for m in members}:
@@ -102,6 +104,7 @@ def status(obj: CliContext, member_id: str | None, session_timeout: float | None
         "oldest_unpublished_age_seconds": age,
         "parked": [_refused_dict(event) for event in parked],
         "refused": [_refused_dict(event) for event in trying],
+        "topics_published": topic_count,
         "last_publish_by_topic": per_topic,
         "webhooks_parked": [
             {
@@ -154,11 +157,10 @@ def status(obj: CliContext, member_id: str | None, session_timeout: float | None
                 f"{item['after_event']}: {item['error']} (hcat-notify webhooks retry|drop "
                 f"{item['webhook']})"
             )
-        if len(per_topic) <= MAX_TOPIC_LINES:
-            for topic_name, when in per_topic.items():
-                lines.append(f"last publish {topic_name}: {when.isoformat(timespec='seconds')}")
-        else:
-            lines.append(f"{len(per_topic)} topics published (-o json lists each)")
+        if topic_count > len(per_topic):
+            lines.append(f"{topic_count} topics published; the {len(per_topic)} published last:")
+        for topic_name, when in per_topic.items():
+            lines.append(f"last publish {topic_name}: {when.isoformat(timespec='seconds')}")
         return "\n".join(lines)
 
     emit(obj, data, text)

@@ -15,6 +15,7 @@ from hcat_notify.cli.common import (
     EXIT_ERROR,
     CliContext,
     emit,
+    emit_pages,
     handle_errors,
     output_option,
     progress_bar,
@@ -57,11 +58,12 @@ def partitions() -> None:
     """
 
 
+def _line(item: PartitionInfo) -> str:
+    return f"{item.spec}\t{item.location}\t{item.file_count} files\t{item.total_bytes} bytes"
+
+
 def _lines(found: list[PartitionInfo]) -> str:
-    return "\n".join(
-        f"{item.spec}\t{item.location}\t{item.file_count} files\t{item.total_bytes} bytes"
-        for item in found
-    )
+    return "\n".join(_line(item) for item in found)
 
 
 @partitions.command("list")
@@ -73,8 +75,13 @@ def _lines(found: list[PartitionInfo]) -> str:
 def list_partitions(obj: CliContext, name: str, spec: tuple[str, ...]) -> None:
     """List a table's registered partitions, optionally matching K=V filters."""
     with obj.catalog(write=False) as catalog:
-        found = catalog.list_partitions(name, spec_args(spec))
-    emit(obj, [partition_dict(item) for item in found], lambda: _lines(found) or "no partitions")
+        emit_pages(
+            obj,
+            catalog.partitions.pages(name, spec_args(spec)),
+            partition_dict,
+            _line,
+            "no partitions",
+        )
 
 
 @partitions.command("add")

@@ -10,6 +10,7 @@ from hcat_notify.cli.common import (
     EXIT_ERROR,
     CliContext,
     emit,
+    emit_pages,
     format_duration,
     handle_errors,
     output_option,
@@ -201,17 +202,15 @@ table.add_command(expect)
 @click.pass_obj
 @handle_errors
 def table_list(obj: CliContext, db: str | None) -> None:
-    """List registered tables."""
+    """List registered tables (by name, read and printed a page at a time)."""
     with obj.catalog(write=False) as catalog:
-        tables = catalog.list_tables(db)
-    emit(
-        obj,
-        [table_dict(info) for info in tables],
-        lambda: (
-            "\n".join(f"{info.name}\t{info.topic}\t{info.location}" for info in tables)
-            or "no tables"
-        ),
-    )
+        emit_pages(
+            obj,
+            catalog.tables.pages(db),
+            table_dict,
+            lambda info: f"{info.name}\t{info.topic}\t{info.location}",
+            "no tables",
+        )
 
 
 @click.command()

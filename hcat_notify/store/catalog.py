@@ -297,9 +297,22 @@ class Catalog:
         """
         return self.tables.get(table)
 
-    def list_tables(self, db: str | None = None) -> list[TableInfo]:
-        """All registered tables (of one database if given), sorted by name."""
-        return self.tables.list(db)
+    def list_tables(
+        self,
+        db: str | None = None,
+        *,
+        after: TableName | str | None = None,
+        limit: int | None = None,
+    ) -> list[TableInfo]:
+        """Registered tables (of one database if given), sorted by name.
+
+        Args:
+            db: only this database's tables.
+            after: only tables whose ``db.table`` sorts after this one: the last name of
+                the previous page.
+            limit: at most this many.
+        """
+        return self.tables.list(db, after=after, limit=limit)
 
     def add_partitions(
         self,

@@ -169,12 +169,17 @@ def open_engine(
     kwargs: dict[str, Any] = {}
     if parsed.get_backend_name() == "postgresql":
         kwargs["pool_pre_ping"] = True
-        kwargs["connect_args"] = {"connect_timeout": 10}
+        # No JIT: the catalog's statements are short lookups, but on a large catalog the
+        # planner's estimate of a correlated count (the outbox backlog) passes
+        # jit_above_cost, and compiling it took 240 ms of a 0.5 ms query. A plan for the
+        # values of each execution: psycopg prepares a statement run 5 times, and the
+        # generic plan PostgreSQL then chose for a catch-up (any table's dones) hashed
+        # the whole outbox: 130 ms instead of 9 at 10^5 events (benchmarks/scale.py).
+        options = ["-c jit=off", "-c plan_cache_mode=force_custom_plan"]
         if idle_in_transaction is not None:
             milliseconds = max(1, round(idle_in_transaction * 1000))
-            kwargs["connect_args"]["options"] = (
-                f"-c idle_in_transaction_session_timeout={milliseconds}"
-            )
+            options.append(f"-c idle_in_transaction_session_timeout={milliseconds}")
+        kwargs["connect_args"] = {"connect_timeout": 10, "options": " ".join(options)}
         # Readers in id order rely on it (store/event_ids.py): a statement after the
         # horizon sees every commit made before it, whatever the server's default.
         kwargs["isolation_level"] = "READ COMMITTED"

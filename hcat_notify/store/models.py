@@ -30,6 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, MappedAsDataclass, mapped_column
 
 __all__ = [
+    "REFUSED_CONDITION",
     "Base",
     "CommitJournalRow",
     "EventCounterRow",
@@ -95,7 +96,16 @@ class TableRow(Base):
     """A registered partitioned table."""
 
     __tablename__ = "hcat_tables"
-    __table_args__ = (UniqueConstraint("db_name", "table_name"),)
+    __table_args__ = (
+        UniqueConstraint("db_name", "table_name"),
+        # the tables with a completeness rule (/metrics), few among many
+        Index(
+            "ix_hcat_tables_with_rule",
+            "id",
+            sqlite_where=text("rule_version IS NOT NULL"),
+            postgresql_where=text("rule_version IS NOT NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, init=False)
     db_name: Mapped[str] = mapped_column(String(128))
@@ -214,6 +224,10 @@ class SetStateRow(Base):
     expected_present: Mapped[int | None] = mapped_column(Integer, default=None)
 
 
+REFUSED_CONDITION = "attempts > 0 AND parked_at IS NULL AND dropped_at IS NULL"
+"""Outbox rows the broker refused that are still tried (not parked, not dropped)."""
+
+
 class OutboxRow(Base):
     """An event to publish, in the bucket of its topic.
 
@@ -233,6 +247,13 @@ class OutboxRow(Base):
             "event_id",
             sqlite_where=text("parked_at IS NOT NULL AND dropped_at IS NULL"),
             postgresql_where=text("parked_at IS NOT NULL AND dropped_at IS NULL"),
+        ),
+        # What the broker refused and the relay still tries (status, /metrics): rare rows.
+        Index(
+            "ix_hcat_outbox_refused",
+            "event_id",
+            sqlite_where=text(REFUSED_CONDITION),
+            postgresql_where=text(REFUSED_CONDITION),
         ),
     )
 
@@ -347,7 +368,11 @@ class TopicProgressRow(Base):
     """How far a topic is published (Hedwig's persistence info), fenced by epoch."""
 
     __tablename__ = "hcat_topic_progress"
-    __table_args__ = (Index("ix_hcat_topic_progress_bucket", "bucket"),)
+    __table_args__ = (
+        Index("ix_hcat_topic_progress_bucket", "bucket"),
+        # the topics published last, newest first (status)
+        Index("ix_hcat_topic_progress_updated", "updated_at"),
+    )
 
     topic: Mapped[str] = mapped_column(String(255), primary_key=True)
     bucket: Mapped[int] = mapped_column(Integer)

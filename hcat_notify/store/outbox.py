@@ -18,7 +18,6 @@ from sqlalchemy import (
     cast,
     func,
     insert,
-    or_,
     select,
     text,
     true,
@@ -31,10 +30,11 @@ from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.events import EVENT_TYPES
 from hcat_notify.model.names import TableName
 from hcat_notify.model.wire import Message, with_event_id
-from hcat_notify.store import group
+from hcat_notify.store import group, progress
 from hcat_notify.store.event_rows import outbox_row
 from hcat_notify.store.group import unpublished_filter
 from hcat_notify.store.models import (
+    REFUSED_CONDITION,
     OutboxActionRow,
     OutboxRow,
     PartitionRow,
@@ -49,6 +49,8 @@ from hcat_notify.store.records import (
 )
 from hcat_notify.store.tx import Tx
 
+_PARKED = "parked_at IS NOT NULL AND dropped_at IS NULL"  # ix_hcat_outbox_parked
+
 __all__ = [
     "CatchUpScope",
     "add_outbox_rows",
@@ -60,6 +62,7 @@ __all__ = [
     "events_in_buckets",
     "last_published_by_topic",
     "outbox_backlog",
+    "parked_count",
     "pending_events",
     "record_refusal",
     "refused_events",
@@ -218,28 +221,45 @@ def events(tx: Tx, *, after_event_id: int = 0, limit: int = 500) -> list[OutboxE
 def outbox_backlog(tx: Tx) -> tuple[int, datetime | None]:
     """(number of events waiting to be published, creation time of the oldest).
 
-    Parked events are not waiting: :func:`refused_events` lists them.
+    Parked events are not waiting: :func:`refused_events` lists them. Read bucket by
+    bucket (a correlated count per bucket, each a range of ``ix_hcat_outbox_bucket_event``
+    past what the bucket certainly published), so that the cost is the backlog's, not
+    the outbox's: joined, the planners scan the whole outbox.
     """
-    count, oldest = tx.session.execute(
-        select(func.count(OutboxRow.event_id), func.min(OutboxRow.created_at))
-        .join(RelayBucketRow, RelayBucketRow.bucket == OutboxRow.bucket)
-        .where(
-            # each bucket's range past what is certainly published, then per topic
-            OutboxRow.event_id > RelayBucketRow.published_through,
-            OutboxRow.parked_at.is_(None),
-            unpublished_filter(),
-        )
-    ).one()
+    waiting = (
+        OutboxRow.bucket == RelayBucketRow.bucket,
+        # each bucket's range past what is certainly published, then per topic
+        OutboxRow.event_id > RelayBucketRow.published_through,
+        OutboxRow.parked_at.is_(None),
+        unpublished_filter(),
+    )
+    count = (
+        select(func.count(OutboxRow.event_id))
+        .where(*waiting)
+        .correlate(RelayBucketRow)
+        .scalar_subquery()
+    )
+    first = (
+        select(func.min(OutboxRow.created_at))
+        .where(*waiting)
+        .correlate(RelayBucketRow)
+        .scalar_subquery()
+    )
+    rows = tx.session.execute(select(count, first).select_from(RelayBucketRow)).all()
+    total = sum(int(row[0]) for row in rows)
+    times = [row[1] for row in rows if row[1] is not None]
+    oldest = min(times) if times else None
     if oldest is not None and oldest.tzinfo is None:
         oldest = oldest.replace(tzinfo=UTC)
-    return int(count), oldest
+    return total, oldest
 
 
-def last_published_by_topic(tx: Tx) -> dict[str, datetime]:
-    """When each topic was last published (its progress moved)."""
+def last_published_by_topic(tx: Tx, limit: int | None = None) -> dict[str, datetime]:
+    """When each topic was last published (its progress moved), the latest first; with
+    ``limit`` only the topics published last."""
     return {
         topic: datetime.fromtimestamp(when, UTC)
-        for topic, when in group.last_publish_by_topic(tx).items()
+        for topic, when in progress.last_publish_by_topic(tx, limit).items()
     }
 
 
@@ -357,19 +377,22 @@ def record_refusal(tx: Tx, event_id: int, reason: str, *, limit: int, actor: str
     return True
 
 
+def parked_count(tx: Tx) -> int:
+    """Events parked as undeliverable and not dropped (a count of a partial index)."""
+    query = select(func.count()).select_from(OutboxRow).where(text(_PARKED))
+    return int(tx.session.execute(query).scalar_one())
+
+
 def refused_events(tx: Tx) -> list[RefusedEvent]:
-    """Unpublished events the broker refused: parked ones, and ones still being tried."""
-    rows = tx.session.scalars(
-        select(OutboxRow)
-        .where(
-            OutboxRow.dropped_at.is_(None),
-            or_(
-                OutboxRow.parked_at.is_not(None),
-                (OutboxRow.attempts > 0) & unpublished_filter(),
-            ),
-        )
-        .order_by(OutboxRow.event_id)
+    """Unpublished events the broker refused: parked ones, and ones still being tried.
+
+    Two reads of partial indexes of the rare refused rows (``ix_hcat_outbox_parked``,
+    ``ix_hcat_outbox_refused``), never a scan of the outbox."""
+    parked = tx.session.scalars(select(OutboxRow).where(text(_PARKED)))
+    tried = tx.session.scalars(
+        select(OutboxRow).where(text(REFUSED_CONDITION), unpublished_filter())
     )
+    rows = sorted([*parked, *tried], key=operator.attrgetter("event_id"))
     return [
         RefusedEvent(
             event_id=row.event_id,

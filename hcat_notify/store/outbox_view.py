@@ -10,7 +10,7 @@ from datetime import datetime
 
 from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.names import TableName
-from hcat_notify.store import outbox
+from hcat_notify.store import outbox, progress
 from hcat_notify.store.records import OutboxEvent, RefusedEvent, as_table_name
 from hcat_notify.store.tx import Tx
 
@@ -82,10 +82,21 @@ class Outbox:
         with self._transaction() as tx:
             return outbox.outbox_backlog(tx)
 
-    def last_published_by_topic(self) -> dict[str, datetime]:
-        """The time of the latest publish per topic."""
+    def last_published_by_topic(self, limit: int | None = None) -> dict[str, datetime]:
+        """The time of the latest publish per topic, the latest first; with ``limit``
+        only the topics published last."""
         with self._transaction() as tx:
-            return outbox.last_published_by_topic(tx)
+            return outbox.last_published_by_topic(tx, limit)
+
+    def published_topics(self) -> int:
+        """How many topics were ever published."""
+        with self._transaction() as tx:
+            return progress.published_topic_count(tx)
+
+    def parked_count(self) -> int:
+        """Events parked as undeliverable (not dropped)."""
+        with self._transaction() as tx:
+            return outbox.parked_count(tx)
 
     def catch_up(
         self,

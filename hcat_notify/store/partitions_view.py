@@ -3,8 +3,9 @@ view over :mod:`hcat_notify.store.partitions` and :mod:`hcat_notify.store.table_
 
 from __future__ import annotations
 
+import builtins
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -13,6 +14,7 @@ from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.store import partitions as partition_ops
 from hcat_notify.store import table_changes
+from hcat_notify.store.paging import pages
 from hcat_notify.store.records import NewPartition, PartitionInfo, as_table_name
 from hcat_notify.store.table_changes import DroppedPartitions, Registration
 from hcat_notify.store.tables import info_of
@@ -93,6 +95,17 @@ class Partitions:
             return partition_ops.list_partitions(
                 tx, tx.table_row(name), spec, after=after, limit=limit
             )
+
+    def pages(
+        self, table: TableName | str, spec: SpecLike | None = None, *, size: int | None = None
+    ) -> Iterator[builtins.list[PartitionInfo]]:
+        """Every partition of a table (those ``spec`` covers) in path order, ``size`` at
+        a time, each page read in a transaction of its own."""
+        return pages(
+            lambda after, limit: self.list(table, spec, after=after, limit=limit),
+            lambda info: info.spec.to_path(),
+            size,
+        )
 
     def at(self, table: TableName | str, specs: Iterable[SpecLike]) -> dict[str, PartitionInfo]:
         """The registered partitions among ``specs`` (full specs), by their path form.

@@ -24,6 +24,7 @@ __all__ = [
     "keep_bucket",
     "last_publish_by_topic",
     "move_positions",
+    "published_topic_count",
     "record_progress",
     "topic_progress",
     "unpublished_filter",
@@ -173,12 +174,20 @@ def topic_progress(tx: Tx, in_buckets: Iterable[int] | None = None) -> dict[str,
     return {row.topic: row.last_event_id for row in tx.session.execute(query)}
 
 
-def last_publish_by_topic(tx: Tx) -> dict[str, float]:
-    """When each topic's progress last moved (DB clock, seconds since the epoch)."""
-    rows = tx.session.execute(
-        select(TopicProgressRow.topic, TopicProgressRow.updated_at).order_by(TopicProgressRow.topic)
+def last_publish_by_topic(tx: Tx, limit: int | None = None) -> dict[str, float]:
+    """When each topic's progress last moved (DB clock, seconds since the epoch), the
+    latest first; with ``limit`` only the topics published last (``updated_at``'s index
+    read backwards: as cheap with a million topics as with ten)."""
+    query = select(TopicProgressRow.topic, TopicProgressRow.updated_at).order_by(
+        TopicProgressRow.updated_at.desc()
     )
+    rows = tx.session.execute(query if limit is None else query.limit(limit))
     return {row.topic: row.updated_at for row in rows}
+
+
+def published_topic_count(tx: Tx) -> int:
+    """How many topics have a progress row (were ever published)."""
+    return int(tx.session.execute(select(func.count()).select_from(TopicProgressRow)).scalar_one())
 
 
 def is_published(tx: Tx, row: OutboxRow) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
 
@@ -13,6 +13,7 @@ from hcat_notify.model.names import TableName
 from hcat_notify.model.wire import DEFAULT_TABLE_TYPE
 from hcat_notify.store import activity, table_changes
 from hcat_notify.store import tables as table_ops
+from hcat_notify.store.paging import pages
 from hcat_notify.store.records import DEFAULT_RETENTION, TableActivity, TableInfo, as_table_name
 from hcat_notify.store.table_changes import DroppedTable
 from hcat_notify.store.tx import Tx
@@ -72,10 +73,29 @@ class Tables:
         with self._transaction() as tx:
             return table_ops.info_of(tx.table_row(name))
 
-    def list(self, db: str | None = None) -> list[TableInfo]:
-        """All registered tables (of one database if given), sorted by name."""
+    def list(
+        self,
+        db: str | None = None,
+        *,
+        after: TableName | str | None = None,
+        limit: int | None = None,
+    ) -> list[TableInfo]:
+        """Registered tables (of one database if given), sorted by name; with ``after``
+        (a ``db.table``) and ``limit``, one page of them."""
+        start = None if after is None else as_table_name(after)
         with self._transaction() as tx:
-            return table_ops.list_tables(tx, db)
+            return table_ops.list_tables(tx, db, after=start, limit=limit)
+
+    def pages(
+        self, db: str | None = None, *, size: int | None = None
+    ) -> Iterator[builtins.list[TableInfo]]:
+        """Every table (of ``db`` if given) by name, ``size`` at a time, each page read
+        in a transaction of its own."""
+        return pages(
+            lambda after, limit: self.list(db, after=after, limit=limit),
+            lambda info: str(info.name),
+            size,
+        )
 
     def activity(self, *, db: str | None = None, limit: int = 200) -> builtins.list[TableActivity]:
         """The first ``limit`` tables by name (of ``db`` if given), each with its last

@@ -81,7 +81,7 @@ async def covering_done(request: Request) -> Any:
             lambda catalog: catalog.find_covering_done(table, wanted, min_generation=minimum)
         )
 
-    done = await state.feed.poll(check, wait)
+    done = await state.feed.poll(check, wait, key=(table, wanted.canonical(), minimum))
     if done is None:
         return problem_response(
             404,

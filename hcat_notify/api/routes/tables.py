@@ -75,10 +75,21 @@ PurgeQuery = Annotated[
 
 
 @router.get("", dependencies=[Depends(require_reader)])
-async def list_tables(state: State, db: str | None = None) -> TableList:
-    """Every registered table (of one database if ``db`` is given), by name."""
-    tables = await in_thread(lambda: state.catalog().list_tables(db))
-    return TableList(tables=[Table.of_table(info) for info in tables])
+async def list_tables(
+    state: State,
+    db: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1000,
+    after: Annotated[
+        str | None, Query(description="The next of the previous page (a db.table).")
+    ] = None,
+) -> TableList:
+    """Registered tables (of one database if ``db`` is given) by name, a page at a time."""
+    found = await in_thread(lambda: state.catalog().list_tables(db, after=after, limit=limit + 1))
+    page = found[:limit]
+    return TableList(
+        tables=[Table.of_table(info) for info in page],
+        next=str(page[-1].name) if len(found) > limit else None,
+    )
 
 
 @router.post(

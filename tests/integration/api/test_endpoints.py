@@ -38,6 +38,22 @@ def test_list_and_get_tables(reader: httpx.Client, new_table):
     assert name in everything
 
 
+def test_tables_come_in_pages_with_next(reader: httpx.Client, api_catalog: Catalog):
+    for n in range(5):
+        api_catalog.create_table(f"paged_db.t{n}", location=f"/w/paged/{n}", partition_keys=["ds"])
+    names: list[str] = []
+    params: dict[str, str | int] = {"db": "paged_db", "limit": 2}
+    while True:
+        page = reader.get("/v1/tables", params=params).json()
+        assert len(page["tables"]) <= 2
+        names += [item["name"] for item in page["tables"]]
+        if page["next"] is None:
+            break
+        params["after"] = page["next"]
+    assert names == [f"paged_db.t{n}" for n in range(5)]
+    assert reader.get("/v1/tables", params={"limit": 0}).status_code in (400, 422)
+
+
 def test_create_table(writer: httpx.Client, api_catalog: Catalog):
     body = {
         "name": "created_here.views",

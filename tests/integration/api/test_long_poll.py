@@ -3,6 +3,10 @@ waits, and a shell check with ``curl --fail`` exits 0 for a covered spec, 22 oth
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
+import json
 import subprocess
 import threading
 import time
@@ -114,3 +118,61 @@ def test_curl_fail_is_a_complete_scheduler_check(api: ApiServer, api_catalog: Ca
     assert _curl(url, "datestamp=20110301", "region=us/east", "wait=60") == 0
     timer.join()
     assert _curl(f"{api.url}/v1/tables/nosuch.t/done", "datestamp=1") == 22
+
+
+FAN_OUT = 1000
+
+
+async def _long_poll(url: str, path: str, token: str) -> list[tuple[int, bytes]]:
+    """One keep-alive connection's answers to one long poll (all that came before EOF
+    or 30 s), as (status, body)."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Basic {token}\r\n\r\n".encode()
+    )
+    answers = []
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        answers.append((int(head[9:12]), await reader.readexactly(length)))
+        with contextlib.suppress(TimeoutError):  # nothing more comes on this connection
+            extra = await asyncio.wait_for(reader.read(1), 0.2)
+            assert extra == b"", extra
+    finally:
+        writer.close()
+    return answers
+
+
+def test_a_thousand_long_polls_each_answered_once_by_one_done(
+    api: ApiServer, api_catalog: Catalog, new_table
+):
+    name = new_table()
+    token = base64.b64encode(":".join(READER).encode()).decode()
+    paths = [f"/v1/tables/{name}/done?datestamp=1&region=r{i % 10}&wait=60" for i in range(FAN_OUT)]
+
+    async def scenario() -> tuple[int, list[list[tuple[int, bytes]]]]:
+        polls = [asyncio.create_task(_long_poll(api.url, path, token)) for path in paths]
+        async with httpx.AsyncClient() as client:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # every poll waits on the server
+                metrics = (await client.get(f"{api.url}/metrics", auth=READER)).text
+                if f"hcat_notify_api_long_polls_waiting {FAN_OUT}.0" in metrics:
+                    break
+                await asyncio.sleep(0.2)
+            else:
+                raise AssertionError("the long polls never all waited")
+        event_id = await asyncio.to_thread(api_catalog.mark_set_done, name, {"datestamp": "1"})
+        return event_id, await asyncio.gather(*polls)
+
+    event_id, answers = asyncio.run(scenario())
+    assert len(answers) == FAN_OUT
+    for answer in answers:
+        assert len(answer) == 1, answer
+        status, body = answer[0]
+        assert status == 200, body
+        assert json.loads(body)["eventId"] == event_id
