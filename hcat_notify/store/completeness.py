@@ -22,7 +22,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
-from sqlalchemy import Select, Table, Update, bindparam, select, update
+from sqlalchemy import (
+    Connection,
+    Dialect,
+    Select,
+    Table,
+    Update,
+    bindparam,
+    literal_column,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.model.completeness import (
@@ -568,6 +578,9 @@ def due_verdicts(
     return dones, lates
 
 
+_MOVED = tuple(_Moved.__dataclass_fields__)
+
+
 @functools.cache
 def _move_statement(dialect: str, parts: bool) -> Update:
     """The counting write of a settled set whose row is current (counted under the
@@ -581,17 +594,41 @@ def _move_statement(dialect: str, parts: bool) -> Update:
         table.c.table_id == bindparam("b_table"),
         table.c.set_spec == bindparam("b_set"),
         table.c.rule_version == bindparam("b_version"),
-        table.c.state != SetState.DONE.value,
+        table.c.state != literal_column(f"'{SetState.DONE.value}'"),
     ]
     if parts:
         values["expected_present"] = table.c.expected_present + bindparam("b_expected")
         where.append(table.c.expected_present.is_not(None))
-    return (
-        update(table)
-        .where(*where)
-        .values(values)
-        .returning(*(table.c[name] for name in _Moved.__dataclass_fields__))
-    )
+    return update(table).where(*where).values(values).returning(*(table.c[n] for n in _MOVED))
+
+
+_MOVE_SQL: dict[tuple[str, str, bool], tuple[str, tuple[str, ...] | None]] = {}
+""":func:`_move_statement` compiled for a driver: its SQL, and the order of its
+parameters (None: named). Run on the driver's cursor: the statement runs on every write
+to a table with a rule, and SQLAlchemy's steps (cache key, parameters, result) cost
+more than the statement itself (docs/completeness.md)."""
+
+
+def _move_sql(dialect: Dialect, parts: bool) -> tuple[str, tuple[str, ...] | None]:
+    key = (dialect.name, dialect.paramstyle, parts)
+    found = _MOVE_SQL.get(key)
+    if found is None:
+        compiled = _move_statement(dialect.name, parts).compile(dialect=dialect)
+        order = tuple(compiled.positiontup or ()) if compiled.positional else None
+        found = _MOVE_SQL[key] = (compiled.string, order)
+    return found
+
+
+def _move(connection: Connection, parts: bool, values: dict[str, object]) -> _Moved | None:
+    """Run the counting write; the row it left, or None (no current row)."""
+    sql, order = _move_sql(connection.dialect, parts)
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(sql, values if order is None else tuple(values[n] for n in order))
+        found = cursor.fetchone()
+    finally:
+        cursor.close()
+    return None if found is None else _Moved(*found)
 
 
 def _settle_moved(
@@ -609,23 +646,21 @@ def _settle_moved(
     expected = _expected(rule)
     if expected is None and rule.min_partitions is None:
         return None
-    connection = tx.session.connection()  # a Core statement on it: no ORM step
+    connection = tx.session.connection()
     if not connection.dialect.update_returning:
         return None
     canonical = spec.canonical()
-    found = connection.execute(
-        _move_statement(connection.dialect.name, expected is not None),
-        {
-            "b_table": row.id,
-            "b_set": canonical,
-            "b_version": version,
-            "b_added": sum(delta for _, delta in changes),
-            "b_expected": sum(delta for part, delta in changes if expected and part in expected),
-        },
-    ).first()
-    if found is None:
+    values: dict[str, object] = {
+        "b_table": row.id,
+        "b_set": canonical,
+        "b_version": version,
+        "b_added": sum(delta for _, delta in changes),
+    }
+    if expected is not None:
+        values["b_expected"] = sum(delta for part, delta in changes if part in expected)
+    moved = _move(connection, expected is not None, values)
+    if moved is None:
         return None
-    moved = _Moved(*found)  # the statement returns the fields in order
     if expected is not None:
         complete = bool(expected) and moved.expected_present == len(expected)
     else:
