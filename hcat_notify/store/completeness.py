@@ -16,6 +16,7 @@ verdicts that need a clock (:func:`due_verdicts`): quiet periods and deadlines.
 
 from __future__ import annotations
 
+import enum
 import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,12 +24,14 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     Dialect,
     Select,
     Table,
     Update,
     bindparam,
+    func,
     literal_column,
     select,
     update,
@@ -98,19 +101,29 @@ def set_of(rule: SetRule, spec: PartitionSpec) -> PartitionSpec:
     return PartitionSpec(spec.items[: len(rule.set_keys)])
 
 
-def _under(tx: Tx, table_id: int, prefix: str) -> list[str]:
-    """The paths of the table's partitions under ``prefix`` (``k=v/``), in path order."""
-    query = select(PartitionRow.path_spec).where(
-        PartitionRow.table_id == table_id,
-        PartitionRow.path_spec.startswith(prefix, autoescape=True),
-    )
+def _where_under(tx: Tx, table_id: int, prefix: str) -> list[ColumnElement[bool]]:
+    """The partitions of the table under ``prefix`` (``k=v/``), as conditions."""
     if tx.dialect == "sqlite":
         # SQLite's LIKE ignores case and uses no index; its text compares bytewise
         # (BINARY), so the paths under "k=v/" are exactly those in ["k=v/", "k=v0").
-        query = query.where(
-            PartitionRow.path_spec >= prefix, PartitionRow.path_spec < prefix[:-1] + "0"
+        return [
+            PartitionRow.table_id == table_id,
+            PartitionRow.path_spec >= prefix,
+            PartitionRow.path_spec < prefix[:-1] + "0",
+        ]
+    return [
+        PartitionRow.table_id == table_id,
+        PartitionRow.path_spec.startswith(prefix, autoescape=True),
+    ]
+
+
+def _under(tx: Tx, table_id: int, prefix: str) -> list[str]:
+    """The paths of the table's partitions under ``prefix`` (``k=v/``), in path order."""
+    return sorted(
+        tx.session.scalars(
+            select(PartitionRow.path_spec).where(*_where_under(tx, table_id, prefix))
         )
-    return sorted(tx.session.scalars(query))
+    )
 
 
 def _previous_set(tx: Tx, table_id: int, prefix: str, depth: int) -> str | None:
@@ -207,23 +220,35 @@ def _settle(tx: Tx) -> None:
         if found is None:
             continue
         rule, version = found
-        depth = len(rule.set_keys)
-        sets: dict[str, tuple[PartitionSpec, list[Change]]] = {}
-        for spec, delta in touched[name]:
+        clock: float | None = None
+        for prefix, (first, changes) in _by_set(touched[name], len(rule.set_keys)):
+            moved = _settle_moved(tx, row, rule, version, first, prefix, changes)
+            if isinstance(moved, list):
+                continue
+            clock = tx.clock() if clock is None else clock
+            spec = set_of(rule, first)
+            likely_new = moved is _Unmoved.NO_CURRENT_ROW
+            settle_set(tx, row, rule, version, spec, clock, changes=changes, likely_new=likely_new)
+
+
+def _by_set(
+    noted: Sequence[tuple[PartitionSpec, int]], depth: int
+) -> list[tuple[str, tuple[PartitionSpec, list[Change]]]]:
+    """The changes ``noted`` (full specs) by set: (the set's path, (a partition of it,
+    its changes)), in path order: one lock order for every writer, no deadlock."""
+    sets: dict[str, tuple[PartitionSpec, list[Change]]] = {}
+    for spec, delta in noted:
+        if depth == 1:
+            prefix, _, below = spec.to_path().partition("/")
+        else:
             pieces = spec.to_path().split("/", depth)
             below = pieces.pop()
             prefix = "/".join(pieces)
-            found_set = sets.get(prefix)
-            if found_set is None:
-                found_set = sets[prefix] = (set_of(rule, spec), [])
-            found_set[1].append((below, delta))
-        clock: float | None = None
-        for prefix in sorted(sets):  # one lock order for every writer: no deadlock
-            spec, changes = sets[prefix]
-            if _settle_moved(tx, row, rule, version, spec, changes) is not None:
-                continue
-            clock = tx.clock() if clock is None else clock
-            settle_set(tx, row, rule, version, spec, clock, changes=changes)
+        found = sets.get(prefix)
+        if found is None:
+            found = sets[prefix] = (spec, [])
+        found[1].append((below, delta))
+    return sorted(sets.items())
 
 
 def _state_query(table_id: int, canonical: str) -> Select[SetStateRow]:
@@ -239,18 +264,22 @@ def lock_state(
     version: int,
     spec: PartitionSpec,
     clock: float,
+    *,
+    likely_new: bool = False,
 ) -> tuple[SetStateRow, bool]:
     """The state row of the set ``spec``, locked until ``tx`` ends (PostgreSQL), created
     (generation 1, open) if it has none yet: ``SELECT … FOR UPDATE``, and only when there
-    is no row, ``INSERT … ON CONFLICT DO NOTHING`` and the ``SELECT`` again. Also whether
-    this transaction created it (its counts are still to be made)."""
+    is no row, ``INSERT … ON CONFLICT DO NOTHING`` and the ``SELECT`` again (``likely_new``:
+    the ``INSERT`` first, then the ``SELECT``). Also whether this transaction created it
+    (its counts are still to be made)."""
     canonical = spec.canonical()
     query = _state_query(row.id, canonical).execution_options(populate_existing=True)
     if tx.dialect == "postgresql":
         query = query.with_for_update()
-    found = tx.session.execute(query).scalar_one_or_none()
-    if found is not None:  # the usual case: one statement
-        return found, False
+    if not likely_new:
+        found = tx.session.execute(query).scalar_one_or_none()
+        if found is not None:  # the usual case: one statement
+            return found, False
     dialect = postgresql if tx.dialect == "postgresql" else sqlite
     created = tx.session.execute(
         dialect.insert(SetStateRow)
@@ -293,6 +322,35 @@ def _count(state: SetStateRow, rule: SetRule, spec: PartitionSpec, present: Sequ
         state.expected_present = sum(1 for path in present if path[start:] in expected)
 
 
+def _count_afresh(
+    tx: Tx,
+    table_id: int,
+    rule: SetRule,
+    spec: PartitionSpec,
+    state: SetStateRow,
+    changes: Sequence[Change],
+) -> None:
+    """Set the row's counts from the set's partitions, this transaction's included.
+    When its ``changes`` are all additions of distinct parts and the set holds exactly
+    that many partitions, those are all it holds (each is there): the counts follow from
+    the changes and one ``count(*)``, without reading the partitions (a new set that one
+    write fills, as a commit does)."""
+    prefix = spec.to_path() + "/"
+    parts = {part for part, _ in changes}
+    if changes and len(parts) == len(changes) and all(delta == 1 for _, delta in changes):
+        present = tx.session.execute(
+            select(func.count())
+            .select_from(PartitionRow)
+            .where(*_where_under(tx, table_id, prefix))
+        ).scalar_one()
+        if present == len(parts):
+            expected = _expected(rule)
+            state.part_count = present
+            state.expected_present = None if expected is None else len(parts & expected)
+            return
+    _count(state, rule, spec, _under(tx, table_id, prefix))
+
+
 def _adopt(rule: SetRule, version: int, spec: PartitionSpec, state: SetStateRow) -> None:
     """Judge the set by the rule of ``version`` from now on (its deadline follows)."""
     state.rule_version = version
@@ -320,7 +378,7 @@ def _keep_counts(
     if stale:
         _adopt(rule, version, spec, state)
     if created or stale or (expected is not None and state.expected_present is None):
-        _count(state, rule, spec, _under(tx, table_id, spec.to_path() + "/"))
+        _count_afresh(tx, table_id, rule, spec, state, changes)
         return
     if not changes:
         return
@@ -467,13 +525,14 @@ def settle_set(
     clock: float,
     *,
     changes: Sequence[Change] | None,
+    likely_new: bool = False,
 ) -> list[int]:
     """Settle one set under its lock: count this transaction's ``changes`` under it
     (None: no change, the set is only judged again), note a change (a new generation
     after a done), then write the done at once when the set is complete (without a quiet
     period), or a ``SET_REOPENED`` when a done set is no longer complete. The event ids
-    written."""
-    state, created = lock_state(tx, row, rule, version, spec, clock)
+    written. ``likely_new``: the set probably has no row yet (:func:`lock_state`)."""
+    state, created = lock_state(tx, row, rule, version, spec, clock, likely_new=likely_new)
     _keep_counts(tx, row.id, rule, version, spec, state, created=created, changes=changes or ())
     was_done = state.state == SetState.DONE.value
     if changes is not None:
@@ -631,25 +690,35 @@ def _move(connection: Connection, parts: bool, values: dict[str, object]) -> _Mo
     return None if found is None else _Moved(*found)
 
 
+class _Unmoved(enum.Enum):
+    """Why :func:`_settle_moved` did not settle a set."""
+
+    NOT_TRIED = "not tried"
+    NO_CURRENT_ROW = "no current row"  # none yet (usually), done, or another version
+
+
 def _settle_moved(
     tx: Tx,
     row: TableRow,
     rule: SetRule,
     version: int,
-    spec: PartitionSpec,
+    first: PartitionSpec,
+    prefix: str,
     changes: Sequence[Change],
-) -> list[int] | None:
-    """Settle a set whose row is current with one counting ``UPDATE … RETURNING`` (and a
-    second write only when its verdict or due time changes); None when it is not (no
-    row yet, done, counted under another version, a rule whose expected parts are
-    another set's): :func:`settle_set` then does it all."""
+) -> list[int] | _Unmoved:
+    """Settle a set (``prefix``, its path; ``first``, a partition of it) whose row is
+    current with one counting ``UPDATE … RETURNING`` (and a second write only when its
+    verdict or due time changes); the events written, or why not (a rule whose expected
+    parts are another set's; no row yet, done, counted under another version):
+    :func:`settle_set` then does it all."""
     expected = _expected(rule)
     if expected is None and rule.min_partitions is None:
-        return None
+        return _Unmoved.NOT_TRIED
     connection = tx.session.connection()
     if not connection.dialect.update_returning:
-        return None
-    canonical = spec.canonical()
+        return _Unmoved.NOT_TRIED
+    # one key: the set's path is its canonical form (keys sorted)
+    canonical = prefix if len(rule.set_keys) == 1 else set_of(rule, first).canonical()
     values: dict[str, object] = {
         "b_table": row.id,
         "b_set": canonical,
@@ -660,7 +729,7 @@ def _settle_moved(
         values["b_expected"] = sum(delta for part, delta in changes if part in expected)
     moved = _move(connection, expected is not None, values)
     if moved is None:
-        return None
+        return _Unmoved.NO_CURRENT_ROW
     if expected is not None:
         complete = bool(expected) and moved.expected_present == len(expected)
     else:
@@ -670,6 +739,7 @@ def _settle_moved(
             _state_query(row.id, canonical).execution_options(populate_existing=True)
         ).scalar_one()
         clock = state.last_change_at if state.last_change_at is not None else tx.clock()
+        spec = set_of(rule, first)
         written = [_write_done(tx, row, spec, state, _done_reason(state), clock)]
         tx.session.flush()
         return written
