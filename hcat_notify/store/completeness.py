@@ -20,23 +20,13 @@ import enum
 import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol, cast
 
 from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    Dialect,
-    Select,
     Table,
-    Update,
-    bindparam,
-    func,
-    literal_column,
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.model.completeness import (
     DoneReason,
@@ -50,16 +40,22 @@ from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.set_events import SetVerdict, build_set_event
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.store.models import PartitionRow, SetStateRow, TableRow
+from hcat_notify.store.models import SetStateRow, TableRow
 from hcat_notify.store.outbox import add_outbox_rows
 from hcat_notify.store.records import TableInfo, info_of
 from hcat_notify.store.retention import add_mark_set_done
+from hcat_notify.store.set_assess import Assessment, assess, paths_under
 from hcat_notify.store.set_rules import current_rule
-from hcat_notify.store.tx import Tx, clock_sql
+from hcat_notify.store.set_sql import (
+    count_under,
+    insert_state,
+    move_counts,
+    state_query,
+    under_params,
+)
+from hcat_notify.store.tx import Tx
 
 __all__ = [
-    "Assessment",
-    "assess",
     "due_verdicts",
     "lock_state",
     "mark_set_done",
@@ -85,78 +81,9 @@ Change = tuple[str, int]
 set's partitions: +1 added, -1 dropped, 0 changed in place (append, overwrite)."""
 
 
-@dataclass(frozen=True)
-class Assessment:
-    """A set's parts against its rule."""
-
-    expected: int | None
-    present: tuple[str, ...]
-    """Full path forms, path order."""
-    missing: tuple[str, ...]
-    complete: bool
-
-
 def set_of(rule: SetRule, spec: PartitionSpec) -> PartitionSpec:
     """The set (the rule's leading keys) a partition's full spec belongs to."""
     return PartitionSpec(spec.items[: len(rule.set_keys)])
-
-
-def _where_under(tx: Tx, table_id: int, prefix: str) -> list[ColumnElement[bool]]:
-    """The partitions of the table under ``prefix`` (``k=v/``), as conditions."""
-    if tx.dialect == "sqlite":
-        # SQLite's LIKE ignores case and uses no index; its text compares bytewise
-        # (BINARY), so the paths under "k=v/" are exactly those in ["k=v/", "k=v0").
-        return [
-            PartitionRow.table_id == table_id,
-            PartitionRow.path_spec >= prefix,
-            PartitionRow.path_spec < prefix[:-1] + "0",
-        ]
-    return [
-        PartitionRow.table_id == table_id,
-        PartitionRow.path_spec.startswith(prefix, autoescape=True),
-    ]
-
-
-def _under(tx: Tx, table_id: int, prefix: str) -> list[str]:
-    """The paths of the table's partitions under ``prefix`` (``k=v/``), in path order."""
-    return sorted(
-        tx.session.scalars(
-            select(PartitionRow.path_spec).where(*_where_under(tx, table_id, prefix))
-        )
-    )
-
-
-def _previous_set(tx: Tx, table_id: int, prefix: str, depth: int) -> str | None:
-    """The path prefix of the set before ``prefix`` in path order (the database's, as
-    :func:`hcat_notify.store.partitions.list_partitions` orders), or None."""
-    last = tx.session.scalars(
-        select(PartitionRow.path_spec)
-        .where(PartitionRow.table_id == table_id, PartitionRow.path_spec < prefix)
-        .order_by(PartitionRow.path_spec.desc())
-        .limit(1)
-    ).first()
-    if last is None:
-        return None
-    return "/".join(last.split("/")[:depth]) + "/"
-
-
-def assess(tx: Tx, table_id: int, rule: SetRule, spec: PartitionSpec) -> Assessment:
-    """What the set ``spec`` (keys in the table's order) has against ``rule``."""
-    prefix = spec.to_path() + "/"
-    present = tuple(_under(tx, table_id, prefix))
-    have = {path[len(prefix) :] for path in present}
-    expected = expected_parts(rule)
-    if expected is None and rule.like_previous:
-        previous = _previous_set(tx, table_id, prefix, len(rule.set_keys))
-        if previous is not None:
-            expected = tuple(path[len(previous) :] for path in _under(tx, table_id, previous))
-    if expected is not None:
-        missing = tuple(prefix + part for part in expected if part not in have)
-        complete = bool(expected) and not missing
-        return Assessment(len(expected), present, missing, complete)
-    minimum = rule.min_partitions
-    complete = minimum is not None and len(present) >= minimum
-    return Assessment(minimum, present, (), complete)
 
 
 def touch(tx: Tx, info: TableInfo, specs: Iterable[PartitionSpec], *, delta: int) -> None:
@@ -251,12 +178,6 @@ def _by_set(
     return sorted(sets.items())
 
 
-def _state_query(table_id: int, canonical: str) -> Select[SetStateRow]:
-    return select(SetStateRow).where(
-        SetStateRow.table_id == table_id, SetStateRow.set_spec == canonical
-    )
-
-
 def lock_state(
     tx: Tx,
     row: TableRow,
@@ -273,34 +194,31 @@ def lock_state(
     the ``INSERT`` first, then the ``SELECT``). Also whether this transaction created it
     (its counts are still to be made)."""
     canonical = spec.canonical()
-    query = _state_query(row.id, canonical).execution_options(populate_existing=True)
-    if tx.dialect == "postgresql":
-        query = query.with_for_update()
+    query = state_query(tx.dialect)
+    keys = {"b_table": row.id, "b_set": canonical}
     if not likely_new:
-        found = tx.session.execute(query).scalar_one_or_none()
+        found = tx.session.execute(query, keys).scalar_one_or_none()
         if found is not None:  # the usual case: one statement
             return found, False
-    dialect = postgresql if tx.dialect == "postgresql" else sqlite
     created = tx.session.execute(
-        dialect.insert(SetStateRow)
-        .values(
-            table_id=row.id,
-            set_spec=canonical,
-            bucket=tx.bucket_of(info_of(row).topic),
-            generation=1,
-            state=SetState.OPEN.value,
-            rule_version=version,
-            first_part_at=clock,
-            last_change_at=clock,
-            late_emitted=False,
-            deadline_at=deadline_at(rule, spec, clock),
-            part_count=0,
-        )
-        .on_conflict_do_nothing(index_elements=["table_id", "set_spec"])
+        insert_state(tx.dialect),
+        {
+            "table_id": row.id,
+            "set_spec": canonical,
+            "bucket": tx.bucket_of(info_of(row).topic),
+            "generation": 1,
+            "state": SetState.OPEN.value,
+            "rule_version": version,
+            "first_part_at": clock,
+            "last_change_at": clock,
+            "late_emitted": False,
+            "deadline_at": deadline_at(rule, spec, clock),
+            "part_count": 0,
+        },
     )
     # A writer that created it meanwhile has committed (the insert waited for it): the
     # lock is taken on its row, whose counts that writer made.
-    return tx.session.execute(query).scalar_one(), bool(created.rowcount)  # type: ignore[attr-defined]
+    return tx.session.execute(query, keys).scalar_one(), bool(created.rowcount)  # type: ignore[attr-defined]
 
 
 @functools.lru_cache(maxsize=64)
@@ -339,16 +257,14 @@ def _count_afresh(
     parts = {part for part, _ in changes}
     if changes and len(parts) == len(changes) and all(delta == 1 for _, delta in changes):
         present = tx.session.execute(
-            select(func.count())
-            .select_from(PartitionRow)
-            .where(*_where_under(tx, table_id, prefix))
+            count_under(tx.dialect), under_params(tx.dialect, table_id, prefix)
         ).scalar_one()
         if present == len(parts):
             expected = _expected(rule)
             state.part_count = present
             state.expected_present = None if expected is None else len(parts & expected)
             return
-    _count(state, rule, spec, _under(tx, table_id, prefix))
+    _count(state, rule, spec, paths_under(tx, table_id, prefix))
 
 
 def _adopt(rule: SetRule, version: int, spec: PartitionSpec, state: SetStateRow) -> None:
@@ -409,28 +325,45 @@ def _record_done(state: SetStateRow, event_id: int, reason: DoneReason, clock: f
     state.due_at = None
 
 
-def _write_done(
-    tx: Tx, row: TableRow, spec: PartitionSpec, state: SetStateRow, reason: DoneReason, clock: float
+def _add_done(
+    tx: Tx,
+    row: TableRow,
+    spec: PartitionSpec,
+    *,
+    generation: int,
+    reason: DoneReason,
+    rule_version: int | None,
 ) -> int:
+    """A rule's MARK_SET_DONE (and its retention row); its event id."""
+    info = info_of(row)
     event_id, _ = add_mark_set_done(
         tx,
         row,
-        info_of(row),
+        info,
         spec,
-        generation=state.generation,
+        generation=generation,
         reason=reason.value,
-        rule_version=state.rule_version,
+        rule_version=rule_version,
     )
-    _record_done(state, event_id, reason, clock)
     tx.pending.setdefault(_DONES, []).append(event_id)
     logger.info(
         "set %s of %s done (generation %d, %s) as event %d",
         spec,
-        info_of(row).name,
-        state.generation,
+        info.name,
+        generation,
         reason.value,
         event_id,
     )
+    return event_id
+
+
+def _write_done(
+    tx: Tx, row: TableRow, spec: PartitionSpec, state: SetStateRow, reason: DoneReason, clock: float
+) -> int:
+    event_id = _add_done(
+        tx, row, spec, generation=state.generation, reason=reason, rule_version=state.rule_version
+    )
+    _record_done(state, event_id, reason, clock)
     return event_id
 
 
@@ -483,20 +416,6 @@ class _Times(Protocol):
     def deadline_at(self) -> float | None: ...
     @property
     def last_change_at(self) -> float | None: ...
-
-
-@dataclass(frozen=True)
-class _Moved:
-    """A set's row as the counting ``UPDATE … RETURNING`` left it."""
-
-    state: str
-    late_emitted: bool
-    done_at: float | None
-    deadline_at: float | None
-    last_change_at: float | None
-    due_at: float | None
-    part_count: int
-    expected_present: int | None
 
 
 def _deadline_pending(state: _Times) -> bool:
@@ -637,59 +556,6 @@ def due_verdicts(
     return dones, lates
 
 
-_MOVED = tuple(_Moved.__dataclass_fields__)
-
-
-@functools.cache
-def _move_statement(dialect: str, parts: bool) -> Update:
-    """The counting write of a settled set whose row is current (counted under the
-    rule's version, not done): one statement, which also takes the row's lock."""
-    table = _STATES
-    values = {
-        "part_count": table.c.part_count + bindparam("b_added"),
-        "last_change_at": clock_sql(dialect),
-    }
-    where = [
-        table.c.table_id == bindparam("b_table"),
-        table.c.set_spec == bindparam("b_set"),
-        table.c.rule_version == bindparam("b_version"),
-        table.c.state != literal_column(f"'{SetState.DONE.value}'"),
-    ]
-    if parts:
-        values["expected_present"] = table.c.expected_present + bindparam("b_expected")
-        where.append(table.c.expected_present.is_not(None))
-    return update(table).where(*where).values(values).returning(*(table.c[n] for n in _MOVED))
-
-
-_MOVE_SQL: dict[tuple[str, str, bool], tuple[str, tuple[str, ...] | None]] = {}
-""":func:`_move_statement` compiled for a driver: its SQL, and the order of its
-parameters (None: named). Run on the driver's cursor: the statement runs on every write
-to a table with a rule, and SQLAlchemy's steps (cache key, parameters, result) cost
-more than the statement itself (docs/completeness.md)."""
-
-
-def _move_sql(dialect: Dialect, parts: bool) -> tuple[str, tuple[str, ...] | None]:
-    key = (dialect.name, dialect.paramstyle, parts)
-    found = _MOVE_SQL.get(key)
-    if found is None:
-        compiled = _move_statement(dialect.name, parts).compile(dialect=dialect)
-        order = tuple(compiled.positiontup or ()) if compiled.positional else None
-        found = _MOVE_SQL[key] = (compiled.string, order)
-    return found
-
-
-def _move(connection: Connection, parts: bool, values: dict[str, object]) -> _Moved | None:
-    """Run the counting write; the row it left, or None (no current row)."""
-    sql, order = _move_sql(connection.dialect, parts)
-    cursor = connection.connection.cursor()
-    try:
-        cursor.execute(sql, values if order is None else tuple(values[n] for n in order))
-        found = cursor.fetchone()
-    finally:
-        cursor.close()
-    return None if found is None else _Moved(*found)
-
-
 class _Unmoved(enum.Enum):
     """Why :func:`_settle_moved` did not settle a set."""
 
@@ -727,28 +593,36 @@ def _settle_moved(
     }
     if expected is not None:
         values["b_expected"] = sum(delta for part, delta in changes if part in expected)
-    moved = _move(connection, expected is not None, values)
+    moved = move_counts(connection, expected is not None, values)
     if moved is None:
         return _Unmoved.NO_CURRENT_ROW
     if expected is not None:
         complete = bool(expected) and moved.expected_present == len(expected)
     else:
         complete = rule.min_partitions is not None and moved.part_count >= rule.min_partitions
-    if complete and not rule.quiet_seconds:
-        state = tx.session.execute(
-            _state_query(row.id, canonical).execution_options(populate_existing=True)
-        ).scalar_one()
-        clock = state.last_change_at if state.last_change_at is not None else tx.clock()
+    if complete and not rule.quiet_seconds:  # the row is locked: Core statements
+        reason = DoneReason.RULE if moved.generation == 1 else DoneReason.CHANGED
         spec = set_of(rule, first)
-        written = [_write_done(tx, row, spec, state, _done_reason(state), clock)]
-        tx.session.flush()
-        return written
+        event_id = _add_done(
+            tx, row, spec, generation=moved.generation, reason=reason, rule_version=version
+        )
+        connection.execute(
+            update(_STATES)
+            .where(_STATES.c.table_id == row.id, _STATES.c.set_spec == canonical)
+            .values(
+                state=SetState.DONE.value,
+                done_at=moved.last_change_at,
+                done_reason=reason.value,
+                done_event_id=event_id,
+                due_at=None,
+            )
+        )
+        return [event_id]
     due = _next_due(rule, moved, complete)
     if due != moved.due_at:
-        table = _STATES
-        tx.session.execute(
-            update(table)
-            .where(table.c.table_id == row.id, table.c.set_spec == canonical)
+        connection.execute(
+            update(_STATES)
+            .where(_STATES.c.table_id == row.id, _STATES.c.set_spec == canonical)
             .values(due_at=due)
         )
     return []
