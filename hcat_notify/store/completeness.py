@@ -16,14 +16,17 @@ verdicts that need a clock (:func:`due_verdicts`): quiet periods and deadlines.
 
 from __future__ import annotations
 
+import enum
 import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol, cast
 
-from sqlalchemy import Select, Table, Update, bindparam, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import (
+    Table,
+    select,
+    update,
+)
 
 from hcat_notify.model.completeness import (
     DoneReason,
@@ -37,16 +40,22 @@ from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.set_events import SetVerdict, build_set_event
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.store.models import PartitionRow, SetStateRow, TableRow
+from hcat_notify.store.models import SetStateRow, TableRow
 from hcat_notify.store.outbox import add_outbox_rows
 from hcat_notify.store.records import TableInfo, info_of
 from hcat_notify.store.retention import add_mark_set_done
+from hcat_notify.store.set_assess import Assessment, assess, paths_under
 from hcat_notify.store.set_rules import current_rule
-from hcat_notify.store.tx import Tx, clock_sql
+from hcat_notify.store.set_sql import (
+    count_under,
+    insert_state,
+    move_counts,
+    state_query,
+    under_params,
+)
+from hcat_notify.store.tx import Tx
 
 __all__ = [
-    "Assessment",
-    "assess",
     "due_verdicts",
     "lock_state",
     "mark_set_done",
@@ -72,68 +81,9 @@ Change = tuple[str, int]
 set's partitions: +1 added, -1 dropped, 0 changed in place (append, overwrite)."""
 
 
-@dataclass(frozen=True)
-class Assessment:
-    """A set's parts against its rule."""
-
-    expected: int | None
-    present: tuple[str, ...]
-    """Full path forms, path order."""
-    missing: tuple[str, ...]
-    complete: bool
-
-
 def set_of(rule: SetRule, spec: PartitionSpec) -> PartitionSpec:
     """The set (the rule's leading keys) a partition's full spec belongs to."""
     return PartitionSpec(spec.items[: len(rule.set_keys)])
-
-
-def _under(tx: Tx, table_id: int, prefix: str) -> list[str]:
-    """The paths of the table's partitions under ``prefix`` (``k=v/``), in path order."""
-    query = select(PartitionRow.path_spec).where(
-        PartitionRow.table_id == table_id,
-        PartitionRow.path_spec.startswith(prefix, autoescape=True),
-    )
-    if tx.dialect == "sqlite":
-        # SQLite's LIKE ignores case and uses no index; its text compares bytewise
-        # (BINARY), so the paths under "k=v/" are exactly those in ["k=v/", "k=v0").
-        query = query.where(
-            PartitionRow.path_spec >= prefix, PartitionRow.path_spec < prefix[:-1] + "0"
-        )
-    return sorted(tx.session.scalars(query))
-
-
-def _previous_set(tx: Tx, table_id: int, prefix: str, depth: int) -> str | None:
-    """The path prefix of the set before ``prefix`` in path order (the database's, as
-    :func:`hcat_notify.store.partitions.list_partitions` orders), or None."""
-    last = tx.session.scalars(
-        select(PartitionRow.path_spec)
-        .where(PartitionRow.table_id == table_id, PartitionRow.path_spec < prefix)
-        .order_by(PartitionRow.path_spec.desc())
-        .limit(1)
-    ).first()
-    if last is None:
-        return None
-    return "/".join(last.split("/")[:depth]) + "/"
-
-
-def assess(tx: Tx, table_id: int, rule: SetRule, spec: PartitionSpec) -> Assessment:
-    """What the set ``spec`` (keys in the table's order) has against ``rule``."""
-    prefix = spec.to_path() + "/"
-    present = tuple(_under(tx, table_id, prefix))
-    have = {path[len(prefix) :] for path in present}
-    expected = expected_parts(rule)
-    if expected is None and rule.like_previous:
-        previous = _previous_set(tx, table_id, prefix, len(rule.set_keys))
-        if previous is not None:
-            expected = tuple(path[len(previous) :] for path in _under(tx, table_id, previous))
-    if expected is not None:
-        missing = tuple(prefix + part for part in expected if part not in have)
-        complete = bool(expected) and not missing
-        return Assessment(len(expected), present, missing, complete)
-    minimum = rule.min_partitions
-    complete = minimum is not None and len(present) >= minimum
-    return Assessment(minimum, present, (), complete)
 
 
 def touch(tx: Tx, info: TableInfo, specs: Iterable[PartitionSpec], *, delta: int) -> None:
@@ -197,29 +147,35 @@ def _settle(tx: Tx) -> None:
         if found is None:
             continue
         rule, version = found
-        depth = len(rule.set_keys)
-        sets: dict[str, tuple[PartitionSpec, list[Change]]] = {}
-        for spec, delta in touched[name]:
+        clock: float | None = None
+        for prefix, (first, changes) in _by_set(touched[name], len(rule.set_keys)):
+            moved = _settle_moved(tx, row, rule, version, first, prefix, changes)
+            if isinstance(moved, list):
+                continue
+            clock = tx.clock() if clock is None else clock
+            spec = set_of(rule, first)
+            likely_new = moved is _Unmoved.NO_CURRENT_ROW
+            settle_set(tx, row, rule, version, spec, clock, changes=changes, likely_new=likely_new)
+
+
+def _by_set(
+    noted: Sequence[tuple[PartitionSpec, int]], depth: int
+) -> list[tuple[str, tuple[PartitionSpec, list[Change]]]]:
+    """The changes ``noted`` (full specs) by set: (the set's path, (a partition of it,
+    its changes)), in path order: one lock order for every writer, no deadlock."""
+    sets: dict[str, tuple[PartitionSpec, list[Change]]] = {}
+    for spec, delta in noted:
+        if depth == 1:
+            prefix, _, below = spec.to_path().partition("/")
+        else:
             pieces = spec.to_path().split("/", depth)
             below = pieces.pop()
             prefix = "/".join(pieces)
-            found_set = sets.get(prefix)
-            if found_set is None:
-                found_set = sets[prefix] = (set_of(rule, spec), [])
-            found_set[1].append((below, delta))
-        clock: float | None = None
-        for prefix in sorted(sets):  # one lock order for every writer: no deadlock
-            spec, changes = sets[prefix]
-            if _settle_moved(tx, row, rule, version, spec, changes) is not None:
-                continue
-            clock = tx.clock() if clock is None else clock
-            settle_set(tx, row, rule, version, spec, clock, changes=changes)
-
-
-def _state_query(table_id: int, canonical: str) -> Select[SetStateRow]:
-    return select(SetStateRow).where(
-        SetStateRow.table_id == table_id, SetStateRow.set_spec == canonical
-    )
+        found = sets.get(prefix)
+        if found is None:
+            found = sets[prefix] = (spec, [])
+        found[1].append((below, delta))
+    return sorted(sets.items())
 
 
 def lock_state(
@@ -229,39 +185,40 @@ def lock_state(
     version: int,
     spec: PartitionSpec,
     clock: float,
+    *,
+    likely_new: bool = False,
 ) -> tuple[SetStateRow, bool]:
     """The state row of the set ``spec``, locked until ``tx`` ends (PostgreSQL), created
     (generation 1, open) if it has none yet: ``SELECT … FOR UPDATE``, and only when there
-    is no row, ``INSERT … ON CONFLICT DO NOTHING`` and the ``SELECT`` again. Also whether
-    this transaction created it (its counts are still to be made)."""
+    is no row, ``INSERT … ON CONFLICT DO NOTHING`` and the ``SELECT`` again (``likely_new``:
+    the ``INSERT`` first, then the ``SELECT``). Also whether this transaction created it
+    (its counts are still to be made)."""
     canonical = spec.canonical()
-    query = _state_query(row.id, canonical).execution_options(populate_existing=True)
-    if tx.dialect == "postgresql":
-        query = query.with_for_update()
-    found = tx.session.execute(query).scalar_one_or_none()
-    if found is not None:  # the usual case: one statement
-        return found, False
-    dialect = postgresql if tx.dialect == "postgresql" else sqlite
+    query = state_query(tx.dialect)
+    keys = {"b_table": row.id, "b_set": canonical}
+    if not likely_new:
+        found = tx.session.execute(query, keys).scalar_one_or_none()
+        if found is not None:  # the usual case: one statement
+            return found, False
     created = tx.session.execute(
-        dialect.insert(SetStateRow)
-        .values(
-            table_id=row.id,
-            set_spec=canonical,
-            bucket=tx.bucket_of(info_of(row).topic),
-            generation=1,
-            state=SetState.OPEN.value,
-            rule_version=version,
-            first_part_at=clock,
-            last_change_at=clock,
-            late_emitted=False,
-            deadline_at=deadline_at(rule, spec, clock),
-            part_count=0,
-        )
-        .on_conflict_do_nothing(index_elements=["table_id", "set_spec"])
+        insert_state(tx.dialect),
+        {
+            "table_id": row.id,
+            "set_spec": canonical,
+            "bucket": tx.bucket_of(info_of(row).topic),
+            "generation": 1,
+            "state": SetState.OPEN.value,
+            "rule_version": version,
+            "first_part_at": clock,
+            "last_change_at": clock,
+            "late_emitted": False,
+            "deadline_at": deadline_at(rule, spec, clock),
+            "part_count": 0,
+        },
     )
     # A writer that created it meanwhile has committed (the insert waited for it): the
     # lock is taken on its row, whose counts that writer made.
-    return tx.session.execute(query).scalar_one(), bool(created.rowcount)  # type: ignore[attr-defined]
+    return tx.session.execute(query, keys).scalar_one(), bool(created.rowcount)  # type: ignore[attr-defined]
 
 
 @functools.lru_cache(maxsize=64)
@@ -281,6 +238,33 @@ def _count(state: SetStateRow, rule: SetRule, spec: PartitionSpec, present: Sequ
     else:
         start = len(spec.to_path()) + 1
         state.expected_present = sum(1 for path in present if path[start:] in expected)
+
+
+def _count_afresh(
+    tx: Tx,
+    table_id: int,
+    rule: SetRule,
+    spec: PartitionSpec,
+    state: SetStateRow,
+    changes: Sequence[Change],
+) -> None:
+    """Set the row's counts from the set's partitions, this transaction's included.
+    When its ``changes`` are all additions of distinct parts and the set holds exactly
+    that many partitions, those are all it holds (each is there): the counts follow from
+    the changes and one ``count(*)``, without reading the partitions (a new set that one
+    write fills, as a commit does)."""
+    prefix = spec.to_path() + "/"
+    parts = {part for part, _ in changes}
+    if changes and len(parts) == len(changes) and all(delta == 1 for _, delta in changes):
+        present = tx.session.execute(
+            count_under(tx.dialect), under_params(tx.dialect, table_id, prefix)
+        ).scalar_one()
+        if present == len(parts):
+            expected = _expected(rule)
+            state.part_count = present
+            state.expected_present = None if expected is None else len(parts & expected)
+            return
+    _count(state, rule, spec, paths_under(tx, table_id, prefix))
 
 
 def _adopt(rule: SetRule, version: int, spec: PartitionSpec, state: SetStateRow) -> None:
@@ -310,7 +294,7 @@ def _keep_counts(
     if stale:
         _adopt(rule, version, spec, state)
     if created or stale or (expected is not None and state.expected_present is None):
-        _count(state, rule, spec, _under(tx, table_id, spec.to_path() + "/"))
+        _count_afresh(tx, table_id, rule, spec, state, changes)
         return
     if not changes:
         return
@@ -341,28 +325,45 @@ def _record_done(state: SetStateRow, event_id: int, reason: DoneReason, clock: f
     state.due_at = None
 
 
-def _write_done(
-    tx: Tx, row: TableRow, spec: PartitionSpec, state: SetStateRow, reason: DoneReason, clock: float
+def _add_done(
+    tx: Tx,
+    row: TableRow,
+    spec: PartitionSpec,
+    *,
+    generation: int,
+    reason: DoneReason,
+    rule_version: int | None,
 ) -> int:
+    """A rule's MARK_SET_DONE (and its retention row); its event id."""
+    info = info_of(row)
     event_id, _ = add_mark_set_done(
         tx,
         row,
-        info_of(row),
+        info,
         spec,
-        generation=state.generation,
+        generation=generation,
         reason=reason.value,
-        rule_version=state.rule_version,
+        rule_version=rule_version,
     )
-    _record_done(state, event_id, reason, clock)
     tx.pending.setdefault(_DONES, []).append(event_id)
     logger.info(
         "set %s of %s done (generation %d, %s) as event %d",
         spec,
-        info_of(row).name,
-        state.generation,
+        info.name,
+        generation,
         reason.value,
         event_id,
     )
+    return event_id
+
+
+def _write_done(
+    tx: Tx, row: TableRow, spec: PartitionSpec, state: SetStateRow, reason: DoneReason, clock: float
+) -> int:
+    event_id = _add_done(
+        tx, row, spec, generation=state.generation, reason=reason, rule_version=state.rule_version
+    )
+    _record_done(state, event_id, reason, clock)
     return event_id
 
 
@@ -417,20 +418,6 @@ class _Times(Protocol):
     def last_change_at(self) -> float | None: ...
 
 
-@dataclass(frozen=True)
-class _Moved:
-    """A set's row as the counting ``UPDATE … RETURNING`` left it."""
-
-    state: str
-    late_emitted: bool
-    done_at: float | None
-    deadline_at: float | None
-    last_change_at: float | None
-    due_at: float | None
-    part_count: int
-    expected_present: int | None
-
-
 def _deadline_pending(state: _Times) -> bool:
     """Whether the set still awaits its deadline's verdict: one, for a set never done."""
     return not state.late_emitted and state.done_at is None and state.deadline_at is not None
@@ -457,13 +444,14 @@ def settle_set(
     clock: float,
     *,
     changes: Sequence[Change] | None,
+    likely_new: bool = False,
 ) -> list[int]:
     """Settle one set under its lock: count this transaction's ``changes`` under it
     (None: no change, the set is only judged again), note a change (a new generation
     after a done), then write the done at once when the set is complete (without a quiet
     period), or a ``SET_REOPENED`` when a done set is no longer complete. The event ids
-    written."""
-    state, created = lock_state(tx, row, rule, version, spec, clock)
+    written. ``likely_new``: the set probably has no row yet (:func:`lock_state`)."""
+    state, created = lock_state(tx, row, rule, version, spec, clock, likely_new=likely_new)
     _keep_counts(tx, row.id, rule, version, spec, state, created=created, changes=changes or ())
     was_done = state.state == SetState.DONE.value
     if changes is not None:
@@ -568,30 +556,11 @@ def due_verdicts(
     return dones, lates
 
 
-@functools.cache
-def _move_statement(dialect: str, parts: bool) -> Update:
-    """The counting write of a settled set whose row is current (counted under the
-    rule's version, not done): one statement, which also takes the row's lock."""
-    table = _STATES
-    values = {
-        "part_count": table.c.part_count + bindparam("b_added"),
-        "last_change_at": clock_sql(dialect),
-    }
-    where = [
-        table.c.table_id == bindparam("b_table"),
-        table.c.set_spec == bindparam("b_set"),
-        table.c.rule_version == bindparam("b_version"),
-        table.c.state != SetState.DONE.value,
-    ]
-    if parts:
-        values["expected_present"] = table.c.expected_present + bindparam("b_expected")
-        where.append(table.c.expected_present.is_not(None))
-    return (
-        update(table)
-        .where(*where)
-        .values(values)
-        .returning(*(table.c[name] for name in _Moved.__dataclass_fields__))
-    )
+class _Unmoved(enum.Enum):
+    """Why :func:`_settle_moved` did not settle a set."""
+
+    NOT_TRIED = "not tried"
+    NO_CURRENT_ROW = "no current row"  # none yet (usually), done, or another version
 
 
 def _settle_moved(
@@ -599,51 +568,61 @@ def _settle_moved(
     row: TableRow,
     rule: SetRule,
     version: int,
-    spec: PartitionSpec,
+    first: PartitionSpec,
+    prefix: str,
     changes: Sequence[Change],
-) -> list[int] | None:
-    """Settle a set whose row is current with one counting ``UPDATE … RETURNING`` (and a
-    second write only when its verdict or due time changes); None when it is not (no
-    row yet, done, counted under another version, a rule whose expected parts are
-    another set's): :func:`settle_set` then does it all."""
+) -> list[int] | _Unmoved:
+    """Settle a set (``prefix``, its path; ``first``, a partition of it) whose row is
+    current with one counting ``UPDATE … RETURNING`` (and a second write only when its
+    verdict or due time changes); the events written, or why not (a rule whose expected
+    parts are another set's; no row yet, done, counted under another version):
+    :func:`settle_set` then does it all."""
     expected = _expected(rule)
     if expected is None and rule.min_partitions is None:
-        return None
-    connection = tx.session.connection()  # a Core statement on it: no ORM step
+        return _Unmoved.NOT_TRIED
+    connection = tx.session.connection()
     if not connection.dialect.update_returning:
-        return None
-    canonical = spec.canonical()
-    found = connection.execute(
-        _move_statement(connection.dialect.name, expected is not None),
-        {
-            "b_table": row.id,
-            "b_set": canonical,
-            "b_version": version,
-            "b_added": sum(delta for _, delta in changes),
-            "b_expected": sum(delta for part, delta in changes if expected and part in expected),
-        },
-    ).first()
-    if found is None:
-        return None
-    moved = _Moved(*found)  # the statement returns the fields in order
+        return _Unmoved.NOT_TRIED
+    # one key: the set's path is its canonical form (keys sorted)
+    canonical = prefix if len(rule.set_keys) == 1 else set_of(rule, first).canonical()
+    values: dict[str, object] = {
+        "b_table": row.id,
+        "b_set": canonical,
+        "b_version": version,
+        "b_added": sum(delta for _, delta in changes),
+    }
+    if expected is not None:
+        values["b_expected"] = sum(delta for part, delta in changes if part in expected)
+    moved = move_counts(connection, expected is not None, values)
+    if moved is None:
+        return _Unmoved.NO_CURRENT_ROW
     if expected is not None:
         complete = bool(expected) and moved.expected_present == len(expected)
     else:
         complete = rule.min_partitions is not None and moved.part_count >= rule.min_partitions
-    if complete and not rule.quiet_seconds:
-        state = tx.session.execute(
-            _state_query(row.id, canonical).execution_options(populate_existing=True)
-        ).scalar_one()
-        clock = state.last_change_at if state.last_change_at is not None else tx.clock()
-        written = [_write_done(tx, row, spec, state, _done_reason(state), clock)]
-        tx.session.flush()
-        return written
+    if complete and not rule.quiet_seconds:  # the row is locked: Core statements
+        reason = DoneReason.RULE if moved.generation == 1 else DoneReason.CHANGED
+        spec = set_of(rule, first)
+        event_id = _add_done(
+            tx, row, spec, generation=moved.generation, reason=reason, rule_version=version
+        )
+        connection.execute(
+            update(_STATES)
+            .where(_STATES.c.table_id == row.id, _STATES.c.set_spec == canonical)
+            .values(
+                state=SetState.DONE.value,
+                done_at=moved.last_change_at,
+                done_reason=reason.value,
+                done_event_id=event_id,
+                due_at=None,
+            )
+        )
+        return [event_id]
     due = _next_due(rule, moved, complete)
     if due != moved.due_at:
-        table = _STATES
-        tx.session.execute(
-            update(table)
-            .where(table.c.table_id == row.id, table.c.set_spec == canonical)
+        connection.execute(
+            update(_STATES)
+            .where(_STATES.c.table_id == row.id, _STATES.c.set_spec == canonical)
             .values(due_at=due)
         )
     return []

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import Table, delete, insert, select
 
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
@@ -26,6 +27,10 @@ def _retained(row: RetentionRow, name: TableName) -> RetainedDone:
         generation=row.generation,
         reason=row.reason,
     )
+
+
+_RETENTION = cast(Table, RetentionRow.__table__)
+_OUTBOX = cast(Table, OutboxRow.__table__)
 
 
 def add_mark_set_done(
@@ -61,8 +66,11 @@ def add_mark_set_done(
         reason=reason,
         rule_version=rule_version,
     )
-    tx.session.execute(insert(RetentionRow), [rows.retention])
-    tx.session.execute(insert(OutboxRow), [rows.outbox])
+    # Core statements on the connection: no ORM bulk step, no autoflush (a rule's done
+    # is written while its set's row is being changed; the caller flushes that)
+    connection = tx.session.connection()
+    connection.execute(insert(_RETENTION), [rows.retention])
+    connection.execute(insert(_OUTBOX), [rows.outbox])
     return event_id, canonical
 
 

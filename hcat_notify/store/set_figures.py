@@ -10,9 +10,9 @@ from sqlalchemy import func, select
 
 from hcat_notify.model.completeness import SetState
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.store.completeness import assess
 from hcat_notify.store.models import SetStateRow, TableRow
 from hcat_notify.store.records import info_of
+from hcat_notify.store.set_assess import assess
 from hcat_notify.store.set_rules import current_rule
 from hcat_notify.store.tx import Tx
 

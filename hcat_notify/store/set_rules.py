@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 
@@ -47,12 +48,27 @@ def _parsed(stored: str, keys: tuple[str, ...]) -> SetRule:
     return SetRule.from_json(json.loads(stored), keys)
 
 
+_RECENT: dict[tuple[int, int, tuple[str, ...]], tuple[dict[str, object], SetRule]] = {}
+"""The rules :func:`current_rule` parsed last, by (table id, version, keys), with their
+stored form: found again by comparing the stored form (a dict comparison, no
+serialisation), on every write to a table with a rule."""
+
+
 def current_rule(row: TableRow) -> tuple[SetRule, int] | None:
     """The table's rule in force and its version, or None (read with the table row)."""
-    if row.rule_version is None or row.set_rule is None:
+    stored, version = row.set_rule, row.rule_version
+    if version is None or stored is None:
         return None
     keys = tuple(row.partition_keys)
-    return _parsed(json.dumps(row.set_rule, sort_keys=True), keys), row.rule_version
+    key = (row.id, version, keys)
+    known = _RECENT.get(key)
+    if known is not None and known[0] == stored:
+        return known[1], version
+    rule = _parsed(json.dumps(stored, sort_keys=True), keys)
+    if len(_RECENT) >= 256:
+        _RECENT.clear()
+    _RECENT[key] = (copy.deepcopy(stored), rule)
+    return rule, version
 
 
 def write_rule(tx: Tx, row: TableRow, rule: SetRule | None, *, principal: str | None) -> int:

@@ -1,0 +1,164 @@
+"""The statements on a set's row that every write to a table with a rule makes, built
+once per dialect (docs/completeness.md, "What a write with a rule costs"): the
+counting ``UPDATE … RETURNING`` (run on the driver's cursor), the row's lookup, its
+creation and the count of a set's partitions."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import (
+    Connection,
+    Dialect,
+    Insert,
+    Select,
+    Table,
+    Update,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from hcat_notify.model.completeness import SetState
+from hcat_notify.store.models import PartitionRow, SetStateRow
+from hcat_notify.store.tx import clock_sql
+
+__all__ = ["Moved", "count_under", "insert_state", "move_counts", "state_query", "under_params"]
+
+_STATES = cast(Table, SetStateRow.__table__)
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A set's row as the counting ``UPDATE … RETURNING`` left it."""
+
+    state: str
+    late_emitted: bool
+    done_at: float | None
+    deadline_at: float | None
+    last_change_at: float | None
+    due_at: float | None
+    part_count: int
+    expected_present: int | None
+    generation: int
+
+
+_MOVED = tuple(Moved.__dataclass_fields__)
+
+
+@functools.cache
+def _move_statement(dialect: str, parts: bool) -> Update:
+    """The counting write of a settled set whose row is current (counted under the
+    rule's version, not done): one statement, which also takes the row's lock."""
+    table = _STATES
+    values = {
+        "part_count": table.c.part_count + bindparam("b_added"),
+        "last_change_at": clock_sql(dialect),
+    }
+    where = [
+        table.c.table_id == bindparam("b_table"),
+        table.c.set_spec == bindparam("b_set"),
+        table.c.rule_version == bindparam("b_version"),
+        table.c.state != literal_column(f"'{SetState.DONE.value}'"),
+    ]
+    if parts:
+        values["expected_present"] = table.c.expected_present + bindparam("b_expected")
+        where.append(table.c.expected_present.is_not(None))
+    return update(table).where(*where).values(values).returning(*(table.c[n] for n in _MOVED))
+
+
+_MOVE_SQL: dict[tuple[str, str, bool], tuple[str, tuple[str, ...] | None]] = {}
+"""The counting write compiled for a driver: its SQL, and the order of its parameters
+(None: named). Run on the driver's cursor: SQLAlchemy's steps (cache key, parameters,
+result) cost more than the statement itself."""
+
+
+def _move_sql(dialect: Dialect, parts: bool) -> tuple[str, tuple[str, ...] | None]:
+    key = (dialect.name, dialect.paramstyle, parts)
+    found = _MOVE_SQL.get(key)
+    if found is None:
+        compiled = _move_statement(dialect.name, parts).compile(dialect=dialect)
+        order = tuple(compiled.positiontup or ()) if compiled.positional else None
+        found = _MOVE_SQL[key] = (compiled.string, order)
+    return found
+
+
+def move_counts(connection: Connection, parts: bool, values: dict[str, object]) -> Moved | None:
+    """Run the counting write (``values``: ``b_table``, ``b_set``, ``b_version``,
+    ``b_added`` and, with ``parts``, ``b_expected``); the row it left, or None (no
+    current row: none, done, or counted under another version)."""
+    sql, order = _move_sql(connection.dialect, parts)
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(sql, values if order is None else tuple(values[n] for n in order))
+        found = cursor.fetchone()
+    finally:
+        cursor.close()
+    return None if found is None else Moved(*found)
+
+
+@functools.cache
+def state_query(dialect: str) -> Select[SetStateRow]:
+    """A set's row (``b_table``, ``b_set``), loaded afresh, locked on PostgreSQL."""
+    query = (
+        select(SetStateRow)
+        .where(
+            SetStateRow.table_id == bindparam("b_table"),
+            SetStateRow.set_spec == bindparam("b_set"),
+        )
+        .execution_options(populate_existing=True)
+    )
+    return query.with_for_update() if dialect == "postgresql" else query
+
+
+@functools.cache
+def insert_state(dialect: str) -> Insert:
+    """A new set's row, unless there is one (the columns are its parameters)."""
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    columns = (
+        "table_id",
+        "set_spec",
+        "bucket",
+        "generation",
+        "state",
+        "rule_version",
+        "first_part_at",
+        "last_change_at",
+        "late_emitted",
+        "deadline_at",
+        "part_count",
+    )
+    return (
+        insert(_STATES)
+        .values({name: bindparam(name) for name in columns})
+        .on_conflict_do_nothing(index_elements=["table_id", "set_spec"])
+    )
+
+
+@functools.cache
+def count_under(dialect: str) -> Select[int]:
+    """How many partitions of a table (``b_table``) are under a set: on SQLite, whose
+    text compares bytewise (BINARY), the paths under "k=v/" are exactly those in
+    ["k=v/", "k=v0") (``b_low``, ``b_high``; its LIKE ignores case and uses no index);
+    elsewhere ``LIKE`` (``b_like``, escaped with ``/``)."""
+    path = PartitionRow.path_spec
+    where: list[Any] = [PartitionRow.table_id == bindparam("b_table")]
+    if dialect == "sqlite":
+        where += [path >= bindparam("b_low"), path < bindparam("b_high")]
+    else:
+        where.append(path.like(bindparam("b_like"), escape="/"))
+    return select(func.count()).select_from(PartitionRow).where(*where)
+
+
+def under_params(dialect: str, table_id: int, prefix: str) -> dict[str, object]:
+    """The parameters of :func:`count_under` for the set whose path is ``prefix``
+    (``k=v/``)."""
+    if dialect == "sqlite":
+        return {"b_table": table_id, "b_low": prefix, "b_high": prefix[:-1] + "0"}
+    escaped = prefix.replace("/", "//").replace("%", "/%").replace("_", "/_")
+    return {"b_table": table_id, "b_like": escaped + "%"}
