@@ -121,15 +121,16 @@ def throughput(
             _wait(lambda: catalog.outbox.backlog()[0] == 0, 120, "the broker path")
             target = WebhookTarget(catalog.webhooks.get("bench"), (secret,))
             events = catalog.outbox.events(after_event_id=first - 1, limit=len(ids) + 10)
+            batch = RelayConfig().webhook_batch  # the relay's batches: the same requests
             by_topic: dict[str, list[Any]] = {}
             for event in events:
                 by_topic.setdefault(event.topic, []).append(event)
             bodies = [
                 request
                 for topic_events in by_topic.values()
-                for start in range(0, len(topic_events), 100)
+                for start in range(0, len(topic_events), batch)
                 for request in requests_for(
-                    target, topic_events[start : start + 100], source=settings.event_source
+                    target, topic_events[start : start + batch], source=settings.event_source
                 )
             ]
             for round_no in range(rounds):

@@ -33,7 +33,8 @@ from hcat_notify.relay.member import Membership
 from hcat_notify.relay.webhook_http import HttpxPoster, Poster, PostResult, requests_for
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.group import Ownership
-from hcat_notify.store.webhooks import DeliveryFailure, WebhookTarget, WebhookTopic
+from hcat_notify.store.records import OutboxEvent
+from hcat_notify.store.webhooks import Delivered, DeliveryFailure, WebhookTarget, WebhookTopic
 
 __all__ = ["WebhookDelivery", "WebhookStats"]
 
@@ -44,6 +45,13 @@ TROUBLED_FOR = 60.0
 time probes it then, as before its first 2xx (a healthy one may have half the pool)."""
 DISCOVERY_PAGES = 5
 """Pages of the owned buckets read per pass (then the pass runs again at once)."""
+FLUSH_INTERVAL = 0.1
+"""Seconds between two records of the 2xx received (one transaction for all of them; a
+member that stops records what it has first)."""
+BUFFER_CAP = 20_000
+"""Events the pass keeps in memory for the lanes (what it read while discovering them):
+a job sends those without reading the outbox again; a lane whose events did not fit
+reads them itself."""
 BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 600.0
 
@@ -77,12 +85,22 @@ class _Lane:
     parked: bool = False
 
 
+@dataclass
+class _Buffer:
+    """A lane's events the pass read: every wanted one of its topic after ``start``
+    (up to where the pass has read), in id order."""
+
+    start: int
+    events: list[OutboxEvent]
+
+
 @dataclass(frozen=True)
 class _Outcome:
     lane: _Lane | None  # the lane as it stands now (None: drop it)
     bucket: int = -1
     lost: bool = False  # the bucket is another member's
     changed: bool = False  # the webhook changed (replay, retry, pause, remove): reload it
+    delivered: Delivered | None = None  # a 2xx whose progress the pass records
 
 
 class WebhookDelivery:
@@ -121,6 +139,14 @@ class WebhookDelivery:
         self._owned: dict[int, Ownership] = {}
         self._lanes: dict[tuple[int, str], _Lane] = {}
         self._running: dict[tuple[int, str], Future[_Outcome]] = {}
+        self._buffers: dict[tuple[int, str], _Buffer] = {}
+        self._buffered = 0  # events in the buffers
+        self._pending: dict[tuple[int, str], Delivered] = {}  # 2xx not recorded yet
+        self._flushed_at = 0.0
+        self._recorder: ThreadPoolExecutor | None = None
+        self._recording: tuple[list[Delivered], Future[list[str]]] | None = None
+        self._latest: dict[int, WebhookTarget] = {}  # the webhooks as last read
+        self._targets_read_at = 0.0  # 0: read them at the next pass
         self._scan = 0  # every event of the owned buckets up to here was looked at
         self._failed_at: dict[int, float] = {}  # webhook id -> its last failure (monotonic)
         self._answered: set[int] = set()  # webhooks that answered 2xx to this member
@@ -141,6 +167,14 @@ class WebhookDelivery:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        try:
+            self._settle()
+            self._flush()
+        except HcatNotifyError as exc:  # delivered again by the next owner
+            logger.warning("relay webhook progress not recorded at stop: %s", exc)
+        if self._recorder is not None:
+            self._recorder.shutdown(wait=True)
+            self._recorder = None
         if self._poster is not None:
             self._poster.close()
 
@@ -157,7 +191,14 @@ class WebhookDelivery:
 
     def _step(self) -> bool:
         self._settle()
-        targets = {t.info.id: t for t in self._catalog.webhooks.targets()}
+        self._settle_record()
+        self._record_pending()
+        now = time.monotonic()
+        if now - self._targets_read_at >= self._config.webhook_interval:
+            # woken by new events, the pass does not read the webhooks again each time
+            self._targets_read_at = now
+            self._latest = {t.info.id: t for t in self._catalog.webhooks.targets()}
+        targets = dict(self._latest)
         owned = self._member.owned()
         if not targets or not owned:
             self._forget_all(targets, owned)
@@ -170,6 +211,7 @@ class WebhookDelivery:
     def _forget_all(self, targets: dict[int, WebhookTarget], owned: dict[int, Ownership]) -> None:
         with self._lock:
             self._lanes.clear()
+            self._drop_buffers()
         self._targets, self._owned, self._scan = targets, owned, 0
 
     def _take(self, targets: dict[int, WebhookTarget], owned: dict[int, Ownership]) -> None:
@@ -197,6 +239,7 @@ class WebhookDelivery:
             for key, lane in list(self._lanes.items()):
                 if lane.webhook_id in changed_hooks or lane.bucket in changed_buckets:
                     del self._lanes[key]
+            self._drop_buffers()  # the pass reads again from further back
         reload_hooks = [hook for hook in targets if hook in changed_hooks]
         reload_buckets = [bucket for bucket in owned if bucket in changed_buckets]
         rows: list[WebhookTopic] = []
@@ -227,8 +270,9 @@ class WebhookDelivery:
         buckets = sorted(self._owned)
         page_size = self._config.batch_size
         for _ in range(DISCOVERY_PAGES):
+            start = self._scan
             events = self._catalog.outbox.events_in_buckets(
-                buckets, after_event_id=self._scan, limit=page_size
+                buckets, after_event_id=start, limit=page_size
             )
             if not events:
                 return False
@@ -252,6 +296,7 @@ class WebhookDelivery:
                             )
                         if event.event_id > lane.head:
                             self._lanes[key] = replace(lane, head=event.event_id)
+                        self._keep(key, start, event)
             self._scan = events[-1].event_id
             if len(events) < page_size:
                 return False
@@ -265,6 +310,7 @@ class WebhookDelivery:
         since = time.monotonic() - TROUBLED_FOR
         if self._pool is None:
             self._pool = ThreadPoolExecutor(workers, thread_name_prefix="hcat-webhook")
+            self._recorder = ThreadPoolExecutor(1, thread_name_prefix="hcat-webhook-record")
             if self._poster is None:
                 self._poster = HttpxPoster(
                     timeout=self._settings.webhook_timeout, connections=workers
@@ -297,7 +343,7 @@ class WebhookDelivery:
             if target is None:
                 continue
             running[lane.webhook_id] = running.get(lane.webhook_id, 0) + 1
-            future = self._pool.submit(self._deliver, target, lane)
+            future = self._pool.submit(self._deliver, target, lane, self._batch_of(lane))
             self._running[(lane.webhook_id, lane.topic)] = future
             future.add_done_callback(lambda _f: self._loop.wake())
 
@@ -319,16 +365,136 @@ class WebhookDelivery:
                     lost.add(outcome.bucket)
                 if outcome.changed:  # read it again next pass
                     self._targets.pop(key[0], None)
+                    self._targets_read_at = 0.0
                     for other in [k for k in self._lanes if k[0] == key[0]]:
                         del self._lanes[other]
                 if outcome.lane is None or outcome.lost or outcome.changed:
                     self._lanes.pop(key, None)
+                    self._drop_buffer(key)
                 elif current is not None and current.epoch == outcome.lane.epoch:
                     head = max(current.head, outcome.lane.head)
                     self._lanes[key] = replace(outcome.lane, head=head)
+                    self._trim(key, outcome.lane.cursor)
+                    if outcome.delivered is not None:
+                        self._pending[key] = outcome.delivered
         if lost:
             self.stats.fenced += len(lost)
             self._on_lost(lost)
+
+    def _record_pending(self) -> None:
+        """Record the 2xx received since the last record, in one transaction, in the
+        recorder's thread (the pass goes on meanwhile), at most every FLUSH_INTERVAL."""
+        now = time.monotonic()
+        if self._recording is not None or not self._pending or self._recorder is None:
+            return
+        if now - self._flushed_at < FLUSH_INTERVAL:
+            return
+        self._flushed_at = now
+        items = list(self._pending.values())
+        self._pending.clear()
+        future = self._recorder.submit(
+            self._catalog.webhooks.record_delivered_many, self._member.member_id, items
+        )
+        self._recording = (items, future)
+        future.add_done_callback(lambda _f: self._loop.wake())
+
+    def _settle_record(self, *, wait: bool = False) -> None:
+        """Take in the record under way once it is done (``wait``: wait for it)."""
+        if self._recording is None:
+            return
+        items, future = self._recording
+        if not wait and not future.done():
+            return
+        self._recording = None
+        try:
+            fences = future.result()
+        except HcatNotifyError as exc:  # the database hiccuped: recorded with the next
+            logger.warning("relay webhook progress not recorded (will retry): %s", exc)
+            for item in items:
+                self._pending.setdefault((item.webhook_id, item.topic), item)
+            return
+        self._take_fences(items, fences)
+
+    def _flush(self) -> None:
+        """Record the 2xx not recorded yet, now, in this thread (when stopping)."""
+        self._settle_record(wait=True)
+        if self._pending:
+            items = list(self._pending.values())
+            self._pending.clear()
+            fences = self._catalog.webhooks.record_delivered_many(self._member.member_id, items)
+            self._take_fences(items, fences)
+
+    def _take_fences(self, items: list[Delivered], fences: list[str]) -> None:
+        """Drop what the fence of a record refused (a lost bucket, a changed webhook)."""
+        fenced = list(zip(items, fences, strict=True))
+        lost = {item.bucket for item, fence in fenced if fence == "lost"}
+        changed = {item.webhook_id for item, fence in fenced if fence == "changed"}
+        if not lost and not changed:
+            return
+        for item, fence in fenced:
+            if fence != "ok":
+                self._fenced(_Lane(item.webhook_id, item.topic, item.bucket, item.epoch, 0), fence)
+        with self._lock:
+            for hook in changed:
+                self._targets.pop(hook, None)
+                self._targets_read_at = 0.0
+            for key, lane in list(self._lanes.items()):
+                if lane.webhook_id in changed or lane.bucket in lost:
+                    del self._lanes[key]
+                    self._drop_buffer(key)
+        if lost:
+            self.stats.fenced += len(lost)
+            self._on_lost(lost)
+
+    # -- the buffers (under the lock) ------------------------------------------------------
+
+    def _keep(self, key: tuple[int, str], start: int, event: OutboxEvent) -> None:
+        buffer = self._buffers.get(key)
+        if buffer is None:
+            if self._buffered >= BUFFER_CAP:
+                return
+            buffer = self._buffers[key] = _Buffer(start, [])
+        elif self._buffered >= BUFFER_CAP:  # full: this lane reads its events itself
+            self._drop_buffer(key)
+            return
+        buffer.events.append(event)
+        self._buffered += 1
+
+    def _trim(self, key: tuple[int, str], cursor: int) -> None:
+        buffer = self._buffers.get(key)
+        if buffer is None:
+            return
+        events = buffer.events
+        done = 0
+        while done < len(events) and events[done].event_id <= cursor:
+            done += 1
+        if done:
+            del events[:done]
+            self._buffered -= done
+
+    def _drop_buffer(self, key: tuple[int, str]) -> None:
+        buffer = self._buffers.pop(key, None)
+        if buffer is not None:
+            self._buffered -= len(buffer.events)
+
+    def _drop_buffers(self) -> None:
+        self._buffers.clear()
+        self._buffered = 0
+
+    def _batch_of(self, lane: _Lane) -> list[OutboxEvent] | None:
+        """The lane's next batch from its buffer, or None: the job reads it."""
+        with self._lock:
+            buffer = self._buffers.get((lane.webhook_id, lane.topic))
+            if buffer is None or buffer.start > lane.cursor:
+                return None
+            limit = self._config.webhook_batch
+            found: list[OutboxEvent] = []
+            for event in buffer.events:
+                if event.event_id > lane.head or len(found) > limit:
+                    break
+                if event.event_id > lane.cursor:
+                    found.append(event)
+            return found
 
     # -- a job (pool thread) -------------------------------------------------------------
 
@@ -341,18 +507,27 @@ class WebhookDelivery:
         owned = member.owned().get(lane.bucket)
         return owned is not None and owned.epoch == lane.epoch
 
-    def _deliver(self, target: WebhookTarget, lane: _Lane) -> _Outcome:
-        """Send the lane's next batch; record how far it got."""
+    def _deliver(
+        self, target: WebhookTarget, lane: _Lane, buffered: list[OutboxEvent] | None
+    ) -> _Outcome:
+        """Send the lane's next batch (``buffered``: read by the pass, wanted ones only,
+        one more than a batch when there are more); record how far it got, or hand a
+        2xx to the pass to record."""
         if not self._still_owned(lane):
             return _Outcome(None, lane.bucket, lost=True)
         batch = self._config.webhook_batch
-        read = self._catalog.webhooks.topic_events(
-            lane.topic, after_event_id=lane.cursor, through=lane.head, limit=batch
-        )
-        if not read:
-            return _Outcome(replace(lane, head=lane.cursor))
-        last_read = read[-1].event_id
-        wanted = [e for e in read if target.info.wants(e.table, e.event_type)]
+        if buffered is None:
+            read = self._catalog.webhooks.topic_events(
+                lane.topic, after_event_id=lane.cursor, through=lane.head, limit=batch
+            )
+            if not read:
+                return _Outcome(replace(lane, head=lane.cursor))
+            last_read = read[-1].event_id
+            wanted = [e for e in read if target.info.wants(e.table, e.event_type)]
+        else:
+            wanted = buffered[:batch]
+            # every wanted event through the head was in the buffer: those between are not
+            last_read = wanted[-1].event_id if len(buffered) > batch else lane.head
         delivered_through = lane.cursor
         failure: PostResult | None = None
         if wanted:
@@ -369,7 +544,18 @@ class WebhookDelivery:
                 delivered_through = request.last_event_id
         if failure is None:
             delivered_through = last_read  # the events between that it does not want too
-        elif failure.status == 410:
+            if delivered_through <= lane.cursor:
+                return _Outcome(lane)
+            info = target.info
+            return _Outcome(
+                replace(
+                    lane, cursor=delivered_through, attempts=0, retry_at=0.0, failing_since=None
+                ),
+                delivered=Delivered(
+                    info.id, info.version, lane.topic, lane.bucket, lane.epoch, delivered_through
+                ),
+            )
+        if failure.status == 410:
             return self._gone(target, lane, failure, delivered_through)
         return self._record(target, lane, delivered_through, failure)
 
