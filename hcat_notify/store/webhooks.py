@@ -390,14 +390,21 @@ def _fenced(tx: Tx, member_id: str, webhook_id: int, version: int, bucket: int, 
     return "ok" if same.rowcount else "changed"  # type: ignore[attr-defined]
 
 
-def _upsert(tx: Tx, values: Mapping[str, Any], update_columns: Sequence[str]) -> None:
+def _upsert(
+    tx: Tx, values: Mapping[str, Any], update_columns: Sequence[str], *, forward: bool = False
+) -> None:
+    """Insert or update a progress row; ``forward``: its position only moves forward."""
     dialect = postgresql if tx.dialect == "postgresql" else sqlite
     statement = dialect.insert(WebhookProgressRow).values(**values)
     excluded = statement.excluded
+    set_: dict[str, Any] = {name: getattr(excluded, name) for name in update_columns}
+    if forward:
+        existing = WebhookProgressRow.__table__.c.last_event_id
+        later = func.max if tx.dialect == "sqlite" else func.greatest
+        set_["last_event_id"] = later(excluded.last_event_id, existing)
     tx.session.execute(
         statement.on_conflict_do_update(
-            index_elements=[WebhookProgressRow.webhook_id, WebhookProgressRow.topic],
-            set_={name: getattr(excluded, name) for name in update_columns},
+            index_elements=[WebhookProgressRow.webhook_id, WebhookProgressRow.topic], set_=set_
         )
     )
 
@@ -531,5 +538,12 @@ def record_failure(
         "last_error": failure.error[:1000],
         "parked_at": now if failure.parked else None,
     }
-    _upsert(tx, values, [k for k in values if k not in ("webhook_id", "topic", "last_event_id")])
+    # the position too (forward only): 2xx the member has not recorded yet are in it, and
+    # their record, coming later, then keeps this failure (record_delivered_many)
+    _upsert(
+        tx,
+        values,
+        [k for k in values if k not in ("webhook_id", "topic", "last_event_id")],
+        forward=True,
+    )
     return "ok"

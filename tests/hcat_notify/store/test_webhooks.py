@@ -15,7 +15,7 @@ from hcat_notify.model.topics import topic_bucket
 from hcat_notify.model.webhooks import WebhookFormat, WebhookState
 from hcat_notify.store import Catalog
 from hcat_notify.store.group import MemberReport
-from hcat_notify.store.webhooks import DeliveryFailure, WebhookNotFoundError
+from hcat_notify.store.webhooks import Delivered, DeliveryFailure, WebhookNotFoundError
 
 URL = "https://hooks.example.com/in"
 TOPIC = "hcat.web.clicks"
@@ -173,6 +173,41 @@ def test_progress_is_fenced_by_the_buckets_epoch_and_the_webhooks_version(catalo
     )
     assert catalog.webhooks.topics("ops") == []
     assert catalog.webhooks.get("ops").start_after == 2
+
+
+@pytest.mark.usefixtures("tables")
+def test_progress_recorded_together_is_fenced_per_item_and_only_moves_forward(
+    catalog: Catalog,
+):
+    info, _ = catalog.webhooks.add("ops", URL, "web.*", from_event=1)
+    bucket = topic_bucket(TOPIC, catalog.group.info().bucket_count)
+    epoch = _own(catalog, "a", bucket)
+    mine = Delivered(info.id, info.version, TOPIC, bucket, epoch, 9)
+    stale = dataclasses.replace(mine, topic="hcat.sales.orders", epoch=epoch - 1)
+    assert catalog.webhooks.record_delivered_many("a", [mine, stale]) == ["ok", "lost"]
+    assert [(r.topic, r.last_event_id) for r in catalog.webhooks.topics("ops")] == [(TOPIC, 9)]
+    # a failure recorded since, further on, is kept by an older 2xx recorded late
+    failure = DeliveryFailure(2, 1e12, 1.0, "HTTP 500", parked=False)
+    common = {"webhook_id": info.id, "version": info.version, "topic": TOPIC, "bucket": bucket}
+    assert (
+        catalog.webhooks.record_failure(
+            "a", **common, epoch=epoch, last_event_id=12, failure=failure
+        )
+        == "ok"
+    )
+    late = dataclasses.replace(mine, last_event_id=11)
+    assert catalog.webhooks.record_delivered_many("a", [late]) == ["ok"]
+    (row,) = catalog.webhooks.topics("ops")
+    assert (row.last_event_id, row.attempts, row.last_error) == (12, 2, "HTTP 500")
+    # and a 2xx further on clears it
+    assert catalog.webhooks.record_delivered_many(
+        "a", [dataclasses.replace(mine, last_event_id=15)]
+    ) == ["ok"]
+    (row,) = catalog.webhooks.topics("ops")
+    assert (row.last_event_id, row.attempts, row.last_error) == (15, 0, None)
+    catalog.webhooks.replay("ops", 3)
+    assert catalog.webhooks.record_delivered_many("a", [mine]) == ["changed"]
+    assert catalog.webhooks.topics("ops") == []
 
 
 @pytest.mark.usefixtures("tables")
