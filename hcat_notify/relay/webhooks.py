@@ -26,10 +26,11 @@ from dataclasses import dataclass, replace
 
 from hcat_notify.config import Settings
 from hcat_notify.errors import HcatNotifyError
-from hcat_notify.model.webhooks import backoff_delay, parse_retry_after
+from hcat_notify.model.webhooks import WebhookFormat, backoff_delay, parse_retry_after
 from hcat_notify.relay.background import BackgroundLoop
 from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.member import Membership
+from hcat_notify.relay.webhook_buffers import LaneBuffers
 from hcat_notify.relay.webhook_http import HttpxPoster, Poster, PostResult, requests_for
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.group import Ownership
@@ -48,10 +49,6 @@ DISCOVERY_PAGES = 5
 FLUSH_INTERVAL = 0.1
 """Seconds between two records of the 2xx received (one transaction for all of them; a
 member that stops records what it has first)."""
-BUFFER_CAP = 20_000
-"""Events the pass keeps in memory for the lanes (what it read while discovering them):
-a job sends those without reading the outbox again; a lane whose events did not fit
-reads them itself."""
 BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 600.0
 
@@ -83,15 +80,6 @@ class _Lane:
     retry_at: float = 0.0  # time.time()
     failing_since: float | None = None
     parked: bool = False
-
-
-@dataclass
-class _Buffer:
-    """A lane's events the pass read: every wanted one of its topic after ``start``
-    (up to where the pass has read), in id order."""
-
-    start: int
-    events: list[OutboxEvent]
 
 
 @dataclass(frozen=True)
@@ -138,9 +126,8 @@ class WebhookDelivery:
         self._targets: dict[int, WebhookTarget] = {}
         self._owned: dict[int, Ownership] = {}
         self._lanes: dict[tuple[int, str], _Lane] = {}
-        self._running: dict[tuple[int, str], Future[_Outcome]] = {}
-        self._buffers: dict[tuple[int, str], _Buffer] = {}
-        self._buffered = 0  # events in the buffers
+        self._running: dict[tuple[int, str], Future[dict[tuple[int, str], _Outcome]]] = {}
+        self._buffers = LaneBuffers()
         self._pending: dict[tuple[int, str], Delivered] = {}  # 2xx not recorded yet
         self._flushed_at = 0.0
         self._recorder: ThreadPoolExecutor | None = None
@@ -211,7 +198,7 @@ class WebhookDelivery:
     def _forget_all(self, targets: dict[int, WebhookTarget], owned: dict[int, Ownership]) -> None:
         with self._lock:
             self._lanes.clear()
-            self._drop_buffers()
+            self._buffers.clear()
         self._targets, self._owned, self._scan = targets, owned, 0
 
     def _take(self, targets: dict[int, WebhookTarget], owned: dict[int, Ownership]) -> None:
@@ -239,7 +226,7 @@ class WebhookDelivery:
             for key, lane in list(self._lanes.items()):
                 if lane.webhook_id in changed_hooks or lane.bucket in changed_buckets:
                     del self._lanes[key]
-            self._drop_buffers()  # the pass reads again from further back
+            self._buffers.clear()  # the pass reads again from further back
         reload_hooks = [hook for hook in targets if hook in changed_hooks]
         reload_buckets = [bucket for bucket in owned if bucket in changed_buckets]
         rows: list[WebhookTopic] = []
@@ -296,7 +283,7 @@ class WebhookDelivery:
                             )
                         if event.event_id > lane.head:
                             self._lanes[key] = replace(lane, head=event.event_id)
-                        self._keep(key, start, event)
+                        self._buffers.keep(key, start, event)
             self._scan = events[-1].event_id
             if len(events) < page_size:
                 return False
@@ -316,9 +303,11 @@ class WebhookDelivery:
                     timeout=self._settings.webhook_timeout, connections=workers
                 )
         now = time.time()
-        running: dict[int, int] = {}
-        for key in self._running:
-            running[key[0]] = running.get(key[0], 0) + 1
+        jobs_of: dict[int, set[int]] = {}  # webhook id -> its jobs running (a job may
+        for key, running_job in self._running.items():  # carry several of its lanes)
+            jobs_of.setdefault(key[0], set()).add(id(running_job))
+        running = {hook: len(jobs) for hook, jobs in jobs_of.items()}
+        jobs = sum(running.values())
         with self._lock:
             ready = sorted(
                 (
@@ -331,9 +320,15 @@ class WebhookDelivery:
                 ),
                 key=lambda lane: lane.cursor,  # the longest waiting first
             )
+        ready_of: dict[int, list[_Lane]] = {}
         for lane in ready:
-            if len(self._running) >= workers:
+            ready_of.setdefault(lane.webhook_id, []).append(lane)
+        taken: set[tuple[int, str]] = set()
+        for lane in ready:
+            if jobs >= workers:
                 break
+            if (lane.webhook_id, lane.topic) in taken:
+                continue
             proven = lane.webhook_id in self._answered
             failing = self._failed_at.get(lane.webhook_id, 0.0) > since
             cap = healthy if proven and not failing else troubled
@@ -343,9 +338,38 @@ class WebhookDelivery:
             if target is None:
                 continue
             running[lane.webhook_id] = running.get(lane.webhook_id, 0) + 1
-            future = self._pool.submit(self._deliver, target, lane, self._batch_of(lane))
-            self._running[(lane.webhook_id, lane.topic)] = future
+            jobs += 1
+            group = self._group(target, lane, ready_of[lane.webhook_id], taken)
+            future = self._pool.submit(self._deliver_group, target, group)
+            for member_lane, _, _ in group:
+                key = (member_lane.webhook_id, member_lane.topic)
+                taken.add(key)
+                self._running[key] = future
             future.add_done_callback(lambda _f: self._loop.wake())
+
+    def _group(
+        self, target: WebhookTarget, lane: _Lane, ready: list[_Lane], taken: set[tuple[int, str]]
+    ) -> list[tuple[_Lane, list[OutboxEvent] | None, int]]:
+        """The lanes a job carries: ``lane``, and (CloudEvents batches, events the pass
+        holds) other ready lanes of the webhook while one batch has room: one request
+        then carries several topics. Each with its events and how many it may send."""
+        batch = self._config.webhook_batch
+        events = self._batch_of(lane, batch)
+        group = [(lane, events, batch)]
+        if events is None or target.info.format is not WebhookFormat.CLOUDEVENTS:
+            return group
+        room = batch - len(events)
+        for other in ready:
+            if room <= 0:
+                break
+            key = (other.webhook_id, other.topic)
+            if other is lane or key in taken:
+                continue
+            more = self._batch_of(other, room)
+            if more:
+                group.append((other, more, room))
+                room -= min(len(more), room)
+        return group
 
     def _settle(self) -> None:
         """Take in the outcomes of the jobs that finished."""
@@ -355,7 +379,7 @@ class WebhookDelivery:
                 continue
             del self._running[key]
             try:
-                outcome = future.result()
+                outcome = future.result()[key]
             except HcatNotifyError as exc:  # the database hiccuped: the lane is tried again
                 logger.warning("relay webhook delivery failed (will retry): %s", exc)
                 continue
@@ -370,11 +394,11 @@ class WebhookDelivery:
                         del self._lanes[other]
                 if outcome.lane is None or outcome.lost or outcome.changed:
                     self._lanes.pop(key, None)
-                    self._drop_buffer(key)
+                    self._buffers.drop(key)
                 elif current is not None and current.epoch == outcome.lane.epoch:
                     head = max(current.head, outcome.lane.head)
                     self._lanes[key] = replace(outcome.lane, head=head)
-                    self._trim(key, outcome.lane.cursor)
+                    self._buffers.trim(key, outcome.lane.cursor)
                     if outcome.delivered is not None:
                         self._pending[key] = outcome.delivered
         if lost:
@@ -441,60 +465,18 @@ class WebhookDelivery:
             for key, lane in list(self._lanes.items()):
                 if lane.webhook_id in changed or lane.bucket in lost:
                     del self._lanes[key]
-                    self._drop_buffer(key)
+                    self._buffers.drop(key)
         if lost:
             self.stats.fenced += len(lost)
             self._on_lost(lost)
 
-    # -- the buffers (under the lock) ------------------------------------------------------
-
-    def _keep(self, key: tuple[int, str], start: int, event: OutboxEvent) -> None:
-        buffer = self._buffers.get(key)
-        if buffer is None:
-            if self._buffered >= BUFFER_CAP:
-                return
-            buffer = self._buffers[key] = _Buffer(start, [])
-        elif self._buffered >= BUFFER_CAP:  # full: this lane reads its events itself
-            self._drop_buffer(key)
-            return
-        buffer.events.append(event)
-        self._buffered += 1
-
-    def _trim(self, key: tuple[int, str], cursor: int) -> None:
-        buffer = self._buffers.get(key)
-        if buffer is None:
-            return
-        events = buffer.events
-        done = 0
-        while done < len(events) and events[done].event_id <= cursor:
-            done += 1
-        if done:
-            del events[:done]
-            self._buffered -= done
-
-    def _drop_buffer(self, key: tuple[int, str]) -> None:
-        buffer = self._buffers.pop(key, None)
-        if buffer is not None:
-            self._buffered -= len(buffer.events)
-
-    def _drop_buffers(self) -> None:
-        self._buffers.clear()
-        self._buffered = 0
-
-    def _batch_of(self, lane: _Lane) -> list[OutboxEvent] | None:
-        """The lane's next batch from its buffer, or None: the job reads it."""
+    def _batch_of(self, lane: _Lane, limit: int) -> list[OutboxEvent] | None:
+        """The lane's next ``limit`` events the pass holds, and one more if there are
+        more, or None: the job reads them."""
         with self._lock:
-            buffer = self._buffers.get((lane.webhook_id, lane.topic))
-            if buffer is None or buffer.start > lane.cursor:
-                return None
-            limit = self._config.webhook_batch
-            found: list[OutboxEvent] = []
-            for event in buffer.events:
-                if event.event_id > lane.head or len(found) > limit:
-                    break
-                if event.event_id > lane.cursor:
-                    found.append(event)
-            return found
+            return self._buffers.batch_of(
+                (lane.webhook_id, lane.topic), lane.cursor, lane.head, limit
+            )
 
     # -- a job (pool thread) -------------------------------------------------------------
 
@@ -507,15 +489,68 @@ class WebhookDelivery:
         owned = member.owned().get(lane.bucket)
         return owned is not None and owned.epoch == lane.epoch
 
+    def _deliver_group(
+        self,
+        target: WebhookTarget,
+        group: list[tuple[_Lane, list[OutboxEvent] | None, int]],
+    ) -> dict[tuple[int, str], _Outcome]:
+        """A job: one lane (:meth:`_deliver`), or several in one CloudEvents batch."""
+        if len(group) == 1:
+            lane, buffered, limit = group[0]
+            return {(lane.webhook_id, lane.topic): self._deliver(target, lane, buffered, limit)}
+        found: dict[tuple[int, str], _Outcome] = {}
+        live: list[tuple[_Lane, int]] = []
+        carried: list[OutboxEvent] = []
+        for lane, buffered, limit in group:
+            assert buffered  # only lanes whose events the pass holds are grouped
+            if not self._still_owned(lane):
+                found[(lane.webhook_id, lane.topic)] = _Outcome(None, lane.bucket, lost=True)
+                continue
+            wanted = buffered[:limit]
+            carried += wanted
+            live.append((lane, wanted[-1].event_id if len(buffered) > limit else lane.head))
+        if not live:
+            return found
+        carried.sort(key=lambda event: event.event_id)
+        (request,) = requests_for(target, carried, source=self._settings.event_source)
+        assert self._poster is not None
+        result = self._poster.post(target.info.url, request.body, request.headers)
+        self.stats.requests += 1
+        if result.ok:
+            self.stats.delivered += request.events
+            self._answered.add(target.info.id)
+        gone = None
+        for lane, through in live:
+            key = (lane.webhook_id, lane.topic)
+            if result.ok:
+                found[key] = self._delivered(target, lane, through)
+            elif result.status == 410:
+                gone = gone or self._gone(target, lane, result, lane.cursor)
+                found[key] = gone
+            else:
+                found[key] = self._record(target, lane, lane.cursor, result)
+        return found
+
+    def _delivered(self, target: WebhookTarget, lane: _Lane, through: int) -> _Outcome:
+        """A 2xx through ``through``: the lane moves on; the pass records it."""
+        if through <= lane.cursor:
+            return _Outcome(lane)
+        info = target.info
+        return _Outcome(
+            replace(lane, cursor=through, attempts=0, retry_at=0.0, failing_since=None),
+            delivered=Delivered(
+                info.id, info.version, lane.topic, lane.bucket, lane.epoch, through
+            ),
+        )
+
     def _deliver(
-        self, target: WebhookTarget, lane: _Lane, buffered: list[OutboxEvent] | None
+        self, target: WebhookTarget, lane: _Lane, buffered: list[OutboxEvent] | None, batch: int
     ) -> _Outcome:
         """Send the lane's next batch (``buffered``: read by the pass, wanted ones only,
         one more than a batch when there are more); record how far it got, or hand a
         2xx to the pass to record."""
         if not self._still_owned(lane):
             return _Outcome(None, lane.bucket, lost=True)
-        batch = self._config.webhook_batch
         if buffered is None:
             read = self._catalog.webhooks.topic_events(
                 lane.topic, after_event_id=lane.cursor, through=lane.head, limit=batch
@@ -542,19 +577,8 @@ class WebhookDelivery:
                 self.stats.delivered += request.events
                 self._answered.add(target.info.id)
                 delivered_through = request.last_event_id
-        if failure is None:
-            delivered_through = last_read  # the events between that it does not want too
-            if delivered_through <= lane.cursor:
-                return _Outcome(lane)
-            info = target.info
-            return _Outcome(
-                replace(
-                    lane, cursor=delivered_through, attempts=0, retry_at=0.0, failing_since=None
-                ),
-                delivered=Delivered(
-                    info.id, info.version, lane.topic, lane.bucket, lane.epoch, delivered_through
-                ),
-            )
+        if failure is None:  # the events between that it does not want too
+            return self._delivered(target, lane, last_read)
         if failure.status == 410:
             return self._gone(target, lane, failure, delivered_through)
         return self._record(target, lane, delivered_through, failure)
