@@ -46,9 +46,6 @@ TROUBLED_FOR = 60.0
 time probes it then, as before its first 2xx (a healthy one may have half the pool)."""
 DISCOVERY_PAGES = 5
 """Pages of the owned buckets read per pass (then the pass runs again at once)."""
-FLUSH_INTERVAL = 0.1
-"""Seconds between two records of the 2xx received (one transaction for all of them; a
-member that stops records what it has first)."""
 BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 600.0
 
@@ -129,7 +126,6 @@ class WebhookDelivery:
         self._running: dict[tuple[int, str], Future[dict[tuple[int, str], _Outcome]]] = {}
         self._buffers = LaneBuffers()
         self._pending: dict[tuple[int, str], Delivered] = {}  # 2xx not recorded yet
-        self._flushed_at = 0.0
         self._recorder: ThreadPoolExecutor | None = None
         self._recording: tuple[list[Delivered], Future[list[str]]] | None = None
         self._latest: dict[int, WebhookTarget] = {}  # the webhooks as last read
@@ -308,6 +304,9 @@ class WebhookDelivery:
             jobs_of.setdefault(key[0], set()).add(id(running_job))
         running = {hook: len(jobs) for hook, jobs in jobs_of.items()}
         jobs = sum(running.values())
+        unrecorded = set(self._pending)
+        if self._recording is not None:
+            unrecorded.update((item.webhook_id, item.topic) for item in self._recording[0])
         with self._lock:
             ready = sorted(
                 (
@@ -317,6 +316,7 @@ class WebhookDelivery:
                     and not lane.parked
                     and lane.retry_at <= now
                     and key not in self._running
+                    and key not in unrecorded  # one batch unrecorded per lane at most
                 ),
                 key=lambda lane: lane.cursor,  # the longest waiting first
             )
@@ -407,13 +407,11 @@ class WebhookDelivery:
 
     def _record_pending(self) -> None:
         """Record the 2xx received since the last record, in one transaction, in the
-        recorder's thread (the pass goes on meanwhile), at most every FLUSH_INTERVAL."""
-        now = time.monotonic()
+        recorder's thread (the pass goes on meanwhile; those received while it writes
+        go in the next). A lane sends nothing more until its 2xx is recorded: a failover
+        repeats at most a batch of it."""
         if self._recording is not None or not self._pending or self._recorder is None:
             return
-        if now - self._flushed_at < FLUSH_INTERVAL:
-            return
-        self._flushed_at = now
         items = list(self._pending.values())
         self._pending.clear()
         future = self._recorder.submit(
