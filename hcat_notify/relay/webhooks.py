@@ -4,13 +4,16 @@ recorded after a 2xx, fenced by the bucket's epoch (docs/webhooks.md).
 
 One background pass (:class:`~hcat_notify.relay.background.BackgroundLoop`) finds the
 work: it reads the owned buckets' events after its position, as the publisher reads its
-pages, and notes for each (webhook, topic) a *lane* the highest event waiting. A small
-thread pool delivers the lanes, one job per lane at a time (so the order holds), at most
-half the pool per webhook, one request at a time to one that fails or has not answered
-yet (so a slow or dead endpoint holds one thread, not all). A job
-checks that the bucket is still the member's before it sends, and records progress in a
-transaction that starts with the same fence as relay progress: a member that lost the
-bucket (paused, partitioned) sends at most the batch it was in, and records nothing.
+pages, notes for each (webhook, topic) a *lane* the highest event waiting, and keeps the
+lane's events (:class:`~hcat_notify.relay.webhook_buffers.LaneBuffers`). A small
+thread pool delivers the lanes, one job per lane at a time (so the order holds; a job
+may carry several lanes of a webhook in one CloudEvents batch), at most half the pool
+per webhook, one request at a time to one that fails or has not answered yet (so a slow
+or dead endpoint holds one thread, not all). A job checks that the bucket is still the
+member's before it sends; its 2xx are recorded by the pass's recorder thread, many lanes
+in one transaction, each fenced as relay progress is, and a lane sends nothing more
+until then: a member that lost the bucket (paused, partitioned) sends at most the batch
+it was in, and records nothing.
 Failures back off exponentially with jitter (``Retry-After`` honoured) up to the
 ``webhook_max_age`` setting, then the lane is parked until an operator releases it.
 """
