@@ -266,3 +266,36 @@ def test_pause_resume_remove(catalog: Catalog):
     assert catalog.webhooks.every() == []
     with pytest.raises(WebhookNotFoundError, match="no webhook named 'ops'"):
         catalog.webhooks.remove("ops")
+
+
+@pytest.mark.usefixtures("tables")
+def test_metrics_give_each_webhooks_state_failing_parked_topics_and_position(catalog: Catalog):
+    from hcat_notify.api.metrics import CatalogCollector
+
+    info, _ = catalog.webhooks.add("ops", URL, "web.*", from_event=1)
+    catalog.webhooks.add("idle", URL, "sales.*", from_event=4)
+    catalog.webhooks.pause("idle")
+    bucket = topic_bucket(TOPIC, catalog.group.info().bucket_count)
+    epoch = _own(catalog, "a", bucket)
+    delivered = Delivered(info.id, info.version, TOPIC, bucket, epoch, 7)
+    assert catalog.webhooks.record_delivered_many("a", [delivered]) == ["ok"]
+    failure = DeliveryFailure(3, 1e12, 1.0, "HTTP 500", parked=True)
+    fence = {"webhook_id": info.id, "version": info.version, "bucket": bucket, "epoch": epoch}
+    other = {"topic": "hcat.web.other", "last_event_id": 2}
+    assert catalog.webhooks.record_failure("a", **fence, **other, failure=failure) == "ok"
+    found = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in CatalogCollector(lambda: catalog).collect()
+        if family.name.startswith("hcat_notify_webhook_")
+        for sample in family.samples
+    }
+    assert found == {
+        ("hcat_notify_webhook_state", (("state", "active"), ("webhook", "ops"))): 1,
+        ("hcat_notify_webhook_state", (("state", "paused"), ("webhook", "idle"))): 1,
+        ("hcat_notify_webhook_failing_topics", (("webhook", "ops"),)): 0,
+        ("hcat_notify_webhook_failing_topics", (("webhook", "idle"),)): 0,
+        ("hcat_notify_webhook_parked_topics", (("webhook", "ops"),)): 1,
+        ("hcat_notify_webhook_parked_topics", (("webhook", "idle"),)): 0,
+        ("hcat_notify_webhook_delivered_event_id", (("webhook", "ops"),)): 7,
+        ("hcat_notify_webhook_delivered_event_id", (("webhook", "idle"),)): 3,
+    }
