@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 
 from hcat_notify.config import Settings
@@ -163,6 +163,20 @@ class WebhookDelivery:
             self._recorder = None
         if self._poster is not None:
             self._poster.close()
+
+    def run_once(self) -> None:
+        """Deliver what is due now, in this thread, then return (``relay --once``): every
+        lane delivered, or failed once (its retry recorded for a later run), or parked."""
+        while not self._loop.stopping:
+            more = self._step()
+            running = set(self._running.values())
+            if running:
+                wait(running, return_when=FIRST_COMPLETED)
+            elif self._recording is not None:
+                self._settle_record(wait=True)
+            elif not more and not self._pending:
+                break
+        self._flush()
 
     def wake(self) -> None:
         """New events are in the outbox: look now rather than at the next interval."""
