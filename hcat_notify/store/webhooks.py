@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import case, delete, func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.errors import ConfigError, InvalidInputError
@@ -28,7 +28,6 @@ from hcat_notify.store.progress import keep_bucket
 from hcat_notify.store.tx import Tx
 
 __all__ = [
-    "Delivered",
     "DeliveryFailure",
     "WebhookInfo",
     "WebhookNotFoundError",
@@ -146,18 +145,6 @@ class DeliveryFailure:
     failing_since: float
     error: str
     parked: bool
-
-
-@dataclass(frozen=True)
-class Delivered:
-    """A topic's events up to ``last_event_id`` answered 2xx, to be recorded."""
-
-    webhook_id: int
-    version: int
-    topic: str
-    bucket: int
-    epoch: int
-    last_event_id: int
 
 
 def _info(row: WebhookRow, now: float) -> WebhookInfo:
@@ -390,21 +377,14 @@ def _fenced(tx: Tx, member_id: str, webhook_id: int, version: int, bucket: int, 
     return "ok" if same.rowcount else "changed"  # type: ignore[attr-defined]
 
 
-def _upsert(
-    tx: Tx, values: Mapping[str, Any], update_columns: Sequence[str], *, forward: bool = False
-) -> None:
-    """Insert or update a progress row; ``forward``: its position only moves forward."""
+def _upsert(tx: Tx, values: Mapping[str, Any], update_columns: Sequence[str]) -> None:
     dialect = postgresql if tx.dialect == "postgresql" else sqlite
     statement = dialect.insert(WebhookProgressRow).values(**values)
     excluded = statement.excluded
-    set_: dict[str, Any] = {name: getattr(excluded, name) for name in update_columns}
-    if forward:
-        existing = WebhookProgressRow.__table__.c.last_event_id
-        later = func.max if tx.dialect == "sqlite" else func.greatest
-        set_["last_event_id"] = later(excluded.last_event_id, existing)
     tx.session.execute(
         statement.on_conflict_do_update(
-            index_elements=[WebhookProgressRow.webhook_id, WebhookProgressRow.topic], set_=set_
+            index_elements=[WebhookProgressRow.webhook_id, WebhookProgressRow.topic],
+            set_={name: getattr(excluded, name) for name in update_columns},
         )
     )
 
@@ -443,71 +423,6 @@ def record_delivered(
     return "ok"
 
 
-def record_delivered_many(tx: Tx, member_id: str, items: Sequence[Delivered]) -> list[str]:
-    """Record several 2xx in one transaction, each fenced as :func:`record_delivered`
-    (the fence read once per bucket and per webhook): ``ok``, ``lost`` or ``changed`` per
-    item, in order. A topic's position only moves forward here, and its failure count is
-    cleared only when it does: a failure recorded meanwhile (at a later position, by the
-    same member) is kept."""
-    buckets: dict[tuple[int, int], bool] = {}
-    hooks: dict[tuple[int, int], bool] = {}
-    found: list[str] = []
-    table = WebhookProgressRow.__table__
-    for item in items:
-        owned = buckets.get((item.bucket, item.epoch))
-        if owned is None:
-            owned = buckets[(item.bucket, item.epoch)] = keep_bucket(
-                tx, member_id, item.bucket, item.epoch
-            )
-        if not owned:
-            found.append("lost")
-            continue
-        same = hooks.get((item.webhook_id, item.version))
-        if same is None:
-            result = tx.session.execute(
-                update(WebhookRow)
-                .where(WebhookRow.id == item.webhook_id, WebhookRow.version == item.version)
-                .values(version=WebhookRow.version)
-            )
-            same = hooks[(item.webhook_id, item.version)] = bool(result.rowcount)  # type: ignore[attr-defined]
-        if not same:
-            found.append("changed")
-            continue
-        dialect = postgresql if tx.dialect == "postgresql" else sqlite
-        statement = dialect.insert(WebhookProgressRow).values(
-            webhook_id=item.webhook_id,
-            topic=item.topic,
-            bucket=item.bucket,
-            last_event_id=item.last_event_id,
-            epoch=item.epoch,
-            updated_at=tx.clock(),
-            parked_at=None,
-            **_CLEARED,
-        )
-        moved = statement.excluded.last_event_id > table.c.last_event_id
-        tx.session.execute(
-            statement.on_conflict_do_update(
-                index_elements=[WebhookProgressRow.webhook_id, WebhookProgressRow.topic],
-                set_={
-                    "last_event_id": func.max(
-                        statement.excluded.last_event_id, table.c.last_event_id
-                    )
-                    if tx.dialect == "sqlite"
-                    else func.greatest(statement.excluded.last_event_id, table.c.last_event_id),
-                    "bucket": statement.excluded.bucket,
-                    "epoch": statement.excluded.epoch,
-                    "updated_at": statement.excluded.updated_at,
-                    **{
-                        name: case((moved, getattr(statement.excluded, name)), else_=table.c[name])
-                        for name in (*_CLEARED, "parked_at")
-                    },
-                },
-            )
-        )
-        found.append("ok")
-    return found
-
-
 def record_failure(
     tx: Tx,
     member_id: str,
@@ -538,12 +453,5 @@ def record_failure(
         "last_error": failure.error[:1000],
         "parked_at": now if failure.parked else None,
     }
-    # the position too (forward only): 2xx the member has not recorded yet are in it, and
-    # their record, coming later, then keeps this failure (record_delivered_many)
-    _upsert(
-        tx,
-        values,
-        [k for k in values if k not in ("webhook_id", "topic", "last_event_id")],
-        forward=True,
-    )
+    _upsert(tx, values, [k for k in values if k not in ("webhook_id", "topic", "last_event_id")])
     return "ok"

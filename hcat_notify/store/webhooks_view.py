@@ -20,7 +20,6 @@ from hcat_notify.store import outbox, webhooks
 from hcat_notify.store.records import OutboxEvent
 from hcat_notify.store.tx import Tx
 from hcat_notify.store.webhooks import (
-    Delivered,
     DeliveryFailure,
     WebhookInfo,
     WebhookTarget,
@@ -207,14 +206,6 @@ class Webhooks:
                 epoch=epoch,
                 last_event_id=last_event_id,
             )
-
-    def record_delivered_many(self, member_id: str, items: Sequence[Delivered]) -> list[str]:
-        """Record several 2xx in one transaction, each fenced as :meth:`record_delivered`:
-        ``ok``, ``lost`` or ``changed`` per item."""
-        if not items:
-            return []
-        with self._transaction(write=True) as tx:
-            return webhooks.record_delivered_many(tx, member_id, items)
 
     def record_failure(
         self,
