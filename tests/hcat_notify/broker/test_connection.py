@@ -133,6 +133,29 @@ def test_a_refused_login_is_not_tried_further(broker: FakeBroker) -> None:
     assert broker.connects == 0
 
 
+def test_a_refused_login_whose_error_frame_never_came_is_still_reported_as_refused(
+    broker: FakeBroker,
+) -> None:
+    broker.on("CONNECT", nth=1, drop=True)  # closed before the ERROR frame was written
+    alone = BrokerConnection([A], user="publisher", password="wrong", transport=broker.transport)
+    with pytest.raises(BrokerCredentialsError, match="refused user 'publisher'"):
+        alone.connect()
+    assert broker.commands() == ["CONNECT", "CONNECT"]  # the same broker, once more
+
+
+def test_a_broker_that_closes_every_connect_without_a_reason_is_passed_over(
+    broker: FakeBroker,
+) -> None:
+    broker.on("CONNECT", nth=1, drop=True)
+    broker.on("CONNECT", nth=1, drop=True)  # counts the CONNECTs the first let through
+    conn = connection(broker)
+    try:
+        assert conn.connect() == B
+    finally:
+        conn.close()
+    assert broker.commands() == ["CONNECT", "CONNECT", "CONNECT"]
+
+
 def test_a_subscription_receives_what_is_sent_after_its_receipt(broker: FakeBroker) -> None:
     with connection(broker) as reader, connection(broker) as writer:
         reader.subscribe("/topic/t", "sub-1")
