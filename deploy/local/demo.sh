@@ -76,8 +76,11 @@ tail -n 3 "$watch_out"
 echo "   $(grep -c ADD_PARTITION "$watch_out") ADD_PARTITION and $(grep -c MARK_SET_DONE "$watch_out") MARK_SET_DONE messages"
 
 step "the partitions in the catalog"
-"$cli" partitions demo.clicks "datestamp=$datestamp" | head -n 3
-echo "   ... $("$cli" -o json partitions demo.clicks | "$HCAT_VENV/bin/python" -c 'import json,sys; print(len(json.load(sys.stdin)))') partitions"
+# Listed to a file, not piped into head: under pipefail, a listing cut short by head
+# exits 141 (SIGPIPE), as any Unix tool does.
+"$cli" partitions demo.clicks "datestamp=$datestamp" > "$HCAT_NOTIFY_HOME/partitions.txt"
+head -n 3 "$HCAT_NOTIFY_HOME/partitions.txt"
+echo "   ... $(wc -l < "$HCAT_NOTIFY_HOME/partitions.txt") partitions"
 
 step "status"
 "$cli" status
