@@ -255,7 +255,10 @@ def test_kill_stop_and_handoff_lose_nothing_and_keep_order(
                     not in {b.owner for b in delivery_catalog.group.buckets() if b.bucket in had}
                 ),
                 60,
-                lambda: "the zombie's buckets never moved",
+                lambda: (
+                    "the zombie's buckets never moved\n"
+                    + group_state(delivery_catalog, group.processes, had)
+                ),
             )
             continued = len(process.stderr)
             group.failover(signal.SIGCONT, zombie)
@@ -313,6 +316,36 @@ def stop_holding_its_buckets(process: CliProcess, member: str, catalog: Catalog)
         process.proc.send_signal(signal.SIGCONT)
         time.sleep(random.uniform(0.2, 0.5))
     raise AssertionError(f"{member} never held exactly its buckets when stopped")
+
+
+def group_state(catalog: Catalog, processes: dict[str, CliProcess], buckets: set[int]) -> str:
+    """What a failed wait on the group reports: the group's row, its members, who owns
+    ``buckets``, each relay's last log lines and, on PostgreSQL, every session of the
+    catalog's database (what it waits on, what blocks it)."""
+    info = catalog.group.info()
+    lines = [
+        f"controller={info.controller_id} alive={info.controller_alive} now={info.now}",
+        *(f"member {m}" for m in catalog.group.members()),
+        *(f"bucket {b}" for b in catalog.group.buckets() if b.bucket in buckets),
+    ]
+    url = catalog.settings.database_url
+    if url.startswith("postgresql"):
+        engine = create_engine(url)
+        try:
+            with engine.connect() as connection:
+                rows = connection.exec_driver_sql(
+                    "SELECT pid, application_name, state, wait_event_type, wait_event, "
+                    "now() - xact_start, pg_blocking_pids(pid), left(query, 120) "
+                    "FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()"
+                ).all()
+            lines += [f"pg session {tuple(row)}" for row in rows]
+        finally:
+            engine.dispose()
+    for member, process in processes.items():
+        tail = "".join(process.stderr.splitlines(keepends=True)[-25:])
+        lines.append(f"--- {member} (pid {process.proc.pid}), last log lines:\n{tail}")
+    return "\n".join(lines)
 
 
 def _owned_in_catalog(catalog: Catalog, member: str) -> set[int]:
