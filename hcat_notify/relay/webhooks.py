@@ -33,7 +33,12 @@ from hcat_notify.relay.member import Membership
 from hcat_notify.relay.webhook_http import HttpxPoster, Poster, PostResult, requests_for
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.group import Ownership
-from hcat_notify.store.webhooks import DeliveryFailure, WebhookTarget, WebhookTopic
+from hcat_notify.store.webhooks import (
+    DeliveryFailure,
+    LanePosition,
+    WebhookTarget,
+    WebhookTopic,
+)
 
 __all__ = ["WebhookDelivery", "WebhookStats"]
 
@@ -378,17 +383,10 @@ class WebhookDelivery:
     ) -> _Outcome:
         webhooks = self._catalog.webhooks
         info = target.info
-        common = {
-            "webhook_id": info.id,
-            "version": info.version,
-            "topic": lane.topic,
-            "bucket": lane.bucket,
-            "epoch": lane.epoch,
-            "last_event_id": through,
-        }
+        at = LanePosition(info.id, info.version, lane.topic, lane.bucket, lane.epoch, through)
         member_id = self._member.member_id
         if through > lane.cursor:
-            fence = webhooks.record_delivered(member_id, **common)  # type: ignore[arg-type]
+            fence = webhooks.record_delivered(member_id, at)
             if fence != "ok":
                 return self._fenced(lane, fence)
             lane = replace(lane, cursor=through, attempts=0, retry_at=0.0, failing_since=None)
@@ -408,7 +406,7 @@ class WebhookDelivery:
         )
         error = failure.error or f"HTTP {failure.status}"
         recorded = DeliveryFailure(attempts, now + delay, since, error, parked)
-        fence = webhooks.record_failure(member_id, **common, failure=recorded)  # type: ignore[arg-type]
+        fence = webhooks.record_failure(member_id, at, recorded)
         if fence != "ok":
             return self._fenced(lane, fence)
         if parked:

@@ -29,6 +29,7 @@ from hcat_notify.store.tx import Tx
 
 __all__ = [
     "DeliveryFailure",
+    "LanePosition",
     "WebhookInfo",
     "WebhookNotFoundError",
     "WebhookTarget",
@@ -134,6 +135,19 @@ class WebhookTopic:
     failing_since: float | None
     last_error: str | None
     parked_at: float | None
+
+
+@dataclass(frozen=True)
+class LanePosition:
+    """Where a (webhook, topic) lane's delivery stands, with the fences a write of it
+    passes: the bucket's owner at ``epoch`` and the webhook at ``version``."""
+
+    webhook_id: int
+    version: int
+    topic: str
+    bucket: int
+    epoch: int
+    last_event_id: int
 
 
 @dataclass(frozen=True)
@@ -363,15 +377,15 @@ def parked(tx: Tx) -> list[tuple[str, WebhookTopic]]:
     return [(name, _topic(row)) for name, row in rows]
 
 
-def _fenced(tx: Tx, member_id: str, webhook_id: int, version: int, bucket: int, epoch: int) -> str:
+def _fenced(tx: Tx, member_id: str, at: LanePosition) -> str:
     """The fence of a progress write: ``lost`` (the bucket is not the member's at that
     epoch), ``changed`` (the webhook changed or went), else ``ok``; on PostgreSQL both
     rows are locked until ``tx`` ends."""
-    if not keep_bucket(tx, member_id, bucket, epoch):
+    if not keep_bucket(tx, member_id, at.bucket, at.epoch):
         return "lost"
     same = tx.session.execute(
         update(WebhookRow)
-        .where(WebhookRow.id == webhook_id, WebhookRow.version == version)
+        .where(WebhookRow.id == at.webhook_id, WebhookRow.version == at.version)
         .values(version=WebhookRow.version)
     )
     return "ok" if same.rowcount else "changed"  # type: ignore[attr-defined]
@@ -392,61 +406,26 @@ def _upsert(tx: Tx, values: Mapping[str, Any], update_columns: Sequence[str]) ->
 _CLEARED = {"attempts": 0, "retry_at": None, "failing_since": None, "last_error": None}
 
 
-def record_delivered(
-    tx: Tx,
-    member_id: str,
-    *,
-    webhook_id: int,
-    version: int,
-    topic: str,
-    bucket: int,
-    epoch: int,
-    last_event_id: int,
-) -> str:
-    """Record that a topic's events up to ``last_event_id`` were delivered (a 2xx), fenced
-    by the bucket's owner and epoch and the webhook's version: ``ok``, ``lost`` or
+def record_delivered(tx: Tx, member_id: str, at: LanePosition) -> str:
+    """Record that a topic's events up to ``at.last_event_id`` were delivered (a 2xx),
+    fenced by the bucket's owner and epoch and the webhook's version: ``ok``, ``lost`` or
     ``changed`` (then nothing is written)."""
-    fence = _fenced(tx, member_id, webhook_id, version, bucket, epoch)
+    fence = _fenced(tx, member_id, at)
     if fence != "ok":
         return fence
-    values = {
-        "webhook_id": webhook_id,
-        "topic": topic,
-        "bucket": bucket,
-        "last_event_id": last_event_id,
-        "epoch": epoch,
-        "updated_at": tx.clock(),
-        "parked_at": None,
-        **_CLEARED,
-    }
+    values = {**_position(at, tx.clock()), "parked_at": None, **_CLEARED}
     _upsert(tx, values, [k for k in values if k not in ("webhook_id", "topic")])
     return "ok"
 
 
-def record_failure(
-    tx: Tx,
-    member_id: str,
-    *,
-    webhook_id: int,
-    version: int,
-    topic: str,
-    bucket: int,
-    epoch: int,
-    last_event_id: int,
-    failure: DeliveryFailure,
-) -> str:
+def record_failure(tx: Tx, member_id: str, at: LanePosition, failure: DeliveryFailure) -> str:
     """Record a failed attempt (and a parking), fenced as :func:`record_delivered`."""
-    fence = _fenced(tx, member_id, webhook_id, version, bucket, epoch)
+    fence = _fenced(tx, member_id, at)
     if fence != "ok":
         return fence
     now = tx.clock()
     values = {
-        "webhook_id": webhook_id,
-        "topic": topic,
-        "bucket": bucket,
-        "last_event_id": last_event_id,
-        "epoch": epoch,
-        "updated_at": now,
+        **_position(at, now),
         "attempts": failure.attempts,
         "retry_at": failure.retry_at,
         "failing_since": failure.failing_since,
@@ -455,3 +434,15 @@ def record_failure(
     }
     _upsert(tx, values, [k for k in values if k not in ("webhook_id", "topic", "last_event_id")])
     return "ok"
+
+
+def _position(at: LanePosition, now: float) -> dict[str, Any]:
+    """A progress row's columns for ``at`` (the webhook's version is a fence, not a column)."""
+    return {
+        "webhook_id": at.webhook_id,
+        "topic": at.topic,
+        "bucket": at.bucket,
+        "last_event_id": at.last_event_id,
+        "epoch": at.epoch,
+        "updated_at": now,
+    }

@@ -21,6 +21,7 @@ from hcat_notify.store.records import OutboxEvent
 from hcat_notify.store.tx import Tx
 from hcat_notify.store.webhooks import (
     DeliveryFailure,
+    LanePosition,
     WebhookInfo,
     WebhookTarget,
     WebhookTopic,
@@ -182,56 +183,16 @@ class Webhooks:
                 tx, topic, after_event_id=after_event_id, through=through, limit=limit
             )
 
-    def record_delivered(
-        self,
-        member_id: str,
-        *,
-        webhook_id: int,
-        version: int,
-        topic: str,
-        bucket: int,
-        epoch: int,
-        last_event_id: int,
-    ) -> str:
+    def record_delivered(self, member_id: str, at: LanePosition) -> str:
         """Record a 2xx, fenced by the bucket's owner and epoch and the webhook's version:
         ``ok``, ``lost`` (the bucket is another member's) or ``changed``."""
         with self._transaction(write=True) as tx:
-            return webhooks.record_delivered(
-                tx,
-                member_id,
-                webhook_id=webhook_id,
-                version=version,
-                topic=topic,
-                bucket=bucket,
-                epoch=epoch,
-                last_event_id=last_event_id,
-            )
+            return webhooks.record_delivered(tx, member_id, at)
 
-    def record_failure(
-        self,
-        member_id: str,
-        *,
-        webhook_id: int,
-        version: int,
-        topic: str,
-        bucket: int,
-        epoch: int,
-        last_event_id: int,
-        failure: DeliveryFailure,
-    ) -> str:
+    def record_failure(self, member_id: str, at: LanePosition, failure: DeliveryFailure) -> str:
         """Record a failed attempt (parked once too old), fenced as :meth:`record_delivered`."""
         with self._transaction(write=True) as tx:
-            return webhooks.record_failure(
-                tx,
-                member_id,
-                webhook_id=webhook_id,
-                version=version,
-                topic=topic,
-                bucket=bucket,
-                epoch=epoch,
-                last_event_id=last_event_id,
-                failure=failure,
-            )
+            return webhooks.record_failure(tx, member_id, at, failure)
 
     def disable(self, webhook_id: int, version: int, reason: str) -> bool:
         """Disable a webhook whose endpoint is gone (410), unless it changed meanwhile."""

@@ -15,7 +15,7 @@ from hcat_notify.model.topics import topic_bucket
 from hcat_notify.model.webhooks import WebhookFormat, WebhookState
 from hcat_notify.store import Catalog
 from hcat_notify.store.group import MemberReport
-from hcat_notify.store.webhooks import DeliveryFailure, WebhookNotFoundError
+from hcat_notify.store.webhooks import DeliveryFailure, LanePosition, WebhookNotFoundError
 
 URL = "https://hooks.example.com/in"
 TOPIC = "hcat.web.clicks"
@@ -141,36 +141,19 @@ def test_progress_is_fenced_by_the_buckets_epoch_and_the_webhooks_version(catalo
     info, _ = catalog.webhooks.add("ops", URL, "web.*", from_event=1)
     bucket = topic_bucket(TOPIC, catalog.group.info().bucket_count)
     epoch = _own(catalog, "a", bucket)
-    common = {"webhook_id": info.id, "topic": TOPIC, "bucket": bucket}
-    assert (
-        catalog.webhooks.record_delivered(
-            "a", **common, version=info.version, epoch=epoch, last_event_id=5
-        )
-        == "ok"
-    )
+
+    def at(version: int, epoch: int, last_event_id: int) -> LanePosition:
+        return LanePosition(info.id, version, TOPIC, bucket, epoch, last_event_id)
+
+    assert catalog.webhooks.record_delivered("a", at(info.version, epoch, 5)) == "ok"
     # another member, or an older epoch: nothing written
-    assert (
-        catalog.webhooks.record_delivered(
-            "b", **common, version=info.version, epoch=epoch, last_event_id=9
-        )
-        == "lost"
-    )
-    assert (
-        catalog.webhooks.record_delivered(
-            "a", **common, version=info.version, epoch=epoch - 1, last_event_id=9
-        )
-        == "lost"
-    )
+    assert catalog.webhooks.record_delivered("b", at(info.version, epoch, 9)) == "lost"
+    assert catalog.webhooks.record_delivered("a", at(info.version, epoch - 1, 9)) == "lost"
     (row,) = catalog.webhooks.topics("ops")
     assert row.last_event_id == 5
     # a replay moves the version: what was under way before it changes nothing
     catalog.webhooks.replay("ops", 3)
-    assert (
-        catalog.webhooks.record_delivered(
-            "a", **common, version=info.version, epoch=epoch, last_event_id=9
-        )
-        == "changed"
-    )
+    assert catalog.webhooks.record_delivered("a", at(info.version, epoch, 9)) == "changed"
     assert catalog.webhooks.topics("ops") == []
     assert catalog.webhooks.get("ops").start_after == 2
 
@@ -185,14 +168,7 @@ def test_parked_topics_are_retried_or_dropped(catalog: Catalog):
     failure = DeliveryFailure(7, 1e12, 1.0, "HTTP 500: boom", parked=True)
     assert (
         catalog.webhooks.record_failure(
-            "a",
-            webhook_id=info.id,
-            version=info.version,
-            topic=TOPIC,
-            bucket=bucket,
-            epoch=epoch,
-            last_event_id=0,
-            failure=failure,
+            "a", LanePosition(info.id, info.version, TOPIC, bucket, epoch, 0), failure
         )
         == "ok"
     )
@@ -205,14 +181,7 @@ def test_parked_topics_are_retried_or_dropped(catalog: Catalog):
     version = catalog.webhooks.get("ops").version
     assert version > info.version
     catalog.webhooks.record_failure(
-        "a",
-        webhook_id=info.id,
-        version=version,
-        topic=TOPIC,
-        bucket=bucket,
-        epoch=epoch,
-        last_event_id=0,
-        failure=failure,
+        "a", LanePosition(info.id, version, TOPIC, bucket, epoch, 0), failure
     )
     assert catalog.webhooks.drop_parked("ops", TOPIC) == [TOPIC]
     (row,) = catalog.webhooks.topics("ops")
