@@ -14,7 +14,6 @@ from typing import Protocol
 from hcat_notify.errors import ConfigError
 from hcat_notify.model.cloudevents import CLOUDEVENTS_BATCH_JSON, dump_batch
 from hcat_notify.model.webhooks import WebhookFormat, signature_headers
-from hcat_notify.model.wire import Message
 from hcat_notify.store.records import OutboxEvent
 from hcat_notify.store.webhooks import WebhookTarget
 
@@ -71,10 +70,6 @@ class Poster(Protocol):
     def close(self) -> None: ...
 
 
-def _message(event: OutboxEvent) -> Message:
-    return Message(event.event_id, event.event_type, event.topic, event.headers, event.body)
-
-
 def requests_for(
     target: WebhookTarget, events: Sequence[OutboxEvent], *, source: str
 ) -> list[WebhookRequest]:
@@ -83,7 +78,7 @@ def requests_for(
     now = int(time.time())
     found: list[WebhookRequest] = []
     if target.info.format is WebhookFormat.CLOUDEVENTS:
-        body = dump_batch([_message(event) for event in events], source=source)
+        body = dump_batch([event.message() for event in events], source=source)
         first, last = events[0].event_id, events[-1].event_id
         message_id = str(first) if first == last else f"{first}-{last}"
         headers = {"content-type": CLOUDEVENTS_BATCH_JSON}

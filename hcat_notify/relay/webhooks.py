@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from hcat_notify.config import Settings
 from hcat_notify.errors import HcatNotifyError
@@ -41,6 +42,9 @@ from hcat_notify.store.webhooks import (
 )
 
 __all__ = ["WebhookDelivery", "WebhookStats"]
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 logger = logging.getLogger(__name__)
 
@@ -180,20 +184,8 @@ class WebhookDelivery:
     def _take(self, targets: dict[int, WebhookTarget], owned: dict[int, Ownership]) -> None:
         """Take in the webhooks and buckets as now read: forget lanes of what changed, and
         read the progress of what is new (a new webhook, a gained bucket)."""
-        changed_hooks = {
-            hook
-            for hook in set(targets) | set(self._targets)
-            if hook not in targets
-            or hook not in self._targets
-            or targets[hook].info.version != self._targets[hook].info.version
-        }
-        changed_buckets = {
-            bucket
-            for bucket in set(owned) | set(self._owned)
-            if bucket not in owned
-            or bucket not in self._owned
-            or owned[bucket].epoch != self._owned[bucket].epoch
-        }
+        changed_hooks = _changed(targets, self._targets, lambda t: t.info.version)
+        changed_buckets = _changed(owned, self._owned, lambda o: o.epoch)
         self._targets = targets
         self._owned = owned
         if not changed_hooks and not changed_buckets:
@@ -460,3 +452,12 @@ class WebhookDelivery:
                 info.name,
             )
         return _Outcome(None, changed=True)
+
+
+def _changed(new: Mapping[K, V], old: Mapping[K, V], stamp: Callable[[V], int]) -> set[K]:
+    """The keys that came, went, or whose ``stamp`` (a version, an epoch) moved."""
+    return {
+        key
+        for key in new.keys() | old.keys()
+        if key not in new or key not in old or stamp(new[key]) != stamp(old[key])
+    }
