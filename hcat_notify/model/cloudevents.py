@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from hcat_notify.errors import InvalidInputError
@@ -51,6 +52,7 @@ SEQUENCE_WIDTH = len(str(MAX_EVENT_ID))
 zero-padded, sorts lexically in numeric order."""
 
 _EXTENSION_NAME = re.compile(r"[a-z0-9]{1,20}")
+_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 _MAX_SOURCE = 2048
 
 
@@ -59,6 +61,7 @@ def event_type_name(kind: EventType) -> str:
     return TYPE_PREFIX + kind.value.lower()
 
 
+@lru_cache(maxsize=256)  # a handful of header names, once per event each
 def extension_name(header: str) -> str | None:
     """The extension attribute a header travels as: lower case, underscores dropped
     (``HCAT_SET_GENERATION`` -> ``hcatsetgeneration``); None when that is not a valid
@@ -107,6 +110,11 @@ def _time_of(body: Mapping[str, Any], event_id: int) -> str:
     stamp = body.get("timestamp")
     if isinstance(stamp, bool) or not isinstance(stamp, int | float):
         raise InvalidInputError(f"event {event_id} has no numeric timestamp in its body")
+    return _iso_time(stamp)
+
+
+@lru_cache(maxsize=1024)  # the events of a batch mostly share their second
+def _iso_time(stamp: float) -> str:
     moment = datetime.fromtimestamp(stamp, UTC)
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -153,7 +161,7 @@ def to_cloudevent(message: Message, *, source: str) -> dict[str, Any]:
 
 def _dump(message: Message, source: str) -> str:
     body = message.body_json()
-    head = json.dumps(_attributes(message, body, source), ensure_ascii=True, separators=(",", ":"))
+    head = _ENCODER.encode(_attributes(message, body, source))
     # The body's own text goes in as it is (it is compact ASCII JSON already): byte for
     # byte what the broker carries, and no second serialisation.
     return f'{head[:-1]},"data":{message.body}}}'

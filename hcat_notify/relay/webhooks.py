@@ -4,13 +4,16 @@ recorded after a 2xx, fenced by the bucket's epoch (docs/webhooks.md).
 
 One background pass (:class:`~hcat_notify.relay.background.BackgroundLoop`) finds the
 work: it reads the owned buckets' events after its position, as the publisher reads its
-pages, and notes for each (webhook, topic) a *lane* the highest event waiting. A small
-thread pool delivers the lanes, one job per lane at a time (so the order holds), at most
-half the pool per webhook, one request at a time to one that fails or has not answered
-yet (so a slow or dead endpoint holds one thread, not all). A job
-checks that the bucket is still the member's before it sends, and records progress in a
-transaction that starts with the same fence as relay progress: a member that lost the
-bucket (paused, partitioned) sends at most the batch it was in, and records nothing.
+pages, notes for each (webhook, topic) a *lane* the highest event waiting, and keeps the
+lane's events (:class:`~hcat_notify.relay.webhook_buffers.LaneBuffers`). A small
+thread pool delivers the lanes, one job per lane at a time (so the order holds; a job
+may carry several lanes of a webhook in one CloudEvents batch), at most half the pool
+per webhook, one request at a time to one that fails or has not answered yet (so a slow
+or dead endpoint holds one thread, not all). A job checks that the bucket is still the
+member's before it sends; its 2xx are recorded by the pass's recorder thread, many lanes
+in one transaction, each fenced as relay progress is, and a lane sends nothing more
+until then: a member that lost the bucket (paused, partitioned) sends at most the batch
+it was in, and records nothing.
 Failures back off exponentially with jitter (``Retry-After`` honoured) up to the
 ``webhook_max_age`` setting, then the lane is parked until an operator releases it.
 """
@@ -21,25 +24,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from hcat_notify.config import Settings
 from hcat_notify.errors import HcatNotifyError
-from hcat_notify.model.webhooks import backoff_delay, parse_retry_after
+from hcat_notify.model.webhooks import WebhookFormat, backoff_delay, parse_retry_after
 from hcat_notify.relay.background import BackgroundLoop
 from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.member import Membership
+from hcat_notify.relay.webhook_buffers import LaneBuffers
 from hcat_notify.relay.webhook_http import HttpxPoster, Poster, PostResult, requests_for
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.group import Ownership
-from hcat_notify.store.webhooks import (
-    DeliveryFailure,
-    LanePosition,
-    WebhookTarget,
-    WebhookTopic,
-)
+from hcat_notify.store.records import OutboxEvent
+from hcat_notify.store.webhooks import DeliveryFailure, LanePosition, WebhookTarget, WebhookTopic
 
 __all__ = ["WebhookDelivery", "WebhookStats"]
 
@@ -92,6 +92,7 @@ class _Outcome:
     bucket: int = -1
     lost: bool = False  # the bucket is another member's
     changed: bool = False  # the webhook changed (replay, retry, pause, remove): reload it
+    delivered: LanePosition | None = None  # a 2xx whose progress the pass records
 
 
 class WebhookDelivery:
@@ -129,7 +130,13 @@ class WebhookDelivery:
         self._targets: dict[int, WebhookTarget] = {}
         self._owned: dict[int, Ownership] = {}
         self._lanes: dict[tuple[int, str], _Lane] = {}
-        self._running: dict[tuple[int, str], Future[_Outcome]] = {}
+        self._running: dict[tuple[int, str], Future[dict[tuple[int, str], _Outcome]]] = {}
+        self._buffers = LaneBuffers()
+        self._pending: dict[tuple[int, str], LanePosition] = {}  # 2xx not recorded yet
+        self._recorder: ThreadPoolExecutor | None = None
+        self._recording: tuple[list[LanePosition], Future[list[str]]] | None = None
+        self._latest: dict[int, WebhookTarget] = {}  # the webhooks as last read
+        self._targets_read_at = 0.0  # 0: read them at the next pass
         self._scan = 0  # every event of the owned buckets up to here was looked at
         self._failed_at: dict[int, float] = {}  # webhook id -> its last failure (monotonic)
         self._answered: set[int] = set()  # webhooks that answered 2xx to this member
@@ -150,8 +157,30 @@ class WebhookDelivery:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        try:
+            self._settle()
+            self._flush()
+        except HcatNotifyError as exc:  # delivered again by the next owner
+            logger.warning("relay webhook progress not recorded at stop: %s", exc)
+        if self._recorder is not None:
+            self._recorder.shutdown(wait=True)
+            self._recorder = None
         if self._poster is not None:
             self._poster.close()
+
+    def run_once(self) -> None:
+        """Deliver what is due now, in this thread, then return (``relay --once``): every
+        lane delivered, or failed once (its retry recorded for a later run), or parked."""
+        while not self._loop.stopping:
+            more = self._step()
+            running = set(self._running.values())
+            if running:
+                wait(running, return_when=FIRST_COMPLETED)
+            elif self._recording is not None:
+                self._settle_record(wait=True)
+            elif not more and not self._pending:
+                break
+        self._flush()
 
     def wake(self) -> None:
         """New events are in the outbox: look now rather than at the next interval."""
@@ -166,7 +195,14 @@ class WebhookDelivery:
 
     def _step(self) -> bool:
         self._settle()
-        targets = {t.info.id: t for t in self._catalog.webhooks.targets()}
+        self._settle_record()
+        self._record_pending()
+        now = time.monotonic()
+        if now - self._targets_read_at >= self._config.webhook_interval:
+            # woken by new events, the pass does not read the webhooks again each time
+            self._targets_read_at = now
+            self._latest = {t.info.id: t for t in self._catalog.webhooks.targets()}
+        targets = dict(self._latest)
         owned = self._member.owned()
         if not targets or not owned:
             self._forget_all(targets, owned)
@@ -179,6 +215,7 @@ class WebhookDelivery:
     def _forget_all(self, targets: dict[int, WebhookTarget], owned: dict[int, Ownership]) -> None:
         with self._lock:
             self._lanes.clear()
+            self._buffers.clear()
         self._targets, self._owned, self._scan = targets, owned, 0
 
     def _take(self, targets: dict[int, WebhookTarget], owned: dict[int, Ownership]) -> None:
@@ -194,6 +231,7 @@ class WebhookDelivery:
             for key, lane in list(self._lanes.items()):
                 if lane.webhook_id in changed_hooks or lane.bucket in changed_buckets:
                     del self._lanes[key]
+            self._buffers.clear()  # the pass reads again from further back
         reload_hooks = [hook for hook in targets if hook in changed_hooks]
         reload_buckets = [bucket for bucket in owned if bucket in changed_buckets]
         rows: list[WebhookTopic] = []
@@ -224,8 +262,9 @@ class WebhookDelivery:
         buckets = sorted(self._owned)
         page_size = self._config.batch_size
         for _ in range(DISCOVERY_PAGES):
+            start = self._scan
             events = self._catalog.outbox.events_in_buckets(
-                buckets, after_event_id=self._scan, limit=page_size
+                buckets, after_event_id=start, limit=page_size
             )
             if not events:
                 return False
@@ -249,6 +288,7 @@ class WebhookDelivery:
                             )
                         if event.event_id > lane.head:
                             self._lanes[key] = replace(lane, head=event.event_id)
+                        self._buffers.keep(key, start, event)
             self._scan = events[-1].event_id
             if len(events) < page_size:
                 return False
@@ -262,14 +302,20 @@ class WebhookDelivery:
         since = time.monotonic() - TROUBLED_FOR
         if self._pool is None:
             self._pool = ThreadPoolExecutor(workers, thread_name_prefix="hcat-webhook")
+            self._recorder = ThreadPoolExecutor(1, thread_name_prefix="hcat-webhook-record")
             if self._poster is None:
                 self._poster = HttpxPoster(
                     timeout=self._settings.webhook_timeout, connections=workers
                 )
         now = time.time()
-        running: dict[int, int] = {}
-        for key in self._running:
-            running[key[0]] = running.get(key[0], 0) + 1
+        jobs_of: dict[int, set[int]] = {}  # webhook id -> its jobs running (a job may
+        for key, running_job in self._running.items():  # carry several of its lanes)
+            jobs_of.setdefault(key[0], set()).add(id(running_job))
+        running = {hook: len(jobs) for hook, jobs in jobs_of.items()}
+        jobs = sum(running.values())
+        unrecorded = set(self._pending)
+        if self._recording is not None:
+            unrecorded.update((item.webhook_id, item.topic) for item in self._recording[0])
         with self._lock:
             ready = sorted(
                 (
@@ -279,12 +325,19 @@ class WebhookDelivery:
                     and not lane.parked
                     and lane.retry_at <= now
                     and key not in self._running
+                    and key not in unrecorded  # one batch unrecorded per lane at most
                 ),
                 key=lambda lane: lane.cursor,  # the longest waiting first
             )
+        ready_of: dict[int, list[_Lane]] = {}
         for lane in ready:
-            if len(self._running) >= workers:
+            ready_of.setdefault(lane.webhook_id, []).append(lane)
+        taken: set[tuple[int, str]] = set()
+        for lane in ready:
+            if jobs >= workers:
                 break
+            if (lane.webhook_id, lane.topic) in taken:
+                continue
             proven = lane.webhook_id in self._answered
             failing = self._failed_at.get(lane.webhook_id, 0.0) > since
             cap = healthy if proven and not failing else troubled
@@ -294,9 +347,38 @@ class WebhookDelivery:
             if target is None:
                 continue
             running[lane.webhook_id] = running.get(lane.webhook_id, 0) + 1
-            future = self._pool.submit(self._deliver, target, lane)
-            self._running[(lane.webhook_id, lane.topic)] = future
+            jobs += 1
+            group = self._group(target, lane, ready_of[lane.webhook_id], taken)
+            future = self._pool.submit(self._deliver_group, target, group)
+            for member_lane, _, _ in group:
+                key = (member_lane.webhook_id, member_lane.topic)
+                taken.add(key)
+                self._running[key] = future
             future.add_done_callback(lambda _f: self._loop.wake())
+
+    def _group(
+        self, target: WebhookTarget, lane: _Lane, ready: list[_Lane], taken: set[tuple[int, str]]
+    ) -> list[tuple[_Lane, list[OutboxEvent] | None, int]]:
+        """The lanes a job carries: ``lane``, and (CloudEvents batches, events the pass
+        holds) other ready lanes of the webhook while one batch has room: one request
+        then carries several topics. Each with its events and how many it may send."""
+        batch = self._config.webhook_batch
+        events = self._batch_of(lane, batch)
+        group = [(lane, events, batch)]
+        if events is None or target.info.format is not WebhookFormat.CLOUDEVENTS:
+            return group
+        room = batch - len(events)
+        for other in ready:
+            if room <= 0:
+                break
+            key = (other.webhook_id, other.topic)
+            if other is lane or key in taken:
+                continue
+            more = self._batch_of(other, room)
+            if more:
+                group.append((other, more, room))
+                room -= min(len(more), room)
+        return group
 
     def _settle(self) -> None:
         """Take in the outcomes of the jobs that finished."""
@@ -306,7 +388,7 @@ class WebhookDelivery:
                 continue
             del self._running[key]
             try:
-                outcome = future.result()
+                outcome = future.result()[key]
             except HcatNotifyError as exc:  # the database hiccuped: the lane is tried again
                 logger.warning("relay webhook delivery failed (will retry): %s", exc)
                 continue
@@ -316,16 +398,92 @@ class WebhookDelivery:
                     lost.add(outcome.bucket)
                 if outcome.changed:  # read it again next pass
                     self._targets.pop(key[0], None)
+                    self._targets_read_at = 0.0
                     for other in [k for k in self._lanes if k[0] == key[0]]:
                         del self._lanes[other]
                 if outcome.lane is None or outcome.lost or outcome.changed:
                     self._lanes.pop(key, None)
+                    self._buffers.drop(key)
                 elif current is not None and current.epoch == outcome.lane.epoch:
                     head = max(current.head, outcome.lane.head)
                     self._lanes[key] = replace(outcome.lane, head=head)
+                    self._buffers.trim(key, outcome.lane.cursor)
+                    if outcome.delivered is not None:
+                        self._pending[key] = outcome.delivered
         if lost:
             self.stats.fenced += len(lost)
             self._on_lost(lost)
+
+    def _record_pending(self) -> None:
+        """Record the 2xx received since the last record, in one transaction, in the
+        recorder's thread (the pass goes on meanwhile; those received while it writes
+        go in the next). A lane sends nothing more until its 2xx is recorded: a failover
+        repeats at most a batch of it."""
+        if self._recording is not None or not self._pending or self._recorder is None:
+            return
+        items = list(self._pending.values())
+        self._pending.clear()
+        future = self._recorder.submit(
+            self._catalog.webhooks.record_delivered_many, self._member.member_id, items
+        )
+        self._recording = (items, future)
+        future.add_done_callback(lambda _f: self._loop.wake())
+
+    def _settle_record(self, *, wait: bool = False) -> None:
+        """Take in the record under way once it is done (``wait``: wait for it)."""
+        if self._recording is None:
+            return
+        items, future = self._recording
+        if not wait and not future.done():
+            return
+        self._recording = None
+        try:
+            fences = future.result()
+        except HcatNotifyError as exc:  # the database hiccuped: recorded with the next
+            logger.warning("relay webhook progress not recorded (will retry): %s", exc)
+            for item in items:
+                self._pending.setdefault((item.webhook_id, item.topic), item)
+            return
+        self._take_fences(items, fences)
+
+    def _flush(self) -> None:
+        """Record the 2xx not recorded yet, now, in this thread (when stopping)."""
+        self._settle_record(wait=True)
+        if self._pending:
+            items = list(self._pending.values())
+            self._pending.clear()
+            fences = self._catalog.webhooks.record_delivered_many(self._member.member_id, items)
+            self._take_fences(items, fences)
+
+    def _take_fences(self, items: list[LanePosition], fences: list[str]) -> None:
+        """Drop what the fence of a record refused (a lost bucket, a changed webhook)."""
+        fenced = list(zip(items, fences, strict=True))
+        lost = {item.bucket for item, fence in fenced if fence == "lost"}
+        changed = {item.webhook_id for item, fence in fenced if fence == "changed"}
+        if not lost and not changed:
+            return
+        for item, fence in fenced:
+            if fence != "ok":
+                self._fenced(_Lane(item.webhook_id, item.topic, item.bucket, item.epoch, 0), fence)
+        with self._lock:
+            for hook in changed:
+                self._targets.pop(hook, None)
+                self._targets_read_at = 0.0
+            for key, lane in list(self._lanes.items()):
+                if lane.webhook_id in changed or lane.bucket in lost:
+                    del self._lanes[key]
+                    self._buffers.drop(key)
+        if lost:
+            self.stats.fenced += len(lost)
+            self._on_lost(lost)
+
+    def _batch_of(self, lane: _Lane, limit: int) -> list[OutboxEvent] | None:
+        """The lane's next ``limit`` events the pass holds, and one more if there are
+        more, or None: the job reads them."""
+        with self._lock:
+            return self._buffers.batch_of(
+                (lane.webhook_id, lane.topic), lane.cursor, lane.head, limit
+            )
 
     # -- a job (pool thread) -------------------------------------------------------------
 
@@ -338,18 +496,80 @@ class WebhookDelivery:
         owned = member.owned().get(lane.bucket)
         return owned is not None and owned.epoch == lane.epoch
 
-    def _deliver(self, target: WebhookTarget, lane: _Lane) -> _Outcome:
-        """Send the lane's next batch; record how far it got."""
+    def _deliver_group(
+        self,
+        target: WebhookTarget,
+        group: list[tuple[_Lane, list[OutboxEvent] | None, int]],
+    ) -> dict[tuple[int, str], _Outcome]:
+        """A job: one lane (:meth:`_deliver`), or several in one CloudEvents batch."""
+        if len(group) == 1:
+            lane, buffered, limit = group[0]
+            return {(lane.webhook_id, lane.topic): self._deliver(target, lane, buffered, limit)}
+        found: dict[tuple[int, str], _Outcome] = {}
+        live: list[tuple[_Lane, int]] = []
+        carried: list[OutboxEvent] = []
+        for lane, buffered, limit in group:
+            assert buffered  # only lanes whose events the pass holds are grouped
+            if not self._still_owned(lane):
+                found[(lane.webhook_id, lane.topic)] = _Outcome(None, lane.bucket, lost=True)
+                continue
+            wanted = buffered[:limit]
+            carried += wanted
+            live.append((lane, wanted[-1].event_id if len(buffered) > limit else lane.head))
+        if not live:
+            return found
+        carried.sort(key=lambda event: event.event_id)
+        (request,) = requests_for(target, carried, source=self._settings.event_source)
+        assert self._poster is not None
+        result = self._poster.post(target.info.url, request.body, request.headers)
+        self.stats.requests += 1
+        if result.ok:
+            self.stats.delivered += request.events
+            self._answered.add(target.info.id)
+        gone = None
+        for lane, through in live:
+            key = (lane.webhook_id, lane.topic)
+            if result.ok:
+                found[key] = self._delivered(target, lane, through)
+            elif result.status == 410:
+                gone = gone or self._gone(target, lane, result, lane.cursor)
+                found[key] = gone
+            else:
+                found[key] = self._record(target, lane, lane.cursor, result)
+        return found
+
+    def _delivered(self, target: WebhookTarget, lane: _Lane, through: int) -> _Outcome:
+        """A 2xx through ``through``: the lane moves on; the pass records it."""
+        if through <= lane.cursor:
+            return _Outcome(lane)
+        info = target.info
+        return _Outcome(
+            replace(lane, cursor=through, attempts=0, retry_at=0.0, failing_since=None),
+            delivered=LanePosition(
+                info.id, info.version, lane.topic, lane.bucket, lane.epoch, through
+            ),
+        )
+
+    def _deliver(
+        self, target: WebhookTarget, lane: _Lane, buffered: list[OutboxEvent] | None, batch: int
+    ) -> _Outcome:
+        """Send the lane's next batch (``buffered``: read by the pass, wanted ones only,
+        one more than a batch when there are more); record how far it got, or hand a
+        2xx to the pass to record."""
         if not self._still_owned(lane):
             return _Outcome(None, lane.bucket, lost=True)
-        batch = self._config.webhook_batch
-        read = self._catalog.webhooks.topic_events(
-            lane.topic, after_event_id=lane.cursor, through=lane.head, limit=batch
-        )
-        if not read:
-            return _Outcome(replace(lane, head=lane.cursor))
-        last_read = read[-1].event_id
-        wanted = [e for e in read if target.info.wants(e.table, e.event_type)]
+        if buffered is None:
+            read = self._catalog.webhooks.topic_events(
+                lane.topic, after_event_id=lane.cursor, through=lane.head, limit=batch
+            )
+            if not read:
+                return _Outcome(replace(lane, head=lane.cursor))
+            last_read = read[-1].event_id
+            wanted = [e for e in read if target.info.wants(e.table, e.event_type)]
+        else:
+            wanted = buffered[:batch]
+            # every wanted event through the head was in the buffer: those between are not
+            last_read = wanted[-1].event_id if len(buffered) > batch else lane.head
         delivered_through = lane.cursor
         failure: PostResult | None = None
         if wanted:
@@ -364,9 +584,9 @@ class WebhookDelivery:
                 self.stats.delivered += request.events
                 self._answered.add(target.info.id)
                 delivered_through = request.last_event_id
-        if failure is None:
-            delivered_through = last_read  # the events between that it does not want too
-        elif failure.status == 410:
+        if failure is None:  # the events between that it does not want too
+            return self._delivered(target, lane, last_read)
+        if failure.status == 410:
             return self._gone(target, lane, failure, delivered_through)
         return self._record(target, lane, delivered_through, failure)
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import case, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.errors import ConfigError, InvalidInputError
@@ -391,14 +391,21 @@ def _fenced(tx: Tx, member_id: str, at: LanePosition) -> str:
     return "ok" if same.rowcount else "changed"  # type: ignore[attr-defined]
 
 
-def _upsert(tx: Tx, values: Mapping[str, Any], update_columns: Sequence[str]) -> None:
+def _upsert(
+    tx: Tx, values: Mapping[str, Any], update_columns: Sequence[str], *, forward: bool = False
+) -> None:
+    """Insert or update a progress row; ``forward``: its position only moves forward."""
     dialect = postgresql if tx.dialect == "postgresql" else sqlite
     statement = dialect.insert(WebhookProgressRow).values(**values)
     excluded = statement.excluded
+    set_: dict[str, Any] = {name: getattr(excluded, name) for name in update_columns}
+    if forward:
+        existing = WebhookProgressRow.__table__.c.last_event_id
+        later = func.max if tx.dialect == "sqlite" else func.greatest
+        set_["last_event_id"] = later(excluded.last_event_id, existing)
     tx.session.execute(
         statement.on_conflict_do_update(
-            index_elements=[WebhookProgressRow.webhook_id, WebhookProgressRow.topic],
-            set_={name: getattr(excluded, name) for name in update_columns},
+            index_elements=[WebhookProgressRow.webhook_id, WebhookProgressRow.topic], set_=set_
         )
     )
 
@@ -418,6 +425,61 @@ def record_delivered(tx: Tx, member_id: str, at: LanePosition) -> str:
     return "ok"
 
 
+def record_delivered_many(tx: Tx, member_id: str, items: Sequence[LanePosition]) -> list[str]:
+    """Record several 2xx in one transaction, each fenced as :func:`record_delivered`
+    (the fence read once per bucket and per webhook): ``ok``, ``lost`` or ``changed`` per
+    item, in order. A topic's position only moves forward here, and its failure count is
+    cleared only when it does: a failure recorded meanwhile (at a later position, by the
+    same member) is kept."""
+    buckets: dict[tuple[int, int], bool] = {}
+    hooks: dict[tuple[int, int], bool] = {}
+    found: list[str] = []
+    table = WebhookProgressRow.__table__
+    for item in items:
+        owned = buckets.get((item.bucket, item.epoch))
+        if owned is None:
+            owned = buckets[(item.bucket, item.epoch)] = keep_bucket(
+                tx, member_id, item.bucket, item.epoch
+            )
+        if not owned:
+            found.append("lost")
+            continue
+        same = hooks.get((item.webhook_id, item.version))
+        if same is None:
+            result = tx.session.execute(
+                update(WebhookRow)
+                .where(WebhookRow.id == item.webhook_id, WebhookRow.version == item.version)
+                .values(version=WebhookRow.version)
+            )
+            same = hooks[(item.webhook_id, item.version)] = bool(result.rowcount)  # type: ignore[attr-defined]
+        if not same:
+            found.append("changed")
+            continue
+        dialect = postgresql if tx.dialect == "postgresql" else sqlite
+        statement = dialect.insert(WebhookProgressRow).values(
+            **_position(item, tx.clock()), parked_at=None, **_CLEARED
+        )
+        moved = statement.excluded.last_event_id > table.c.last_event_id
+        later = func.max if tx.dialect == "sqlite" else func.greatest
+        tx.session.execute(
+            statement.on_conflict_do_update(
+                index_elements=[WebhookProgressRow.webhook_id, WebhookProgressRow.topic],
+                set_={
+                    "last_event_id": later(statement.excluded.last_event_id, table.c.last_event_id),
+                    "bucket": statement.excluded.bucket,
+                    "epoch": statement.excluded.epoch,
+                    "updated_at": statement.excluded.updated_at,
+                    **{
+                        name: case((moved, getattr(statement.excluded, name)), else_=table.c[name])
+                        for name in (*_CLEARED, "parked_at")
+                    },
+                },
+            )
+        )
+        found.append("ok")
+    return found
+
+
 def record_failure(tx: Tx, member_id: str, at: LanePosition, failure: DeliveryFailure) -> str:
     """Record a failed attempt (and a parking), fenced as :func:`record_delivered`."""
     fence = _fenced(tx, member_id, at)
@@ -432,7 +494,14 @@ def record_failure(tx: Tx, member_id: str, at: LanePosition, failure: DeliveryFa
         "last_error": failure.error[:1000],
         "parked_at": now if failure.parked else None,
     }
-    _upsert(tx, values, [k for k in values if k not in ("webhook_id", "topic", "last_event_id")])
+    # the position too (forward only): 2xx the member has not recorded yet are in it, and
+    # their record, coming later, then keeps this failure (record_delivered_many)
+    _upsert(
+        tx,
+        values,
+        [k for k in values if k not in ("webhook_id", "topic", "last_event_id")],
+        forward=True,
+    )
     return "ok"
 
 

@@ -189,6 +189,14 @@ class Webhooks:
         with self._transaction(write=True) as tx:
             return webhooks.record_delivered(tx, member_id, at)
 
+    def record_delivered_many(self, member_id: str, items: Sequence[LanePosition]) -> list[str]:
+        """Record several 2xx in one transaction, each fenced as :meth:`record_delivered`:
+        ``ok``, ``lost`` or ``changed`` per item."""
+        if not items:
+            return []
+        with self._transaction(write=True) as tx:
+            return webhooks.record_delivered_many(tx, member_id, items)
+
     def record_failure(self, member_id: str, at: LanePosition, failure: DeliveryFailure) -> str:
         """Record a failed attempt (parked once too old), fenced as :meth:`record_delivered`."""
         with self._transaction(write=True) as tx:

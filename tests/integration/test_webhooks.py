@@ -352,3 +352,16 @@ def test_rotation_signs_with_both_secrets_and_replay_delivers_again(
                 relay.proc.kill()
                 relay.finish(timeout=30)
     assert len(receiver.ok()) == 3 * count  # nothing more than asked for
+
+
+def test_relay_once_delivers_to_the_webhooks_too(hook_settings: Settings, hook_catalog: Catalog):
+    db = f"o{uuid.uuid4().hex[:8]}"
+    tables = _tables(hook_catalog, db, 2)
+    with receivers(1) as (receiver,):
+        secret = add_hook(hook_settings, f"once-{db}", receiver.url, f"{db}.*")
+        expected = write_events(hook_catalog, tables, 15)
+        done = run_cli(hook_settings, "relay", "--once", "--webhook-batch", str(BATCH))
+        assert done.returncode == 0, done.stderr
+        assert check_order(receiver, secret, expected, bound=0) == 0
+    recorded = {t.topic: t.last_event_id for t in hook_catalog.webhooks.topics(f"once-{db}")}
+    assert recorded == {f"hcat.{table}": ids[-1] for table, ids in expected.items()}
