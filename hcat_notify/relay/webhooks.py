@@ -34,7 +34,7 @@ from hcat_notify.model.webhooks import WebhookFormat, backoff_delay, parse_retry
 from hcat_notify.relay.background import BackgroundLoop
 from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.member import Membership
-from hcat_notify.relay.webhook_buffers import LaneBuffers
+from hcat_notify.relay.webhook_buffers import Held, LaneBuffers
 from hcat_notify.relay.webhook_http import HttpxPoster, Poster, PostResult, requests_for
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.group import Ownership
@@ -289,6 +289,7 @@ class WebhookDelivery:
                         if event.event_id > lane.head:
                             self._lanes[key] = replace(lane, head=event.event_id)
                         self._buffers.keep(key, start, event)
+                self._buffers.read_through = events[-1].event_id
             self._scan = events[-1].event_id
             if len(events) < page_size:
                 return False
@@ -350,7 +351,7 @@ class WebhookDelivery:
             jobs += 1
             group = self._group(target, lane, ready_of[lane.webhook_id], taken)
             future = self._pool.submit(self._deliver_group, target, group)
-            for member_lane, _, _ in group:
+            for member_lane, _ in group:
                 key = (member_lane.webhook_id, member_lane.topic)
                 taken.add(key)
                 self._running[key] = future
@@ -358,16 +359,17 @@ class WebhookDelivery:
 
     def _group(
         self, target: WebhookTarget, lane: _Lane, ready: list[_Lane], taken: set[tuple[int, str]]
-    ) -> list[tuple[_Lane, list[OutboxEvent] | None, int]]:
+    ) -> list[tuple[_Lane, Held | None]]:
         """The lanes a job carries: ``lane``, and (CloudEvents batches, events the pass
         holds) other ready lanes of the webhook while one batch has room: one request
-        then carries several topics. Each with its events and how many it may send."""
+        then carries several topics. Each with the events the pass holds for it (and how
+        far their delivery reaches), or None: the job reads its events."""
         batch = self._config.webhook_batch
-        events = self._batch_of(lane, batch)
-        group = [(lane, events, batch)]
-        if events is None or target.info.format is not WebhookFormat.CLOUDEVENTS:
+        held = self._batch_of(lane, batch)
+        group = [(lane, held)]
+        if held is None or target.info.format is not WebhookFormat.CLOUDEVENTS:
             return group
-        room = batch - len(events)
+        room = batch - len(held[0])
         for other in ready:
             if room <= 0:
                 break
@@ -375,9 +377,9 @@ class WebhookDelivery:
             if other is lane or key in taken:
                 continue
             more = self._batch_of(other, room)
-            if more:
-                group.append((other, more, room))
-                room -= min(len(more), room)
+            if more is not None and more[0]:
+                group.append((other, more))
+                room -= len(more[0])
         return group
 
     def _settle(self) -> None:
@@ -477,9 +479,9 @@ class WebhookDelivery:
             self.stats.fenced += len(lost)
             self._on_lost(lost)
 
-    def _batch_of(self, lane: _Lane, limit: int) -> list[OutboxEvent] | None:
-        """The lane's next ``limit`` events the pass holds, and one more if there are
-        more, or None: the job reads them."""
+    def _batch_of(self, lane: _Lane, limit: int) -> Held | None:
+        """The lane's next events the pass holds (at most ``limit``) and how far their
+        delivery reaches, or None: the job reads them (:meth:`LaneBuffers.batch_of`)."""
         with self._lock:
             return self._buffers.batch_of(
                 (lane.webhook_id, lane.topic), lane.cursor, lane.head, limit
@@ -499,23 +501,24 @@ class WebhookDelivery:
     def _deliver_group(
         self,
         target: WebhookTarget,
-        group: list[tuple[_Lane, list[OutboxEvent] | None, int]],
+        group: list[tuple[_Lane, Held | None]],
     ) -> dict[tuple[int, str], _Outcome]:
         """A job: one lane (:meth:`_deliver`), or several in one CloudEvents batch."""
         if len(group) == 1:
-            lane, buffered, limit = group[0]
-            return {(lane.webhook_id, lane.topic): self._deliver(target, lane, buffered, limit)}
+            lane, held = group[0]
+            batch = self._config.webhook_batch
+            return {(lane.webhook_id, lane.topic): self._deliver(target, lane, held, batch)}
         found: dict[tuple[int, str], _Outcome] = {}
         live: list[tuple[_Lane, int]] = []
         carried: list[OutboxEvent] = []
-        for lane, buffered, limit in group:
-            assert buffered  # only lanes whose events the pass holds are grouped
+        for lane, held in group:
+            assert held is not None  # only lanes whose events the pass holds are grouped
             if not self._still_owned(lane):
                 found[(lane.webhook_id, lane.topic)] = _Outcome(None, lane.bucket, lost=True)
                 continue
-            wanted = buffered[:limit]
+            wanted, through = held
             carried += wanted
-            live.append((lane, wanted[-1].event_id if len(buffered) > limit else lane.head))
+            live.append((lane, through))
         if not live:
             return found
         carried.sort(key=lambda event: event.event_id)
@@ -551,14 +554,14 @@ class WebhookDelivery:
         )
 
     def _deliver(
-        self, target: WebhookTarget, lane: _Lane, buffered: list[OutboxEvent] | None, batch: int
+        self, target: WebhookTarget, lane: _Lane, held: Held | None, batch: int
     ) -> _Outcome:
-        """Send the lane's next batch (``buffered``: read by the pass, wanted ones only,
-        one more than a batch when there are more); record how far it got, or hand a
-        2xx to the pass to record."""
+        """Send the lane's next batch (``held``: its wanted events the pass read, and how
+        far their delivery reaches; None: read them here); record how far it got, or
+        hand a 2xx to the pass to record."""
         if not self._still_owned(lane):
             return _Outcome(None, lane.bucket, lost=True)
-        if buffered is None:
+        if held is None:
             read = self._catalog.webhooks.topic_events(
                 lane.topic, after_event_id=lane.cursor, through=lane.head, limit=batch
             )
@@ -567,9 +570,8 @@ class WebhookDelivery:
             last_read = read[-1].event_id
             wanted = [e for e in read if target.info.wants(e.table, e.event_type)]
         else:
-            wanted = buffered[:batch]
-            # every wanted event through the head was in the buffer: those between are not
-            last_read = wanted[-1].event_id if len(buffered) > batch else lane.head
+            # the buffer holds every wanted event through last_read: those between are not
+            wanted, last_read = held
         delivered_through = lane.cursor
         failure: PostResult | None = None
         if wanted:
