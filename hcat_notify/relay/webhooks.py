@@ -263,9 +263,17 @@ class WebhookDelivery:
         page_size = self._config.batch_size
         for _ in range(DISCOVERY_PAGES):
             start = self._scan
-            events = self._catalog.outbox.events_in_buckets(
+            events, stamps = self._catalog.webhooks.page(
                 buckets, after_event_id=start, limit=page_size
             )
+            if stamps != {hook: t.stamp for hook, t in self._latest.items()}:
+                # a webhook changed (rotated, replayed, paused...) before these events
+                # were written: what carries them is signed and sent as it is now
+                self._targets_read_at = time.monotonic()
+                self._latest = {t.info.id: t for t in self._catalog.webhooks.targets()}
+                self._take(dict(self._latest), self._owned)
+                if self._scan != start or not self._latest:
+                    return True  # read again from where the changed webhooks start
             if not events:
                 return False
             with self._lock:
@@ -498,6 +506,16 @@ class WebhookDelivery:
         owned = member.owned().get(lane.bucket)
         return owned is not None and owned.epoch == lane.epoch
 
+    def _signed(self, target: WebhookTarget) -> WebhookTarget | None:
+        """``target`` with the secrets the pass read last (a rotation seen since the job
+        began signs its next request); None: the webhook is no longer active."""
+        latest = self._latest.get(target.info.id)
+        if latest is None:
+            return None
+        if latest.stamp == target.stamp:
+            return target
+        return replace(target, secrets=latest.secrets, stamp=latest.stamp)
+
     def _deliver_group(
         self,
         target: WebhookTarget,
@@ -522,7 +540,13 @@ class WebhookDelivery:
         if not live:
             return found
         carried.sort(key=lambda event: event.event_id)
-        (request,) = requests_for(target, carried, source=self._settings.event_source)
+        signed = self._signed(target)
+        if signed is None:
+            found.update(
+                {(lane.webhook_id, lane.topic): _Outcome(None, changed=True) for lane, _ in live}
+            )
+            return found
+        (request,) = requests_for(signed, carried, source=self._settings.event_source)
         assert self._poster is not None
         result = self._poster.post(target.info.url, request.body, request.headers)
         self.stats.requests += 1
@@ -574,18 +598,26 @@ class WebhookDelivery:
             wanted, last_read = held
         delivered_through = lane.cursor
         failure: PostResult | None = None
-        if wanted:
-            assert self._poster is not None
-            source = self._settings.event_source
-            for request in requests_for(target, wanted, source=source):
-                result = self._poster.post(target.info.url, request.body, request.headers)
-                self.stats.requests += 1
-                if not result.ok:
-                    failure = result
-                    break
-                self.stats.delivered += request.events
-                self._answered.add(target.info.id)
-                delivered_through = request.last_event_id
+        assert self._poster is not None
+        source = self._settings.event_source
+        # one CloudEvents batch, or a request per event (Hive), each signed as it goes
+        if target.info.format is WebhookFormat.CLOUDEVENTS:
+            chunks = [wanted] if wanted else []
+        else:
+            chunks = [[event] for event in wanted]
+        for chunk in chunks:
+            signed = self._signed(target)
+            if signed is None:
+                return _Outcome(None, changed=True)
+            (request,) = requests_for(signed, chunk, source=source)
+            result = self._poster.post(target.info.url, request.body, request.headers)
+            self.stats.requests += 1
+            if not result.ok:
+                failure = result
+                break
+            self.stats.delivered += request.events
+            self._answered.add(target.info.id)
+            delivered_through = request.last_event_id
         if failure is None:  # the events between that it does not want too
             return self._delivered(target, lane, last_read)
         if failure.status == 410:

@@ -120,6 +120,9 @@ class WebhookTarget:
 
     info: WebhookInfo
     secrets: tuple[str, ...]
+    stamp: tuple[Any, ...] = ()
+    """The row as read (:func:`stamps`): whatever changes it (a rotation, a replay, a
+    pause) changes this."""
 
 
 @dataclass(frozen=True)
@@ -323,8 +326,9 @@ def disable(tx: Tx, webhook_id: int, version: int, reason: str) -> bool:
     return bool(changed.rowcount)  # type: ignore[attr-defined]
 
 
-def targets(tx: Tx, key: str | None) -> list[WebhookTarget]:
-    """The active webhooks with their secrets (the previous one while it still signs).
+def targets(tx: Tx, key: str | None, webhook_id: int | None = None) -> list[WebhookTarget]:
+    """The active webhooks (or the one of ``webhook_id``) with their secrets (the previous
+    one while it still signs).
 
     Raises:
         ConfigError: a secret does not decrypt with ``key``.
@@ -332,12 +336,33 @@ def targets(tx: Tx, key: str | None) -> list[WebhookTarget]:
     now = tx.clock()
     found = []
     query = select(WebhookRow).where(WebhookRow.state == WebhookState.ACTIVE.value)
+    if webhook_id is not None:
+        query = query.where(WebhookRow.id == webhook_id)
     for row in tx.session.scalars(query.order_by(WebhookRow.id)):
         keys = [unseal_secret(row.secret, key)]
         if row.previous_secret and row.previous_until and row.previous_until > now:
             keys.append(unseal_secret(row.previous_secret, key))
-        found.append(WebhookTarget(_info(row, now), tuple(keys)))
+        stamp = tuple(getattr(row, column.key) for column in _STAMPED[1:])
+        found.append(WebhookTarget(_info(row, now), tuple(keys), stamp))
     return found
+
+
+_STAMPED = (
+    WebhookRow.id,
+    WebhookRow.version,
+    WebhookRow.url,
+    WebhookRow.secret,
+    WebhookRow.previous_secret,
+    WebhookRow.previous_until,
+)
+
+
+def stamps(tx: Tx) -> dict[int, tuple[Any, ...]]:
+    """Each active webhook's :attr:`WebhookTarget.stamp`: plain columns, no decryption
+    (a deliverer reads them with each page of events; :func:`targets` again when they
+    changed)."""
+    query = select(*_STAMPED).where(WebhookRow.state == WebhookState.ACTIVE.value)
+    return {row[0]: tuple(row[1:]) for row in tx.session.execute(query)}
 
 
 def _topic(row: WebhookProgressRow) -> WebhookTopic:

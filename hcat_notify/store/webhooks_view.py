@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 from hcat_notify.errors import InvalidInputError
 from hcat_notify.model.webhooks import (
@@ -168,6 +169,18 @@ class Webhooks:
         """The active webhooks with their secrets (for the relays that deliver)."""
         with self._transaction() as tx:
             return webhooks.targets(tx, tx.settings.webhook_key)
+
+    def page(
+        self, in_buckets: Sequence[int], *, after_event_id: int, limit: int
+    ) -> tuple[list[OutboxEvent], dict[int, tuple[Any, ...]]]:
+        """A relay's page of its buckets' events (:func:`outbox.events_in_buckets`) and,
+        read after them in the same transaction, each active webhook's stamp: a rotation
+        (or any change) committed before those events were is seen with them."""
+        with self._transaction() as tx:
+            events = outbox.events_in_buckets(
+                tx, in_buckets, after_event_id=after_event_id, limit=limit
+            )
+            return events, webhooks.stamps(tx)
 
     def progress(self, webhook_ids: Sequence[int], in_buckets: Sequence[int]) -> list[WebhookTopic]:
         """The progress rows of some webhooks in some buckets."""
