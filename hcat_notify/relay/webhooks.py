@@ -9,11 +9,12 @@ lane's events (:class:`~hcat_notify.relay.webhook_buffers.LaneBuffers`). A small
 thread pool delivers the lanes, one job per lane at a time (so the order holds; a job
 may carry several lanes of a webhook in one CloudEvents batch), at most half the pool
 per webhook, one request at a time to one that fails or has not answered yet (so a slow
-or dead endpoint holds one thread, not all). A job checks that the bucket is still the
-member's before it sends; its 2xx are recorded by the pass's recorder thread, many lanes
-in one transaction, each fenced as relay progress is, and a lane sends nothing more
-until then: a member that lost the bucket (paused, partitioned) sends at most the batch
-it was in, and records nothing.
+or dead endpoint holds one thread, not all). A job
+(:class:`~hcat_notify.relay.webhook_jobs.LaneSender`) checks that the bucket is still
+the member's before it sends; its 2xx are recorded by the pass's recorder thread, many
+lanes in one transaction, each fenced as relay progress is, and a lane sends nothing
+more until then: a member that lost the bucket (paused, partitioned) sends at most the
+batch it was in, and records nothing.
 Failures back off exponentially with jitter (``Retry-After`` honoured) up to the
 ``webhook_max_age`` setting, then the lane is parked until an operator releases it.
 """
@@ -25,21 +26,21 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TypeVar
 
 from hcat_notify.config import Settings
 from hcat_notify.errors import HcatNotifyError
-from hcat_notify.model.webhooks import WebhookFormat, backoff_delay, parse_retry_after
+from hcat_notify.model.webhooks import WebhookFormat
 from hcat_notify.relay.background import BackgroundLoop
 from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.member import Membership
 from hcat_notify.relay.webhook_buffers import Held, LaneBuffers
-from hcat_notify.relay.webhook_http import HttpxPoster, Poster, PostResult, requests_for
+from hcat_notify.relay.webhook_http import Poster
+from hcat_notify.relay.webhook_jobs import Lane, LaneSender, Outcome, WebhookStats
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.group import Ownership
-from hcat_notify.store.records import OutboxEvent
-from hcat_notify.store.webhooks import DeliveryFailure, LanePosition, WebhookTarget, WebhookTopic
+from hcat_notify.store.webhooks import LanePosition, WebhookTarget, WebhookTopic
 
 __all__ = ["WebhookDelivery", "WebhookStats"]
 
@@ -53,46 +54,6 @@ TROUBLED_FOR = 60.0
 time probes it then, as before its first 2xx (a healthy one may have half the pool)."""
 DISCOVERY_PAGES = 5
 """Pages of the owned buckets read per pass (then the pass runs again at once)."""
-BACKOFF_INITIAL = 1.0
-BACKOFF_MAX = 600.0
-
-
-@dataclass
-class WebhookStats:
-    """What a member's webhook delivery has done since it started."""
-
-    requests: int = 0
-    delivered: int = 0  # events in requests answered 2xx
-    failures: int = 0  # requests that failed (retried later)
-    parked: int = 0
-    disabled: int = 0
-    fenced: int = 0  # jobs whose record found the bucket (or the webhook) changed
-
-
-@dataclass(frozen=True)
-class _Lane:
-    """One (webhook, topic) of an owned bucket: delivered through ``cursor``, events
-    waiting up to ``head``."""
-
-    webhook_id: int
-    topic: str
-    bucket: int
-    epoch: int
-    cursor: int
-    head: int = 0
-    attempts: int = 0
-    retry_at: float = 0.0  # time.time()
-    failing_since: float | None = None
-    parked: bool = False
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    lane: _Lane | None  # the lane as it stands now (None: drop it)
-    bucket: int = -1
-    lost: bool = False  # the bucket is another member's
-    changed: bool = False  # the webhook changed (replay, retry, pause, remove): reload it
-    delivered: LanePosition | None = None  # a 2xx whose progress the pass records
 
 
 class WebhookDelivery:
@@ -122,26 +83,27 @@ class WebhookDelivery:
         self._settings = settings
         self._config = config
         self._on_lost = on_lost
-        self._poster = poster
+        self._sender = LaneSender(catalog, member, settings, config, poster)
         self._pool: ThreadPoolExecutor | None = None
         self._loop = BackgroundLoop(
             f"hcat-relay-webhooks-{member.member_id}", config.webhook_interval, self._step
         )
         self._targets: dict[int, WebhookTarget] = {}
         self._owned: dict[int, Ownership] = {}
-        self._lanes: dict[tuple[int, str], _Lane] = {}
-        self._running: dict[tuple[int, str], Future[dict[tuple[int, str], _Outcome]]] = {}
+        self._lanes: dict[tuple[int, str], Lane] = {}
+        self._running: dict[tuple[int, str], Future[dict[tuple[int, str], Outcome]]] = {}
         self._buffers = LaneBuffers()
         self._pending: dict[tuple[int, str], LanePosition] = {}  # 2xx not recorded yet
         self._recorder: ThreadPoolExecutor | None = None
         self._recording: tuple[list[LanePosition], Future[list[str]]] | None = None
-        self._latest: dict[int, WebhookTarget] = {}  # the webhooks as last read
         self._targets_read_at = 0.0  # 0: read them at the next pass
         self._scan = 0  # every event of the owned buckets up to here was looked at
-        self._failed_at: dict[int, float] = {}  # webhook id -> its last failure (monotonic)
-        self._answered: set[int] = set()  # webhooks that answered 2xx to this member
         self._lock = threading.Lock()
-        self.stats = WebhookStats()
+
+    @property
+    def stats(self) -> WebhookStats:
+        """What this member's delivery has done since it started."""
+        return self._sender.stats
 
     @property
     def error(self) -> BaseException | None:
@@ -165,8 +127,7 @@ class WebhookDelivery:
         if self._recorder is not None:
             self._recorder.shutdown(wait=True)
             self._recorder = None
-        if self._poster is not None:
-            self._poster.close()
+        self._sender.close()
 
     def run_once(self) -> None:
         """Deliver what is due now, in this thread, then return (``relay --once``): every
@@ -201,8 +162,8 @@ class WebhookDelivery:
         if now - self._targets_read_at >= self._config.webhook_interval:
             # woken by new events, the pass does not read the webhooks again each time
             self._targets_read_at = now
-            self._latest = {t.info.id: t for t in self._catalog.webhooks.targets()}
-        targets = dict(self._latest)
+            self._sender.latest = {t.info.id: t for t in self._catalog.webhooks.targets()}
+        targets = dict(self._sender.latest)
         owned = self._member.owned()
         if not targets or not owned:
             self._forget_all(targets, owned)
@@ -243,7 +204,7 @@ class WebhookDelivery:
         with self._lock:
             for row in rows:
                 if row.bucket in owned:
-                    self._lanes[(row.webhook_id, row.topic)] = _Lane(
+                    self._lanes[(row.webhook_id, row.topic)] = Lane(
                         row.webhook_id,
                         row.topic,
                         row.bucket,
@@ -266,13 +227,13 @@ class WebhookDelivery:
             events, stamps = self._catalog.webhooks.page(
                 buckets, after_event_id=start, limit=page_size
             )
-            if stamps != {hook: t.stamp for hook, t in self._latest.items()}:
+            if stamps != {hook: t.stamp for hook, t in self._sender.latest.items()}:
                 # a webhook changed (rotated, replayed, paused...) before these events
                 # were written: what carries them is signed and sent as it is now
                 self._targets_read_at = time.monotonic()
-                self._latest = {t.info.id: t for t in self._catalog.webhooks.targets()}
-                self._take(dict(self._latest), self._owned)
-                if self._scan != start or not self._latest:
+                self._sender.latest = {t.info.id: t for t in self._catalog.webhooks.targets()}
+                self._take(dict(self._sender.latest), self._owned)
+                if self._scan != start or not self._sender.latest:
                     return True  # read again from where the changed webhooks start
             if not events:
                 return False
@@ -287,7 +248,7 @@ class WebhookDelivery:
                         key = (info.id, event.topic)
                         lane = self._lanes.get(key)
                         if lane is None:
-                            lane = _Lane(
+                            lane = Lane(
                                 info.id,
                                 event.topic,
                                 event.bucket,
@@ -312,10 +273,7 @@ class WebhookDelivery:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(workers, thread_name_prefix="hcat-webhook")
             self._recorder = ThreadPoolExecutor(1, thread_name_prefix="hcat-webhook-record")
-            if self._poster is None:
-                self._poster = HttpxPoster(
-                    timeout=self._settings.webhook_timeout, connections=workers
-                )
+            self._sender.open(workers)
         now = time.time()
         jobs_of: dict[int, set[int]] = {}  # webhook id -> its jobs running (a job may
         for key, running_job in self._running.items():  # carry several of its lanes)
@@ -338,7 +296,7 @@ class WebhookDelivery:
                 ),
                 key=lambda lane: lane.cursor,  # the longest waiting first
             )
-        ready_of: dict[int, list[_Lane]] = {}
+        ready_of: dict[int, list[Lane]] = {}
         for lane in ready:
             ready_of.setdefault(lane.webhook_id, []).append(lane)
         taken: set[tuple[int, str]] = set()
@@ -347,8 +305,8 @@ class WebhookDelivery:
                 break
             if (lane.webhook_id, lane.topic) in taken:
                 continue
-            proven = lane.webhook_id in self._answered
-            failing = self._failed_at.get(lane.webhook_id, 0.0) > since
+            proven = lane.webhook_id in self._sender.answered
+            failing = self._sender.failed_at.get(lane.webhook_id, 0.0) > since
             cap = healthy if proven and not failing else troubled
             if running.get(lane.webhook_id, 0) >= cap:
                 continue
@@ -358,7 +316,7 @@ class WebhookDelivery:
             running[lane.webhook_id] = running.get(lane.webhook_id, 0) + 1
             jobs += 1
             group = self._group(target, lane, ready_of[lane.webhook_id], taken)
-            future = self._pool.submit(self._deliver_group, target, group)
+            future = self._pool.submit(self._sender.deliver_group, target, group)
             for member_lane, _ in group:
                 key = (member_lane.webhook_id, member_lane.topic)
                 taken.add(key)
@@ -366,8 +324,8 @@ class WebhookDelivery:
             future.add_done_callback(lambda _f: self._loop.wake())
 
     def _group(
-        self, target: WebhookTarget, lane: _Lane, ready: list[_Lane], taken: set[tuple[int, str]]
-    ) -> list[tuple[_Lane, Held | None]]:
+        self, target: WebhookTarget, lane: Lane, ready: list[Lane], taken: set[tuple[int, str]]
+    ) -> list[tuple[Lane, Held | None]]:
         """The lanes a job carries: ``lane``, and (CloudEvents batches, events the pass
         holds) other ready lanes of the webhook while one batch has room: one request
         then carries several topics. Each with the events the pass holds for it (and how
@@ -421,7 +379,7 @@ class WebhookDelivery:
                     if outcome.delivered is not None:
                         self._pending[key] = outcome.delivered
         if lost:
-            self.stats.fenced += len(lost)
+            self._sender.stats.fenced += len(lost)
             self._on_lost(lost)
 
     def _record_pending(self) -> None:
@@ -474,7 +432,9 @@ class WebhookDelivery:
             return
         for item, fence in fenced:
             if fence != "ok":
-                self._fenced(_Lane(item.webhook_id, item.topic, item.bucket, item.epoch, 0), fence)
+                self._sender.fenced(
+                    Lane(item.webhook_id, item.topic, item.bucket, item.epoch, 0), fence
+                )
         with self._lock:
             for hook in changed:
                 self._targets.pop(hook, None)
@@ -484,228 +444,16 @@ class WebhookDelivery:
                     del self._lanes[key]
                     self._buffers.drop(key)
         if lost:
-            self.stats.fenced += len(lost)
+            self._sender.stats.fenced += len(lost)
             self._on_lost(lost)
 
-    def _batch_of(self, lane: _Lane, limit: int) -> Held | None:
+    def _batch_of(self, lane: Lane, limit: int) -> Held | None:
         """The lane's next events the pass holds (at most ``limit``) and how far their
         delivery reaches, or None: the job reads them (:meth:`LaneBuffers.batch_of`)."""
         with self._lock:
             return self._buffers.batch_of(
                 (lane.webhook_id, lane.topic), lane.cursor, lane.head, limit
             )
-
-    # -- a job (pool thread) -------------------------------------------------------------
-
-    def _still_owned(self, lane: _Lane) -> bool:
-        member = self._member
-        if time.monotonic() - member.refreshed_at > 2 * self._config.heartbeat_interval:
-            # the membership thread has not read our buckets lately (this process was
-            # paused, or the database is slow): read them before sending anything more
-            member.refresh()
-        owned = member.owned().get(lane.bucket)
-        return owned is not None and owned.epoch == lane.epoch
-
-    def _signed(self, target: WebhookTarget) -> WebhookTarget | None:
-        """``target`` with the secrets the pass read last (a rotation seen since the job
-        began signs its next request); None: the webhook is no longer active."""
-        latest = self._latest.get(target.info.id)
-        if latest is None:
-            return None
-        if latest.stamp == target.stamp:
-            return target
-        return replace(target, secrets=latest.secrets, stamp=latest.stamp)
-
-    def _deliver_group(
-        self,
-        target: WebhookTarget,
-        group: list[tuple[_Lane, Held | None]],
-    ) -> dict[tuple[int, str], _Outcome]:
-        """A job: one lane (:meth:`_deliver`), or several in one CloudEvents batch."""
-        if len(group) == 1:
-            lane, held = group[0]
-            batch = self._config.webhook_batch
-            return {(lane.webhook_id, lane.topic): self._deliver(target, lane, held, batch)}
-        found: dict[tuple[int, str], _Outcome] = {}
-        live: list[tuple[_Lane, int]] = []
-        carried: list[OutboxEvent] = []
-        for lane, held in group:
-            assert held is not None  # only lanes whose events the pass holds are grouped
-            if not self._still_owned(lane):
-                found[(lane.webhook_id, lane.topic)] = _Outcome(None, lane.bucket, lost=True)
-                continue
-            wanted, through = held
-            carried += wanted
-            live.append((lane, through))
-        if not live:
-            return found
-        carried.sort(key=lambda event: event.event_id)
-        signed = self._signed(target)
-        if signed is None:
-            found.update(
-                {(lane.webhook_id, lane.topic): _Outcome(None, changed=True) for lane, _ in live}
-            )
-            return found
-        (request,) = requests_for(signed, carried, source=self._settings.event_source)
-        assert self._poster is not None
-        result = self._poster.post(target.info.url, request.body, request.headers)
-        self.stats.requests += 1
-        if result.ok:
-            self.stats.delivered += request.events
-            self._answered.add(target.info.id)
-        gone = None
-        for lane, through in live:
-            key = (lane.webhook_id, lane.topic)
-            if result.ok:
-                found[key] = self._delivered(target, lane, through)
-            elif result.status == 410:
-                gone = gone or self._gone(target, lane, result, lane.cursor)
-                found[key] = gone
-            else:
-                found[key] = self._record(target, lane, lane.cursor, result)
-        return found
-
-    def _delivered(self, target: WebhookTarget, lane: _Lane, through: int) -> _Outcome:
-        """A 2xx through ``through``: the lane moves on; the pass records it."""
-        if through <= lane.cursor:
-            return _Outcome(lane)
-        info = target.info
-        return _Outcome(
-            replace(lane, cursor=through, attempts=0, retry_at=0.0, failing_since=None),
-            delivered=LanePosition(
-                info.id, info.version, lane.topic, lane.bucket, lane.epoch, through
-            ),
-        )
-
-    def _deliver(
-        self, target: WebhookTarget, lane: _Lane, held: Held | None, batch: int
-    ) -> _Outcome:
-        """Send the lane's next batch (``held``: its wanted events the pass read, and how
-        far their delivery reaches; None: read them here); record how far it got, or
-        hand a 2xx to the pass to record."""
-        if not self._still_owned(lane):
-            return _Outcome(None, lane.bucket, lost=True)
-        if held is None:
-            read = self._catalog.webhooks.topic_events(
-                lane.topic, after_event_id=lane.cursor, through=lane.head, limit=batch
-            )
-            if not read:
-                return _Outcome(replace(lane, head=lane.cursor))
-            last_read = read[-1].event_id
-            wanted = [e for e in read if target.info.wants(e.table, e.event_type)]
-        else:
-            # the buffer holds every wanted event through last_read: those between are not
-            wanted, last_read = held
-        delivered_through = lane.cursor
-        failure: PostResult | None = None
-        assert self._poster is not None
-        source = self._settings.event_source
-        # one CloudEvents batch, or a request per event (Hive), each signed as it goes
-        if target.info.format is WebhookFormat.CLOUDEVENTS:
-            chunks = [wanted] if wanted else []
-        else:
-            chunks = [[event] for event in wanted]
-        for chunk in chunks:
-            signed = self._signed(target)
-            if signed is None:
-                return _Outcome(None, changed=True)
-            (request,) = requests_for(signed, chunk, source=source)
-            result = self._poster.post(target.info.url, request.body, request.headers)
-            self.stats.requests += 1
-            if not result.ok:
-                failure = result
-                break
-            self.stats.delivered += request.events
-            self._answered.add(target.info.id)
-            delivered_through = request.last_event_id
-        if failure is None:  # the events between that it does not want too
-            return self._delivered(target, lane, last_read)
-        if failure.status == 410:
-            return self._gone(target, lane, failure, delivered_through)
-        return self._record(target, lane, delivered_through, failure)
-
-    def _record(
-        self, target: WebhookTarget, lane: _Lane, through: int, failure: PostResult | None
-    ) -> _Outcome:
-        webhooks = self._catalog.webhooks
-        info = target.info
-        at = LanePosition(info.id, info.version, lane.topic, lane.bucket, lane.epoch, through)
-        member_id = self._member.member_id
-        if through > lane.cursor:
-            fence = webhooks.record_delivered(member_id, at)
-            if fence != "ok":
-                return self._fenced(lane, fence)
-            lane = replace(lane, cursor=through, attempts=0, retry_at=0.0, failing_since=None)
-        if failure is None:
-            return _Outcome(lane)
-        self.stats.failures += 1
-        self._failed_at[info.id] = time.monotonic()
-        now = time.time()
-        since = lane.failing_since or now
-        attempts = lane.attempts + 1
-        parked = now - since >= self._settings.webhook_max_age
-        delay = backoff_delay(
-            attempts,
-            initial=BACKOFF_INITIAL,
-            maximum=BACKOFF_MAX,
-            retry_after=parse_retry_after(failure.retry_after, now),
-        )
-        error = failure.error or f"HTTP {failure.status}"
-        recorded = DeliveryFailure(attempts, now + delay, since, error, parked)
-        fence = webhooks.record_failure(member_id, at, recorded)
-        if fence != "ok":
-            return self._fenced(lane, fence)
-        if parked:
-            self.stats.parked += 1
-            logger.error(
-                "relay webhook parked webhook=%s topic=%s after %d attempts since %.0f s "
-                "(hcat-notify webhooks retry|drop %s) error=%r",
-                info.name,
-                lane.topic,
-                attempts,
-                now - since,
-                info.name,
-                error,
-            )
-        else:
-            logger.warning(
-                "relay webhook failed webhook=%s topic=%s attempt=%d retry_in=%.1fs error=%r",
-                info.name,
-                lane.topic,
-                attempts,
-                delay,
-                error,
-            )
-        lane = replace(lane, attempts=attempts, retry_at=now + delay, failing_since=since)
-        return _Outcome(replace(lane, parked=parked))
-
-    def _fenced(self, lane: _Lane, fence: str) -> _Outcome:
-        logger.info(
-            "relay webhook progress fenced topic=%s bucket=%d epoch=%d: %s",
-            lane.topic,
-            lane.bucket,
-            lane.epoch,
-            "bucket lost" if fence == "lost" else "webhook changed",
-        )
-        return _Outcome(None, lane.bucket, lost=fence == "lost", changed=fence == "changed")
-
-    def _gone(
-        self, target: WebhookTarget, lane: _Lane, failure: PostResult, through: int
-    ) -> _Outcome:
-        outcome = self._record(target, lane, through, None) if through > lane.cursor else None
-        if outcome is not None and outcome.lane is None:
-            return outcome
-        info = target.info
-        if self._catalog.webhooks.disable(info.id, info.version, failure.error or "HTTP 410"):
-            self.stats.disabled += 1
-            logger.error(
-                "relay webhook disabled webhook=%s url=%s: the endpoint answered 410 Gone "
-                "(hcat-notify webhooks resume %s)",
-                info.name,
-                info.url,
-                info.name,
-            )
-        return _Outcome(None, changed=True)
 
 
 def _changed(new: Mapping[K, V], old: Mapping[K, V], stamp: Callable[[V], int]) -> set[K]:
