@@ -13,11 +13,12 @@ else ``plain:<secret>``: the signature needs the secret itself, so it cannot be 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import case, delete, func, select, update
+from sqlalchemy import Executable, bindparam, case, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.errors import ConfigError, InvalidInputError
@@ -455,11 +456,13 @@ def record_delivered_many(tx: Tx, member_id: str, items: Sequence[LanePosition])
     (the fence read once per bucket and per webhook): ``ok``, ``lost`` or ``changed`` per
     item, in order. A topic's position only moves forward here, and its failure count is
     cleared only when it does: a failure recorded meanwhile (at a later position, by the
-    same member) is kept."""
+    same member) is kept. The rows are written by one statement, built once."""
     buckets: dict[tuple[int, int], bool] = {}
     hooks: dict[tuple[int, int], bool] = {}
     found: list[str] = []
-    table = WebhookProgressRow.__table__
+    rows: list[dict[str, Any]] = []
+    connection = tx.session.connection()
+    now = tx.clock()
     for item in items:
         owned = buckets.get((item.bucket, item.epoch))
         if owned is None:
@@ -471,38 +474,52 @@ def record_delivered_many(tx: Tx, member_id: str, items: Sequence[LanePosition])
             continue
         same = hooks.get((item.webhook_id, item.version))
         if same is None:
-            result = tx.session.execute(
-                update(WebhookRow)
-                .where(WebhookRow.id == item.webhook_id, WebhookRow.version == item.version)
-                .values(version=WebhookRow.version)
+            touched = connection.execute(
+                _SAME_VERSION, {"same_id": item.webhook_id, "same_version": item.version}
             )
-            same = hooks[(item.webhook_id, item.version)] = bool(result.rowcount)  # type: ignore[attr-defined]
+            same = hooks[(item.webhook_id, item.version)] = bool(touched.rowcount)
         if not same:
             found.append("changed")
             continue
-        dialect = postgresql if tx.dialect == "postgresql" else sqlite
-        statement = dialect.insert(WebhookProgressRow).values(
-            **_position(item, tx.clock()), parked_at=None, **_CLEARED
-        )
-        moved = statement.excluded.last_event_id > table.c.last_event_id
-        later = func.max if tx.dialect == "sqlite" else func.greatest
-        tx.session.execute(
-            statement.on_conflict_do_update(
-                index_elements=[WebhookProgressRow.webhook_id, WebhookProgressRow.topic],
-                set_={
-                    "last_event_id": later(statement.excluded.last_event_id, table.c.last_event_id),
-                    "bucket": statement.excluded.bucket,
-                    "epoch": statement.excluded.epoch,
-                    "updated_at": statement.excluded.updated_at,
-                    **{
-                        name: case((moved, getattr(statement.excluded, name)), else_=table.c[name])
-                        for name in (*_CLEARED, "parked_at")
-                    },
-                },
-            )
-        )
+        rows.append({**_position(item, now), "parked_at": None, **_CLEARED})
         found.append("ok")
+    if rows:
+        connection.execute(_forward_upsert(tx.dialect), rows)
     return found
+
+
+_SAME_VERSION = (
+    update(WebhookRow)
+    .where(WebhookRow.id == bindparam("same_id"), WebhookRow.version == bindparam("same_version"))
+    .values(version=WebhookRow.version)
+)
+"""The webhook fence of a progress write: touches the row only at the version given (on
+PostgreSQL it stays locked until the write commits)."""
+
+
+@functools.cache
+def _forward_upsert(dialect: str) -> Executable:
+    """The upsert of 2xx progress rows (executed with many rows): a topic's position only
+    moves forward, and its failure columns are cleared only when it does."""
+    table = WebhookProgressRow.__table__
+    statement = (postgresql if dialect == "postgresql" else sqlite).insert(table)
+    excluded = statement.excluded
+    moved = excluded.last_event_id > table.c.last_event_id
+    later = func.max if dialect == "sqlite" else func.greatest
+    upsert: Executable = statement.on_conflict_do_update(
+        index_elements=[table.c.webhook_id, table.c.topic],
+        set_={
+            "last_event_id": later(excluded.last_event_id, table.c.last_event_id),
+            "bucket": excluded.bucket,
+            "epoch": excluded.epoch,
+            "updated_at": excluded.updated_at,
+            **{
+                name: case((moved, getattr(excluded, name)), else_=table.c[name])
+                for name in (*_CLEARED, "parked_at")
+            },
+        },
+    )
+    return upsert
 
 
 def record_failure(tx: Tx, member_id: str, at: LanePosition, failure: DeliveryFailure) -> str:
