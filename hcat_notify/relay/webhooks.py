@@ -232,8 +232,11 @@ class WebhookDelivery:
                 # were written: what carries them is signed and sent as it is now
                 self._targets_read_at = time.monotonic()
                 self._sender.latest = {t.info.id: t for t in self._catalog.webhooks.targets()}
+                if not self._sender.latest:  # the last one paused or removed
+                    self._forget_all({}, self._owned)
+                    return False
                 self._take(dict(self._sender.latest), self._owned)
-                if self._scan != start or not self._sender.latest:
+                if self._scan != start:
                     return True  # read again from where the changed webhooks start
             if not events:
                 return False

@@ -5,6 +5,7 @@ again for a minute (it reads what signs before each request)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from standardwebhooks.webhooks import Webhook
@@ -49,3 +50,30 @@ def test_the_first_request_after_a_rotation_carries_both_signatures(
     assert len(request.headers["webhook-signature"].split()) == 2
     for secret in (old, new):  # a receiver with either secret verifies it
         Webhook(secret).verify(request.body, request.headers)
+
+
+def test_pausing_the_only_webhook_stops_its_requests_at_once(
+    settings: Settings, broker: FakeBroker
+):
+    settings = dataclasses.replace(settings, webhook_allow=("127.0.0.1",), webhook_timeout=5.0)
+    receiver = Receiver()
+    try:
+        with Catalog.open(settings) as catalog:
+            catalog.create_table("web.clicks", location="/w/clicks", partition_keys=["ds"])
+            catalog.webhooks.add("only", receiver.url, "web.*")
+            with Relay(
+                settings,
+                config=RelayConfig(webhook_interval=60.0),
+                catalog=catalog,
+                connection_factory=broker.connection,
+                member_id="solo",
+            ) as relay:
+                catalog.mark_set_done("web.clicks", {"ds": "1"})
+                relay.drain()
+                catalog.webhooks.pause("only")  # seen with the next page, not in a minute
+                catalog.mark_set_done("web.clicks", {"ds": "2"})
+                relay.drain()
+                assert relay.webhooks.error is None  # the pass goes on without webhooks
+    finally:
+        receiver.close()
+    assert [json.loads(r.body)[0]["subject"] for r in receiver.ok()] == ["web.clicks/ds=1"]
