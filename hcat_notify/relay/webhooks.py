@@ -31,6 +31,7 @@ from typing import TypeVar
 
 from hcat_notify.config import Settings
 from hcat_notify.errors import HcatNotifyError
+from hcat_notify.model.events import EventType
 from hcat_notify.model.webhooks import WebhookFormat
 from hcat_notify.relay.background import BackgroundLoop
 from hcat_notify.relay.config import RelayConfig
@@ -40,6 +41,7 @@ from hcat_notify.relay.webhook_http import Poster
 from hcat_notify.relay.webhook_jobs import Lane, LaneSender, Outcome, WebhookStats
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.group import Ownership
+from hcat_notify.store.records import OutboxEvent
 from hcat_notify.store.webhooks import LanePosition, WebhookTarget, WebhookTopic
 
 __all__ = ["WebhookDelivery", "WebhookStats"]
@@ -91,6 +93,9 @@ class WebhookDelivery:
         self._targets: dict[int, WebhookTarget] = {}
         self._owned: dict[int, Ownership] = {}
         self._lanes: dict[tuple[int, str], Lane] = {}
+        # lanes that may have events waiting (a superset: dispatch drops what has none),
+        # so that a pass looks at those, not at every lane of every webhook
+        self._waiting: set[tuple[int, str]] = set()
         self._running: dict[tuple[int, str], Future[dict[tuple[int, str], Outcome]]] = {}
         self._buffers = LaneBuffers()
         self._pending: dict[tuple[int, str], LanePosition] = {}  # 2xx not recorded yet
@@ -176,6 +181,7 @@ class WebhookDelivery:
     def _forget_all(self, targets: dict[int, WebhookTarget], owned: dict[int, Ownership]) -> None:
         with self._lock:
             self._lanes.clear()
+            self._waiting.clear()
             self._buffers.clear()
         self._targets, self._owned, self._scan = targets, owned, 0
 
@@ -241,31 +247,41 @@ class WebhookDelivery:
             if not events:
                 return False
             with self._lock:
-                for event in events:
-                    for target in self._targets.values():
-                        info = target.info
-                        if event.event_id <= info.start_after or not info.wants(
-                            event.table, event.event_type
-                        ):
-                            continue
-                        key = (info.id, event.topic)
-                        lane = self._lanes.get(key)
-                        if lane is None:
-                            lane = Lane(
-                                info.id,
-                                event.topic,
-                                event.bucket,
-                                self._owned[event.bucket].epoch,
-                                info.start_after,
-                            )
-                        if event.event_id > lane.head:
-                            self._lanes[key] = replace(lane, head=event.event_id)
-                        self._buffers.keep(key, start, event)
+                self._note(events, start)
                 self._buffers.read_through = events[-1].event_id
             self._scan = events[-1].event_id
             if len(events) < page_size:
                 return False
         return True
+
+    def _note(self, events: list[OutboxEvent], start: int) -> None:
+        """Keep each wanted event of a page (read after ``start``) for its lane, and move
+        each lane's head to the last of them (once per page: lanes are immutable)."""
+        wanted: dict[tuple[int, str, EventType], bool] = {}  # whether a webhook wants
+        last: dict[tuple[int, str], OutboxEvent] = {}  # lane -> its last event here
+        keep = self._buffers.keep
+        targets = [target.info for target in self._targets.values()]
+        for event in events:
+            for info in targets:
+                if event.event_id <= info.start_after:
+                    continue
+                kind = (info.id, event.table, event.event_type)
+                wants = wanted.get(kind)
+                if wants is None:
+                    wants = wanted[kind] = info.wants(event.table, event.event_type)
+                if wants:
+                    key = (info.id, event.topic)
+                    last[key] = event
+                    keep(key, start, event)
+        for key, event in last.items():
+            lane = self._lanes.get(key)
+            if lane is None:
+                start_after = self._targets[key[0]].info.start_after
+                epoch = self._owned[event.bucket].epoch
+                lane = Lane(key[0], event.topic, event.bucket, epoch, start_after)
+            if event.event_id > lane.head:
+                self._lanes[key] = replace(lane, head=event.event_id)
+                self._waiting.add(key)
 
     def _dispatch(self) -> None:
         """Start a job for each lane with events waiting, due, not running, within the
@@ -287,18 +303,18 @@ class WebhookDelivery:
         if self._recording is not None:
             unrecorded.update((item.webhook_id, item.topic) for item in self._recording[0])
         with self._lock:
-            ready = sorted(
-                (
-                    lane
-                    for key, lane in self._lanes.items()
-                    if lane.head > lane.cursor
-                    and not lane.parked
-                    and lane.retry_at <= now
+            found: list[Lane] = []
+            for key in list(self._waiting):
+                lane = self._lanes.get(key)
+                if lane is None or lane.head <= lane.cursor or lane.parked:
+                    self._waiting.discard(key)  # a later head (discovery) adds it again
+                elif (
+                    lane.retry_at <= now
                     and key not in self._running
                     and key not in unrecorded  # one batch unrecorded per lane at most
-                ),
-                key=lambda lane: lane.cursor,  # the longest waiting first
-            )
+                ):
+                    found.append(lane)
+            ready = sorted(found, key=lambda lane: lane.cursor)  # the longest waiting first
         ready_of: dict[int, list[Lane]] = {}
         for lane in ready:
             ready_of.setdefault(lane.webhook_id, []).append(lane)
