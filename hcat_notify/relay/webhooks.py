@@ -164,8 +164,9 @@ class WebhookDelivery:
         self._settle_record()
         self._record_pending()
         now = time.monotonic()
-        if now - self._targets_read_at >= self._config.webhook_interval:
-            # woken by new events, the pass does not read the webhooks again each time
+        if self._targets_read_at == 0.0 or (
+            now - self._targets_read_at >= self._config.webhook_interval and self._stale()
+        ):
             self._targets_read_at = now
             self._sender.latest = {t.info.id: t for t in self._catalog.webhooks.targets()}
         targets = dict(self._sender.latest)
@@ -177,6 +178,17 @@ class WebhookDelivery:
         more = self._discover()
         self._dispatch()
         return more
+
+    def _stale(self) -> bool:
+        """Whether the webhooks as read last may be out of date in a way the pages' stamps
+        do not tell (:meth:`_discover` reads them with every page): none was active (no
+        page is read then), or a previous secret has stopped signing since."""
+        latest = self._sender.latest
+        now = time.time()
+        return not latest or any(
+            t.info.rotating_until is not None and t.info.rotating_until <= now
+            for t in latest.values()
+        )
 
     def _forget_all(self, targets: dict[int, WebhookTarget], owned: dict[int, Ownership]) -> None:
         with self._lock:
