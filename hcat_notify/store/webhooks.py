@@ -358,12 +358,14 @@ _STAMPED = (
 )
 
 
+_STAMPS = select(*_STAMPED).where(WebhookRow.state == WebhookState.ACTIVE.value)
+
+
 def stamps(tx: Tx) -> dict[int, tuple[Any, ...]]:
     """Each active webhook's :attr:`WebhookTarget.stamp`: plain columns, no decryption
     (a deliverer reads them with each page of events; :func:`targets` again when they
     changed)."""
-    query = select(*_STAMPED).where(WebhookRow.state == WebhookState.ACTIVE.value)
-    return {row[0]: tuple(row[1:]) for row in tx.session.execute(query)}
+    return {row[0]: tuple(row[1:]) for row in tx.rows(_STAMPS)}
 
 
 def _topic(row: WebhookProgressRow) -> WebhookTopic:
