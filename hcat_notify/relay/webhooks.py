@@ -103,6 +103,9 @@ class WebhookDelivery:
         self._recording: tuple[list[LanePosition], Future[list[str]]] | None = None
         self._targets_read_at = 0.0  # 0: read them at the next pass
         self._scan = 0  # every event of the owned buckets up to here was looked at
+        self._fresh = True  # new events may be waiting (the publisher read some)
+        self._more = False  # the last look stopped short of the end
+        self._looked_at = 0.0  # monotonic time of the last look
         self._lock = threading.Lock()
 
     @property
@@ -150,6 +153,7 @@ class WebhookDelivery:
 
     def wake(self) -> None:
         """New events are in the outbox: look now rather than at the next interval."""
+        self._fresh = True
         self._loop.wake()
 
     def parked(self) -> list[tuple[int, str]]:
@@ -175,9 +179,14 @@ class WebhookDelivery:
             self._forget_all(targets, owned)
             return False
         self._take(targets, owned)
-        more = self._discover()
+        # The outbox is read when there may be something new in it: new events, more of a
+        # page, a change taken in, or the interval; not when woken by a finished request.
+        if self._fresh or self._more or now - self._looked_at >= self._config.webhook_interval:
+            self._fresh = False
+            self._looked_at = now
+            self._more = self._discover()
         self._dispatch()
-        return more
+        return self._more
 
     def _stale(self) -> bool:
         """Whether the webhooks as read last may be out of date in a way the pages' stamps
@@ -235,6 +244,7 @@ class WebhookDelivery:
                     )
         # read again from where the earliest of them starts (their events may lie behind)
         self._scan = min(t.info.start_after for t in targets.values())
+        self._more = True
 
     def _discover(self) -> bool:
         """Note, per lane, the newest event waiting, from pages of the owned buckets."""
