@@ -63,6 +63,7 @@ class Outcome:
 
     lane: Lane | None  # the lane as it stands now (None: drop it)
     bucket: int = -1
+    epoch: int = 0  # the lane's epoch (what a lost bucket was fenced at)
     lost: bool = False  # the bucket is another member's
     changed: bool = False  # the webhook changed (replay, retry, pause, remove): reload it
     delivered: LanePosition | None = None  # a 2xx whose progress the pass records
@@ -143,7 +144,9 @@ class LaneSender:
         for lane, held in group:
             assert held is not None  # only lanes whose events the pass holds are grouped
             if not self.still_owned(lane):
-                found[(lane.webhook_id, lane.topic)] = Outcome(None, lane.bucket, lost=True)
+                found[(lane.webhook_id, lane.topic)] = Outcome(
+                    None, lane.bucket, lane.epoch, lost=True
+                )
                 continue
             wanted, through = held
             carried += wanted
@@ -193,7 +196,7 @@ class LaneSender:
         far their delivery reaches; None: read them here); record how far it got, or
         hand a 2xx to the pass to record."""
         if not self.still_owned(lane):
-            return Outcome(None, lane.bucket, lost=True)
+            return Outcome(None, lane.bucket, lane.epoch, lost=True)
         if held is None:
             read = self._catalog.webhooks.topic_events(
                 lane.topic, after_event_id=lane.cursor, through=lane.head, limit=batch
@@ -296,7 +299,9 @@ class LaneSender:
             lane.epoch,
             "bucket lost" if fence == "lost" else "webhook changed",
         )
-        return Outcome(None, lane.bucket, lost=fence == "lost", changed=fence == "changed")
+        return Outcome(
+            None, lane.bucket, lane.epoch, lost=fence == "lost", changed=fence == "changed"
+        )
 
     def gone(self, target: WebhookTarget, lane: Lane, failure: PostResult, through: int) -> Outcome:
         outcome = self.record(target, lane, through, None) if through > lane.cursor else None

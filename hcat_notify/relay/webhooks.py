@@ -76,7 +76,7 @@ class WebhookDelivery:
         member: Membership,
         settings: Settings,
         config: RelayConfig,
-        on_lost: Callable[[set[int]], None],
+        on_lost: Callable[[Mapping[int, int]], None],
         *,
         poster: Poster | None = None,
     ) -> None:
@@ -391,7 +391,7 @@ class WebhookDelivery:
 
     def _settle(self) -> None:
         """Take in the outcomes of the jobs that finished."""
-        lost: set[int] = set()
+        lost: dict[int, int] = {}
         for key, future in list(self._running.items()):
             if not future.done():
                 continue
@@ -404,7 +404,7 @@ class WebhookDelivery:
             with self._lock:
                 current = self._lanes.get(key)
                 if outcome.lost:
-                    lost.add(outcome.bucket)
+                    lost[outcome.bucket] = max(outcome.epoch, lost.get(outcome.bucket, 0))
                 if outcome.changed:  # read it again next pass
                     self._targets.pop(key[0], None)
                     self._targets_read_at = 0.0
@@ -467,7 +467,10 @@ class WebhookDelivery:
     def _take_fences(self, items: list[LanePosition], fences: list[str]) -> None:
         """Drop what the fence of a record refused (a lost bucket, a changed webhook)."""
         fenced = list(zip(items, fences, strict=True))
-        lost = {item.bucket for item, fence in fenced if fence == "lost"}
+        lost: dict[int, int] = {}  # bucket -> the epoch its write was fenced at
+        for item, fence in fenced:
+            if fence == "lost":
+                lost[item.bucket] = max(item.epoch, lost.get(item.bucket, 0))
         changed = {item.webhook_id for item, fence in fenced if fence == "changed"}
         if not lost and not changed:
             return
@@ -481,7 +484,7 @@ class WebhookDelivery:
                 self._targets.pop(hook, None)
                 self._targets_read_at = 0.0
             for key, lane in list(self._lanes.items()):
-                if lane.webhook_id in changed or lane.bucket in lost:
+                if lane.webhook_id in changed or lane.epoch <= lost.get(lane.bucket, -1):
                     del self._lanes[key]
                     self._buffers.drop(key)
         if lost:
