@@ -14,13 +14,13 @@ CloudEvents batches, signed.
     events/s over 20 tables; timed: from the write returning to the receiver reading the
     request that carries the event. p50/p99; target: p99 < 25 ms.
 
-(c) A dead endpoint. E endpoints get every event written at 10 events/s (each event a
-    request to each endpoint); timed: the p99 of the write -> receiver latency over all
-    endpoints with every endpoint healthy (reference), then with one of
-    them hanging (no answer until the request's timeout, 2 s here). Target: ratio <= 1.2.
-    The issue asks for 1,000 endpoints; E is 10 (``--endpoints``): each endpoint's
-    events are one more request per event batch, and 1,000 receivers in this process
-    would measure the receivers.
+(c) A dead endpoint. E endpoints (webhooks; paths of one receiver) get every event,
+    written at 10 events/s, or 100/E when that is less (each event is a request to each
+    endpoint), 20 events at least; timed: the p99 of the write -> receiver latency over
+    all endpoints with every endpoint healthy (reference), then with one more hanging
+    (no answer until the request's timeout, 2 s here). Target: ratio <= 1.2. The issue
+    asks for 1,000 endpoints (``--endpoints 1000``: 0.1 events/s, 200 s a phase); the
+    default is 10, what a run of a few minutes on 2 shared cores affords.
 """
 
 from __future__ import annotations
@@ -62,7 +62,15 @@ from tests.fixtures.webhook_receiver import Receiver
 TABLES = 20
 RATE = 200.0
 RATE_C = 10.0
-"""Events/s of (c): each goes to every endpoint (10 x 10 = 100 requests/s at most)."""
+REQUESTS_C = 100.0
+"""(c) writes RATE_C events/s, fewer with many endpoints (each event goes to each
+endpoint): at most REQUESTS_C requests/s, and at least EVENTS_C events per phase."""
+EVENTS_C = 20
+
+
+def _url(endpoint: tuple[Receiver, str | None]) -> str:
+    receiver, path = endpoint
+    return receiver.url if path is None else receiver.url.rsplit("/", 1)[0] + path
 
 
 class RunningRelay:
@@ -78,15 +86,28 @@ class RunningRelay:
         self.thread.join(60)
 
 
-def _event_ids(receiver: Receiver) -> dict[int, float]:
-    """Event id -> when the request that carried it first arrived (monotonic)."""
-    import json
+class Arrivals:
+    """Event id -> when the request that carried it first arrived (monotonic), each
+    request parsed once: the waits poll this every 5 ms, and parsing every body again at
+    each poll took the relay's CPU (the GIL) in this process."""
 
-    arrived: dict[int, float] = {}
-    for request in receiver.ok():
-        for item in json.loads(request.body):
-            arrived.setdefault(int(item["id"]), request.at)
-    return arrived
+    def __init__(self, receiver: Receiver, path: str | None = None) -> None:
+        self._receiver = receiver
+        self._path = path  # only the requests to this path (one endpoint of several)
+        self._parsed = 0
+        self.arrived: dict[int, float] = {}
+
+    def update(self) -> dict[int, float]:
+        import json
+
+        answered = self._receiver.ok()
+        for request in answered[self._parsed :]:
+            if self._path is not None and request.path != self._path:
+                continue
+            for item in json.loads(request.body):
+                self.arrived.setdefault(int(item["id"]), request.at)
+        self._parsed = len(answered)
+        return self.arrived
 
 
 def _wait(condition: Any, timeout: float, what: str) -> None:
@@ -121,24 +142,26 @@ def throughput(
             _wait(lambda: catalog.outbox.backlog()[0] == 0, 120, "the broker path")
             target = WebhookTarget(catalog.webhooks.get("bench"), (secret,))
             events = catalog.outbox.events(after_event_id=first - 1, limit=len(ids) + 10)
+            batch = RelayConfig().webhook_batch  # the relay's batches: the same requests
             by_topic: dict[str, list[Any]] = {}
             for event in events:
                 by_topic.setdefault(event.topic, []).append(event)
             bodies = [
                 request
                 for topic_events in by_topic.values()
-                for start in range(0, len(topic_events), 100)
+                for start in range(0, len(topic_events), batch)
                 for request in requests_for(
-                    target, topic_events[start : start + 100], source=settings.event_source
+                    target, topic_events[start : start + batch], source=settings.event_source
                 )
             ]
             for round_no in range(rounds):
                 receiver.received.clear()
                 if round_no:
                     catalog.webhooks.replay("bench", first)
+                arrivals = Arrivals(receiver)
                 started = time.monotonic()
                 catalog.webhooks.resume("bench")
-                _wait(lambda: len(_event_ids(receiver)) >= len(ids), 300, "delivery")
+                _wait(lambda a=arrivals: len(a.update()) >= len(ids), 300, "delivery")
                 ours.append(len(ids) / (time.monotonic() - started))
                 catalog.webhooks.pause("bench")
                 time.sleep(0.5)  # what is under way finishes
@@ -172,14 +195,18 @@ def throughput(
     )
 
 
+Endpoint = tuple[Receiver, str | None]
+"""A receiver, and the path of the endpoint on it (None: every request it gets)."""
+
+
 def latencies(
     catalog: Catalog,
     tables: list[str],
-    receivers: list[Receiver],
+    endpoints: list[Endpoint],
     seconds: float,
     rate: float = RATE,
 ) -> list[float]:
-    """Write at ``rate`` events/s for ``seconds``; every (event, receiver) latency in ms."""
+    """Write at ``rate`` events/s for ``seconds``; every (event, endpoint) latency in ms."""
     written: dict[int, float] = {}
     interval = 1.0 / rate
     next_at = time.monotonic()
@@ -192,10 +219,10 @@ def latencies(
         next_at += interval
         time.sleep(max(0.0, next_at - time.monotonic()))
     found: list[float] = []
-    for receiver in receivers:
-        _wait(lambda r=receiver: set(written) <= set(_event_ids(r)), 120, "latency events")
-        arrived = _event_ids(receiver)
-        found += [(arrived[i] - at) * 1000 for i, at in written.items()]
+    for receiver, path in endpoints:
+        arrivals = Arrivals(receiver, path)
+        _wait(lambda a=arrivals: written.keys() <= a.update().keys(), 120, "latency events")
+        found += [(arrivals.arrived[i] - at) * 1000 for i, at in written.items()]
     return found
 
 
@@ -221,12 +248,15 @@ def main() -> None:
             print_table("(a) throughput", throughput(catalog, settings, tables, n, rounds))
 
             # (b) and (c): one relay, receivers added per part
-            healthy = [Receiver() for _ in range(args.endpoints)]
+            # the healthy endpoints: paths of one receiver (1,000 servers in this process
+            # would be 1,000 more threads, and measure them)
+            shared = Receiver()
+            healthy: list[Endpoint] = [(shared, f"/hook/{i}") for i in range(args.endpoints)]
             dead = Receiver(answer=lambda _n: "hang")
             relay = RunningRelay(settings)
             try:
                 _wait(lambda: catalog.outbox.backlog()[0] == 0, 120, "the broker path")
-                catalog.webhooks.add("one", healthy[0].url, ",".join(tables))
+                catalog.webhooks.add("one", _url(healthy[0]), ",".join(tables))
                 time.sleep(1)
                 one = latencies(catalog, tables, healthy[:1], seconds)
                 rows = [
@@ -234,13 +264,15 @@ def main() -> None:
                     Row("    p99", percentile(one, 99), unit="ms", target=("<", 25.0)),
                 ]
                 print_table("(b) write -> receiver", rows)
-                for i, receiver in enumerate(healthy[1:], start=1):
-                    catalog.webhooks.add(f"e{i}", receiver.url, ",".join(tables))
+                for i, endpoint in enumerate(healthy[1:], start=1):
+                    catalog.webhooks.add(f"e{i}", _url(endpoint), ",".join(tables))
                 time.sleep(1)
-                all_ok = latencies(catalog, tables, healthy, seconds, RATE_C)
+                rate_c = min(RATE_C, REQUESTS_C / args.endpoints)
+                seconds_c = max(seconds, EVENTS_C / rate_c)
+                all_ok = latencies(catalog, tables, healthy, seconds_c, rate_c)
                 catalog.webhooks.add("dead", dead.url, ",".join(tables))
                 time.sleep(1)
-                with_dead = latencies(catalog, tables, healthy, seconds, RATE_C)
+                with_dead = latencies(catalog, tables, healthy, seconds_c, rate_c)
                 rows = [
                     Row(
                         f"(c) {args.endpoints} endpoints, one more dead: p99",
@@ -260,7 +292,7 @@ def main() -> None:
                 print_table("(c) the others' latency with a dead endpoint", rows)
             finally:
                 relay.stop()
-                for receiver in [*healthy, dead]:
+                for receiver in (shared, dead):
                     receiver.close()
         finally:
             catalog.close()

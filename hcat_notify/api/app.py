@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hcat_notify.api.datamodels import Problem
 from hcat_notify.api.metrics import RequestMetrics
 from hcat_notify.api.problems import install_handlers, problem_response
-from hcat_notify.api.routes import dones, events, monitor, sets, status_page, tables
+from hcat_notify.api.routes import dones, events, monitor, sets, status_page, tables, webhooks
 from hcat_notify.api.state import DRAIN_STATE_KEY, ApiState
 from hcat_notify.config import Settings, load_settings
 
@@ -160,7 +160,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit)
     app.add_middleware(Utf8Query)
     app.add_middleware(RequestMetrics, metrics=state.metrics)
-    for module in (monitor, dones, tables, sets, events, status_page):
+    for module in (monitor, dones, tables, sets, events, webhooks, status_page):
         app.include_router(module.router)
     app.router.routes.insert(0, dones.check_route())
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

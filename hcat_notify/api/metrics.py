@@ -5,7 +5,8 @@ Two kinds of figures:
 * read from the catalog at each scrape (a custom collector, so any instance reports the
   same): the outbox backlog and the age of its oldest unpublished event, parked events,
   the last event id, the relay members with their buckets and publish rates, unassigned
-  buckets, and each durable subscriber's lag;
+  buckets, each durable subscriber's lag, and each webhook's state, failing and parked
+  topics and delivered position;
 * counted by this server: requests by method, route template and status, their
   latency, and the long polls waiting now.
 
@@ -89,6 +90,7 @@ class CatalogCollector(Collector):
         yield from self._relays(catalog)
         yield from self._subscribers(catalog)
         yield from self._sets(catalog)
+        yield from self._webhooks(catalog)
 
     def _relays(self, catalog: Catalog) -> Iterator[Metric]:
         group = catalog.group.status()
@@ -131,6 +133,44 @@ class CatalogCollector(Collector):
             behind = catalog.subscriptions.lag(subscriber.cursor.watermarks)
             lag.add_metric([subscriber.name], sum(behind.values()))
         yield lag
+
+    def _webhooks(self, catalog: Catalog) -> Iterator[Metric]:
+        """Per webhook (as many series as webhooks: the operators add them): its state,
+        its topics failing and parked, the highest event id delivered to it."""
+        state = GaugeMetricFamily(
+            "hcat_notify_webhook_state",
+            "1 for the state a webhook is in (active, paused, disabled).",
+            labels=["webhook", "state"],
+        )
+        failing = GaugeMetricFamily(
+            "hcat_notify_webhook_failing_topics",
+            "Topics whose next events a webhook's endpoint has not taken yet (retried).",
+            labels=["webhook"],
+        )
+        parked = GaugeMetricFamily(
+            "hcat_notify_webhook_parked_topics",
+            "Topics parked for a webhook after failing too long (webhooks retry|drop).",
+            labels=["webhook"],
+        )
+        delivered = GaugeMetricFamily(
+            "hcat_notify_webhook_delivered_event_id",
+            "The highest event id a webhook's endpoint answered 2xx for (its start before).",
+            labels=["webhook"],
+        )
+        for info in catalog.webhooks.every():
+            topics = catalog.webhooks.topics(info.name)
+            state.add_metric([info.name, info.state.value.lower()], 1)
+            failing.add_metric(
+                [info.name], sum(1 for t in topics if t.attempts and t.parked_at is None)
+            )
+            parked.add_metric([info.name], sum(1 for t in topics if t.parked_at is not None))
+            delivered.add_metric(
+                [info.name], max([info.start_after, *(t.last_event_id for t in topics)])
+            )
+        yield state
+        yield failing
+        yield parked
+        yield delivered
 
     def _sets(self, catalog: Catalog) -> Iterator[Metric]:
         figures = catalog.sets.figures(DONE_LATENCY_BUCKETS)

@@ -46,6 +46,7 @@ from hcat_notify.errors import (
     TableNotFoundError,
     UnknownPartitionKeyError,
 )
+from hcat_notify.store.webhooks import WebhookNotFoundError
 
 __all__ = [
     "NOT_DONE",
@@ -73,6 +74,7 @@ STATUS: dict[type[HcatNotifyError], int] = {
     InvalidSpecError: 400,
     InvalidInputError: 400,
     TableNotFoundError: 404,
+    WebhookNotFoundError: 404,
     TableExistsError: 409,
     PartitionExistsError: 409,
     ConflictError: 409,

@@ -75,7 +75,12 @@ def mark_done(obj: CliContext, name: str, spec: tuple[str, ...]) -> None:
 
 
 @click.command()
-@click.option("--once", is_flag=True, help="Publish what is pending, then exit (no other relay).")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Publish what is pending and deliver it to the webhooks (each endpoint tried once), "
+    "then exit (no other relay).",
+)
 @click.option(
     "--batch-size",
     type=click.IntRange(1, 100_000),

@@ -262,7 +262,8 @@ class Relay:
     # -- one pass -----------------------------------------------------------------------
 
     def drain(self) -> int:
-        """Publish every pending event now and return how many; for ``relay --once``.
+        """Publish every pending event now and return how many, then deliver to the webhooks
+        what is due (each endpoint tried once); for ``relay --once``.
 
         Takes every bucket, so no other relay may be running.
 
@@ -297,6 +298,7 @@ class Relay:
             self._pipeline.draining = False
             if self._pipeline.progress is not None:
                 self._pipeline.progress.flush()
+        self._webhooks.run_once()  # and to the webhooks, each endpoint tried once
         return total
 
     def _wait_for_buckets(self, count: int, timeout: float = 30.0) -> None:

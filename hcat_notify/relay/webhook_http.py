@@ -5,6 +5,7 @@ seam a unit test fills with an in-memory double."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Sequence
@@ -81,6 +82,9 @@ def requests_for(
         body = dump_batch([event.message() for event in events], source=source)
         first, last = events[0].event_id, events[-1].event_id
         message_id = str(first) if first == last else f"{first}-{last}"
+        if len({event.topic for event in events}) > 1:  # which topics' events it holds too
+            ids = ",".join(str(event.event_id) for event in events).encode()
+            message_id += "-" + hashlib.blake2s(ids, digest_size=6).hexdigest()
         headers = {"content-type": CLOUDEVENTS_BATCH_JSON}
         headers.update(signature_headers(target.secrets, message_id, now, body))
         return [WebhookRequest(message_id, body, headers, last, len(events))]

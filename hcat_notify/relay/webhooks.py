@@ -4,13 +4,17 @@ recorded after a 2xx, fenced by the bucket's epoch (docs/webhooks.md).
 
 One background pass (:class:`~hcat_notify.relay.background.BackgroundLoop`) finds the
 work: it reads the owned buckets' events after its position, as the publisher reads its
-pages, and notes for each (webhook, topic) a *lane* the highest event waiting. A small
-thread pool delivers the lanes, one job per lane at a time (so the order holds), at most
-half the pool per webhook, one request at a time to one that fails or has not answered
-yet (so a slow or dead endpoint holds one thread, not all). A job
-checks that the bucket is still the member's before it sends, and records progress in a
-transaction that starts with the same fence as relay progress: a member that lost the
-bucket (paused, partitioned) sends at most the batch it was in, and records nothing.
+pages, notes for each (webhook, topic) a *lane* the highest event waiting, and keeps the
+lane's events (:class:`~hcat_notify.relay.webhook_buffers.LaneBuffers`). A small
+thread pool delivers the lanes, one job per lane at a time (so the order holds; a job
+may carry several lanes of a webhook in one CloudEvents batch), at most half the pool
+per webhook, one request at a time to one that fails or has not answered yet (so a slow
+or dead endpoint holds one thread, not all). A job
+(:class:`~hcat_notify.relay.webhook_jobs.LaneSender`) checks that the bucket is still
+the member's before it sends; its 2xx are recorded by the pass's recorder thread, many
+lanes in one transaction, each fenced as relay progress is, and a lane sends nothing
+more until then: a member that lost the bucket (paused, partitioned) sends at most the
+batch it was in, and records nothing.
 Failures back off exponentially with jitter (``Retry-After`` honoured) up to the
 ``webhook_max_age`` setting, then the lane is parked until an operator releases it.
 """
@@ -21,25 +25,24 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from typing import TypeVar
 
 from hcat_notify.config import Settings
 from hcat_notify.errors import HcatNotifyError
-from hcat_notify.model.webhooks import backoff_delay, parse_retry_after
+from hcat_notify.model.events import EventType
+from hcat_notify.model.webhooks import WebhookFormat
 from hcat_notify.relay.background import BackgroundLoop
 from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.member import Membership
-from hcat_notify.relay.webhook_http import HttpxPoster, Poster, PostResult, requests_for
+from hcat_notify.relay.webhook_buffers import Held, LaneBuffers
+from hcat_notify.relay.webhook_http import Poster
+from hcat_notify.relay.webhook_jobs import Lane, LaneSender, Outcome, WebhookStats
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.group import Ownership
-from hcat_notify.store.webhooks import (
-    DeliveryFailure,
-    LanePosition,
-    WebhookTarget,
-    WebhookTopic,
-)
+from hcat_notify.store.records import OutboxEvent
+from hcat_notify.store.webhooks import LanePosition, WebhookTarget, WebhookTopic
 
 __all__ = ["WebhookDelivery", "WebhookStats"]
 
@@ -53,46 +56,6 @@ TROUBLED_FOR = 60.0
 time probes it then, as before its first 2xx (a healthy one may have half the pool)."""
 DISCOVERY_PAGES = 5
 """Pages of the owned buckets read per pass (then the pass runs again at once)."""
-BACKOFF_INITIAL = 1.0
-BACKOFF_MAX = 600.0
-
-
-@dataclass
-class WebhookStats:
-    """What a member's webhook delivery has done since it started."""
-
-    requests: int = 0
-    delivered: int = 0  # events in requests answered 2xx
-    failures: int = 0  # requests that failed (retried later)
-    parked: int = 0
-    disabled: int = 0
-    fenced: int = 0  # jobs whose record found the bucket (or the webhook) changed
-
-
-@dataclass(frozen=True)
-class _Lane:
-    """One (webhook, topic) of an owned bucket: delivered through ``cursor``, events
-    waiting up to ``head``."""
-
-    webhook_id: int
-    topic: str
-    bucket: int
-    epoch: int
-    cursor: int
-    head: int = 0
-    attempts: int = 0
-    retry_at: float = 0.0  # time.time()
-    failing_since: float | None = None
-    parked: bool = False
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    lane: _Lane | None  # the lane as it stands now (None: drop it)
-    bucket: int = -1
-    epoch: int = 0  # the lane's epoch (what a lost bucket was fenced at)
-    lost: bool = False  # the bucket is another member's
-    changed: bool = False  # the webhook changed (replay, retry, pause, remove): reload it
 
 
 class WebhookDelivery:
@@ -122,20 +85,33 @@ class WebhookDelivery:
         self._settings = settings
         self._config = config
         self._on_lost = on_lost
-        self._poster = poster
+        self._sender = LaneSender(catalog, member, settings, config, poster)
         self._pool: ThreadPoolExecutor | None = None
         self._loop = BackgroundLoop(
             f"hcat-relay-webhooks-{member.member_id}", config.webhook_interval, self._step
         )
         self._targets: dict[int, WebhookTarget] = {}
         self._owned: dict[int, Ownership] = {}
-        self._lanes: dict[tuple[int, str], _Lane] = {}
-        self._running: dict[tuple[int, str], Future[_Outcome]] = {}
+        self._lanes: dict[tuple[int, str], Lane] = {}
+        # lanes that may have events waiting (a superset: dispatch drops what has none),
+        # so that a pass looks at those, not at every lane of every webhook
+        self._waiting: set[tuple[int, str]] = set()
+        self._running: dict[tuple[int, str], Future[dict[tuple[int, str], Outcome]]] = {}
+        self._buffers = LaneBuffers()
+        self._pending: dict[tuple[int, str], LanePosition] = {}  # 2xx not recorded yet
+        self._recorder: ThreadPoolExecutor | None = None
+        self._recording: tuple[list[LanePosition], Future[list[str]]] | None = None
+        self._targets_read_at = 0.0  # 0: read them at the next pass
         self._scan = 0  # every event of the owned buckets up to here was looked at
-        self._failed_at: dict[int, float] = {}  # webhook id -> its last failure (monotonic)
-        self._answered: set[int] = set()  # webhooks that answered 2xx to this member
+        self._fresh = True  # new events may be waiting (the publisher read some)
+        self._more = False  # the last look stopped short of the end
+        self._looked_at = 0.0  # monotonic time of the last look
         self._lock = threading.Lock()
-        self.stats = WebhookStats()
+
+    @property
+    def stats(self) -> WebhookStats:
+        """What this member's delivery has done since it started."""
+        return self._sender.stats
 
     @property
     def error(self) -> BaseException | None:
@@ -151,11 +127,33 @@ class WebhookDelivery:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        if self._poster is not None:
-            self._poster.close()
+        try:
+            self._settle()
+            self._flush()
+        except HcatNotifyError as exc:  # delivered again by the next owner
+            logger.warning("relay webhook progress not recorded at stop: %s", exc)
+        if self._recorder is not None:
+            self._recorder.shutdown(wait=True)
+            self._recorder = None
+        self._sender.close()
+
+    def run_once(self) -> None:
+        """Deliver what is due now, in this thread, then return (``relay --once``): every
+        lane delivered, or failed once (its retry recorded for a later run), or parked."""
+        while not self._loop.stopping:
+            more = self._step()
+            running = set(self._running.values())
+            if running:
+                wait(running, return_when=FIRST_COMPLETED)
+            elif self._recording is not None:
+                self._settle_record(wait=True)
+            elif not more and not self._pending:
+                break
+        self._flush()
 
     def wake(self) -> None:
         """New events are in the outbox: look now rather than at the next interval."""
+        self._fresh = True
         self._loop.wake()
 
     def parked(self) -> list[tuple[int, str]]:
@@ -167,19 +165,45 @@ class WebhookDelivery:
 
     def _step(self) -> bool:
         self._settle()
-        targets = {t.info.id: t for t in self._catalog.webhooks.targets()}
+        self._settle_record()
+        self._record_pending()
+        now = time.monotonic()
+        if self._targets_read_at == 0.0 or (
+            now - self._targets_read_at >= self._config.webhook_interval and self._stale()
+        ):
+            self._targets_read_at = now
+            self._sender.latest = {t.info.id: t for t in self._catalog.webhooks.targets()}
+        targets = dict(self._sender.latest)
         owned = self._member.owned()
         if not targets or not owned:
             self._forget_all(targets, owned)
             return False
         self._take(targets, owned)
-        more = self._discover()
+        # The outbox is read when there may be something new in it: new events, more of a
+        # page, a change taken in, or the interval; not when woken by a finished request.
+        if self._fresh or self._more or now - self._looked_at >= self._config.webhook_interval:
+            self._fresh = False
+            self._looked_at = now
+            self._more = self._discover()
         self._dispatch()
-        return more
+        return self._more
+
+    def _stale(self) -> bool:
+        """Whether the webhooks as read last may be out of date in a way the pages' stamps
+        do not tell (:meth:`_discover` reads them with every page): none was active (no
+        page is read then), or a previous secret has stopped signing since."""
+        latest = self._sender.latest
+        now = time.time()
+        return not latest or any(
+            t.info.rotating_until is not None and t.info.rotating_until <= now
+            for t in latest.values()
+        )
 
     def _forget_all(self, targets: dict[int, WebhookTarget], owned: dict[int, Ownership]) -> None:
         with self._lock:
             self._lanes.clear()
+            self._waiting.clear()
+            self._buffers.clear()
         self._targets, self._owned, self._scan = targets, owned, 0
 
     def _take(self, targets: dict[int, WebhookTarget], owned: dict[int, Ownership]) -> None:
@@ -195,6 +219,7 @@ class WebhookDelivery:
             for key, lane in list(self._lanes.items()):
                 if lane.webhook_id in changed_hooks or lane.bucket in changed_buckets:
                     del self._lanes[key]
+            self._buffers.clear()  # the pass reads again from further back
         reload_hooks = [hook for hook in targets if hook in changed_hooks]
         reload_buckets = [bucket for bucket in owned if bucket in changed_buckets]
         rows: list[WebhookTopic] = []
@@ -206,7 +231,7 @@ class WebhookDelivery:
         with self._lock:
             for row in rows:
                 if row.bucket in owned:
-                    self._lanes[(row.webhook_id, row.topic)] = _Lane(
+                    self._lanes[(row.webhook_id, row.topic)] = Lane(
                         row.webhook_id,
                         row.topic,
                         row.bucket,
@@ -219,41 +244,66 @@ class WebhookDelivery:
                     )
         # read again from where the earliest of them starts (their events may lie behind)
         self._scan = min(t.info.start_after for t in targets.values())
+        self._more = True
 
     def _discover(self) -> bool:
         """Note, per lane, the newest event waiting, from pages of the owned buckets."""
         buckets = sorted(self._owned)
         page_size = self._config.batch_size
         for _ in range(DISCOVERY_PAGES):
-            events = self._catalog.outbox.events_in_buckets(
-                buckets, after_event_id=self._scan, limit=page_size
+            start = self._scan
+            events, stamps = self._catalog.webhooks.page(
+                buckets, after_event_id=start, limit=page_size
             )
+            if stamps != {hook: t.stamp for hook, t in self._sender.latest.items()}:
+                # a webhook changed (rotated, replayed, paused...) before these events
+                # were written: what carries them is signed and sent as it is now
+                self._targets_read_at = time.monotonic()
+                self._sender.latest = {t.info.id: t for t in self._catalog.webhooks.targets()}
+                if not self._sender.latest:  # the last one paused or removed
+                    self._forget_all({}, self._owned)
+                    return False
+                self._take(dict(self._sender.latest), self._owned)
+                if self._scan != start:
+                    return True  # read again from where the changed webhooks start
             if not events:
                 return False
             with self._lock:
-                for event in events:
-                    for target in self._targets.values():
-                        info = target.info
-                        if event.event_id <= info.start_after or not info.wants(
-                            event.table, event.event_type
-                        ):
-                            continue
-                        key = (info.id, event.topic)
-                        lane = self._lanes.get(key)
-                        if lane is None:
-                            lane = _Lane(
-                                info.id,
-                                event.topic,
-                                event.bucket,
-                                self._owned[event.bucket].epoch,
-                                info.start_after,
-                            )
-                        if event.event_id > lane.head:
-                            self._lanes[key] = replace(lane, head=event.event_id)
+                self._note(events, start)
+                self._buffers.read_through = events[-1].event_id
             self._scan = events[-1].event_id
             if len(events) < page_size:
                 return False
         return True
+
+    def _note(self, events: list[OutboxEvent], start: int) -> None:
+        """Keep each wanted event of a page (read after ``start``) for its lane, and move
+        each lane's head to the last of them (once per page: lanes are immutable)."""
+        wanted: dict[tuple[int, str, EventType], bool] = {}  # whether a webhook wants
+        last: dict[tuple[int, str], OutboxEvent] = {}  # lane -> its last event here
+        keep = self._buffers.keep
+        targets = [target.info for target in self._targets.values()]
+        for event in events:
+            for info in targets:
+                if event.event_id <= info.start_after:
+                    continue
+                kind = (info.id, event.table, event.event_type)
+                wants = wanted.get(kind)
+                if wants is None:
+                    wants = wanted[kind] = info.wants(event.table, event.event_type)
+                if wants:
+                    key = (info.id, event.topic)
+                    last[key] = event
+                    keep(key, start, event)
+        for key, event in last.items():
+            lane = self._lanes.get(key)
+            if lane is None:
+                start_after = self._targets[key[0]].info.start_after
+                epoch = self._owned[event.bucket].epoch
+                lane = Lane(key[0], event.topic, event.bucket, epoch, start_after)
+            if event.event_id > lane.head:
+                self._lanes[key] = replace(lane, head=event.event_id)
+                self._waiting.add(key)
 
     def _dispatch(self) -> None:
         """Start a job for each lane with events waiting, due, not running, within the
@@ -263,31 +313,41 @@ class WebhookDelivery:
         since = time.monotonic() - TROUBLED_FOR
         if self._pool is None:
             self._pool = ThreadPoolExecutor(workers, thread_name_prefix="hcat-webhook")
-            if self._poster is None:
-                self._poster = HttpxPoster(
-                    timeout=self._settings.webhook_timeout, connections=workers
-                )
+            self._recorder = ThreadPoolExecutor(1, thread_name_prefix="hcat-webhook-record")
+            self._sender.open(workers)
         now = time.time()
-        running: dict[int, int] = {}
-        for key in self._running:
-            running[key[0]] = running.get(key[0], 0) + 1
+        jobs_of: dict[int, set[int]] = {}  # webhook id -> its jobs running (a job may
+        for key, running_job in self._running.items():  # carry several of its lanes)
+            jobs_of.setdefault(key[0], set()).add(id(running_job))
+        running = {hook: len(jobs) for hook, jobs in jobs_of.items()}
+        jobs = sum(running.values())
+        unrecorded = set(self._pending)
+        if self._recording is not None:
+            unrecorded.update((item.webhook_id, item.topic) for item in self._recording[0])
         with self._lock:
-            ready = sorted(
-                (
-                    lane
-                    for key, lane in self._lanes.items()
-                    if lane.head > lane.cursor
-                    and not lane.parked
-                    and lane.retry_at <= now
+            found: list[Lane] = []
+            for key in list(self._waiting):
+                lane = self._lanes.get(key)
+                if lane is None or lane.head <= lane.cursor or lane.parked:
+                    self._waiting.discard(key)  # a later head (discovery) adds it again
+                elif (
+                    lane.retry_at <= now
                     and key not in self._running
-                ),
-                key=lambda lane: lane.cursor,  # the longest waiting first
-            )
+                    and key not in unrecorded  # one batch unrecorded per lane at most
+                ):
+                    found.append(lane)
+            ready = sorted(found, key=lambda lane: lane.cursor)  # the longest waiting first
+        ready_of: dict[int, list[Lane]] = {}
         for lane in ready:
-            if len(self._running) >= workers:
+            ready_of.setdefault(lane.webhook_id, []).append(lane)
+        taken: set[tuple[int, str]] = set()
+        for lane in ready:
+            if jobs >= workers:
                 break
-            proven = lane.webhook_id in self._answered
-            failing = self._failed_at.get(lane.webhook_id, 0.0) > since
+            if (lane.webhook_id, lane.topic) in taken:
+                continue
+            proven = lane.webhook_id in self._sender.answered
+            failing = self._sender.failed_at.get(lane.webhook_id, 0.0) > since
             cap = healthy if proven and not failing else troubled
             if running.get(lane.webhook_id, 0) >= cap:
                 continue
@@ -295,9 +355,39 @@ class WebhookDelivery:
             if target is None:
                 continue
             running[lane.webhook_id] = running.get(lane.webhook_id, 0) + 1
-            future = self._pool.submit(self._deliver, target, lane)
-            self._running[(lane.webhook_id, lane.topic)] = future
+            jobs += 1
+            group = self._group(target, lane, ready_of[lane.webhook_id], taken)
+            future = self._pool.submit(self._sender.deliver_group, target, group)
+            for member_lane, _ in group:
+                key = (member_lane.webhook_id, member_lane.topic)
+                taken.add(key)
+                self._running[key] = future
             future.add_done_callback(lambda _f: self._loop.wake())
+
+    def _group(
+        self, target: WebhookTarget, lane: Lane, ready: list[Lane], taken: set[tuple[int, str]]
+    ) -> list[tuple[Lane, Held | None]]:
+        """The lanes a job carries: ``lane``, and (CloudEvents batches, events the pass
+        holds) other ready lanes of the webhook while one batch has room: one request
+        then carries several topics. Each with the events the pass holds for it (and how
+        far their delivery reaches), or None: the job reads its events."""
+        batch = self._config.webhook_batch
+        held = self._batch_of(lane, batch)
+        group = [(lane, held)]
+        if held is None or target.info.format is not WebhookFormat.CLOUDEVENTS:
+            return group
+        room = batch - len(held[0])
+        for other in ready:
+            if room <= 0:
+                break
+            key = (other.webhook_id, other.topic)
+            if other is lane or key in taken:
+                continue
+            more = self._batch_of(other, room)
+            if more is not None and more[0]:
+                group.append((other, more))
+                room -= len(more[0])
+        return group
 
     def _settle(self) -> None:
         """Take in the outcomes of the jobs that finished."""
@@ -307,7 +397,7 @@ class WebhookDelivery:
                 continue
             del self._running[key]
             try:
-                outcome = future.result()
+                outcome = future.result()[key]
             except HcatNotifyError as exc:  # the database hiccuped: the lane is tried again
                 logger.warning("relay webhook delivery failed (will retry): %s", exc)
                 continue
@@ -317,144 +407,97 @@ class WebhookDelivery:
                     lost[outcome.bucket] = max(outcome.epoch, lost.get(outcome.bucket, 0))
                 if outcome.changed:  # read it again next pass
                     self._targets.pop(key[0], None)
+                    self._targets_read_at = 0.0
                     for other in [k for k in self._lanes if k[0] == key[0]]:
                         del self._lanes[other]
                 if outcome.lane is None or outcome.lost or outcome.changed:
                     self._lanes.pop(key, None)
+                    self._buffers.drop(key)
                 elif current is not None and current.epoch == outcome.lane.epoch:
                     head = max(current.head, outcome.lane.head)
                     self._lanes[key] = replace(outcome.lane, head=head)
+                    self._buffers.trim(key, outcome.lane.cursor)
+                    if outcome.delivered is not None:
+                        self._pending[key] = outcome.delivered
         if lost:
-            self.stats.fenced += len(lost)
+            self._sender.stats.fenced += len(lost)
             self._on_lost(lost)
 
-    # -- a job (pool thread) -------------------------------------------------------------
-
-    def _still_owned(self, lane: _Lane) -> bool:
-        member = self._member
-        if time.monotonic() - member.refreshed_at > 2 * self._config.heartbeat_interval:
-            # the membership thread has not read our buckets lately (this process was
-            # paused, or the database is slow): read them before sending anything more
-            member.refresh()
-        owned = member.owned().get(lane.bucket)
-        return owned is not None and owned.epoch == lane.epoch
-
-    def _deliver(self, target: WebhookTarget, lane: _Lane) -> _Outcome:
-        """Send the lane's next batch; record how far it got."""
-        if not self._still_owned(lane):
-            return _Outcome(None, lane.bucket, lane.epoch, lost=True)
-        batch = self._config.webhook_batch
-        read = self._catalog.webhooks.topic_events(
-            lane.topic, after_event_id=lane.cursor, through=lane.head, limit=batch
+    def _record_pending(self) -> None:
+        """Record the 2xx received since the last record, in one transaction, in the
+        recorder's thread (the pass goes on meanwhile; those received while it writes
+        go in the next). A lane sends nothing more until its 2xx is recorded: a failover
+        repeats at most a batch of it."""
+        if self._recording is not None or not self._pending or self._recorder is None:
+            return
+        items = list(self._pending.values())
+        self._pending.clear()
+        future = self._recorder.submit(
+            self._catalog.webhooks.record_delivered_many, self._member.member_id, items
         )
-        if not read:
-            return _Outcome(replace(lane, head=lane.cursor))
-        last_read = read[-1].event_id
-        wanted = [e for e in read if target.info.wants(e.table, e.event_type)]
-        delivered_through = lane.cursor
-        failure: PostResult | None = None
-        if wanted:
-            assert self._poster is not None
-            source = self._settings.event_source
-            for request in requests_for(target, wanted, source=source):
-                result = self._poster.post(target.info.url, request.body, request.headers)
-                self.stats.requests += 1
-                if not result.ok:
-                    failure = result
-                    break
-                self.stats.delivered += request.events
-                self._answered.add(target.info.id)
-                delivered_through = request.last_event_id
-        if failure is None:
-            delivered_through = last_read  # the events between that it does not want too
-        elif failure.status == 410:
-            return self._gone(target, lane, failure, delivered_through)
-        return self._record(target, lane, delivered_through, failure)
+        self._recording = (items, future)
+        future.add_done_callback(lambda _f: self._loop.wake())
 
-    def _record(
-        self, target: WebhookTarget, lane: _Lane, through: int, failure: PostResult | None
-    ) -> _Outcome:
-        webhooks = self._catalog.webhooks
-        info = target.info
-        at = LanePosition(info.id, info.version, lane.topic, lane.bucket, lane.epoch, through)
-        member_id = self._member.member_id
-        if through > lane.cursor:
-            fence = webhooks.record_delivered(member_id, at)
+    def _settle_record(self, *, wait: bool = False) -> None:
+        """Take in the record under way once it is done (``wait``: wait for it)."""
+        if self._recording is None:
+            return
+        items, future = self._recording
+        if not wait and not future.done():
+            return
+        self._recording = None
+        try:
+            fences = future.result()
+        except HcatNotifyError as exc:  # the database hiccuped: recorded with the next
+            logger.warning("relay webhook progress not recorded (will retry): %s", exc)
+            for item in items:
+                self._pending.setdefault((item.webhook_id, item.topic), item)
+            return
+        self._take_fences(items, fences)
+
+    def _flush(self) -> None:
+        """Record the 2xx not recorded yet, now, in this thread (when stopping)."""
+        self._settle_record(wait=True)
+        if self._pending:
+            items = list(self._pending.values())
+            self._pending.clear()
+            fences = self._catalog.webhooks.record_delivered_many(self._member.member_id, items)
+            self._take_fences(items, fences)
+
+    def _take_fences(self, items: list[LanePosition], fences: list[str]) -> None:
+        """Drop what the fence of a record refused (a lost bucket, a changed webhook)."""
+        fenced = list(zip(items, fences, strict=True))
+        lost: dict[int, int] = {}  # bucket -> the epoch its write was fenced at
+        for item, fence in fenced:
+            if fence == "lost":
+                lost[item.bucket] = max(item.epoch, lost.get(item.bucket, 0))
+        changed = {item.webhook_id for item, fence in fenced if fence == "changed"}
+        if not lost and not changed:
+            return
+        for item, fence in fenced:
             if fence != "ok":
-                return self._fenced(lane, fence)
-            lane = replace(lane, cursor=through, attempts=0, retry_at=0.0, failing_since=None)
-        if failure is None:
-            return _Outcome(lane)
-        self.stats.failures += 1
-        self._failed_at[info.id] = time.monotonic()
-        now = time.time()
-        since = lane.failing_since or now
-        attempts = lane.attempts + 1
-        parked = now - since >= self._settings.webhook_max_age
-        delay = backoff_delay(
-            attempts,
-            initial=BACKOFF_INITIAL,
-            maximum=BACKOFF_MAX,
-            retry_after=parse_retry_after(failure.retry_after, now),
-        )
-        error = failure.error or f"HTTP {failure.status}"
-        recorded = DeliveryFailure(attempts, now + delay, since, error, parked)
-        fence = webhooks.record_failure(member_id, at, recorded)
-        if fence != "ok":
-            return self._fenced(lane, fence)
-        if parked:
-            self.stats.parked += 1
-            logger.error(
-                "relay webhook parked webhook=%s topic=%s after %d attempts since %.0f s "
-                "(hcat-notify webhooks retry|drop %s) error=%r",
-                info.name,
-                lane.topic,
-                attempts,
-                now - since,
-                info.name,
-                error,
-            )
-        else:
-            logger.warning(
-                "relay webhook failed webhook=%s topic=%s attempt=%d retry_in=%.1fs error=%r",
-                info.name,
-                lane.topic,
-                attempts,
-                delay,
-                error,
-            )
-        lane = replace(lane, attempts=attempts, retry_at=now + delay, failing_since=since)
-        return _Outcome(replace(lane, parked=parked))
+                self._sender.fenced(
+                    Lane(item.webhook_id, item.topic, item.bucket, item.epoch, 0), fence
+                )
+        with self._lock:
+            for hook in changed:
+                self._targets.pop(hook, None)
+                self._targets_read_at = 0.0
+            for key, lane in list(self._lanes.items()):
+                if lane.webhook_id in changed or lane.epoch <= lost.get(lane.bucket, -1):
+                    del self._lanes[key]
+                    self._buffers.drop(key)
+        if lost:
+            self._sender.stats.fenced += len(lost)
+            self._on_lost(lost)
 
-    def _fenced(self, lane: _Lane, fence: str) -> _Outcome:
-        logger.info(
-            "relay webhook progress fenced topic=%s bucket=%d epoch=%d: %s",
-            lane.topic,
-            lane.bucket,
-            lane.epoch,
-            "bucket lost" if fence == "lost" else "webhook changed",
-        )
-        return _Outcome(
-            None, lane.bucket, lane.epoch, lost=fence == "lost", changed=fence == "changed"
-        )
-
-    def _gone(
-        self, target: WebhookTarget, lane: _Lane, failure: PostResult, through: int
-    ) -> _Outcome:
-        outcome = self._record(target, lane, through, None) if through > lane.cursor else None
-        if outcome is not None and outcome.lane is None:
-            return outcome
-        info = target.info
-        if self._catalog.webhooks.disable(info.id, info.version, failure.error or "HTTP 410"):
-            self.stats.disabled += 1
-            logger.error(
-                "relay webhook disabled webhook=%s url=%s: the endpoint answered 410 Gone "
-                "(hcat-notify webhooks resume %s)",
-                info.name,
-                info.url,
-                info.name,
+    def _batch_of(self, lane: Lane, limit: int) -> Held | None:
+        """The lane's next events the pass holds (at most ``limit``) and how far their
+        delivery reaches, or None: the job reads them (:meth:`LaneBuffers.batch_of`)."""
+        with self._lock:
+            return self._buffers.batch_of(
+                (lane.webhook_id, lane.topic), lane.cursor, lane.head, limit
             )
-        return _Outcome(None, changed=True)
 
 
 def _changed(new: Mapping[K, V], old: Mapping[K, V], stamp: Callable[[V], int]) -> set[K]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.model.trace import TRACEPARENT, current_traceparent
 from hcat_notify.model.wire import Message, build_mark_set_done
 
 __all__ = ["OUTBOX_COLUMNS", "RETENTION_COLUMNS", "DoneRows", "done_rows", "outbox_row"]
@@ -45,14 +46,19 @@ RETENTION_COLUMNS = (
 
 
 def outbox_row(message: Message, table: TableName, bucket: int, now: datetime) -> dict[str, Any]:
-    """The outbox row of a built message, in ``bucket`` (its topic's), created ``now``."""
+    """The outbox row of a built message, in ``bucket`` (its topic's), created ``now``;
+    its headers with the writer's ``traceparent`` when it has one."""
+    headers = dict(message.headers)
+    traceparent = current_traceparent()
+    if traceparent is not None:
+        headers.setdefault(TRACEPARENT, traceparent)
     return {
         "event_id": message.event_id,
         "topic": message.topic,
         "bucket": bucket,
         "event_type": message.event_type.value,
         "table_name": str(table),
-        "headers": dict(message.headers),
+        "headers": headers,
         "body": message.body,
         "created_at": now,
         "attempts": 0,

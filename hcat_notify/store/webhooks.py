@@ -13,11 +13,12 @@ else ``plain:<secret>``: the signature needs the secret itself, so it cannot be 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Executable, bindparam, case, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.errors import ConfigError, InvalidInputError
@@ -120,6 +121,9 @@ class WebhookTarget:
 
     info: WebhookInfo
     secrets: tuple[str, ...]
+    stamp: tuple[Any, ...] = ()
+    """The row as read (:func:`stamps`): whatever changes it (a rotation, a replay, a
+    pause) changes this."""
 
 
 @dataclass(frozen=True)
@@ -323,8 +327,9 @@ def disable(tx: Tx, webhook_id: int, version: int, reason: str) -> bool:
     return bool(changed.rowcount)  # type: ignore[attr-defined]
 
 
-def targets(tx: Tx, key: str | None) -> list[WebhookTarget]:
-    """The active webhooks with their secrets (the previous one while it still signs).
+def targets(tx: Tx, key: str | None, webhook_id: int | None = None) -> list[WebhookTarget]:
+    """The active webhooks (or the one of ``webhook_id``) with their secrets (the previous
+    one while it still signs).
 
     Raises:
         ConfigError: a secret does not decrypt with ``key``.
@@ -332,12 +337,35 @@ def targets(tx: Tx, key: str | None) -> list[WebhookTarget]:
     now = tx.clock()
     found = []
     query = select(WebhookRow).where(WebhookRow.state == WebhookState.ACTIVE.value)
+    if webhook_id is not None:
+        query = query.where(WebhookRow.id == webhook_id)
     for row in tx.session.scalars(query.order_by(WebhookRow.id)):
         keys = [unseal_secret(row.secret, key)]
         if row.previous_secret and row.previous_until and row.previous_until > now:
             keys.append(unseal_secret(row.previous_secret, key))
-        found.append(WebhookTarget(_info(row, now), tuple(keys)))
+        stamp = tuple(getattr(row, column.key) for column in _STAMPED[1:])
+        found.append(WebhookTarget(_info(row, now), tuple(keys), stamp))
     return found
+
+
+_STAMPED = (
+    WebhookRow.id,
+    WebhookRow.version,
+    WebhookRow.url,
+    WebhookRow.secret,
+    WebhookRow.previous_secret,
+    WebhookRow.previous_until,
+)
+
+
+_STAMPS = select(*_STAMPED).where(WebhookRow.state == WebhookState.ACTIVE.value)
+
+
+def stamps(tx: Tx) -> dict[int, tuple[Any, ...]]:
+    """Each active webhook's :attr:`WebhookTarget.stamp`: plain columns, no decryption
+    (a deliverer reads them with each page of events; :func:`targets` again when they
+    changed)."""
+    return {row[0]: tuple(row[1:]) for row in tx.rows(_STAMPS)}
 
 
 def _topic(row: WebhookProgressRow) -> WebhookTopic:
@@ -391,14 +419,21 @@ def _fenced(tx: Tx, member_id: str, at: LanePosition) -> str:
     return "ok" if same.rowcount else "changed"  # type: ignore[attr-defined]
 
 
-def _upsert(tx: Tx, values: Mapping[str, Any], update_columns: Sequence[str]) -> None:
+def _upsert(
+    tx: Tx, values: Mapping[str, Any], update_columns: Sequence[str], *, forward: bool = False
+) -> None:
+    """Insert or update a progress row; ``forward``: its position only moves forward."""
     dialect = postgresql if tx.dialect == "postgresql" else sqlite
     statement = dialect.insert(WebhookProgressRow).values(**values)
     excluded = statement.excluded
+    set_: dict[str, Any] = {name: getattr(excluded, name) for name in update_columns}
+    if forward:
+        existing = WebhookProgressRow.__table__.c.last_event_id
+        later = func.max if tx.dialect == "sqlite" else func.greatest
+        set_["last_event_id"] = later(excluded.last_event_id, existing)
     tx.session.execute(
         statement.on_conflict_do_update(
-            index_elements=[WebhookProgressRow.webhook_id, WebhookProgressRow.topic],
-            set_={name: getattr(excluded, name) for name in update_columns},
+            index_elements=[WebhookProgressRow.webhook_id, WebhookProgressRow.topic], set_=set_
         )
     )
 
@@ -418,6 +453,77 @@ def record_delivered(tx: Tx, member_id: str, at: LanePosition) -> str:
     return "ok"
 
 
+def record_delivered_many(tx: Tx, member_id: str, items: Sequence[LanePosition]) -> list[str]:
+    """Record several 2xx in one transaction, each fenced as :func:`record_delivered`
+    (the fence read once per bucket and per webhook): ``ok``, ``lost`` or ``changed`` per
+    item, in order. A topic's position only moves forward here, and its failure count is
+    cleared only when it does: a failure recorded meanwhile (at a later position, by the
+    same member) is kept. The rows are written by one statement, built once."""
+    buckets: dict[tuple[int, int], bool] = {}
+    hooks: dict[tuple[int, int], bool] = {}
+    found: list[str] = []
+    rows: list[dict[str, Any]] = []
+    connection = tx.session.connection()
+    now = tx.clock()
+    for item in items:
+        owned = buckets.get((item.bucket, item.epoch))
+        if owned is None:
+            owned = buckets[(item.bucket, item.epoch)] = keep_bucket(
+                tx, member_id, item.bucket, item.epoch
+            )
+        if not owned:
+            found.append("lost")
+            continue
+        same = hooks.get((item.webhook_id, item.version))
+        if same is None:
+            touched = connection.execute(
+                _SAME_VERSION, {"same_id": item.webhook_id, "same_version": item.version}
+            )
+            same = hooks[(item.webhook_id, item.version)] = bool(touched.rowcount)
+        if not same:
+            found.append("changed")
+            continue
+        rows.append({**_position(item, now), "parked_at": None, **_CLEARED})
+        found.append("ok")
+    if rows:
+        connection.execute(_forward_upsert(tx.dialect), rows)
+    return found
+
+
+_SAME_VERSION = (
+    update(WebhookRow)
+    .where(WebhookRow.id == bindparam("same_id"), WebhookRow.version == bindparam("same_version"))
+    .values(version=WebhookRow.version)
+)
+"""The webhook fence of a progress write: touches the row only at the version given (on
+PostgreSQL it stays locked until the write commits)."""
+
+
+@functools.cache
+def _forward_upsert(dialect: str) -> Executable:
+    """The upsert of 2xx progress rows (executed with many rows): a topic's position only
+    moves forward, and its failure columns are cleared only when it does."""
+    table = WebhookProgressRow.__table__
+    statement = (postgresql if dialect == "postgresql" else sqlite).insert(table)
+    excluded = statement.excluded
+    moved = excluded.last_event_id > table.c.last_event_id
+    later = func.max if dialect == "sqlite" else func.greatest
+    upsert: Executable = statement.on_conflict_do_update(
+        index_elements=[table.c.webhook_id, table.c.topic],
+        set_={
+            "last_event_id": later(excluded.last_event_id, table.c.last_event_id),
+            "bucket": excluded.bucket,
+            "epoch": excluded.epoch,
+            "updated_at": excluded.updated_at,
+            **{
+                name: case((moved, getattr(excluded, name)), else_=table.c[name])
+                for name in (*_CLEARED, "parked_at")
+            },
+        },
+    )
+    return upsert
+
+
 def record_failure(tx: Tx, member_id: str, at: LanePosition, failure: DeliveryFailure) -> str:
     """Record a failed attempt (and a parking), fenced as :func:`record_delivered`."""
     fence = _fenced(tx, member_id, at)
@@ -432,7 +538,14 @@ def record_failure(tx: Tx, member_id: str, at: LanePosition, failure: DeliveryFa
         "last_error": failure.error[:1000],
         "parked_at": now if failure.parked else None,
     }
-    _upsert(tx, values, [k for k in values if k not in ("webhook_id", "topic", "last_event_id")])
+    # the position too (forward only): 2xx the member has not recorded yet are in it, and
+    # their record, coming later, then keeps this failure (record_delivered_many)
+    _upsert(
+        tx,
+        values,
+        [k for k in values if k not in ("webhook_id", "topic", "last_event_id")],
+        forward=True,
+    )
     return "ok"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 from hcat_notify.errors import InvalidInputError
 from hcat_notify.model.webhooks import (
@@ -169,6 +170,18 @@ class Webhooks:
         with self._transaction() as tx:
             return webhooks.targets(tx, tx.settings.webhook_key)
 
+    def page(
+        self, in_buckets: Sequence[int], *, after_event_id: int, limit: int
+    ) -> tuple[list[OutboxEvent], dict[int, tuple[Any, ...]]]:
+        """A relay's page of its buckets' events (:func:`outbox.events_in_buckets`) and,
+        read after them in the same transaction, each active webhook's stamp: a rotation
+        (or any change) committed before those events were is seen with them."""
+        with self._transaction() as tx:
+            events = outbox.events_in_buckets(
+                tx, in_buckets, after_event_id=after_event_id, limit=limit
+            )
+            return events, webhooks.stamps(tx)
+
     def progress(self, webhook_ids: Sequence[int], in_buckets: Sequence[int]) -> list[WebhookTopic]:
         """The progress rows of some webhooks in some buckets."""
         with self._transaction() as tx:
@@ -188,6 +201,14 @@ class Webhooks:
         ``ok``, ``lost`` (the bucket is another member's) or ``changed``."""
         with self._transaction(write=True) as tx:
             return webhooks.record_delivered(tx, member_id, at)
+
+    def record_delivered_many(self, member_id: str, items: Sequence[LanePosition]) -> list[str]:
+        """Record several 2xx in one transaction, each fenced as :meth:`record_delivered`:
+        ``ok``, ``lost`` or ``changed`` per item."""
+        if not items:
+            return []
+        with self._transaction(write=True) as tx:
+            return webhooks.record_delivered_many(tx, member_id, items)
 
     def record_failure(self, member_id: str, at: LanePosition, failure: DeliveryFailure) -> str:
         """Record a failed attempt (parked once too old), fenced as :meth:`record_delivered`."""

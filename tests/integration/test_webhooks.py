@@ -24,6 +24,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from hcat_notify.config import Settings
+from hcat_notify.model.topics import topic_bucket
 from hcat_notify.store import Catalog, TableInfo
 from tests.fixtures.webhook_receiver import Received, Receiver
 from tests.integration import test_relay_group as relay_group
@@ -32,7 +33,7 @@ from tests.integration.test_relay_group import (
     NOTICED,
     RELAY_ARGS,
     group_of_relays,
-    stop_outside_sqlite_write_lock,
+    stop_holding_its_buckets,
     wait_until,
 )
 from tests.wire import parse_cloudevent_batch
@@ -91,9 +92,11 @@ def events_of(request: Received, secrets: list[str]) -> list[tuple[str, int]]:
     return [(f"{body['db']}.{body['table']}", int(request.headers["hcat_event_id"]))]
 
 
-def check_order(receiver: Receiver, secret: str, expected: dict[str, list[int]], bound: int) -> int:
+def check_order(
+    receiver: Receiver, secret: str, expected: dict[str, list[int]], bound: int | dict[str, int]
+) -> int:
     """Every expected event arrived at ``receiver``, the first deliveries of each topic
-    in id order; returns the duplicates (at most ``bound`` per topic)."""
+    in id order; returns the duplicates (at most ``bound`` per topic, or ``bound[table]``)."""
     arrived: list[tuple[str, int]] = []
     for request in receiver.ok():
         arrived.extend(events_of(request, [secret]))
@@ -108,7 +111,12 @@ def check_order(receiver: Receiver, secret: str, expected: dict[str, list[int]],
     repeats: dict[str, int] = {}
     for topic, count in Counter(arrived).items():
         repeats[topic[0]] = repeats.get(topic[0], 0) + count - 1
-    assert max(repeats.values(), default=0) <= bound, f"duplicates per topic > {bound}: {repeats}"
+    over = {
+        table: (count, limit)
+        for table, count in repeats.items()
+        if count > (limit := bound if isinstance(bound, int) else bound[table])
+    }
+    assert not over, f"duplicates over the bound per topic, (repeats, bound): {over}"
     return sum(repeats.values())
 
 
@@ -144,25 +152,19 @@ def test_every_event_in_order_through_kill_and_zombie(
         ]
         expected = {}
         with group_of_relays(hook_settings, hook_catalog, 2) as group:
+            epochs = {b.bucket: b.epoch for b in hook_catalog.group.buckets()}
             expected = write_events(hook_catalog, tables, 20)
-            failovers = 0
             victim = group.owners().most_common(1)[0][0]
             group.failover(signal.SIGKILL, victim)
             group.processes[victim].finish(timeout=30)
-            failovers += 1
             group.start()
             more = write_events(hook_catalog, tables, 20)
             group.wait_settled()
             zombie = group.owners().most_common(1)[0][0]
             process = group.processes[zombie]
-            had = {b.bucket for b in hook_catalog.group.buckets() if b.owner == zombie}
-            wait_until(  # not before it has read them (else it has nothing to lose)
-                lambda: f"relay buckets acquired member={zombie} " in process.stderr,
-                30,
-                lambda: f"{zombie} never read its buckets",
-            )
-            stop_outside_sqlite_write_lock(process.proc, hook_settings.database_url)
-            failovers += 1
+            # stopped while it holds, in memory, exactly what the catalog says it owns
+            # (else it has nothing to lose, or learns of its buckets only after SIGCONT)
+            had = stop_holding_its_buckets(process, zombie, hook_catalog)
             later = write_events(hook_catalog, tables, 20)
             wait_until(
                 lambda: (
@@ -204,8 +206,14 @@ def test_every_event_in_order_through_kill_and_zombie(
                 90,
                 lambda: f"not delivered: {counts()} of {wanted_by}",
             )
+            # every change of a bucket's owner is a failover of its topics: the kill and
+            # the zombie, and the moves they bring (the restarted member's share, the
+            # zombie's at its return, a new controller's); a batch of a topic that was
+            # under way (sent, its 2xx not recorded yet) at one of them may come again
+            moves = {b.bucket: b.epoch - epochs[b.bucket] for b in hook_catalog.group.buckets()}
             group.stop_all()
-        bound = failovers * BATCH
+        count = len(epochs)
+        bound = {str(t.name): BATCH * moves[topic_bucket(t.topic, count)] for t in tables}
         check_order(ce, secrets[0], expected, bound)
         check_order(
             ce_batch,
@@ -352,3 +360,16 @@ def test_rotation_signs_with_both_secrets_and_replay_delivers_again(
                 relay.proc.kill()
                 relay.finish(timeout=30)
     assert len(receiver.ok()) == 3 * count  # nothing more than asked for
+
+
+def test_relay_once_delivers_to_the_webhooks_too(hook_settings: Settings, hook_catalog: Catalog):
+    db = f"o{uuid.uuid4().hex[:8]}"
+    tables = _tables(hook_catalog, db, 2)
+    with receivers(1) as (receiver,):
+        secret = add_hook(hook_settings, f"once-{db}", receiver.url, f"{db}.*")
+        expected = write_events(hook_catalog, tables, 15)
+        done = run_cli(hook_settings, "relay", "--once", "--webhook-batch", str(BATCH))
+        assert done.returncode == 0, done.stderr
+        assert check_order(receiver, secret, expected, bound=0) == 0
+    recorded = {t.topic: t.last_event_id for t in hook_catalog.webhooks.topics(f"once-{db}")}
+    assert recorded == {f"hcat.{table}": ids[-1] for table, ids in expected.items()}

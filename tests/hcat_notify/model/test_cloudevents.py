@@ -244,3 +244,25 @@ def test_a_body_without_a_timestamp_is_refused():
     broken = Message(plain.event_id, plain.event_type, plain.topic, plain.headers, '{"a":1}')
     with pytest.raises(InvalidInputError, match="timestamp"):
         to_cloudevent(broken, source=SOURCE)
+
+
+@pytest.mark.parametrize("kind", list(EventType), ids=str)
+def test_the_text_is_the_attributes_encoded_then_the_body_as_it_is(kind):
+    # built without a dict nor parsing the body: the same bytes as encoding them would give
+    spec = PartitionSpec.from_mapping({"datestamp": 'q"uo\\te', "region": "zürich%s"})
+    message = MESSAGES[kind]
+    if not kind.about_table:
+        message = Message(
+            message.event_id,
+            message.event_type,
+            message.topic,
+            {**message.headers, "HCAT_SPEC": spec.to_path()},
+            message.body,
+        )
+    source = 'urn:a%sb"\\c'
+    attributes = to_cloudevent(message, source=source)
+    del attributes["data"]
+    head = json.dumps(attributes, ensure_ascii=True, separators=(",", ":"))
+    expected = f'{head[:-1]},"data":{message.body}}}'
+    assert dump_cloudevent(message, source=source).decode() == expected
+    assert dump_batch([message, message], source=source).decode() == f"[{expected},{expected}]"

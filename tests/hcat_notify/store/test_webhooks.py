@@ -159,6 +159,36 @@ def test_progress_is_fenced_by_the_buckets_epoch_and_the_webhooks_version(catalo
 
 
 @pytest.mark.usefixtures("tables")
+def test_progress_recorded_together_is_fenced_per_item_and_only_moves_forward(
+    catalog: Catalog,
+):
+    info, _ = catalog.webhooks.add("ops", URL, "web.*", from_event=1)
+    bucket = topic_bucket(TOPIC, catalog.group.info().bucket_count)
+    epoch = _own(catalog, "a", bucket)
+    mine = LanePosition(info.id, info.version, TOPIC, bucket, epoch, 9)
+    stale = dataclasses.replace(mine, topic="hcat.sales.orders", epoch=epoch - 1)
+    assert catalog.webhooks.record_delivered_many("a", [mine, stale]) == ["ok", "lost"]
+    assert [(r.topic, r.last_event_id) for r in catalog.webhooks.topics("ops")] == [(TOPIC, 9)]
+    # a failure recorded since, further on, is kept by an older 2xx recorded late
+    failure = DeliveryFailure(2, 1e12, 1.0, "HTTP 500", parked=False)
+    further = dataclasses.replace(mine, last_event_id=12)
+    assert catalog.webhooks.record_failure("a", further, failure) == "ok"
+    late = dataclasses.replace(mine, last_event_id=11)
+    assert catalog.webhooks.record_delivered_many("a", [late]) == ["ok"]
+    (row,) = catalog.webhooks.topics("ops")
+    assert (row.last_event_id, row.attempts, row.last_error) == (12, 2, "HTTP 500")
+    # and a 2xx further on clears it
+    assert catalog.webhooks.record_delivered_many(
+        "a", [dataclasses.replace(mine, last_event_id=15)]
+    ) == ["ok"]
+    (row,) = catalog.webhooks.topics("ops")
+    assert (row.last_event_id, row.attempts, row.last_error) == (15, 0, None)
+    catalog.webhooks.replay("ops", 3)
+    assert catalog.webhooks.record_delivered_many("a", [mine]) == ["changed"]
+    assert catalog.webhooks.topics("ops") == []
+
+
+@pytest.mark.usefixtures("tables")
 def test_parked_topics_are_retried_or_dropped(catalog: Catalog):
     info, _ = catalog.webhooks.add("ops", URL, "web.*", from_event=1)
     for n in range(3):
@@ -200,3 +230,35 @@ def test_pause_resume_remove(catalog: Catalog):
     assert catalog.webhooks.every() == []
     with pytest.raises(WebhookNotFoundError, match="no webhook named 'ops'"):
         catalog.webhooks.remove("ops")
+
+
+@pytest.mark.usefixtures("tables")
+def test_metrics_give_each_webhooks_state_failing_parked_topics_and_position(catalog: Catalog):
+    from hcat_notify.api.metrics import CatalogCollector
+
+    info, _ = catalog.webhooks.add("ops", URL, "web.*", from_event=1)
+    catalog.webhooks.add("idle", URL, "sales.*", from_event=4)
+    catalog.webhooks.pause("idle")
+    bucket = topic_bucket(TOPIC, catalog.group.info().bucket_count)
+    epoch = _own(catalog, "a", bucket)
+    delivered = LanePosition(info.id, info.version, TOPIC, bucket, epoch, 7)
+    assert catalog.webhooks.record_delivered_many("a", [delivered]) == ["ok"]
+    failure = DeliveryFailure(3, 1e12, 1.0, "HTTP 500", parked=True)
+    other = dataclasses.replace(delivered, topic="hcat.web.other", last_event_id=2)
+    assert catalog.webhooks.record_failure("a", other, failure) == "ok"
+    found = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in CatalogCollector(lambda: catalog).collect()
+        if family.name.startswith("hcat_notify_webhook_")
+        for sample in family.samples
+    }
+    assert found == {
+        ("hcat_notify_webhook_state", (("state", "active"), ("webhook", "ops"))): 1,
+        ("hcat_notify_webhook_state", (("state", "paused"), ("webhook", "idle"))): 1,
+        ("hcat_notify_webhook_failing_topics", (("webhook", "ops"),)): 0,
+        ("hcat_notify_webhook_failing_topics", (("webhook", "idle"),)): 0,
+        ("hcat_notify_webhook_parked_topics", (("webhook", "ops"),)): 1,
+        ("hcat_notify_webhook_parked_topics", (("webhook", "idle"),)): 0,
+        ("hcat_notify_webhook_delivered_event_id", (("webhook", "ops"),)): 7,
+        ("hcat_notify_webhook_delivered_event_id", (("webhook", "idle"),)): 3,
+    }

@@ -300,3 +300,45 @@ def test_status_page_html(reader: httpx.Client, new_table, api_catalog: Catalog)
 def test_openapi_document_is_served(anonymous: httpx.Client):
     schema = anonymous.get("/openapi.json").json()
     assert "/v1/tables/{table}/done" in schema["paths"]
+
+
+def test_webhooks_managed_by_writers(
+    writer: httpx.Client, reader: httpx.Client, new_table, api_catalog: Catalog
+):
+    name = new_table()
+    hook = f"h{name.split('.')[0]}"
+    body = {"name": hook, "url": "https://hooks.example.com/in", "tables": [name]}
+    assert reader.get("/v1/webhooks").status_code == 403
+    assert reader.post("/v1/webhooks", json=body).status_code == 403
+    added = writer.post("/v1/webhooks", json=body)
+    assert added.status_code == 201, added.text
+    secret = added.json()["secret"]
+    assert secret.startswith("whsec_")
+    assert added.json()["webhook"]["state"] == "active"
+    listed = writer.get("/v1/webhooks")
+    assert hook in [item["name"] for item in listed.json()]
+    assert secret not in listed.text
+    # refused with one problem, nothing written
+    for bad in (
+        body,  # the name is in use
+        {**body, "name": f"{hook}x", "url": "http://hooks.example.com/in"},
+        {**body, "name": f"{hook}y", "tables": ["nodb.*"]},
+    ):
+        refused = writer.post("/v1/webhooks", json=bad)
+        assert refused.status_code == 400, refused.text
+        assert refused.headers["content-type"] == "application/problem+json"
+    assert [i.name for i in api_catalog.webhooks.every() if i.name.startswith(hook)] == [hook]
+    shown = writer.get(f"/v1/webhooks/{hook}").json()
+    assert (shown["webhook"]["url"], shown["topics"]) == ("https://hooks.example.com/in", [])
+    assert writer.post(f"/v1/webhooks/{hook}/pause").json()["state"] == "paused"
+    assert api_catalog.webhooks.get(hook).state.value == "paused"
+    assert writer.post(f"/v1/webhooks/{hook}/resume").json()["state"] == "active"
+    rotated = writer.post(f"/v1/webhooks/{hook}/rotate-secret").json()
+    assert rotated["secret"].startswith("whsec_")
+    assert rotated["secret"] != secret
+    assert rotated["webhook"]["rotatingUntil"] is not None
+    replayed = writer.post(f"/v1/webhooks/{hook}/replay", json={"fromEvent": 5})
+    assert replayed.json()["startAfter"] == 4, replayed.text
+    assert writer.delete(f"/v1/webhooks/{hook}").status_code == 204
+    assert writer.get(f"/v1/webhooks/{hook}").status_code == 404
+    assert writer.post(f"/v1/webhooks/{hook}/pause").status_code == 404
