@@ -319,6 +319,7 @@ def test_postgresql_serves_every_page_and_overview_query_from_an_index(
         catalog.outbox.last_published_by_topic(20)
         catalog.outbox.refused()
         catalog.outbox.parked_count()
+        catalog.tables.activity(limit=20)
     # the planner's estimates of the backlog's correlated counts on a large outbox pass
     # jit_above_cost: compiling took 240 ms of a 0.5 ms query; the generic plan of a
     # catch-up run 5 times hashed the whole outbox (benchmarks/scale.py)
@@ -328,3 +329,44 @@ def test_postgresql_serves_every_page_and_overview_query_from_an_index(
     for plan in _plans(db_url, wanted):
         # a scan of the 256 relay buckets is fixed work; of a growing table, never
         assert not re.search(r"Seq Scan on hcat_(?!relay_buckets)", plan), plan
+
+
+def test_the_status_pages_tables_are_one_statement_however_many_it_shows(
+    catalog: Catalog, db_url: str
+):
+    catalog.create_table("act.a", location="/w/act/a", partition_keys=["ds", "r"])
+    catalog.create_table("act.b", location="/w/act/b", partition_keys=["ds"])
+    catalog.create_table("act.c", location="/w/act/c", partition_keys=["ds"])
+    catalog.add_partitions(
+        "act.a",
+        [NewPartition({"ds": d, "r": r}, f"/w/act/a/{d}{r}") for d in ("d2", "d1") for r in "yx"],
+    )
+    catalog.add_partitions("act.c", [NewPartition({"ds": "d9"}, "/w/act/c/d9")])
+    first = catalog.mark_set_done("act.a", {"ds": "d1"})
+    newest = catalog.mark_set_done("act.a", {"ds": "d2"})
+    statements: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            statements.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        shown = catalog.tables.activity(db="act", limit=10)
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+    # one round trip for the page, not two more per table (the status page shows 200)
+    assert len(statements) == 1, statements
+    assert [str(item.table.name) for item in shown] == ["act.a", "act.b", "act.c"]
+    a, b, c = shown
+    assert (a.last_partition, a.last_done, a.last_done_event_id) == ("ds=d2/r=y", "ds=d2", newest)
+    assert newest > first
+    assert a.last_partition_at is not None
+    assert a.last_done_at is not None
+    assert (b.last_partition, b.last_partition_at, b.last_done, b.last_done_at) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert (c.last_partition, c.last_done) == ("ds=d9", None)
