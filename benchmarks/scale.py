@@ -20,11 +20,12 @@ base and grown a few calls at a time, so that both meet the same load; a figure 
 median of the rounds' statistic (p99 where the row says so, else the median call).
 ``find_covering_done`` on SQLite is timed in the calling thread's CPU time (its p99 in
 wall time is the shared machine's scheduler); what the process read from the disk
-during the rounds is printed per size. ``--costs`` picks rows by name. Printed: per size, grown / base (the ratio to the smallest
-size, same rounds), and per cost the figures at every size, the fitted exponent k (least
-squares of log(cost / the smallest's, same rounds) on log N, so that the machine's load
-drifting over the run cancels out: cost ~ N^k) and the verdict: flat when the ratio at the
-largest size is at most 1.5. A PNG of the curves goes next to the record
+during the rounds is printed per size. ``--costs`` picks rows by name. Printed: per
+size, grown / base (the ratio to the smallest size, same rounds), and per cost the
+figures at every size, the fitted exponent k (least squares of log(cost / the
+smallest's, same rounds) on log N, so that the machine's load drifting over the run
+cancels out: cost ~ N^k) and the verdict: flat when the ratio at the largest size is at
+most 1.5. A PNG of the curves goes next to the record
 (``--chart``; matplotlib, the ``benchmarks`` extra).
 """
 
