@@ -23,10 +23,15 @@ __all__ = ["table_activity"]
 
 def _last(column: Any, table_column: Any, order: Any) -> Any:
     """``column`` of the table's row that comes last by ``order`` (one index entry)."""
+    # The table as a range of one value, ordered by the whole (table, order) index: with
+    # "= table" and "order by" alone PostgreSQL, estimating from the few tables that have
+    # dones that any table has thousands, walks the primary key backwards filtering on
+    # the table, all of it for a table without one (15 s for 200 tables at 10^5 dones);
+    # an equality would also let it drop the table from the order, and pick that again.
     return (
         select(column)
-        .where(table_column == TableRow.id)
-        .order_by(order.desc())
+        .where(table_column.between(TableRow.id, TableRow.id))
+        .order_by(table_column.desc(), order.desc())
         .limit(1)
         .correlate(TableRow)
         .scalar_subquery()
