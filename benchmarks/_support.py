@@ -180,6 +180,23 @@ class Broker:
     def status(self) -> str:
         return self._script("status", timeout=30).stdout.strip()
 
+    def pid(self) -> int:
+        """The broker's process id (from ``activemq.sh``'s pid file)."""
+        return int((self.home / "activemq" / "activemq.pid").read_text().split()[0])
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU seconds (user + system) a process has used so far, this one by default; NaN
+    where ``/proc`` cannot tell (not Linux)."""
+    if pid is None:
+        return time.process_time()
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
 
 def postgres(home: Path, port: int, command: str) -> str:
     """``deploy/local/postgres.sh COMMAND`` for a private cluster under ``home``."""

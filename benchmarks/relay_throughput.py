@@ -18,6 +18,13 @@ sending the same bodies with the HCAT_* headers as string properties, persistent
 transactions of the same batch size (each COMMIT waits for the broker), timed in the JVM
 from connecting to the last COMMIT. Rounds alternate relay, stomp.py, Java.
 
+The STOMP floor, same run: what any STOMP client gets from this broker. The relay's own
+SEND frames, encoded beforehand (not timed), in transactions of the batch size on a bare
+socket, each next transaction written while the COMMIT's receipt is awaited. Beside each
+figure, the CPU per event of the client's process and the broker's (``/proc``): the
+broker parses a STOMP SEND's text headers byte by byte, where OpenWire's properties stay
+marshalled.
+
 Targets (issue 31): relay/Java >= 0.9 at every batch size. The stomp.py rows are context
 (issue 9's targets: relay/raw >= 0.9 at batch 500 and >= 0.8 at batch 2,000).
 """
@@ -30,6 +37,7 @@ import functools
 import itertools
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import time
@@ -44,6 +52,7 @@ from _support import (
     RawListener,
     Row,
     bench_env,
+    cpu_seconds,
     create_table,
     footer,
     header,
@@ -59,6 +68,7 @@ from _support import (
 from sqlalchemy import create_engine, text
 
 from hcat_notify.broker import BrokerConnection
+from hcat_notify.broker.frames import send_chunks
 from hcat_notify.model.topics import destination_for
 from hcat_notify.relay import Relay, RelayConfig
 from hcat_notify.relay.pipeline import Pipeline
@@ -155,6 +165,79 @@ def raw_receipt_each(env: BenchEnv, events: Sequence[OutboxEvent]) -> float:
         return time.perf_counter() - started
     finally:
         raw_close(conn)
+
+
+def _frame(command: str, headers: dict[str, str]) -> bytes:
+    return (command + "\n" + "".join(f"{k}:{v}\n" for k, v in headers.items()) + "\n\0").encode()
+
+
+class _RawSocket:
+    """A STOMP 1.2 session on a bare socket: frames written as given, answers read
+    until a receipt (an ERROR fails the run)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection((HOST, port), timeout=60)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._buffer = b""
+        login = {"accept-version": "1.2", "host": "localhost", "heart-beat": "0,0"}
+        self.sock.sendall(
+            _frame("CONNECT", {**login, "login": PUBLISHER[0], "passcode": PUBLISHER[1]})
+        )
+        self._until(b"CONNECTED")
+
+    def _until(self, token: bytes) -> None:
+        while token not in self._buffer:
+            if b"ERROR" in self._buffer:
+                raise RuntimeError(f"STOMP floor: the broker sent {self._buffer[:300]!r}")
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("STOMP floor: the broker closed the connection")
+            self._buffer += chunk
+        end = self._buffer.index(b"\0", self._buffer.index(token))
+        self._buffer = self._buffer[end + 1 :]
+
+    def commit(self, transaction: str) -> None:
+        """COMMIT with a receipt (written; :meth:`receipt` waits for it)."""
+        self.sock.sendall(_frame("COMMIT", {"transaction": transaction, "receipt": transaction}))
+
+    def receipt(self, transaction: str) -> None:
+        self._until(f"receipt-id:{transaction}\n".encode())
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.sendall(_frame("DISCONNECT", {}))
+        self.sock.close()
+
+
+def stomp_floor(env: BenchEnv, events: Sequence[OutboxEvent], batch: int) -> float:
+    """Seconds for a STOMP client that costs nothing: the relay's own SEND frames
+    (``broker/frames.py``), encoded beforehand (not timed), in transactions of
+    ``batch`` on a bare socket; each next transaction is written while the COMMIT's
+    receipt is awaited, its COMMIT after it, as the relay does. Incl. connect."""
+    transactions = []
+    for offset in range(0, len(events), batch):
+        tx = f"floor-tx-{next(_tx_ids)}"
+        fixed = {
+            "amq-msg-type": "text",
+            "persistent": "true",
+            "transaction": tx,
+            "content-type": "application/json",
+        }
+        messages = [(destination_for(e.topic), e.body, e.headers) for e in events[offset:][:batch]]
+        frames = b"".join(send_chunks(messages, fixed))
+        transactions.append((tx, _frame("BEGIN", {"transaction": tx}) + frames))
+    started = time.perf_counter()
+    raw = _RawSocket(env.broker.stomp_port)
+    try:
+        raw.sock.sendall(transactions[0][1])
+        for index, (tx, _) in enumerate(transactions):
+            raw.commit(tx)
+            if index + 1 < len(transactions):
+                raw.sock.sendall(transactions[index + 1][1])
+            raw.receipt(tx)
+        return time.perf_counter() - started
+    finally:
+        raw.close()
 
 
 def activemq_classpath() -> str:
@@ -341,23 +424,36 @@ def main() -> None:
             relay_times: list[float] = []
             raw_times: list[float] = []
             java_times: list[float] = []
+            floor_times: list[float] = []
+            cpu: dict[str, list[float]] = {"relay": [], "floor": [], "java": []}
             floor = OpenWireFloor(env, events, batch)
+            broker_pid = env.broker.pid()
             try:
                 floor.run()  # warm the JVM (not counted)
                 for round_no in range(rounds):
                     if not relay_is_pending:
                         reset_outbox(env.settings.database_url, first, last)
                     config = RelayConfig(batch_size=batch, freeze_heap=True)
+                    before = cpu_seconds() + cpu_seconds(broker_pid)
                     seconds = relay_drain(env, config, n)
+                    cpu["relay"].append(cpu_seconds() + cpu_seconds(broker_pid) - before)
                     relay_is_pending = False
                     relay_times.append(seconds)
                     raw = raw_transactions(env, events, batch)
                     raw_times.append(raw)
+                    before = cpu_seconds() + cpu_seconds(broker_pid)
+                    floor_times.append(stomp_floor(env, events, batch))
+                    cpu["floor"].append(cpu_seconds() + cpu_seconds(broker_pid) - before)
+                    before = cpu_seconds(floor.process.pid) + cpu_seconds(broker_pid)
                     java = floor.run()
+                    cpu["java"].append(
+                        cpu_seconds(floor.process.pid) + cpu_seconds(broker_pid) - before
+                    )
                     java_times.append(java)
                     log(
                         f"batch {batch} round {round_no + 1}: relay {n / seconds:,.0f}/s, "
-                        f"raw {n / raw:,.0f}/s, Java OpenWire {n / java:,.0f}/s"
+                        f"raw {n / raw:,.0f}/s, STOMP floor {n / floor_times[-1]:,.0f}/s, "
+                        f"Java OpenWire {n / java:,.0f}/s"
                     )
             finally:
                 floor.close()
@@ -380,6 +476,40 @@ def main() -> None:
                         target=(">=", FLOOR_TARGET),
                         check="ratio",
                         digits=0,
+                    ),
+                ]
+            )
+            per_event = {k: statistics.median(v) / n * 1e6 for k, v in cpu.items()}
+            rows.extend(
+                [
+                    Row(
+                        f"tx batch {batch}: STOMP floor (pre-encoded frames, bare socket) "
+                        "vs Java OpenWire, best",
+                        n / min(floor_times),
+                        n / min(java_times),
+                        unit="msg/s",
+                        digits=0,
+                    ),
+                    Row(
+                        f"tx batch {batch}: events/s vs the STOMP floor, best",
+                        n / min(relay_times),
+                        n / min(floor_times),
+                        unit="msg/s",
+                        digits=0,
+                    ),
+                    Row(
+                        f"tx batch {batch}: CPU per event, relay + broker vs Java + broker",
+                        per_event["relay"],
+                        per_event["java"],
+                        unit="us",
+                        digits=1,
+                    ),
+                    Row(
+                        f"tx batch {batch}: CPU per event, STOMP floor + broker vs Java + broker",
+                        per_event["floor"],
+                        per_event["java"],
+                        unit="us",
+                        digits=1,
                     ),
                 ]
             )
@@ -456,6 +586,11 @@ def main() -> None:
                 " (incl. connect; JVM warmed by one unmeasured run)",
                 "context = raw stomp.py Connection12, same bodies/headers, STOMP tx of B,"
                 " receipt on COMMIT (incl. connect)",
+                "STOMP floor = what any STOMP client gets from this broker: the relay's own"
+                " SEND frames encoded beforehand (not timed), tx of B on a bare socket, the"
+                " next tx written while the COMMIT's receipt is awaited (incl. connect)",
+                "CPU per event: the client's process (user + system, /proc) plus the"
+                " broker's, over the run, median of the rounds",
                 f"no-tx row: {n:,} events, relay use_transactions=False vs raw SEND with"
                 " receipt each (context only, no target)",
                 f"setup: Catalog.mark_set_done x {n:,} took {insert_s:.1f}s"

@@ -19,13 +19,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
 
 import stomp
 from stomp.exception import StompException
 
 from hcat_notify.broker.errors import FAULT_ERRORS, BrokerFault, classify, error_for
 from hcat_notify.broker.frames import PreparedSends, send_chunks
+from hcat_notify.broker.listener import FrameCallbacks, Listener, ReceivedMessage
 from hcat_notify.config import BrokerAddress, Settings
 from hcat_notify.errors import (
     BrokerCredentialsError,
@@ -66,17 +66,6 @@ _ids = itertools.count(1)
 _CONNECTION_LOST = "connection lost"
 
 
-@dataclass(frozen=True)
-class ReceivedMessage:
-    """A MESSAGE frame as delivered to a subscription."""
-
-    destination: str
-    headers: Mapping[str, str]
-    body: str
-    subscription: str | None = None
-    ack_id: str | None = None
-
-
 @dataclass
 class _Waiter:
     event: threading.Event = field(default_factory=threading.Event)
@@ -95,71 +84,6 @@ class PendingCommit:
 
 class _ClosedWithoutReasonError(BrokerUnavailableError):
     """The broker closed the connection during CONNECT and sent no ERROR frame."""
-
-
-class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
-    """Turns frames into events and queue items; never raises (it would kill stomp.py).
-
-    Each stomp.py connection gets its own listener with a generation number, so that
-    late callbacks of a connection already replaced (a disconnect, an ERROR) cannot
-    touch the state of the next one.
-    """
-
-    def __init__(
-        self, connection: BrokerConnection, generation: int, address: BrokerAddress
-    ) -> None:
-        self._connection = connection
-        self._generation = generation
-        self._address = address
-
-    def _current(self) -> bool:
-        return self._generation == self._connection._generation
-
-    def on_connected(self, frame: Any) -> None:
-        if self._current():
-            self._connection._on_connected()
-
-    def on_error(self, frame: Any) -> None:
-        if not self._current():
-            return
-        try:
-            self._connection._on_error(dict(frame.headers), frame.body or "")
-        except Exception:  # pragma: no cover - defensive: must not kill the receiver
-            logger.exception("error handling an ERROR frame")
-
-    def on_receipt(self, frame: Any) -> None:
-        if self._current():
-            self._connection._on_receipt(frame.headers.get("receipt-id", ""))
-
-    def on_message(self, frame: Any) -> None:
-        if not self._current():
-            return
-        try:
-            headers = dict(frame.headers)
-            self._connection.messages.put(
-                ReceivedMessage(
-                    destination=headers.get("destination", ""),
-                    headers=headers,
-                    body=frame.body if isinstance(frame.body, str) else frame.body.decode(),
-                    subscription=headers.get("subscription"),
-                    ack_id=headers.get("ack") or headers.get("message-id"),
-                )
-            )
-        except Exception:  # pragma: no cover - defensive
-            logger.exception("error handling a MESSAGE frame")
-
-    def on_disconnected(self) -> None:
-        if self._current():
-            self._connection._on_disconnected()
-
-    def on_heartbeat(self) -> None:
-        if self._current():
-            self._connection.last_heartbeat = time.monotonic()
-
-    def on_heartbeat_timeout(self) -> None:
-        # stomp.py calls this after on_disconnected, by which time the caller may have
-        # connected again: count it whatever the generation (it touches no state).
-        self._connection._on_heartbeat_timeout(self._address)
 
 
 # Every SEND: without amq-msg-type, the content-length header stomp.py adds makes
@@ -217,6 +141,15 @@ class BrokerConnection:
         self.heartbeat_timeouts = 0  # times the broker was silent for too long
         self.lost = 0  # connections lost (not closed by us) since this object was made
         self.connected_at: float | None = None  # monotonic time of the last CONNECTED
+        self._callbacks = FrameCallbacks(
+            connected=self._on_connected,
+            error=self._on_error,
+            receipt=self._on_receipt,
+            message=lambda message: self.messages.put(message),
+            disconnected=self._on_disconnected,
+            heartbeat=self._on_heartbeat,
+            heartbeat_timeout=self._on_heartbeat_timeout,
+        )
 
     # -- listener callbacks ----------------------------------------------------------
 
@@ -278,6 +211,9 @@ class BrokerConnection:
             if not item.event.is_set():
                 item.error = _CONNECTION_LOST
                 item.event.set()
+
+    def _on_heartbeat(self) -> None:
+        self.last_heartbeat = time.monotonic()
 
     def _on_heartbeat_timeout(self, address: BrokerAddress) -> None:
         # stomp.py has closed the socket already (on_disconnected came first).
@@ -365,7 +301,11 @@ class BrokerConnection:
         )
         self._generation += 1
         self._trying = address
-        conn.set_listener("hcat-notify", _Listener(self, self._generation, address))
+        generation = self._generation
+        conn.set_listener(
+            "hcat-notify",
+            Listener(self._callbacks, lambda: generation == self._generation, address),
+        )
         self._connected.clear()
         self._refusal = None
         try:

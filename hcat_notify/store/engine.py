@@ -43,6 +43,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+SQLITE_CACHE_KIB = 16_384
+"""Pages each SQLite connection keeps (KiB; SQLite's default is 2,000): at 10^7
+retained dones the interior pages of the retention table and its spec index alone are
+about 8 MB, and a lookup that finds them outside the connection's cache reads each from
+the OS again (benchmarks/scale.py, docs/operations.md "Sizing"). A cache holds only pages
+read, so a small catalog's connections stay small."""
 # Any constant works: it only has to be the same for every hcat-notify process.
 _PG_MIGRATION_LOCK = 0x6863_6174  # "hcat"
 # Databases this process has seen at the head revision: checked once, not per open.
@@ -92,6 +98,7 @@ def _tune_sqlite(engine: Engine) -> None:
         cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Executable,
     String,
     Text,
+    bindparam,
     cast,
     func,
     insert,
@@ -86,8 +87,10 @@ _OUTBOX_COLUMNS = (
 )
 
 
-def _outbox_events(tx: Tx, query: Executable) -> list[OutboxEvent]:
-    return outbox_events(_plain_rows(tx, query))
+def _outbox_events(
+    tx: Tx, query: Executable, params: dict[str, Any] | None = None
+) -> list[OutboxEvent]:
+    return outbox_events(_plain_rows(tx, query, params))
 
 
 def _in_id_order(bound: int | None) -> ColumnElement[bool]:
@@ -97,13 +100,15 @@ def _in_id_order(bound: int | None) -> ColumnElement[bool]:
     return true() if bound is None else OutboxRow.event_id <= bound
 
 
-def _plain_rows(tx: Tx, query: Executable) -> list[tuple[Any, ...]]:
+def _plain_rows(
+    tx: Tx, query: Executable, params: dict[str, Any] | None = None
+) -> list[tuple[Any, ...]]:
     """The rows of a query of plain columns as the driver returns them (tuples).
 
     The columns need no result processing (text, integers, and a time read as text or
     as the driver's datetime); SQLAlchemy's row objects would cost a wrapper each.
     """
-    result = tx.rows(query)
+    result = tx.rows(query, params)
     try:
         return list(result.cursor.fetchall())  # type: ignore[attr-defined]
     finally:
@@ -182,14 +187,20 @@ def events_in_buckets(
             # "bucket + 0" keeps the planners off the (bucket, event_id) index: read in
             # event-id order from the position, filtering buckets on the way, instead of
             # collecting every pending row of the buckets and sorting them per page.
-            (OutboxRow.bucket + 0).in_(list(in_buckets)),
+            # the owned buckets as one parameter: a statement built and cached once,
+            # where a literal list made SQLAlchemy coerce and key up to 256 values per page
+            (OutboxRow.bucket + 0).in_(bindparam("owned_buckets", expanding=True)),
             OutboxRow.event_id > after_event_id,
             OutboxRow.parked_at.is_(None),
         )
         .order_by(OutboxRow.event_id)
         .limit(limit)
     )
-    return _outbox_events(tx, query.where(_in_id_order(tx.id_order_bound())))
+    return _outbox_events(
+        tx,
+        query.where(_in_id_order(tx.id_order_bound())),
+        {"owned_buckets": list(in_buckets)},
+    )
 
 
 def backlog_in_buckets(

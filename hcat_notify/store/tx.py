@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -146,7 +146,7 @@ class Tx:
         ]
         return drops[:limit]
 
-    def rows(self, query: Executable) -> Result[Any]:
+    def rows(self, query: Executable, params: Mapping[str, Any] | None = None) -> Result[Any]:
         """Run a Core statement on this transaction's connection, without the ORM.
 
         For hot reads of plain columns: the session's ORM layer (entity loading, per-row
@@ -154,7 +154,7 @@ class Tx:
         ``session.execute`` would.
         """
         self.session.flush()
-        return self.session.connection().execute(query)
+        return self.session.connection().execute(query, params)
 
     def allocate_event_ids(self, count: int) -> list[int]:
         """``count`` new event ids, in order (see :mod:`hcat_notify.store.event_ids`:

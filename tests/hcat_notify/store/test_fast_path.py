@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hcat_notify.config import load_settings
 from hcat_notify.store import Catalog
+from hcat_notify.store.engine import SQLITE_CACHE_KIB, open_engine
 
 
 def _catalog(tmp_path: Path) -> Catalog:
@@ -67,3 +68,25 @@ def test_a_closed_catalog_reads_again_on_new_connections(tmp_path: Path):
     assert again is not None
     assert again.event_id == event_id
     assert not (tmp_path / "catalog.db-wal").exists()
+
+
+def test_every_sqlite_connection_keeps_the_interior_pages_of_a_large_catalog(tmp_path: Path):
+    """SQLite's default cache (2,000 KiB) is smaller than the interior pages of the
+    retention table and index at 10^7 dones (about 8 MB): lookups then read those pages
+    from the OS again each time (benchmarks/scale.py). Pooled and reading connections
+    alike come from the engine's connect hook."""
+    catalog = _catalog(tmp_path)
+    engine = open_engine(catalog.url)
+    try:
+        with engine.connect() as connection:
+            kib = connection.exec_driver_sql("PRAGMA cache_size").scalar_one()
+        reader = engine.raw_connection()
+        try:
+            reading = reader.driver_connection.execute("PRAGMA cache_size").fetchone()[0]  # type: ignore[union-attr]
+        finally:
+            reader.close()
+    finally:
+        engine.dispose()
+        catalog.close()
+    assert kib == reading == -SQLITE_CACHE_KIB
+    assert SQLITE_CACHE_KIB >= 16_000
