@@ -38,12 +38,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
+from _scale_dbs import admin_connection as _admin
 from _scale_load import BIG, SMALL, SMALL_DONES, day, grow, prepare, spec_of, tables_at
 from _support import (
     HOST,
@@ -64,7 +64,7 @@ from _support import (
     run_main,
     stop_on_sigterm,
 )
-from sqlalchemy import URL, create_engine, make_url, text
+from sqlalchemy import URL, make_url, text
 
 from hcat_notify.cli import main as cli_main
 from hcat_notify.config import Settings
@@ -294,16 +294,6 @@ def serve(workdir: Path, settings: Settings, name: str) -> tuple[subprocess.Pope
         time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"serve did not start: {(workdir / f'serve-{name}.log').read_text()}")
-
-
-@contextlib.contextmanager
-def _admin(server: URL) -> Iterator[Any]:
-    engine = create_engine(server, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            yield conn
-    finally:
-        engine.dispose()
 
 
 # --------------------------------------------------------------------------- a backend

@@ -19,14 +19,16 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_scale_benchmark_runs_quick_on_both_backends(tmp_path: Path, postgres_admin_url: str):
+def _run_quick(script: str, tmp_path: Path, postgres_admin_url: str) -> str:
+    """``benchmarks/SCRIPT --quick`` on both backends; its output (it must succeed and
+    write its chart)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
     env["PYTHONPATH"] = str(ROOT)
-    chart = tmp_path / "scale.png"
+    chart = tmp_path / f"{script}.png"
     done = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "scale.py"),
+            str(ROOT / "benchmarks" / script),
             "--quick",
             "--no-results",
             "--chart",
@@ -44,11 +46,27 @@ def test_the_scale_benchmark_runs_quick_on_both_backends(tmp_path: Path, postgre
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
     assert "BENCHMARK ERROR" not in output, output[-3000:]
+    assert chart.stat().st_size > 10_000
+    return output
+
+
+def test_the_scale_benchmark_runs_quick_on_both_backends(tmp_path: Path, postgres_admin_url: str):
+    output = _run_quick("scale.py", tmp_path, postgres_admin_url)
     for backend in ("sqlite", "postgresql"):
         for size in ("1,000", "4,000"):
             assert (
                 f"# {backend} N = {size}: checked table list | head -20, "
                 "GET /v1/tables?limit=100, partitions list | head -20, table show"
-            ) in done.stdout, output[-3000:]
-        assert f"== {backend}: how each cost grows" in done.stdout, output[-3000:]
-    assert chart.stat().st_size > 10_000
+            ) in output, output[-3000:]
+        assert f"== {backend}: how each cost grows" in output, output[-3000:]
+
+
+def test_the_long_poll_rows_run_quick_on_both_backends(tmp_path: Path, postgres_admin_url: str):
+    """``benchmarks/scale_waiters.py --quick``: 100, then 1,000 long polls on one real
+    ``hcat-notify serve``, one done: every waiter answered once, 200, with that done's
+    event id (the benchmark checks each answer and fails otherwise)."""
+    output = _run_quick("scale_waiters.py", tmp_path, postgres_admin_url)
+    for backend in ("sqlite", "postgresql"):
+        for size in ("100", "1,000"):
+            assert f"# {backend} N = {size}: every waiter answered once, 200, with event" in output
+        assert f"== {backend}: how long polls grow" in output, output[-3000:]
