@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from _scale_commit import PARTITIONS, commit_times
 from _scale_dbs import admin_connection as _admin
 from _scale_load import BIG, SMALL, SMALL_DONES, day, grow, prepare, spec_of, tables_at
 from _support import (
@@ -188,6 +189,14 @@ def _add(t: Target, n: int) -> list[float]:
     return found
 
 
+def _commit(t: Target, n: int) -> list[float]:
+    writes = []
+    for _ in range(n):
+        t.written += 1
+        writes.append([(day(200_000 + t.written), f"r{j:03d}") for j in range(PARTITIONS)])
+    return commit_times(t.catalog, BIG, t.settings.home / "warehouse" / "big", writes)
+
+
 def _catch_up(t: Target) -> None:
     events = t.catalog.catch_up([SMALL])
     if len(events) != SMALL_DONES:
@@ -258,6 +267,11 @@ COSTS = (
     Cost("send_mark_set_done", "median", lambda t, q: _send(t, 3 if q else 50)),
     Cost("partitions add (one)", "median", lambda t, q: _add(t, 3 if q else 50)),
     Cost("catch-up of 1,000 dones", "median", _repeat(_catch_up, 9, 1)),
+    Cost(
+        f"write_partitions commit ({PARTITIONS} partitions)",
+        "median",
+        lambda t, q: _commit(t, 2 if q else 15),
+    ),
 )
 
 
