@@ -138,8 +138,10 @@ def draw(axes: Any, series: Sequence[Series], title: str) -> None:
             "color": colours[i % len(colours)],
             "label": f"{s.name} ({s.unit})",
         }
-        top.plot(s.sizes, s.values, **style)
-        bottom.plot(s.sizes, [s.ratio(n) for n in range(len(s.sizes))], **style)
+        # log scales: a zero (no excess moves, say) is left out
+        shown = [(x, v, s.ratio(n)) for n, (x, v) in enumerate(zip(s.sizes, s.values, strict=True))]
+        top.plot([x for x, v, _ in shown if v > 0], [v for _, v, _ in shown if v > 0], **style)
+        bottom.plot([x for x, _, r in shown if r > 0], [r for _, _, r in shown if r > 0], **style)
     bottom.axhline(FLAT, color="grey", linestyle=":", label=f"flat: {FLAT} x")
     for ax in (top, bottom):
         ax.set_xscale("log")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.broker import BrokerInfo
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +25,7 @@ class _Quick:
     """``benchmarks/SCRIPT --quick`` on both backends, started; :meth:`output` waits for
     it (it must succeed and write its chart)."""
 
-    def __init__(self, script: str, tmp_path: Path, postgres_admin_url: str) -> None:
+    def __init__(self, script: str, tmp_path: Path, postgres_admin_url: str, *extra: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
         env["PYTHONPATH"] = str(ROOT)
         self.chart = tmp_path / f"{script}.png"
@@ -37,6 +39,7 @@ class _Quick:
                 str(self.chart),
                 "--postgresql-admin-url",
                 postgres_admin_url,
+                *extra,
             ],
             cwd=ROOT,
             env=env,
@@ -68,8 +71,8 @@ def test_the_scale_benchmark_runs_quick_on_both_backends(tmp_path: Path, postgre
         assert f"== {backend}: how each cost grows" in output, output[-3000:]
 
 
-def test_the_growth_rows_of_waiters_sweep_and_subscribers_run_quick_on_both_backends(
-    tmp_path: Path, postgres_admin_url: str
+def test_the_growth_rows_of_waiters_sweep_subscribers_and_relays_run_quick_on_both_backends(
+    tmp_path: Path, postgres_admin_url: str, broker: BrokerInfo
 ):
     """The scale benchmark's other rows, their ``--quick`` runs side by side (each mostly
     waits):
@@ -80,13 +83,19 @@ def test_the_growth_rows_of_waiters_sweep_and_subscribers_run_quick_on_both_back
       writer writes: every expired row gone, every live and every written one kept;
     * ``scale_subscribers.py``: 10, then 100 durable subscribers, each 100 events behind
       on each of 10 topics: the lag read for every one is 1,000, and ``hcat-notify
-      subscribers`` lists them all.
+      subscribers`` lists them all;
+    * ``scale_relay.py`` on the session's broker: ``relay --once`` against 1,000, then
+      4,000 topics publishes every pending event; in-process relay members joining and
+      leaving (1, 2, 4, 2) settle with every bucket owned, balanced.
 
     (Each benchmark checks these itself and fails otherwise; the lines say it did.)"""
     runs = {
         name: _Quick(f"scale_{name}.py", tmp_path, postgres_admin_url)
         for name in ("waiters", "sweep", "subscribers")
     }
+    runs["relay"] = _Quick(
+        "scale_relay.py", tmp_path, postgres_admin_url, "--broker-url", broker.url
+    )
     out = {name: run.output() for name, run in runs.items()}
     for backend in ("sqlite", "postgresql"):
         for size in ("100", "1,000"):
@@ -98,6 +107,11 @@ def test_the_growth_rows_of_waiters_sweep_and_subscribers_run_quick_on_both_back
         for size in ("10", "100"):
             wanted = f"# {backend} S = {size}: every subscriber 1,000 events behind"
             assert wanted in out["subscribers"], out["subscribers"][-3000:]
+        for size in ("1,000", "4,000"):
+            assert f"# {backend} T = {size}: every event published" in out["relay"]
+        for members, each in (("1", "256-256"), ("2", "128-128"), ("4", "64-64")):
+            wanted = f"# {backend} {members} member(s): settled, every bucket owned, {each} each"
+            assert wanted in out["relay"], out["relay"][-3000:]
         assert f"== {backend}: how long polls grow" in out["waiters"]
         assert f"== {backend}: how sweep grows" in out["sweep"]
         assert f"== {backend}: how durable subscribers grow" in out["subscribers"]
