@@ -21,7 +21,8 @@ each step: the seconds until the assignment is settled (every bucket owned by a 
 member, counts within one of each other, unchanged for 1 s; target: at most 2 session
 timeouts) and the buckets that changed owner beyond the fewest that must (a member
 that stays keeps at most its fair share; target: at most 5 % of the buckets). The
-members run with ``min_move_interval`` 2 s (default 30 s: a step follows the previous one's cooldown, not timed).
+members run with ``min_move_interval`` 2 s (default 30 s: a step follows the previous
+one's cooldown, not timed).
 """
 
 from __future__ import annotations
