@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -110,8 +111,18 @@ def one_round(
                 raise RuntimeError("a client process failed to connect its polls")
         deadline = time.monotonic() + 120
         while (waiting := _waiting(http, api)) < n:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {waiting} of {n} long polls wait on the server")
+            ended = [c for c in clients if c.poll() is not None]
+            if time.monotonic() > deadline or ended:
+                answers = [
+                    r
+                    for c in ended
+                    for r in json.loads(c.communicate()[0].strip().splitlines()[-1])
+                ]
+                raise RuntimeError(
+                    f"only {waiting} of {n} long polls wait on the server; answered before "
+                    f"the done: {Counter(str(r[1]) for r in answers).most_common(3)}, e.g. "
+                    f"{answers[:1]}"
+                )
             time.sleep(0.1)
         busy = rss_bytes(proc.pid)
         health_busy = _healthz_p99(http, api, health_s)
