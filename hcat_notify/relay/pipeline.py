@@ -349,9 +349,7 @@ class Pipeline:
     def _fresh(self, events: list[OutboxEvent], blocked: Collection[str]) -> list[OutboxEvent]:
         """What of ``events`` to send: not published yet, not held back, still owned."""
         progress = self.topic_progress
-        unread = {
-            e.topic for e in events if e.bucket in self._unread and e.topic not in progress
-        }
+        unread = {e.topic for e in events if e.bucket in self._unread and e.topic not in progress}
         if unread:  # their progress as the catalog has it (0: never published)
             found = self._catalog.group.progress_of(unread)
             progress.update({topic: found.get(topic, 0) for topic in unread})
