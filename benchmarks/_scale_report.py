@@ -84,6 +84,7 @@ class Series:
     xlabel: str
     verdict: Callable[[Series], Row] = flat
     higher_is_better: bool = False
+    log_x: bool = True
     sizes: list[int] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
     base: list[float] = field(default_factory=list)
@@ -144,7 +145,7 @@ def draw(axes: Any, series: Sequence[Series], title: str) -> None:
         bottom.plot([x for x, _, r in shown if r > 0], [r for _, _, r in shown if r > 0], **style)
     bottom.axhline(FLAT, color="grey", linestyle=":", label=f"flat: {FLAT} x")
     for ax in (top, bottom):
-        ax.set_xscale("log")
+        ax.set_xscale("log" if all(s.log_x for s in series) else "linear")
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)

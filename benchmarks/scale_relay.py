@@ -75,7 +75,7 @@ TOPICS = 100_000
 QUICK_TOPICS = 1_000
 MIN_MOVE = 2.0
 CONFIG = RelayConfig(min_move_interval=MIN_MOVE)
-XLABEL = "relay members (joining, then leaving: the later points)"
+XLABEL = "step: members 1, 2, 4, 8, 16 joining, then 8, 4, 2, 1 (steps 6-9) leaving"
 TOPIC_SIZES = (1_000, 10_000, 100_000)
 QUICK_TOPIC_SIZES = (1_000, 4_000)
 ACTIVE = 1_000
@@ -300,8 +300,12 @@ class Member:
 def run_backend(
     backend: str, workdir: Path, steps: list[int], topics: int, admin_url: str | None
 ) -> list[Series]:
-    settle = Series("time to a settled plan", "s", XLABEL, at_most(2 * CONFIG.session_timeout))
-    excess = Series("buckets moved beyond the fewest", "buckets", XLABEL, at_most(0.05 * 256))
+    settle = Series(
+        "time to a settled plan", "s", XLABEL, at_most(2 * CONFIG.session_timeout), log_x=False
+    )
+    excess = Series(
+        "buckets moved beyond the fewest", "buckets", XLABEL, at_most(0.05 * 256), log_x=False
+    )
     with catalog_urls(backend, workdir, ["relay"], admin_url) as urls:
         settings = make_settings(workdir / backend, f"stomp://{HOST}:{free_port()}", urls[0])
         started = time.perf_counter()
@@ -342,7 +346,7 @@ def run_backend(
                 for m in members:
                     m.leave()
     settle.notes.append(
-        f"{backend}: steps (members) {', '.join(map(str, steps))}; x = the step's index"
+        f"{backend}: steps (members) {', '.join(map(str, steps))}; x = the step's number"
     )
     return [settle, excess]
 
