@@ -14,10 +14,11 @@ smallest T's: it grows with the active topics only. Checked: every event publish
 **(b) The controller.** The catalog holds T tables and topics (default 100,000;
 ``--quick`` 1,000), each with its topic's progress row, bulk-loaded as the store writes
 them. Relay members join the group in steps (1, 2, 4, 8, 16) and leave again (8, 4, 2,
-1); the members are ``Membership`` objects of this process (the relay's own group code:
-heartbeats, the controller's rounds, its plan, each member on its own ``Catalog``), not
-relay processes: sixteen processes would measure this 2-core machine's scheduler. At
-each step: the seconds until the assignment is settled (every bucket owned by a joined
+1: the leavers of a step together, as relays sent SIGTERM at once); the members are
+``Membership`` objects of this process (the relay's own group code: heartbeats, the
+controller's rounds, its plan, each member on its own ``Catalog``), not relay
+processes: sixteen processes would measure this 2-core machine's scheduler. At each
+step: the seconds until the assignment is settled (every bucket owned by a joined
 member, counts within one of each other, unchanged for 1 s; target: at most 2 session
 timeouts) and the buckets that changed owner beyond the fewest that must (a member
 that stays keeps at most its fair share; target: at most 5 % of the buckets). The
@@ -33,6 +34,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -320,8 +322,13 @@ def run_backend(
                     while len(members) < n:
                         count += 1
                         members.append(Member(settings, f"m{count:02d}"))
-                    while len(members) > n:
-                        members.pop().leave()
+                    # the leavers leave together (SIGTERM to several relays at once)
+                    leaving = [members.pop() for _ in range(len(members) - n)]
+                    threads = [threading.Thread(target=m.leave) for m in leaving]
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join(60)
                     ids = {m.member_id for m in members}
                     seconds = wait_balanced(catalog, ids, stable_for=1.0)
                     after = owners(catalog)
@@ -362,6 +369,7 @@ def main() -> None:
         help="(a): a running broker (STOMP URL, the default publisher's credentials) instead "
         "of starting a private one",
     )
+    p.add_argument("--parts", default="a,b", help="a (relay against topics), b (controller)")
     p.add_argument("--backends", default="sqlite,postgresql", help="sqlite, postgresql or both")
     p.add_argument("--postgresql-admin-url", help="a running PostgreSQL server's admin URL")
     p.add_argument("--chart", type=Path, default=None, help="the PNG (default: next to the record)")
@@ -382,25 +390,26 @@ def main() -> None:
     print(f"# the relay group's controller{' (--quick)' if args.quick else ''}: {topics:,} topics")
     print(f"# {machine_line()}")
     workdir = Path(tempfile.mkdtemp(prefix="hcat-bench-relay-"))
-    broker = None if args.broker_url else Broker(workdir, *free_ports(2))
-    broker_url = args.broker_url or broker.url  # type: ignore[union-attr]
+    parts = {part.strip() for part in args.parts.split(",")}
+    broker = None if args.broker_url or "a" not in parts else Broker(workdir, *free_ports(2))
+    broker_url = args.broker_url or (broker.url if broker is not None else "")
     panels = {}
     try:
         if broker is not None:
             broker.start()
         for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
-            series = run_throughput(
-                backend, workdir, topic_sizes, events, broker_url, args.postgresql_admin_url
-            )
-            report(f"{backend}: one relay against topics, {events:,} events", series, [load_text()])
-            panels[f"relay against topics, {backend}"] = series
-            series = run_backend(backend, workdir, steps, topics, args.postgresql_admin_url)
-            report(
-                f"{backend}: the controller, {topics:,} topics, members {steps}",
-                series,
-                [load_text()],
-            )
-            panels[f"relay controller, {backend}"] = series
+            if "a" in parts:
+                series = run_throughput(
+                    backend, workdir, topic_sizes, events, broker_url, args.postgresql_admin_url
+                )
+                title = f"{backend}: one relay against topics, {events:,} events"
+                report(title, series, [load_text()])
+                panels[f"relay against topics, {backend}"] = series
+            if "b" in parts:
+                series = run_backend(backend, workdir, steps, topics, args.postgresql_admin_url)
+                title = f"{backend}: the controller, {topics:,} topics, members {steps}"
+                report(title, series, [load_text()])
+                panels[f"relay controller, {backend}"] = series
     finally:
         if broker is not None:
             broker.stop()
