@@ -44,12 +44,13 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
+from _scale_commit import PARTITIONS, commit_times
+from _scale_dbs import admin_connection as _admin
 from _scale_load import (
     BIG,
     SMALL,
@@ -81,7 +82,7 @@ from _support import (
     run_main,
     stop_on_sigterm,
 )
-from sqlalchemy import URL, create_engine, make_url, text
+from sqlalchemy import URL, make_url, text
 
 from hcat_notify.cli import main as cli_main
 from hcat_notify.config import Settings
@@ -210,6 +211,14 @@ def _add(t: Target, n: int) -> list[float]:
     return found
 
 
+def _commit(t: Target, n: int) -> list[float]:
+    writes = []
+    for _ in range(n):
+        t.written += 1
+        writes.append([(day(200_000 + t.written), f"r{j:03d}") for j in range(PARTITIONS)])
+    return commit_times(t.catalog, BIG, t.settings.home / "warehouse" / "big", writes)
+
+
 def _catch_up(t: Target) -> None:
     events = t.catalog.catch_up([SMALL])
     if len(events) != SMALL_DONES:
@@ -287,6 +296,11 @@ COSTS = (
     Cost("send_mark_set_done", "median", lambda t, q: _send(t, 3 if q else 50), 17),
     Cost("partitions add (one)", "median", lambda t, q: _add(t, 3 if q else 50), 17),
     Cost("catch-up of 1,000 dones", "median", _repeat(_catch_up, 9, 1), 9),
+    Cost(
+        f"write_partitions commit ({PARTITIONS} partitions)",
+        "median",
+        lambda t, q: _commit(t, 2 if q else 15),
+    ),
 )
 
 
@@ -323,16 +337,6 @@ def serve(workdir: Path, settings: Settings, name: str) -> tuple[subprocess.Pope
         time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"serve did not start: {(workdir / f'serve-{name}.log').read_text()}")
-
-
-@contextlib.contextmanager
-def _admin(server: URL) -> Iterator[Any]:
-    engine = create_engine(server, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            yield conn
-    finally:
-        engine.dispose()
 
 
 # --------------------------------------------------------------------------- a backend

@@ -18,7 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["BucketState", "bucket_loads", "group_forming", "plan_assignment"]
+__all__ = [
+    "BucketState",
+    "bucket_loads",
+    "group_forming",
+    "members_arriving",
+    "plan_assignment",
+]
 
 LOAD_TOLERANCE = 0.10
 """A member is overloaded above its share of the load by this fraction..."""
@@ -74,6 +80,15 @@ def group_forming(
     if anything_owned or not joined_at:
         return False
     return now - max(joined_at) < grace and now - min(joined_at) < limit
+
+
+def members_arriving(joined_at: Sequence[float], *, now: float, grace: float) -> bool:
+    """Whether a running group's rebalance waits for more members: one joined less
+    than ``grace`` seconds ago (members started together join one after another, and
+    balancing for each in turn moves a bucket given to an early one again when the
+    next arrives). The controller waits so at most a session timeout, and never with
+    buckets to place (a member gone)."""
+    return any(now - t < grace for t in joined_at)
 
 
 def plan_assignment(

@@ -19,6 +19,7 @@ from hcat_notify.relay.assignment import (
     BucketState,
     bucket_loads,
     group_forming,
+    members_arriving,
     plan_assignment,
 )
 from hcat_notify.relay.config import RelayConfig
@@ -91,6 +92,7 @@ class Membership:
         self._controller: _Controller | None = None
         self._shed_at = 0.0  # database clock of the last round that moved load
         self._forming_logged = False
+        self._arrivals_since: float | None = None  # database clock: holding for joins
         self.alone = False  # no other member may join (relay --once): never wait for them
         self.error: BaseException | None = None
         self.refreshed_at = 0.0  # monotonic time ownership was last read
@@ -331,6 +333,26 @@ class Membership:
         self._forming_logged = waiting
         return waiting
 
+    def _arriving(
+        self, now: float, buckets: Sequence[BucketInfo], live: Sequence[MemberInfo]
+    ) -> bool:
+        """Whether to hold this round's rebalance for members still joining (see
+        ``members_arriving``): only while every bucket has a live owner, and for at most
+        a session timeout."""
+        owners = {m.member_id for m in live}
+        if (
+            self.alone
+            or any(b.owner not in owners for b in buckets)
+            or not members_arriving(
+                [m.started_at for m in live], now=now, grace=self._config.heartbeat_interval
+            )
+        ):
+            self._arrivals_since = None
+            return False
+        if self._arrivals_since is None:
+            self._arrivals_since = now
+        return now - self._arrivals_since < self._config.session_timeout
+
     def _assign(self, epoch: int, *, leaving: bool) -> None:
         group = self._catalog.group
         status = group.status()  # each member alive or not by its own session timeout
@@ -342,6 +364,8 @@ class Membership:
         ]
         dead = [m.member_id for m in status.silent]
         if self._forming(info.now, buckets, [m for m in members if m.member_id in live]):
+            return
+        if self._arriving(info.now, buckets, [m for m in members if m.member_id in live]):
             return
         loads = bucket_loads(m.bucket_loads for m in members)
         states = [

@@ -130,7 +130,10 @@ class Pipeline:
         self.progress: ProgressWriter | None = None  # set while the member is in the group
         self.draining = False  # a refused topic is tried again at once, until parked
         self.owned: dict[int, Ownership] = {}
-        self.topic_progress: dict[str, int] = {}  # what is published, per topic
+        # what is published, per topic: of the topics read since their bucket was gained
+        # (an idle topic costs no memory, a hundred thousand of them no start-up read)
+        self.topic_progress: dict[str, int] = {}
+        self._unread: set[int] = set()  # owned buckets whose topics' progress is unread
         self.cursor = 0  # every event of the owned buckets up to here was handled
         self.idle_through = 0  # the cursor when every owned bucket's position was queued
         self._blocked: dict[str, _Blocked] = {}  # topics the broker refuses, retried later
@@ -142,7 +145,8 @@ class Pipeline:
 
     def own(self, owned: dict[int, Ownership]) -> None:
         """Take in the member's buckets as now read: forget what others published in the
-        buckets that moved, and read again from where a gained bucket is published."""
+        buckets that moved (a topic's progress is read again when its events are), and
+        read again from where a gained bucket is published."""
         gained = set(owned) - set(self.owned)
         lost = set(self.owned) - set(owned)
         changed = gained | lost
@@ -150,8 +154,8 @@ class Pipeline:
             # What others published meanwhile is in the catalog, not in memory.
             for topic in [t for t in self.topic_progress if self.bucket_of(t) in changed]:
                 del self.topic_progress[topic]
+            self._unread = (self._unread - lost) | gained
         if gained:
-            self.topic_progress.update(self._catalog.group.progress(gained))
             start = min(owned[bucket].published_through for bucket in gained)
             self.cursor = min(self.cursor, start) if self.owned else start
         self.owned = owned
@@ -345,6 +349,10 @@ class Pipeline:
     def _fresh(self, events: list[OutboxEvent], blocked: Collection[str]) -> list[OutboxEvent]:
         """What of ``events`` to send: not published yet, not held back, still owned."""
         progress = self.topic_progress
+        unread = {e.topic for e in events if e.bucket in self._unread and e.topic not in progress}
+        if unread:  # their progress as the catalog has it (0: never published)
+            found = self._catalog.group.progress_of(unread)
+            progress.update({topic: found.get(topic, 0) for topic in unread})
         return [
             event
             for event in events

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -20,6 +21,10 @@ from hcat_notify.store.tx import Tx
 __all__ = ["Dones"]
 
 logger = logging.getLogger(__name__)
+
+SWEEP_PAUSE_SECONDS = 0.005
+"""The sweep's pause between two batches: longer than a waiting SQLite writer's poll
+interval (2 ms, :func:`hcat_notify.store.engine.begin_immediate`)."""
 
 SpecLike = PartitionSpec | Mapping[str, str | None]
 
@@ -129,7 +134,10 @@ class Dones:
             )
 
     def sweep_expired(self, *, batch_size: int = 1000, max_batches: int | None = None) -> int:
-        """Delete expired retention rows in batches of ``batch_size``; return how many."""
+        """Delete expired retention rows in batches of ``batch_size``, one transaction
+        each, pausing :data:`SWEEP_PAUSE_SECONDS` between two (a writer waiting for
+        SQLite's lock takes it then, instead of waiting behind batch after batch);
+        return how many."""
         if batch_size < 1:
             raise InvalidInputError("batch size must be at least 1")
         removed = 0
@@ -141,6 +149,7 @@ class Dones:
             batches += 1
             if deleted < batch_size:
                 break
+            time.sleep(SWEEP_PAUSE_SECONDS)
         return removed
 
     def _why_absent(self, name: TableName) -> None:

@@ -28,6 +28,7 @@ from hcat_notify.store.progress import (
     is_published,
     last_publish_by_topic,
     move_positions,
+    progress_of_topics,
     record_progress,
     topic_progress,
     unpublished_filter,
@@ -57,6 +58,7 @@ __all__ = [
     "members",
     "move_positions",
     "owned",
+    "progress_of_topics",
     "record_progress",
     "release",
     "resign_controller",
@@ -607,3 +609,8 @@ class RelayGroup:
         """Highest published event id per topic (of some buckets, or all)."""
         with self._transaction() as tx:
             return topic_progress(tx, in_buckets)
+
+    def progress_of(self, topics: Iterable[str]) -> dict[str, int]:
+        """Highest published event id of each of ``topics`` that has one."""
+        with self._transaction() as tx:
+            return progress_of_topics(tx, topics)

@@ -174,6 +174,19 @@ def topic_progress(tx: Tx, in_buckets: Iterable[int] | None = None) -> dict[str,
     return {row.topic: row.last_event_id for row in tx.session.execute(query)}
 
 
+def progress_of_topics(tx: Tx, topics: Iterable[str]) -> dict[str, int]:
+    """Highest published event id of each of ``topics`` that has a progress row (one
+    indexed lookup per 500 topics)."""
+    wanted = sorted(set(topics))
+    found: dict[str, int] = {}
+    for start in range(0, len(wanted), 500):
+        query = select(TopicProgressRow.topic, TopicProgressRow.last_event_id).where(
+            TopicProgressRow.topic.in_(wanted[start : start + 500])
+        )
+        found.update({row.topic: row.last_event_id for row in tx.session.execute(query)})
+    return found
+
+
 def last_publish_by_topic(tx: Tx, limit: int | None = None) -> dict[str, float]:
     """When each topic's progress last moved (DB clock, seconds since the epoch), the
     latest first; with ``limit`` only the topics published last (``updated_at``'s index

@@ -34,7 +34,6 @@ from hcat_notify.api.state import in_thread, state_of
 from hcat_notify.errors import InvalidSpecError
 from hcat_notify.model.principals import Role
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.store.records import RetainedDone
 
 __all__ = ["check_route", "router"]
 
@@ -76,13 +75,15 @@ async def covering_done(request: Request) -> Any:
         raise InvalidSpecError("give the spec to check, e.g. ?datestamp=20110228")
     wanted: PartitionSpec = spec
 
-    async def check() -> RetainedDone | None:
-        return await state.read(
+    async def check() -> str | None:
+        # the answer rendered once per read: the waiters of a key share it
+        done = await state.read(
             lambda catalog: catalog.find_covering_done(table, wanted, min_generation=minimum)
         )
+        return None if done is None else CoveringDone.of_done(done).model_dump_json(by_alias=True)
 
-    done = await state.feed.poll(check, wait, key=(table, wanted.canonical(), minimum))
-    if done is None:
+    body = await state.feed.poll(check, wait, key=(table, wanted.canonical(), minimum))
+    if body is None:
         return problem_response(
             404,
             f"no retained mark-set-done of {table} covers {wanted.canonical()}"
@@ -90,9 +91,7 @@ async def covering_done(request: Request) -> Any:
             request=request,
             type_=NOT_DONE,
         )
-    return Response(
-        CoveringDone.of_done(done).model_dump_json(by_alias=True), media_type="application/json"
-    )
+    return Response(body, media_type="application/json")
 
 
 @router.post(

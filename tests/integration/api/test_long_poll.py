@@ -157,7 +157,8 @@ def test_a_thousand_long_polls_each_answered_once_by_one_done(
 
     async def scenario() -> tuple[int, list[list[tuple[int, bytes]]]]:
         polls = [asyncio.create_task(_long_poll(api.url, path, token)) for path in paths]
-        async with httpx.AsyncClient() as client:
+        # /metrics reads the catalog in a worker thread, behind the polls' first checks
+        async with httpx.AsyncClient(timeout=30) as client:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:  # every poll waits on the server
                 metrics = (await client.get(f"{api.url}/metrics", auth=READER)).text

@@ -1,0 +1,273 @@
+"""How ``hcat-notify sweep`` grows: M expired retention rows deleted by the real command.
+
+At each M (default 10,000, 100,000, 1,000,000; ``--sizes`` for more, e.g. 10^7;
+``--quick`` 1,000 and 4,000) a fresh catalog holds M expired MARK_SET_DONE retention
+rows of one table (bulk-loaded as the store writes them: ids from the catalog's counter
+or sequence, ``executemany``/``COPY`` in transactions of 50,000, then ``ANALYZE``) and
+1,000 live ones. Then ``hcat-notify sweep`` runs as a process while a writer in this
+process records one MARK_SET_DONE of another table every 20 ms. Measured:
+
+* the sweep's wall time, less the same command's on the catalog before the load (its
+  start; linear: the fitted exponent of time against M at most 1.15);
+* the sweep process's peak RSS (bounded: at most 1.5 x the smallest M's);
+* the writer's p99 latency during the sweep, against the same writer's p99 over 200
+  calls (``--quick``: 20) just before it (the sweep deletes in batches, one
+  transaction each, and pauses between two: a writer waits at most one batch);
+* checked: every expired row gone, every live one kept (printed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from _scale_dbs import catalog_urls, rss_bytes
+from _scale_load import LOAD_CHUNK, Loader, day
+from _scale_report import Series, chart, flat, linear, report
+from _support import (
+    HOST,
+    analyze,
+    drop_workdir,
+    footer,
+    free_port,
+    load_text,
+    log,
+    machine_line,
+    make_settings,
+    parser,
+    percentile,
+    run_main,
+    stop_on_sigterm,
+    table_id,
+)
+from sqlalchemy import create_engine, text
+
+from hcat_notify.config import Settings
+from hcat_notify.store import Catalog
+from hcat_notify.store.event_rows import RETENTION_COLUMNS
+
+SIZES = (10_000, 100_000, 1_000_000)
+QUICK_SIZES = (1_000, 4_000)
+LIVE = 1_000
+TABLE = "scale.swept"
+WRITTEN = "scale.written"
+XLABEL = "expired retention rows swept"
+WRITE_EVERY = 0.02
+
+
+def load(url: str, expired: int) -> None:
+    """``expired`` expired retention rows of TABLE and LIVE unexpired ones."""
+    loader = Loader(url)
+    engine = create_engine(url)
+    now = datetime.now(UTC)
+    try:
+        tid = table_id(engine, TABLE)
+        made = 0
+        while made < expired + LIVE:
+            count = min(LOAD_CHUNK, expired + LIVE - made)
+            with loader.engine.begin() as conn:
+                ids = loader.ids(conn, count)
+                rows = []
+                for n, event_id in zip(range(made, made + count), ids, strict=True):
+                    ds, region = day(n // 1000), f"r{n % 1000:03d}"
+                    ends = now - timedelta(days=1) if n < expired else now + timedelta(days=30)
+                    rows.append(
+                        (
+                            event_id,
+                            tid,
+                            f"ds={ds}/region={region}",
+                            json.dumps({"ds": ds, "region": region}),
+                            loader.time(now - timedelta(days=8)),
+                            loader.time(ends),
+                            1,
+                            "writer",
+                        )
+                    )
+                loader.put(conn, "hcat_mark_set_done", RETENTION_COLUMNS, rows)
+            made += count
+        analyze(engine)
+    finally:
+        engine.dispose()
+        loader.close()
+
+
+def _remaining(url: str) -> tuple[int, int]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT count(*), sum(CASE WHEN expires_at > :now THEN 1 ELSE 0 END) "
+                    "FROM hcat_mark_set_done"
+                ),
+                {"now": Loader(url).time(datetime.now(UTC))},
+            ).one()
+            return int(row[0]), int(row[1] or 0)
+    finally:
+        engine.dispose()
+
+
+class Writer(threading.Thread):
+    """One MARK_SET_DONE every WRITE_EVERY seconds; each call's latency."""
+
+    def __init__(self, catalog: Catalog, first: int) -> None:
+        super().__init__(daemon=True)
+        self.catalog = catalog
+        self.latencies: list[float] = []
+        self.stop = threading.Event()
+        self.count = first  # the specs written so far, by earlier writers
+
+    def run(self) -> None:
+        while not self.stop.wait(WRITE_EVERY):
+            self.count += 1
+            started = time.perf_counter()
+            self.catalog.mark_set_done(WRITTEN, {"ds": f"w{self.count:09d}"})
+            self.latencies.append(time.perf_counter() - started)
+
+    def for_calls(self, calls: int) -> list[float]:
+        """Latencies of the next ``calls`` calls."""
+        first = len(self.latencies)
+        while len(self.latencies) < first + calls:
+            time.sleep(WRITE_EVERY)
+        return self.latencies[first : first + calls]
+
+
+def sweep_process(settings: Settings, batch: int) -> tuple[float, int, str]:
+    """``hcat-notify sweep`` as a process: wall seconds, peak RSS (sampled), output."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
+    env.update(HCAT_NOTIFY_HOME=str(settings.home), HCAT_NOTIFY_DB_URL=settings.database_url)
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("hcat-notify")), "sweep", "--batch-size", str(batch)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    peak = 0
+    while proc.poll() is None:
+        try:
+            peak = max(peak, rss_bytes(proc.pid))
+        except (OSError, RuntimeError):  # it just ended
+            break
+        time.sleep(0.02)
+    out = proc.communicate()[0]
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"hcat-notify sweep exited {proc.returncode}: {out[-500:]}")
+    return seconds, peak, out
+
+
+def run_backend(
+    backend: str,
+    workdir: Path,
+    sizes: list[int],
+    admin_url: str | None,
+    batch: int,
+    quick: bool,
+) -> list[Series]:
+    took = Series("sweep wall time", "s", XLABEL, linear)
+    memory = Series("sweep process peak RSS", "MiB", XLABEL, flat)
+    writer_p99 = Series("writer p99 during the sweep (ref: before)", "ms", XLABEL, flat)
+    with catalog_urls(backend, workdir, ["sweep"], admin_url) as urls:
+        url = urls[0]
+        settings = make_settings(workdir / backend, f"stomp://{HOST}:{free_port()}", url)
+        kept = 0  # what each sweep must leave: the live rows and the writer's, so far
+        with Catalog.open(settings) as catalog:
+            catalog.create_table(
+                TABLE, location="/data/scale/swept", partition_keys=["ds", "region"]
+            )
+            catalog.create_table(WRITTEN, location="/data/scale/written", partition_keys=["ds"])
+            idle, _, _ = sweep_process(settings, batch)  # the command's start, nothing to do
+        for size in sizes:
+            with Catalog.open(settings) as catalog:
+                started = time.perf_counter()
+                load(url, size)
+                loaded = time.perf_counter() - started
+                log(f"{backend}: {size:,} expired rows loaded in {loaded:.1f} s")
+                writer = Writer(catalog, kept)
+                writer.start()
+                try:
+                    before = writer.for_calls(20 if quick else 200)
+                    first = len(writer.latencies)
+                    seconds, peak, out = sweep_process(settings, batch)
+                    during = writer.latencies[first:]
+                finally:
+                    writer.stop.set()
+                    writer.join()
+            kept += LIVE + len(writer.latencies)
+            total, live = _remaining(url)
+            if (total, live) != (kept, kept) or f"removed {size} " not in out:
+                raise RuntimeError(
+                    f"after the sweep of {size:,}: {total} rows, {live} live (wanted {kept} "
+                    f"both); it said {out.strip()!r}"
+                )
+            print(
+                f"# {backend} M = {size:,}: every expired row swept, every live one kept",
+                flush=True,
+            )
+            took.add(size, seconds - idle)
+            memory.add(size, peak / 2**20)
+            p99_before = percentile(before, 99) * 1000
+            p99_during = percentile(during, 99) * 1000 if during else p99_before
+            writer_p99.add(size, p99_during, p99_before)
+            log(
+                f"writer ms during: p50 {percentile(during, 50) * 1000:.1f} p90 "
+                f"{percentile(during, 90) * 1000:.1f} max {max(during) * 1000:.1f}; before: "
+                f"p50 {percentile(before, 50) * 1000:.1f} max {max(before) * 1000:.1f}"
+            )
+            log(
+                f"{backend} M = {size:,}: sweep {seconds:.2f} s ({size / seconds:,.0f} rows/s), "
+                f"peak RSS {peak / 2**20:.0f} MiB, writer p99 {p99_during:.1f} ms during "
+                f"({len(during)} calls) vs {p99_before:.1f} before; {load_text()}"
+            )
+    return [took, memory, writer_p99]
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--sizes", help="comma-separated M, e.g. 10000,100000,1000000,10000000")
+    p.add_argument("--backends", default="sqlite,postgresql", help="sqlite, postgresql or both")
+    p.add_argument("--postgresql-admin-url", help="a running PostgreSQL server's admin URL")
+    p.add_argument("--batch-size", type=int, default=1000, help="sweep --batch-size")
+    p.add_argument("--chart", type=Path, default=None, help="the PNG (default: next to the record)")
+    args = p.parse_args()
+    sizes = (
+        [int(float(s)) for s in args.sizes.split(",")]
+        if args.sizes
+        else list(QUICK_SIZES if args.quick else SIZES)
+    )
+    stop_on_sigterm()
+    print(f"# how sweep grows{' (--quick)' if args.quick else ''}")
+    print(f"# {machine_line()}")
+    workdir = Path(tempfile.mkdtemp(prefix="hcat-bench-sweep-"))
+    panels = {}
+    try:
+        for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+            series = run_backend(
+                backend, workdir, sizes, args.postgresql_admin_url, args.batch_size, args.quick
+            )
+            report(f"{backend}: how sweep grows, M = {sizes}", series, [load_text()])
+            panels[f"sweep, {backend}"] = series
+            for path in workdir.glob("*.db*"):
+                path.unlink()
+    finally:
+        drop_workdir(workdir, keep=args.keep)
+    if panels:
+        where = args.chart or (
+            (args.results if not args.no_results else Path(tempfile.gettempdir()))
+            / "scale-sweep.png"
+        )
+        chart(where, panels)
+    footer()
+
+
+if __name__ == "__main__":
+    run_main(main)
