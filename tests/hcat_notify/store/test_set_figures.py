@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, select, update
+from sqlalchemy import create_engine, select, text, update
 
 from hcat_notify.model.completeness import SetState
 from hcat_notify.store import Catalog, NewPartition
@@ -151,3 +151,29 @@ def test_a_scrape_does_the_same_work_with_100_and_20000_sets_done_long_ago(
     assert figures.missing == {name: 1}
     assert figures.done_latency == {}
     assert large <= 1.5 * small + 2, (small, large)
+
+
+COUNTED = ("last_change_at", "part_count", "expected_present")
+"""The columns of a set's row that every counting write changes."""
+
+
+def test_no_index_of_the_set_rows_holds_a_column_every_counting_write_changes(db_url: str):
+    """A write that only counts (most adds under a rule) then rewrites no index entry:
+    a HOT update on PostgreSQL, no index page on SQLite (the write path's cost, issue
+    28; an index of last_change_at made every such update a full one)."""
+    if db_url.startswith("sqlite"):
+        query = "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = :t"
+    else:
+        query = "SELECT indexdef FROM pg_indexes WHERE tablename = :t"
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as connection:
+            definitions = [
+                row[0] for row in connection.execute(text(query), {"t": "hcat_set_states"})
+            ]
+    finally:
+        engine.dispose()
+    indexes = [d for d in definitions if d is not None and "_pkey" not in d]
+    assert len(indexes) >= 3, definitions  # bucket/due, not done, done by time
+    for definition in indexes:
+        assert not [c for c in COUNTED if c in definition], definition
