@@ -3,6 +3,7 @@ what is missing (the reports, the timed pass, a set counted afresh; docs/complet
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, select
@@ -12,7 +13,15 @@ from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.store.models import PartitionRow
 from hcat_notify.store.tx import Tx
 
-__all__ = ["Assessment", "assess", "paths_under"]
+__all__ = ["Assessment", "assess", "expected_of", "paths_under"]
+
+
+@functools.lru_cache(maxsize=64)
+def expected_of(rule: SetRule) -> frozenset[str] | None:
+    """The parts (paths below the set) ``rule`` expects, for membership; None: the rule
+    names none."""
+    parts = expected_parts(rule)
+    return None if parts is None else frozenset(parts)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ creation and the count of a set's partitions."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -25,10 +26,20 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.model.completeness import SetState
+from hcat_notify.store.driver import Statement, compiled, first_rows
 from hcat_notify.store.models import PartitionRow, SetStateRow
 from hcat_notify.store.tx import clock_sql
 
-__all__ = ["Moved", "count_under", "insert_state", "move_counts", "state_query", "under_params"]
+__all__ = [
+    "Moved",
+    "count_under",
+    "insert_state",
+    "move_counts",
+    "move_statement",
+    "moved",
+    "state_query",
+    "under_params",
+]
 
 _STATES = cast(Table, SetStateRow.__table__)
 
@@ -72,34 +83,24 @@ def _move_statement(dialect: str, parts: bool) -> Update:
     return update(table).where(*where).values(values).returning(*(table.c[n] for n in _MOVED))
 
 
-_MOVE_SQL: dict[tuple[str, str, bool], tuple[str, tuple[str, ...] | None]] = {}
-"""The counting write compiled for a driver: its SQL, and the order of its parameters
-(None: named). Run on the driver's cursor: SQLAlchemy's steps (cache key, parameters,
-result) cost more than the statement itself."""
+def move_statement(dialect: Dialect, parts: bool, values: Mapping[str, object]) -> Statement:
+    """The counting write as ``dialect``'s driver takes it (``values``: ``b_table``,
+    ``b_set``, ``b_version``, ``b_added`` and, with ``parts``, ``b_expected``), for
+    :func:`~hcat_notify.store.driver.first_rows`: run on the driver's cursor, since
+    SQLAlchemy's steps (cache key, parameters, result) cost more than the statement."""
+    return compiled(dialect, _move_statement, parts).bind(values)
 
 
-def _move_sql(dialect: Dialect, parts: bool) -> tuple[str, tuple[str, ...] | None]:
-    key = (dialect.name, dialect.paramstyle, parts)
-    found = _MOVE_SQL.get(key)
-    if found is None:
-        compiled = _move_statement(dialect.name, parts).compile(dialect=dialect)
-        order = tuple(compiled.positiontup or ()) if compiled.positional else None
-        found = _MOVE_SQL[key] = (compiled.string, order)
-    return found
+def moved(found: Sequence[Any] | None) -> Moved | None:
+    """The counting write's row (its first row), or None (no current row: none, done,
+    or counted under another version)."""
+    return None if found is None else Moved(*found)
 
 
 def move_counts(connection: Connection, parts: bool, values: dict[str, object]) -> Moved | None:
-    """Run the counting write (``values``: ``b_table``, ``b_set``, ``b_version``,
-    ``b_added`` and, with ``parts``, ``b_expected``); the row it left, or None (no
-    current row: none, done, or counted under another version)."""
-    sql, order = _move_sql(connection.dialect, parts)
-    cursor = connection.connection.cursor()
-    try:
-        cursor.execute(sql, values if order is None else tuple(values[n] for n in order))
-        found = cursor.fetchone()
-    finally:
-        cursor.close()
-    return None if found is None else Moved(*found)
+    """Run the counting write (:func:`move_statement`); the row it left, or None."""
+    (found,) = first_rows(connection, [move_statement(connection.dialect, parts, values)])
+    return moved(found)
 
 
 @functools.cache
