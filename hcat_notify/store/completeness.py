@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, cast
 
 from sqlalchemy import (
+    Connection,
+    Dialect,
     Table,
     select,
     update,
@@ -81,6 +83,8 @@ left it (None: no current row, nothing counted)."""
 
 _STATES = cast(Table, SetStateRow.__table__)
 
+_DONE = SetState.DONE.value  # read on every write: an enum member's value costs more
+
 
 def set_of(rule: SetRule, spec: PartitionSpec) -> PartitionSpec:
     """The set (the rule's leading keys) a partition's full spec belongs to."""
@@ -114,8 +118,11 @@ def _take_touched(tx: Tx, name: TableName, rule: SetRule, spec: PartitionSpec) -
     depth = len(rule.set_keys)
     taken = [(_below(item, depth), delta) for item, delta in noted if set_of(rule, item) == spec]
     touched[name] = [(item, delta) for item, delta in noted if set_of(rule, item) != spec]
+    ahead = tx.pending.get(_AHEAD)
+    if not ahead:
+        return taken
     # the set's row, loaded afresh under its lock, has the changes counted ahead
-    return _not_counted(tx, name, spec.to_path(), None, taken)[0]
+    return _not_counted(ahead, name, spec.to_path(), None, taken)[0]
 
 
 def _loaded_row(tx: Tx, name: TableName) -> TableRow:
@@ -150,17 +157,21 @@ def _settle(tx: Tx) -> None:
             continue
         rule, version = found
         clock: float | None = None
-        countable = _countable(rule, tx)
+        connection = tx.session.connection()
+        countable = _countable(rule) and connection.dialect.update_returning
+        ahead = tx.pending.get(_AHEAD)
         for prefix, (first, changes) in _by_set(touched[name], len(rule.set_keys)):
-            changes, counted = _not_counted(tx, name, prefix, version, changes)
+            counted: Moved | _Unmoved | None = None
+            if ahead:
+                changes, counted = _not_counted(ahead, name, prefix, version, changes)
             if countable and (changes or counted is None):
                 # one counting write, unless count_ahead made it and nothing is left
                 canonical = _canonical(rule, first, prefix)
-                statement = _move(tx, row.id, rule, version, canonical, changes)
-                counted = moved(first_rows(tx.session.connection(), [statement])[0])
+                statement = _move(connection.dialect, row.id, rule, version, canonical, changes)
+                counted = moved(first_rows(connection, [statement])[0])
                 counted = _Unmoved.NO_CURRENT_ROW if counted is None else counted
             if isinstance(counted, Moved):
-                _judge_moved(tx, row, rule, version, first, prefix, counted)
+                _judge_moved(tx, connection, row, (rule, version), first, prefix, counted)
                 continue
             clock = tx.clock() if clock is None else clock
             spec = set_of(rule, first)
@@ -203,7 +214,7 @@ def _complete(
 
 
 def _record_done(state: SetStateRow, event_id: int, reason: DoneReason, clock: float) -> None:
-    state.state = SetState.DONE.value
+    state.state = _DONE
     state.done_at = clock
     state.done_reason = reason.value
     state.done_event_id = event_id
@@ -310,7 +321,7 @@ def _deadline_pending(state: _Times) -> bool:
 
 def _next_due(rule: SetRule, state: _Times, complete: bool) -> float | None:
     """When the timed pass must look at the set next (None: only a change can move it)."""
-    if state.state == SetState.DONE.value:
+    if state.state == _DONE:
         return None
     times: list[float] = []
     if complete and rule.quiet_seconds and state.last_change_at is not None:
@@ -338,7 +349,7 @@ def settle_set(
     written. ``likely_new``: the set probably has no row yet (:func:`lock_state`)."""
     state, created = lock_state(tx, row, rule, version, spec, clock, likely_new=likely_new)
     keep_counts(tx, row.id, rule, version, spec, state, created=created, changes=changes or ())
-    was_done = state.state == SetState.DONE.value
+    was_done = state.state == _DONE
     if changes is not None:
         state.last_change_at = clock
         if was_done:
@@ -346,7 +357,7 @@ def settle_set(
             state.state = SetState.OPEN.value
     complete, found = _complete(tx, row.id, rule, spec, state)
     written: list[int] = []
-    if state.state != SetState.DONE.value:
+    if state.state != _DONE:
         if complete and not rule.quiet_seconds:
             written.append(_write_done(tx, row, spec, state, _done_reason(state), clock))
         elif not complete and was_done:
@@ -381,7 +392,7 @@ def mark_set_done(
     keep_counts(tx, row.id, rule, version, ordered, state, created=created, changes=changes)
     if changes:
         state.last_change_at = clock
-        if state.state == SetState.DONE.value:
+        if state.state == _DONE:
             state.generation += 1
     event_id, recorded = add_mark_set_done(
         tx, row, info, canonical, generation=state.generation, reason=DoneReason.WRITER.value
@@ -420,7 +431,7 @@ def due_verdicts(
     spec = PartitionSpec.parse(state.set_spec).for_table(keys, partial=True)
     dones: list[int] = []
     lates: list[int] = []
-    if state.state != SetState.DONE.value:
+    if state.state != _DONE:
         if state.rule_version != version:
             adopt(rule, version, spec, state)
         found = assess(tx, row.id, rule, spec)
@@ -447,11 +458,10 @@ class _Unmoved(enum.Enum):
     NO_CURRENT_ROW = "no current row"  # none yet (usually), done, or another version
 
 
-def _countable(rule: SetRule, tx: Tx) -> bool:
+def _countable(rule: SetRule) -> bool:
     """Whether a set's verdict follows from its row's counts, moved by one counting
     ``UPDATE … RETURNING`` (not for a rule whose expected parts are another set's)."""
-    counted = expected_of(rule) is not None or rule.min_partitions is not None
-    return counted and tx.session.connection().dialect.update_returning
+    return expected_of(rule) is not None or rule.min_partitions is not None
 
 
 def _canonical(rule: SetRule, first: PartitionSpec, prefix: str) -> str:
@@ -461,7 +471,12 @@ def _canonical(rule: SetRule, first: PartitionSpec, prefix: str) -> str:
 
 
 def _move(
-    tx: Tx, table_id: int, rule: SetRule, version: int, set_spec: str, changes: Sequence[Change]
+    dialect: Dialect,
+    table_id: int,
+    rule: SetRule,
+    version: int,
+    set_spec: str,
+    changes: Sequence[Change],
 ) -> Statement:
     """The counting write of ``changes`` under the set ``set_spec`` (canonical)."""
     expected = expected_of(rule)
@@ -473,48 +488,54 @@ def _move(
     }
     if expected is not None:
         values["b_expected"] = sum(delta for part, delta in changes if part in expected)
-    return move_statement(tx.session.connection().dialect, expected is not None, values)
+    return move_statement(dialect, expected is not None, values)
 
 
 def count_ahead(
-    tx: Tx, row: TableRow, specs: Sequence[PartitionSpec], along: Statement | None = None
+    tx: Tx,
+    row: TableRow,
+    name: TableName,
+    specs: Sequence[PartitionSpec],
+    along: Statement | None = None,
 ) -> object:
     """Count now, on their sets' rows, the new partitions ``specs`` (full specs) that
-    ``tx`` adds to ``row``'s table, with ``along`` (a driver statement: the write's own
-    check) in the same round trip where the driver pipelines (PostgreSQL); ``along``'s
-    first row (None without it). Each counting write also locks its set's row; the
-    sets are judged when ``tx`` commits, as every touched set (:func:`touch`), without
-    counting these partitions again. For a transaction that adds partitions and
-    nothing else (``partitions add``): a set's done must follow the write's
+    ``tx`` adds to the table ``name`` (``row``), with ``along`` (a driver statement: the
+    write's own check) in the same round trip where the driver pipelines (PostgreSQL);
+    ``along``'s first row (None without it). Each counting write also locks its set's
+    row; the sets are judged when ``tx`` commits, as every touched set (:func:`touch`),
+    without counting these partitions again. For a transaction that adds partitions
+    and nothing else (``partitions add``): a set's done must follow the write's
     ADD_PARTITION events, and a done by hand in it would count them again."""
     found = current_rule(row)
+    connection = tx.session.connection()
     sets: list[tuple[str, list[Change]]] = []
     statements = [] if along is None else [along]
-    if found is not None and _countable(found[0], tx):
+    if found is not None and _countable(found[0]) and connection.dialect.update_returning:
         rule, version = found
         for prefix, (first, changes) in _by_set([(s, 1) for s in specs], len(rule.set_keys)):
             sets.append((prefix, changes))
             canonical = _canonical(rule, first, prefix)
-            statements.append(_move(tx, row.id, rule, version, canonical, changes))
+            statements.append(_move(connection.dialect, row.id, rule, version, canonical, changes))
     tx.session.flush()
-    rows = first_rows(tx.session.connection(), statements)
+    rows = first_rows(connection, statements)
     if sets:
         ahead = tx.pending.setdefault(_AHEAD, {})
-        name = info_of(row).name
         for (prefix, changes), counted in zip(sets, rows[len(rows) - len(sets) :], strict=True):
             ahead[(name, prefix)] = (version, changes, moved(counted))
     return None if along is None else rows[0]
 
 
+_Ahead = dict[tuple[TableName, str], tuple[int, list[Change], Moved | None]]
+"""What :func:`count_ahead` counted (under :data:`_AHEAD`)."""
+
+
 def _not_counted(
-    tx: Tx, name: TableName, prefix: str, version: int | None, changes: list[Change]
+    ahead: _Ahead, name: TableName, prefix: str, version: int | None, changes: list[Change]
 ) -> tuple[list[Change], Moved | _Unmoved | None]:
-    """``changes`` under a set less those :func:`count_ahead` counted (taken), and the
-    row as its counting write left it (``NO_CURRENT_ROW``: it counted nothing; None: it
-    did not try; ``version``: only under this rule version)."""
-    ahead: dict[tuple[TableName, str], tuple[int, list[Change], Moved | None]] | None
-    ahead = tx.pending.get(_AHEAD)
-    counted = ahead.pop((name, prefix), None) if ahead else None
+    """``changes`` under a set less those :func:`count_ahead` counted (taken from
+    ``ahead``), and the row as its counting write left it (``NO_CURRENT_ROW``: it counted
+    nothing; None: it did not try; ``version``: only under this rule version)."""
+    counted = ahead.pop((name, prefix), None)
     if counted is None or version not in (None, counted[0]):
         return changes, None
     if counted[2] is None:
@@ -530,22 +551,22 @@ def _not_counted(
 
 def _judge_moved(
     tx: Tx,
+    connection: Connection,
     row: TableRow,
-    rule: SetRule,
-    version: int,
+    ruled: tuple[SetRule, int],
     first: PartitionSpec,
     prefix: str,
     counted: Moved,
 ) -> list[int]:
-    """The verdict on a set by its row as the counting write left it (locked): its
-    done when complete (without a quiet period), else its due time kept; the events
-    written."""
+    """The verdict on a set by its row as the counting write left it (locked; ``ruled``:
+    the rule and its version): its done when complete (without a quiet period), else its
+    due time kept; the events written."""
+    rule, version = ruled
     expected = expected_of(rule)
     if expected is not None:
         complete = bool(expected) and counted.expected_present == len(expected)
     else:
         complete = rule.min_partitions is not None and counted.part_count >= rule.min_partitions
-    connection = tx.session.connection()
     canonical = _canonical(rule, first, prefix)
     if complete and not rule.quiet_seconds:  # the row is locked: Core statements
         reason = DoneReason.RULE if counted.generation == 1 else DoneReason.CHANGED
@@ -557,7 +578,7 @@ def _judge_moved(
             update(_STATES)
             .where(_STATES.c.table_id == row.id, _STATES.c.set_spec == canonical)
             .values(
-                state=SetState.DONE.value,
+                state=_DONE,
                 done_at=counted.last_change_at,
                 done_reason=reason.value,
                 done_event_id=event_id,
@@ -584,7 +605,7 @@ def reevaluate(tx: Tx, row: TableRow, limit: Sequence[str] | None = None) -> lis
     rule, version = found
     keys = info_of(row).partition_keys
     query = select(SetStateRow.set_spec).where(
-        SetStateRow.table_id == row.id, SetStateRow.state != SetState.DONE.value
+        SetStateRow.table_id == row.id, SetStateRow.state != _DONE
     )
     if limit is not None:
         query = query.where(SetStateRow.set_spec.in_(list(limit)))

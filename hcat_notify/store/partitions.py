@@ -15,7 +15,7 @@ from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.wire import PartitionDetails
 from hcat_notify.store import completeness
 from hcat_notify.store.announce import announce_partitions
-from hcat_notify.store.driver import compiled
+from hcat_notify.store.driver import compiled, pipelines
 from hcat_notify.store.models import PartitionRow, TableRow
 from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
 from hcat_notify.store.tables import EXTERNAL_TABLE, info_of
@@ -197,21 +197,14 @@ def _registered_check(dialect: str) -> Select[str]:
 
 
 def _registered_counting(
-    tx: Tx, row: TableRow, specs: Sequence[PartitionSpec], paths: list[str]
+    tx: Tx, row: TableRow, info: TableInfo, specs: Sequence[PartitionSpec], paths: list[str]
 ) -> str | None:
-    """The first of ``paths`` that the table has registered already, and the new
-    partitions ``specs`` counted on their sets' rows (:func:`completeness.count_ahead`):
-    in one round trip on PostgreSQL (the check goes with the counting writes)."""
-    if tx.dialect != "postgresql":
-        completeness.count_ahead(tx, row, specs)
-        return tx.session.scalars(
-            select(PartitionRow.path_spec).where(
-                PartitionRow.table_id == row.id, PartitionRow.path_spec.in_(paths)
-            )
-        ).first()
+    """The first of ``paths`` that the table has registered already, checked in one
+    round trip with the counting writes of the new partitions ``specs`` on their sets'
+    rows (:func:`completeness.count_ahead`; PostgreSQL)."""
     dialect = tx.session.connection().dialect
     check = compiled(dialect, _registered_check).bind({"b_table": row.id, "b_paths": paths})
-    found = completeness.count_ahead(tx, row, specs, check)
+    found = completeness.count_ahead(tx, row, info.name, specs, check)
     return None if found is None else cast(tuple[str | None], found)[0]
 
 
@@ -226,13 +219,15 @@ def add_partitions(
     count_ahead: bool = False,
 ) -> list[PartitionInfo]:
     """Register new partitions and their ADD_PARTITION events (see the Catalog method).
-    ``count_ahead``: the transaction does nothing else (its sets may be counted with
-    the check that none is registered: :func:`completeness.count_ahead`)."""
+    ``count_ahead``: the transaction does nothing else, so its sets may be counted
+    with the check that none is registered (:func:`completeness.count_ahead`), where the
+    driver sends them together."""
     info = info_of(row)
     specs = [info.spec(item.spec, partial=False) for item in partitions]
     paths = unique_paths(specs)
-    if count_ahead and info.rule_version is not None:
-        existing = _registered_counting(tx, row, specs, paths)
+    if count_ahead and info.rule_version is not None and pipelines(tx.session.connection()):
+        # the sets' counting writes go with the check: no round trip of their own
+        existing = _registered_counting(tx, row, info, specs, paths)
     else:
         existing = tx.session.scalars(
             select(PartitionRow.path_spec).where(
