@@ -71,18 +71,21 @@ def first_rows(connection: Connection, statements: Sequence[Statement]) -> list[
     fairy = connection.connection
     cursors: list[Any] = []
     current: Statement | None = None
+    # psycopg: prepared at once (these run on every write; by default it prepares a
+    # statement at its sixth run, and never one whose results come in a pipeline)
+    prepared = {"prepare": True} if connection.dialect.driver == "psycopg" else {}
     try:
         if len(statements) > 1 and pipelines(connection):
             driver = cast(Any, fairy.dbapi_connection)
             with driver.pipeline():  # sent at once; the results come when it ends
                 for current in statements:
                     cursors.append(driver.cursor())
-                    cursors[-1].execute(*current)
+                    cursors[-1].execute(*current, **prepared)
             return [cursor.fetchone() for cursor in cursors]
         rows = []
         for current in statements:
             cursors.append(fairy.cursor())
-            cursors[-1].execute(*current)
+            cursors[-1].execute(*current, **prepared)
             rows.append(cursors[-1].fetchone())
         return rows
     except connection.dialect.loaded_dbapi.Error as exc:
