@@ -50,6 +50,10 @@ def compiled(dialect: Dialect, build: Callable[..., ClauseElement], *args: Any) 
     return found
 
 
+_PREPARED: Mapping[str, Any] = {"prepare": True}
+_AS_IS: Mapping[str, Any] = {}
+
+
 @functools.cache
 def _psycopg_pipelines() -> bool:
     from psycopg import Pipeline  # the driver of the postgres extra
@@ -73,7 +77,7 @@ def first_rows(connection: Connection, statements: Sequence[Statement]) -> list[
     current: Statement | None = None
     # psycopg: prepared at once (these run on every write; by default it prepares a
     # statement at its sixth run, and never one whose results come in a pipeline)
-    prepared = {"prepare": True} if connection.dialect.driver == "psycopg" else {}
+    prepared = _PREPARED if connection.dialect.driver == "psycopg" else _AS_IS
     try:
         if len(statements) > 1 and pipelines(connection):
             driver = cast(Any, fairy.dbapi_connection)

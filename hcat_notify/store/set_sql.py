@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import (
-    Connection,
     Dialect,
     Insert,
     Select,
@@ -26,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.model.completeness import SetState
-from hcat_notify.store.driver import Statement, compiled, first_rows
+from hcat_notify.store.driver import Statement, compiled
 from hcat_notify.store.models import PartitionRow, SetStateRow
 from hcat_notify.store.tx import clock_sql
 
@@ -34,7 +32,6 @@ __all__ = [
     "Moved",
     "count_under",
     "insert_state",
-    "move_counts",
     "move_statement",
     "moved",
     "state_query",
@@ -44,9 +41,9 @@ __all__ = [
 _STATES = cast(Table, SetStateRow.__table__)
 
 
-@dataclass(frozen=True)
-class Moved:
-    """A set's row as the counting ``UPDATE … RETURNING`` left it."""
+class Moved(NamedTuple):
+    """A set's row as the counting ``UPDATE … RETURNING`` left it (a tuple: made on
+    every write to a table with a rule)."""
 
     state: str
     late_emitted: bool
@@ -59,7 +56,7 @@ class Moved:
     generation: int
 
 
-_MOVED = tuple(Moved.__dataclass_fields__)
+_MOVED = Moved._fields
 
 
 @functools.cache
@@ -94,13 +91,7 @@ def move_statement(dialect: Dialect, parts: bool, values: Mapping[str, object]) 
 def moved(found: Sequence[Any] | None) -> Moved | None:
     """The counting write's row (its first row), or None (no current row: none, done,
     or counted under another version)."""
-    return None if found is None else Moved(*found)
-
-
-def move_counts(connection: Connection, parts: bool, values: dict[str, object]) -> Moved | None:
-    """Run the counting write (:func:`move_statement`); the row it left, or None."""
-    (found,) = first_rows(connection, [move_statement(connection.dialect, parts, values)])
-    return moved(found)
+    return None if found is None else Moved._make(found)
 
 
 @functools.cache
