@@ -61,10 +61,10 @@ def _psycopg_pipelines() -> bool:
     return Pipeline.is_supported()
 
 
-def pipelines(connection: Connection) -> bool:
-    """Whether the connection's driver sends statements together (psycopg 3 with a
-    libpq that has pipeline mode)."""
-    return connection.dialect.driver == "psycopg" and _psycopg_pipelines()
+def pipelines(dialect: Dialect) -> bool:
+    """Whether the dialect's driver sends statements together (psycopg 3 with a libpq
+    that has pipeline mode)."""
+    return dialect.driver == "psycopg" and _psycopg_pipelines()
 
 
 def first_rows(connection: Connection, statements: Sequence[Statement]) -> list[Any]:
@@ -72,31 +72,42 @@ def first_rows(connection: Connection, statements: Sequence[Statement]) -> list[
     trip where it pipelines (:func:`pipelines`), else one after the other; the first row
     of each (None: no row). A driver error comes as SQLAlchemy's (``DBAPIError``), as
     from ``connection.execute``; nothing after a failed statement has run."""
+    dialect = connection.dialect
     fairy = connection.connection
-    cursors: list[Any] = []
     current: Statement | None = None
     # psycopg: prepared at once (these run on every write; by default it prepares a
     # statement at its sixth run, and never one whose results come in a pipeline)
-    prepared = _PREPARED if connection.dialect.driver == "psycopg" else _AS_IS
+    prepared = _PREPARED if dialect.driver == "psycopg" else _AS_IS
     try:
-        if len(statements) > 1 and pipelines(connection):
-            driver = cast(Any, fairy.dbapi_connection)
-            with driver.pipeline():  # sent at once; the results come when it ends
-                for current in statements:
-                    cursors.append(driver.cursor())
-                    cursors[-1].execute(*current, **prepared)
-            return [cursor.fetchone() for cursor in cursors]
+        if len(statements) > 1 and pipelines(dialect):
+            return _pipelined(cast(Any, fairy.dbapi_connection), statements, prepared)
         rows = []
-        for current in statements:
-            cursors.append(fairy.cursor())
-            cursors[-1].execute(*current, **prepared)
-            rows.append(cursors[-1].fetchone())
+        cursor = fairy.cursor()
+        try:
+            for current in statements:
+                cursor.execute(*current, **prepared)
+                rows.append(cursor.fetchone())
+        finally:
+            cursor.close()
         return rows
-    except connection.dialect.loaded_dbapi.Error as exc:
+    except dialect.loaded_dbapi.Error as exc:
         sql, params = current if current is not None else (None, None)
         raise DBAPIError.instance(
-            sql, params, exc, connection.dialect.loaded_dbapi.Error, dialect=connection.dialect
+            sql, params, exc, dialect.loaded_dbapi.Error, dialect=dialect
         ) from exc
+
+
+def _pipelined(
+    driver: Any, statements: Sequence[Statement], prepared: Mapping[str, Any]
+) -> list[Any]:
+    """psycopg: ``statements`` sent at once, their results read when the pipeline ends
+    (one round trip); the first row of each."""
+    cursors = [driver.cursor() for _ in statements]
+    try:
+        with driver.pipeline():
+            for cursor, statement in zip(cursors, statements, strict=True):
+                cursor.execute(*statement, **prepared)
+        return [cursor.fetchone() for cursor in cursors]
     finally:
         for cursor in cursors:
             cursor.close()

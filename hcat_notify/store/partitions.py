@@ -225,7 +225,7 @@ def add_partitions(
     info = info_of(row)
     specs = [info.spec(item.spec, partial=False) for item in partitions]
     paths = unique_paths(specs)
-    if count_ahead and info.rule_version is not None and pipelines(tx.session.connection()):
+    if count_ahead and info.rule_version is not None and pipelines(tx.session.get_bind().dialect):
         # the sets' counting writes go with the check: no round trip of their own
         existing = _registered_counting(tx, row, info, specs, paths)
     else:
