@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol, cast
+from typing import NamedTuple, Protocol, cast
 
 from sqlalchemy import (
     Connection,
@@ -53,7 +53,13 @@ from hcat_notify.store.set_counts import (
     lock_state,
 )
 from hcat_notify.store.set_rules import current_rule
-from hcat_notify.store.set_sql import Moved, move_statement, moved
+from hcat_notify.store.set_sql import (
+    Moved,
+    create_statement,
+    move_statement,
+    moved,
+    under_params,
+)
 from hcat_notify.store.tx import Tx
 
 __all__ = [
@@ -158,6 +164,7 @@ def _settle(tx: Tx) -> None:
         rule, version = found
         clock: float | None = None
         connection = tx.session.connection()
+        ruled = _Ruled(tx, connection, row, rule, version)
         countable = _countable(rule) and connection.dialect.update_returning
         ahead = tx.pending.get(_AHEAD)
         for prefix, (first, changes) in _by_set(touched[name], len(rule.set_keys)):
@@ -170,8 +177,10 @@ def _settle(tx: Tx) -> None:
                 statement = _move(connection.dialect, row.id, rule, version, canonical, changes)
                 counted = moved(first_rows(connection, [statement])[0])
                 counted = _Unmoved.NO_CURRENT_ROW if counted is None else counted
+            if counted is _Unmoved.NO_CURRENT_ROW and countable and _untimed(rule):
+                counted = _create(ruled, first, prefix, changes)
             if isinstance(counted, Moved):
-                _judge_moved(tx, connection, row, (rule, version), first, prefix, counted)
+                _judge_moved(ruled, first, prefix, counted)
                 continue
             clock = tx.clock() if clock is None else clock
             spec = set_of(rule, first)
@@ -456,6 +465,7 @@ class _Unmoved(enum.Enum):
     """Why a counting write did not count a set's changes."""
 
     NO_CURRENT_ROW = "no current row"  # none yet (usually), done, or another version
+    THERE = "there"  # the set's row is there now, to be locked and judged
 
 
 def _countable(rule: SetRule) -> bool:
@@ -489,6 +499,48 @@ def _move(
     if expected is not None:
         values["b_expected"] = sum(delta for part, delta in changes if part in expected)
     return move_statement(dialect, expected is not None, values)
+
+
+class _Ruled(NamedTuple):
+    """A table whose touched sets a transaction settles: the transaction, its
+    connection, the table's row, its rule in force and the rule's version."""
+
+    tx: Tx
+    connection: Connection
+    row: TableRow
+    rule: SetRule
+    version: int
+
+
+def _untimed(rule: SetRule) -> bool:
+    """Whether a set of ``rule`` has no time of its own (no deadline, no quiet period)."""
+    return rule.deadline is None and rule.deadline_after is None and not rule.quiet_seconds
+
+
+def _create(
+    ruled: _Ruled, first: PartitionSpec, prefix: str, changes: Sequence[Change]
+) -> Moved | _Unmoved:
+    """A new set's row (``prefix``, its path; ``ruled``: a rule without times and its
+    version), created and counted in one statement; it as created, or ``THERE`` when it
+    was there already or must be counted afresh (a set that held partitions before this
+    write: left to :func:`settle_set`)."""
+    tx, connection, row, rule, version = ruled
+    expected = expected_of(rule)
+    parts = {part for part, _ in changes}
+    only_added = len(parts) == len(changes) and all(delta == 1 for _, delta in changes)
+    values: dict[str, object] = {
+        "b_set": _canonical(rule, first, prefix),
+        "b_bucket": tx.bucket_of(info_of(row).topic),
+        "b_version": version,
+        "b_added": len(parts) if only_added and parts else -1,
+        "b_expected": 0 if expected is None else len(parts & expected),
+        **under_params(connection.dialect.name, row.id, prefix + "/"),
+    }
+    statement = create_statement(connection.dialect, expected is not None, values)
+    created = moved(first_rows(connection, [statement])[0])
+    if created is None or (expected is not None and created.expected_present is None):
+        return _Unmoved.THERE  # counted afresh, under its lock
+    return created
 
 
 def count_ahead(
@@ -549,19 +601,11 @@ def _not_counted(
     return rest, counted[2]
 
 
-def _judge_moved(
-    tx: Tx,
-    connection: Connection,
-    row: TableRow,
-    ruled: tuple[SetRule, int],
-    first: PartitionSpec,
-    prefix: str,
-    counted: Moved,
-) -> list[int]:
+def _judge_moved(ruled: _Ruled, first: PartitionSpec, prefix: str, counted: Moved) -> list[int]:
     """The verdict on a set by its row as the counting write left it (locked; ``ruled``:
     the rule and its version): its done when complete (without a quiet period), else its
     due time kept; the events written."""
-    rule, version = ruled
+    tx, connection, row, rule, version = ruled
     expected = expected_of(rule)
     if expected is not None:
         complete = bool(expected) and counted.expected_present == len(expected)

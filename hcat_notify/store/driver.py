@@ -24,14 +24,17 @@ Statement = tuple[str, Sequence[Any] | Mapping[str, Any]]
 
 @dataclass(frozen=True)
 class DriverSQL:
-    """A Core statement compiled for one driver: its SQL, and the order of its
-    parameters (None: by name)."""
+    """A Core statement compiled for one driver: its SQL, the order of its parameters
+    (None: by name) and the values written into the statement itself (``state='open'``)."""
 
     sql: str
     order: tuple[str, ...] | None
+    fixed: Mapping[str, Any]
 
     def bind(self, values: Mapping[str, Any]) -> Statement:
         """The statement with ``values`` (by parameter name) as the driver takes them."""
+        if self.fixed:
+            values = {**self.fixed, **values}
         return self.sql, values if self.order is None else tuple(values[n] for n in self.order)
 
 
@@ -46,7 +49,9 @@ def compiled(dialect: Dialect, build: Callable[..., ClauseElement], *args: Any) 
         statement = build(dialect.name, *args).compile(dialect=dialect)
         assert isinstance(statement, SQLCompiler)  # selects, inserts and updates
         order = tuple(statement.positiontup or ()) if statement.positional else None
-        found = _COMPILED[key] = DriverSQL(statement.string, order)
+        fixed = {name: bind.effective_value for name, bind in statement.binds.items()}
+        fixed = {name: value for name, value in fixed.items() if not statement.binds[name].required}
+        found = _COMPILED[key] = DriverSQL(statement.string, order, fixed)
     return found
 
 

@@ -16,8 +16,10 @@ from sqlalchemy import (
     Table,
     Update,
     bindparam,
+    case,
     func,
     literal_column,
+    null,
     select,
     update,
 )
@@ -31,6 +33,7 @@ from hcat_notify.store.tx import clock_sql
 __all__ = [
     "Moved",
     "count_under",
+    "create_statement",
     "insert_state",
     "move_statement",
     "moved",
@@ -78,6 +81,50 @@ def _move_statement(dialect: str, parts: bool) -> Update:
         values["expected_present"] = table.c.expected_present + bindparam("b_expected")
         where.append(table.c.expected_present.is_not(None))
     return update(table).where(*where).values(values).returning(*(table.c[n] for n in _MOVED))
+
+
+@functools.cache
+def _create_statement(dialect: str, parts: bool) -> Insert:
+    """A new set's row, counted in the same statement, unless there is one: open,
+    generation 1, its first part now (the database's clock), no deadline; its
+    ``part_count`` the partitions under it (``b_table`` and :func:`under_params`'s);
+    with ``parts``, ``expected_present`` is ``b_expected`` when the set holds exactly
+    ``b_added`` partitions (all this write's: the expected ones among them are known),
+    else NULL (counted afresh)."""
+    table = _STATES
+    present = count_under(dialect).scalar_subquery()
+    now = clock_sql(dialect)
+    values: dict[str, Any] = {
+        "table_id": bindparam("b_table"),
+        "set_spec": bindparam("b_set"),
+        "bucket": bindparam("b_bucket"),
+        "generation": 1,
+        "state": SetState.OPEN.value,
+        "rule_version": bindparam("b_version"),
+        "first_part_at": now,
+        "last_change_at": now,
+        "late_emitted": False,
+        "part_count": present,
+    }
+    if parts:
+        values["expected_present"] = case(
+            (present == bindparam("b_added"), bindparam("b_expected")), else_=null()
+        )
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return (
+        insert(table)
+        .values(values)
+        .on_conflict_do_nothing(index_elements=["table_id", "set_spec"])
+        .returning(*(table.c[n] for n in _MOVED))
+    )
+
+
+def create_statement(dialect: Dialect, parts: bool, values: Mapping[str, object]) -> Statement:
+    """The creation of a new set's row with its counts (:func:`_create_statement`), as
+    ``dialect``'s driver takes it: ``b_table``, ``b_set``, ``b_bucket``, ``b_version``,
+    :func:`under_params`' and, with ``parts``, ``b_added`` and ``b_expected``. Its row
+    (:func:`moved`) is None when the set had one already."""
+    return compiled(dialect, _create_statement, parts).bind(values)
 
 
 def move_statement(dialect: Dialect, parts: bool, values: Mapping[str, object]) -> Statement:

@@ -156,3 +156,24 @@ def test_driver_statements_sent_together_give_each_first_row_and_errors_as_sqlal
         with pytest.raises(DBAPIError, match="hcat_no_such_table"):
             first_rows(connection, [one.bind({}), compiled(dialect, _missing).bind({})])
     engine.dispose()
+
+
+def test_a_new_set_row_holding_older_partitions_is_counted_afresh(
+    catalog: Catalog, settings: Settings
+):
+    """A set's row is created and counted in one statement at its first write; a set
+    that held partitions before its table had the rule is counted afresh instead, and
+    done once when its last expected part comes."""
+    name = "web.older"
+    catalog.create_table(name, location=f"/w/{name}", partition_keys=KEYS)
+    catalog.add_partitions(name, _new(("1", "us", "00"), ("1", "xx", "00"), ("1", "eu", "01")))
+    catalog.expect(name, set_keys="datestamp", parts=PARTS)
+    catalog.add_partitions(name, _new(("1", "us", "01")))
+    catalog.add_partitions(name, _new(("2", "us", "00")))  # a new set: one statement
+    assert [row[:4] for row in _sets(settings, name)] == [
+        ("datestamp=1", 4, 3, "open"),
+        ("datestamp=2", 1, 1, "open"),
+    ]
+    catalog.add_partitions(name, _new(("1", "us", "02"), ("1", "eu", "00"), ("1", "eu", "02")))
+    assert _dones(catalog, name) == [("datestamp=1", "1")]
+    assert _sets(settings, name)[0][:4] == ("datestamp=1", 7, 6, "done")
