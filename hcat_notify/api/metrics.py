@@ -30,7 +30,7 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -133,7 +133,7 @@ class CatalogCollector(Collector):
         yield lag
 
     def _sets(self, catalog: Catalog) -> Iterator[Metric]:
-        figures = catalog.sets.figures()
+        figures = catalog.sets.figures(DONE_LATENCY_BUCKETS)
         late = GaugeMetricFamily(
             "hcat_notify_sets_late",
             "Sets of a table past their deadline, incomplete, not done.",
@@ -149,22 +149,19 @@ class CatalogCollector(Collector):
             missing.add_metric([table], figures.missing.get(table, 0))
         yield late
         yield missing
-        by_reason: dict[str, list[float]] = {}
-        for reason, seconds in figures.done_latency:
-            by_reason.setdefault(reason, []).append(seconds)
-        latency = HistogramMetricFamily(
+        latency = GaugeHistogramMetricFamily(
             "hcat_notify_set_done_latency_seconds",
-            "Of the sets done now: seconds from the set's last change (its last part) to "
-            "its done, by the done's reason.",
+            "Of the sets done now whose done came in the last 24 hours: seconds from the "
+            "set's last change (its last part) to its done, by the done's reason.",
             labels=["reason"],
         )
-        for reason, values in sorted(by_reason.items()):
-            counts = [
-                (str(bound), float(sum(1 for value in values if value <= bound)))
-                for bound in DONE_LATENCY_BUCKETS
+        for reason, counts in sorted(figures.done_latency.items()):
+            buckets = [
+                (str(bound), float(n))
+                for bound, n in zip(DONE_LATENCY_BUCKETS, counts.at_most, strict=True)
             ]
             latency.add_metric(
-                [reason], [*counts, ("+Inf", float(len(values)))], sum_value=sum(values)
+                [reason], [*buckets, ("+Inf", float(counts.count))], gsum_value=counts.total
             )
         yield latency
 

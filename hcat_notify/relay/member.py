@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hcat_notify.errors import HcatNotifyError, InvalidInputError
@@ -121,12 +121,15 @@ class Membership:
         """Whether the owned set changed since last asked (without clearing it)."""
         return self._changed.is_set()
 
-    def lose(self, buckets: set[int]) -> None:
-        """The publisher's progress write found these buckets owned by another member."""
+    def lose(self, fenced: Mapping[int, int]) -> None:
+        """A fenced write found these buckets (bucket: the epoch it wrote at) no longer
+        this member's at that epoch. A bucket read since at a newer epoch is kept: the
+        write was stale, not the ownership."""
         with self._lock:
-            for bucket in buckets:
-                gone = self._owned.pop(bucket, None)
-                if gone is not None:
+            for bucket, epoch in fenced.items():
+                held = self._owned.get(bucket)
+                if held is not None and held.epoch <= epoch:
+                    gone = self._owned.pop(bucket)
                     logger.warning(
                         "relay bucket lost bucket=%d member=%s epoch=%d (fenced: owned by "
                         "another member now)",
@@ -280,6 +283,13 @@ class Membership:
         if self._controller is None or now >= self._controller.renew_at:
             info = self._catalog.group.info()
             if info.controller_alive and info.controller_id != self.member_id:
+                if self._controller is not None:
+                    logger.warning(
+                        "relay controller lost member=%s epoch=%d: %s controls the group now",
+                        self.member_id,
+                        self._controller.epoch,
+                        info.controller_id,
+                    )
                 self._controller = None
                 return
             epoch = self._catalog.group.claim_controller(self.member_id, ttl)

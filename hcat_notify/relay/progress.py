@@ -57,7 +57,7 @@ class ProgressWriter:
         self,
         catalog: Catalog,
         member_id: str,
-        on_lost: Callable[[set[int]], None],
+        on_lost: Callable[[Mapping[int, int]], None],
         *,
         linger: float = 0.05,
         max_events: int = 500,
@@ -155,7 +155,7 @@ class ProgressWriter:
                 continue
             delay = 0.05
             if lost:
-                self._on_lost(lost)
+                self._on_lost({bucket: batch[bucket].epoch for bucket in lost})
             with self._lock:
                 self._writing = False
                 self._writing_events = 0

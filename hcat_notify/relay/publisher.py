@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -383,7 +383,7 @@ class Relay:
 
     # -- ownership ----------------------------------------------------------------------
 
-    def _lost(self, buckets: set[int]) -> None:
+    def _lost(self, buckets: Mapping[int, int]) -> None:
         self.stats.buckets_lost += len(buckets)
         self._member.lose(buckets)
 

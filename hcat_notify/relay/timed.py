@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from hcat_notify.errors import HcatNotifyError
@@ -54,7 +54,7 @@ class TimedPass:
         catalog: Catalog,
         member: Membership,
         interval: float,
-        on_lost: Callable[[set[int]], None],
+        on_lost: Callable[[Mapping[int, int]], None],
     ) -> None:
         self._catalog = catalog
         self._member = member
@@ -103,7 +103,7 @@ class TimedPass:
                     list(result.late),
                 )
             if result.lost:
-                self._on_lost(set(result.lost))
+                self._on_lost({bucket: buckets[bucket] for bucket in result.lost})
             if not result.more:
                 break
         return written

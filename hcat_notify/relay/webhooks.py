@@ -90,6 +90,7 @@ class _Lane:
 class _Outcome:
     lane: _Lane | None  # the lane as it stands now (None: drop it)
     bucket: int = -1
+    epoch: int = 0  # the lane's epoch (what a lost bucket was fenced at)
     lost: bool = False  # the bucket is another member's
     changed: bool = False  # the webhook changed (replay, retry, pause, remove): reload it
 
@@ -112,7 +113,7 @@ class WebhookDelivery:
         member: Membership,
         settings: Settings,
         config: RelayConfig,
-        on_lost: Callable[[set[int]], None],
+        on_lost: Callable[[Mapping[int, int]], None],
         *,
         poster: Poster | None = None,
     ) -> None:
@@ -300,7 +301,7 @@ class WebhookDelivery:
 
     def _settle(self) -> None:
         """Take in the outcomes of the jobs that finished."""
-        lost: set[int] = set()
+        lost: dict[int, int] = {}
         for key, future in list(self._running.items()):
             if not future.done():
                 continue
@@ -313,7 +314,7 @@ class WebhookDelivery:
             with self._lock:
                 current = self._lanes.get(key)
                 if outcome.lost:
-                    lost.add(outcome.bucket)
+                    lost[outcome.bucket] = max(outcome.epoch, lost.get(outcome.bucket, 0))
                 if outcome.changed:  # read it again next pass
                     self._targets.pop(key[0], None)
                     for other in [k for k in self._lanes if k[0] == key[0]]:
@@ -341,7 +342,7 @@ class WebhookDelivery:
     def _deliver(self, target: WebhookTarget, lane: _Lane) -> _Outcome:
         """Send the lane's next batch; record how far it got."""
         if not self._still_owned(lane):
-            return _Outcome(None, lane.bucket, lost=True)
+            return _Outcome(None, lane.bucket, lane.epoch, lost=True)
         batch = self._config.webhook_batch
         read = self._catalog.webhooks.topic_events(
             lane.topic, after_event_id=lane.cursor, through=lane.head, limit=batch
@@ -433,7 +434,9 @@ class WebhookDelivery:
             lane.epoch,
             "bucket lost" if fence == "lost" else "webhook changed",
         )
-        return _Outcome(None, lane.bucket, lost=fence == "lost", changed=fence == "changed")
+        return _Outcome(
+            None, lane.bucket, lane.epoch, lost=fence == "lost", changed=fence == "changed"
+        )
 
     def _gone(
         self, target: WebhookTarget, lane: _Lane, failure: PostResult, through: int

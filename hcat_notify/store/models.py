@@ -199,7 +199,26 @@ class SetStateRow(Base):
     on the set). Times are seconds since the epoch by the database's clock."""
 
     __tablename__ = "hcat_set_states"
-    __table_args__ = (Index("ix_hcat_set_states_bucket_due", "bucket", "due_at"),)
+    __table_args__ = (
+        Index("ix_hcat_set_states_bucket_due", "bucket", "due_at"),
+        # the sets not done (/metrics), few among the years of sets done
+        Index(
+            "ix_hcat_set_states_not_done",
+            "table_id",
+            "last_change_at",
+            sqlite_where=text("state <> 'done'"),
+            postgresql_where=text("state <> 'done'"),
+        ),
+        # the sets done lately, with what the done latency needs (/metrics)
+        Index(
+            "ix_hcat_set_states_done_at",
+            "done_at",
+            "done_reason",
+            "last_change_at",
+            sqlite_where=text("state = 'done'"),
+            postgresql_where=text("state = 'done'"),
+        ),
+    )
 
     table_id: Mapped[int] = mapped_column(
         ForeignKey("hcat_tables.id", ondelete="CASCADE"), primary_key=True

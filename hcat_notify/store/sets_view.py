@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -167,8 +167,8 @@ class Sets:
         with self._transaction(write=True) as tx:
             return set_timed.evaluate_due(tx, member, buckets, now=now, limit=limit)
 
-    def figures(self) -> SetFigures:
-        """Sets late, parts missing and done latencies of the tables with a rule (for
-        ``/metrics``)."""
+    def figures(self, latency_bounds: Sequence[float] = ()) -> SetFigures:
+        """Sets late, parts missing and done latencies (counted at ``latency_bounds``)
+        of the tables with a rule (for ``/metrics``)."""
         with self._transaction() as tx:
-            return set_figures(tx)
+            return set_figures(tx, latency_bounds)

@@ -81,7 +81,9 @@ def test_a_batch_whose_bucket_was_lost_before_its_commit_is_withdrawn(
     batch = joined.pipeline.read()
     pipeline = joined.pipeline
     assert pipeline.write(batch)
-    joined.membership.lose({events[0].bucket})  # another member took it meanwhile
+    bucket = events[0].bucket
+    epoch = joined.membership.owned()[bucket].epoch
+    joined.membership.lose({bucket: epoch})  # another member took it meanwhile
     assert not pipeline.committable(batch)
     result = pipeline.withdraw(batch)
     assert result.broken_at == events[0].event_id

@@ -76,7 +76,7 @@ def test_a_newer_epoch_replaces_what_is_queued_and_fenced_buckets_are_reported()
     finally:
         progress.close()
     assert group.writes == [{4: BucketProgress(2, 2, {"hcat.db.b": 2})}]
-    assert lost == [{4}]
+    assert lost == [{4: 2}]  # fenced at the epoch it wrote with
 
 
 def test_close_writes_what_is_queued() -> None:

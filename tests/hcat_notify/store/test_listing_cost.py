@@ -15,56 +15,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, event, insert, select, text
-from sqlalchemy.pool import Pool
+from sqlalchemy import Engine, create_engine, event, select, text
 
 from hcat_notify.cli import main
 from hcat_notify.store import Catalog, NewPartition
 from hcat_notify.store import paging as paging_module
 from hcat_notify.store.models import OutboxRow, TableRow, TopicProgressRow
+from tests.fixtures.catalog_rows import bulk_insert as _bulk
+from tests.fixtures.sqlite_work import sqlite_work as _work
 
 SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 POSTGRES = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 FLAT = 1.5  # the issue's bound: at most 1.5 x the work at the small size
-
-
-@contextlib.contextmanager
-def _vm_steps() -> Iterator[list[int]]:
-    """Count SQLite virtual-machine steps (in hundreds) on every pooled connection."""
-    steps = [0]
-
-    def tick() -> int:
-        steps[0] += 1
-        return 0
-
-    def checkout(dbapi_connection: Any, *_: Any) -> None:
-        dbapi_connection.set_progress_handler(tick, 100)
-
-    def checkin(dbapi_connection: Any, *_: Any) -> None:
-        dbapi_connection.set_progress_handler(None, 0)
-
-    event.listen(Pool, "checkout", checkout)
-    event.listen(Pool, "checkin", checkin)
-    try:
-        yield steps
-    finally:
-        event.remove(Pool, "checkout", checkout)
-        event.remove(Pool, "checkin", checkin)
-
-
-def _work(operation: Callable[[], object]) -> int:
-    with _vm_steps() as steps:
-        operation()
-    return steps[0]
-
-
-def _bulk(db_url: str, model: type, rows: list[dict[str, Any]]) -> None:
-    engine = create_engine(db_url)
-    try:
-        with engine.begin() as connection:
-            connection.execute(insert(model.__table__), rows)  # type: ignore[attr-defined]
-    finally:
-        engine.dispose()
 
 
 def _more_tables(catalog: Catalog, db_url: str, db: str, count: int) -> None:

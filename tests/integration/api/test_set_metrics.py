@@ -28,8 +28,8 @@ def test_metrics_count_late_sets_missing_parts_and_done_latency(
     assert _value(text, f'hcat_notify_set_missing_parts{{table="{name}"}}') == 3
     # two sets done now, by the writes that completed them (the first done, then the
     # one of generation 2): no wait after their last part
-    rule = 'hcat_notify_set_done_latency_seconds_count{reason="rule"}'
-    changed = 'hcat_notify_set_done_latency_seconds_count{reason="changed"}'
+    rule = 'hcat_notify_set_done_latency_seconds_gcount{reason="rule"}'
+    changed = 'hcat_notify_set_done_latency_seconds_gcount{reason="changed"}'
     assert _value(text, rule) >= 1
     assert _value(text, changed) >= 1
     assert _value(text, 'hcat_notify_set_done_latency_seconds_bucket{le="0.0",reason="rule"}') >= 1
