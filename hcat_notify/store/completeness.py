@@ -17,12 +17,13 @@ verdicts that need a clock (:func:`due_verdicts`): quiet periods and deadlines.
 from __future__ import annotations
 
 import enum
-import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol, cast
+from typing import NamedTuple, Protocol, cast
 
 from sqlalchemy import (
+    Connection,
+    Dialect,
     Table,
     select,
     update,
@@ -33,29 +34,36 @@ from hcat_notify.model.completeness import (
     OnDeadline,
     SetRule,
     SetState,
-    deadline_at,
-    expected_parts,
 )
 from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.set_events import SetVerdict, build_set_event
 from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.store.driver import Statement, first_rows
 from hcat_notify.store.models import SetStateRow, TableRow
 from hcat_notify.store.outbox import add_outbox_rows
 from hcat_notify.store.records import TableInfo, info_of
 from hcat_notify.store.retention import add_mark_set_done
-from hcat_notify.store.set_assess import Assessment, assess, paths_under
+from hcat_notify.store.set_assess import Assessment, assess, expected_of
+from hcat_notify.store.set_counts import (
+    Change,
+    adopt,
+    count_present,
+    keep_counts,
+    lock_state,
+)
 from hcat_notify.store.set_rules import current_rule
 from hcat_notify.store.set_sql import (
-    count_under,
-    insert_state,
-    move_counts,
-    state_query,
+    Moved,
+    create_statement,
+    move_statement,
+    moved,
     under_params,
 )
 from hcat_notify.store.tx import Tx
 
 __all__ = [
+    "count_ahead",
     "due_verdicts",
     "lock_state",
     "mark_set_done",
@@ -74,11 +82,14 @@ _PENDING = "completeness"
 _DONES = "completeness.dones"
 """The key of :attr:`Tx.pending` listing the MARK_SET_DONE events rules wrote."""
 
+_AHEAD = "completeness.ahead"
+"""The key of :attr:`Tx.pending` of the sets :func:`count_ahead` counted: by (table,
+set path), the rule version, the changes counted and the row as the counting write
+left it (None: no current row, nothing counted)."""
+
 _STATES = cast(Table, SetStateRow.__table__)
 
-Change = tuple[str, int]
-"""A change under a set: the part (its path below the set) and what it did to the
-set's partitions: +1 added, -1 dropped, 0 changed in place (append, overwrite)."""
+_DONE = SetState.DONE.value  # read on every write: an enum member's value costs more
 
 
 def set_of(rule: SetRule, spec: PartitionSpec) -> PartitionSpec:
@@ -113,7 +124,11 @@ def _take_touched(tx: Tx, name: TableName, rule: SetRule, spec: PartitionSpec) -
     depth = len(rule.set_keys)
     taken = [(_below(item, depth), delta) for item, delta in noted if set_of(rule, item) == spec]
     touched[name] = [(item, delta) for item, delta in noted if set_of(rule, item) != spec]
-    return taken
+    ahead = tx.pending.get(_AHEAD)
+    if not ahead:
+        return taken
+    # the set's row, loaded afresh under its lock, has the changes counted ahead
+    return _not_counted(ahead, name, spec.to_path(), None, taken)[0]
 
 
 def _loaded_row(tx: Tx, name: TableName) -> TableRow:
@@ -148,13 +163,28 @@ def _settle(tx: Tx) -> None:
             continue
         rule, version = found
         clock: float | None = None
+        connection = tx.session.connection()
+        ruled = _Ruled(tx, connection, row, rule, version)
+        countable = _countable(rule) and connection.dialect.update_returning
+        ahead = tx.pending.get(_AHEAD)
         for prefix, (first, changes) in _by_set(touched[name], len(rule.set_keys)):
-            moved = _settle_moved(tx, row, rule, version, first, prefix, changes)
-            if isinstance(moved, list):
+            counted: Moved | _Unmoved | None = None
+            if ahead:
+                changes, counted = _not_counted(ahead, name, prefix, version, changes)
+            if countable and (changes or counted is None):
+                # one counting write, unless count_ahead made it and nothing is left
+                canonical = _canonical(rule, first, prefix)
+                statement = _move(connection.dialect, row.id, rule, version, canonical, changes)
+                counted = moved(first_rows(connection, [statement])[0])
+                counted = _Unmoved.NO_CURRENT_ROW if counted is None else counted
+            if counted is _Unmoved.NO_CURRENT_ROW and countable and _untimed(rule):
+                counted = _create(ruled, first, prefix, changes)
+            if isinstance(counted, Moved):
+                _judge_moved(ruled, first, prefix, counted)
                 continue
             clock = tx.clock() if clock is None else clock
             spec = set_of(rule, first)
-            likely_new = moved is _Unmoved.NO_CURRENT_ROW
+            likely_new = counted is _Unmoved.NO_CURRENT_ROW
             settle_set(tx, row, rule, version, spec, clock, changes=changes, likely_new=likely_new)
 
 
@@ -178,137 +208,12 @@ def _by_set(
     return sorted(sets.items())
 
 
-def lock_state(
-    tx: Tx,
-    row: TableRow,
-    rule: SetRule,
-    version: int,
-    spec: PartitionSpec,
-    clock: float,
-    *,
-    likely_new: bool = False,
-) -> tuple[SetStateRow, bool]:
-    """The state row of the set ``spec``, locked until ``tx`` ends (PostgreSQL), created
-    (generation 1, open) if it has none yet: ``SELECT … FOR UPDATE``, and only when there
-    is no row, ``INSERT … ON CONFLICT DO NOTHING`` and the ``SELECT`` again (``likely_new``:
-    the ``INSERT`` first, then the ``SELECT``). Also whether this transaction created it
-    (its counts are still to be made)."""
-    canonical = spec.canonical()
-    query = state_query(tx.dialect)
-    keys = {"b_table": row.id, "b_set": canonical}
-    if not likely_new:
-        found = tx.session.execute(query, keys).scalar_one_or_none()
-        if found is not None:  # the usual case: one statement
-            return found, False
-    created = tx.session.execute(
-        insert_state(tx.dialect),
-        {
-            "table_id": row.id,
-            "set_spec": canonical,
-            "bucket": tx.bucket_of(info_of(row).topic),
-            "generation": 1,
-            "state": SetState.OPEN.value,
-            "rule_version": version,
-            "first_part_at": clock,
-            "last_change_at": clock,
-            "late_emitted": False,
-            "deadline_at": deadline_at(rule, spec, clock),
-            "part_count": 0,
-        },
-    )
-    # A writer that created it meanwhile has committed (the insert waited for it): the
-    # lock is taken on its row, whose counts that writer made.
-    return tx.session.execute(query, keys).scalar_one(), bool(created.rowcount)  # type: ignore[attr-defined]
-
-
-@functools.lru_cache(maxsize=64)
-def _expected(rule: SetRule) -> frozenset[str] | None:
-    """The parts (paths below the set) ``rule`` expects, for membership; None: the rule
-    names none."""
-    parts = expected_parts(rule)
-    return None if parts is None else frozenset(parts)
-
-
-def _count(state: SetStateRow, rule: SetRule, spec: PartitionSpec, present: Sequence[str]) -> None:
-    """Set the row's counts from the set's partitions ``present`` (full paths)."""
-    expected = _expected(rule)
-    state.part_count = len(present)
-    if expected is None:
-        state.expected_present = None
-    else:
-        start = len(spec.to_path()) + 1
-        state.expected_present = sum(1 for path in present if path[start:] in expected)
-
-
-def _count_afresh(
-    tx: Tx,
-    table_id: int,
-    rule: SetRule,
-    spec: PartitionSpec,
-    state: SetStateRow,
-    changes: Sequence[Change],
-) -> None:
-    """Set the row's counts from the set's partitions, this transaction's included.
-    When its ``changes`` are all additions of distinct parts and the set holds exactly
-    that many partitions, those are all it holds (each is there): the counts follow from
-    the changes and one ``count(*)``, without reading the partitions (a new set that one
-    write fills, as a commit does)."""
-    prefix = spec.to_path() + "/"
-    parts = {part for part, _ in changes}
-    if changes and len(parts) == len(changes) and all(delta == 1 for _, delta in changes):
-        present = tx.session.execute(
-            count_under(tx.dialect), under_params(tx.dialect, table_id, prefix)
-        ).scalar_one()
-        if present == len(parts):
-            expected = _expected(rule)
-            state.part_count = present
-            state.expected_present = None if expected is None else len(parts & expected)
-            return
-    _count(state, rule, spec, paths_under(tx, table_id, prefix))
-
-
-def _adopt(rule: SetRule, version: int, spec: PartitionSpec, state: SetStateRow) -> None:
-    """Judge the set by the rule of ``version`` from now on (its deadline follows)."""
-    state.rule_version = version
-    state.deadline_at = deadline_at(rule, spec, state.first_part_at)
-
-
-def _keep_counts(
-    tx: Tx,
-    table_id: int,
-    rule: SetRule,
-    version: int,
-    spec: PartitionSpec,
-    state: SetStateRow,
-    *,
-    created: bool,
-    changes: Sequence[Change],
-) -> None:
-    """Bring the locked row's counts up to this transaction: its ``changes`` moved them;
-    a row just created, counted under another rule version or never counted is counted
-    afresh (one read of the set's partitions, this transaction's included). Exact under
-    racing writers: each moves them under the row's lock, and a count reads only what
-    committed before the lock was taken (or this transaction wrote)."""
-    expected = _expected(rule)
-    stale = state.rule_version != version
-    if stale:
-        _adopt(rule, version, spec, state)
-    if created or stale or (expected is not None and state.expected_present is None):
-        _count_afresh(tx, table_id, rule, spec, state, changes)
-        return
-    if not changes:
-        return
-    state.part_count += sum(delta for _, delta in changes)
-    if expected is not None and state.expected_present is not None:
-        state.expected_present += sum(delta for part, delta in changes if part in expected)
-
-
 def _complete(
     tx: Tx, table_id: int, rule: SetRule, spec: PartitionSpec, state: SetStateRow
 ) -> tuple[bool, Assessment | None]:
     """Whether the set is complete, by its row's counts; a rule whose expected parts are
     another set's (``like_previous``) reads the partitions (the assessment, then)."""
-    expected = _expected(rule)
+    expected = expected_of(rule)
     if expected is not None:
         return bool(expected) and state.expected_present == len(expected), None
     if rule.min_partitions is not None:
@@ -318,7 +223,7 @@ def _complete(
 
 
 def _record_done(state: SetStateRow, event_id: int, reason: DoneReason, clock: float) -> None:
-    state.state = SetState.DONE.value
+    state.state = _DONE
     state.done_at = clock
     state.done_reason = reason.value
     state.done_event_id = event_id
@@ -425,7 +330,7 @@ def _deadline_pending(state: _Times) -> bool:
 
 def _next_due(rule: SetRule, state: _Times, complete: bool) -> float | None:
     """When the timed pass must look at the set next (None: only a change can move it)."""
-    if state.state == SetState.DONE.value:
+    if state.state == _DONE:
         return None
     times: list[float] = []
     if complete and rule.quiet_seconds and state.last_change_at is not None:
@@ -452,8 +357,8 @@ def settle_set(
     period), or a ``SET_REOPENED`` when a done set is no longer complete. The event ids
     written. ``likely_new``: the set probably has no row yet (:func:`lock_state`)."""
     state, created = lock_state(tx, row, rule, version, spec, clock, likely_new=likely_new)
-    _keep_counts(tx, row.id, rule, version, spec, state, created=created, changes=changes or ())
-    was_done = state.state == SetState.DONE.value
+    keep_counts(tx, row.id, rule, version, spec, state, created=created, changes=changes or ())
+    was_done = state.state == _DONE
     if changes is not None:
         state.last_change_at = clock
         if was_done:
@@ -461,7 +366,7 @@ def settle_set(
             state.state = SetState.OPEN.value
     complete, found = _complete(tx, row.id, rule, spec, state)
     written: list[int] = []
-    if state.state != SetState.DONE.value:
+    if state.state != _DONE:
         if complete and not rule.quiet_seconds:
             written.append(_write_done(tx, row, spec, state, _done_reason(state), clock))
         elif not complete and was_done:
@@ -493,10 +398,10 @@ def mark_set_done(
     clock = tx.clock()
     state, created = lock_state(tx, row, rule, version, ordered, clock)
     changes = _take_touched(tx, info.name, rule, ordered)
-    _keep_counts(tx, row.id, rule, version, ordered, state, created=created, changes=changes)
+    keep_counts(tx, row.id, rule, version, ordered, state, created=created, changes=changes)
     if changes:
         state.last_change_at = clock
-        if state.state == SetState.DONE.value:
+        if state.state == _DONE:
             state.generation += 1
     event_id, recorded = add_mark_set_done(
         tx, row, info, canonical, generation=state.generation, reason=DoneReason.WRITER.value
@@ -535,11 +440,11 @@ def due_verdicts(
     spec = PartitionSpec.parse(state.set_spec).for_table(keys, partial=True)
     dones: list[int] = []
     lates: list[int] = []
-    if state.state != SetState.DONE.value:
+    if state.state != _DONE:
         if state.rule_version != version:
-            _adopt(rule, version, spec, state)
+            adopt(rule, version, spec, state)
         found = assess(tx, row.id, rule, spec)
-        _count(state, rule, spec, found.present)  # read anyway, under the lock
+        count_present(state, rule, spec, found.present)  # read anyway, under the lock
         quiet_until = (state.last_change_at or clock) + (rule.quiet_seconds or 0)
         if found.complete and quiet_until <= clock:
             dones.append(_write_done(tx, row, spec, state, _done_reason(state), clock))
@@ -557,69 +462,176 @@ def due_verdicts(
 
 
 class _Unmoved(enum.Enum):
-    """Why :func:`_settle_moved` did not settle a set."""
+    """Why a counting write did not count a set's changes."""
 
-    NOT_TRIED = "not tried"
     NO_CURRENT_ROW = "no current row"  # none yet (usually), done, or another version
+    THERE = "there"  # the set's row is there now, to be locked and judged
 
 
-def _settle_moved(
-    tx: Tx,
-    row: TableRow,
+def _countable(rule: SetRule) -> bool:
+    """Whether a set's verdict follows from its row's counts, moved by one counting
+    ``UPDATE … RETURNING`` (not for a rule whose expected parts are another set's)."""
+    return expected_of(rule) is not None or rule.min_partitions is not None
+
+
+def _canonical(rule: SetRule, first: PartitionSpec, prefix: str) -> str:
+    """The canonical form (keys sorted) of the set whose path is ``prefix`` (``first``,
+    a partition of it): with one key, its path."""
+    return prefix if len(rule.set_keys) == 1 else set_of(rule, first).canonical()
+
+
+def _move(
+    dialect: Dialect,
+    table_id: int,
     rule: SetRule,
     version: int,
-    first: PartitionSpec,
-    prefix: str,
+    set_spec: str,
     changes: Sequence[Change],
-) -> list[int] | _Unmoved:
-    """Settle a set (``prefix``, its path; ``first``, a partition of it) whose row is
-    current with one counting ``UPDATE … RETURNING`` (and a second write only when its
-    verdict or due time changes); the events written, or why not (a rule whose expected
-    parts are another set's; no row yet, done, counted under another version):
-    :func:`settle_set` then does it all."""
-    expected = _expected(rule)
-    if expected is None and rule.min_partitions is None:
-        return _Unmoved.NOT_TRIED
-    connection = tx.session.connection()
-    if not connection.dialect.update_returning:
-        return _Unmoved.NOT_TRIED
-    # one key: the set's path is its canonical form (keys sorted)
-    canonical = prefix if len(rule.set_keys) == 1 else set_of(rule, first).canonical()
+) -> Statement:
+    """The counting write of ``changes`` under the set ``set_spec`` (canonical)."""
+    expected = expected_of(rule)
     values: dict[str, object] = {
-        "b_table": row.id,
-        "b_set": canonical,
+        "b_table": table_id,
+        "b_set": set_spec,
         "b_version": version,
         "b_added": sum(delta for _, delta in changes),
     }
     if expected is not None:
         values["b_expected"] = sum(delta for part, delta in changes if part in expected)
-    moved = move_counts(connection, expected is not None, values)
-    if moved is None:
-        return _Unmoved.NO_CURRENT_ROW
+    return move_statement(dialect, expected is not None, values)
+
+
+class _Ruled(NamedTuple):
+    """A table whose touched sets a transaction settles: the transaction, its
+    connection, the table's row, its rule in force and the rule's version."""
+
+    tx: Tx
+    connection: Connection
+    row: TableRow
+    rule: SetRule
+    version: int
+
+
+def _untimed(rule: SetRule) -> bool:
+    """Whether a set of ``rule`` has no time of its own (no deadline, no quiet period)."""
+    return rule.deadline is None and rule.deadline_after is None and not rule.quiet_seconds
+
+
+def _create(
+    ruled: _Ruled, first: PartitionSpec, prefix: str, changes: Sequence[Change]
+) -> Moved | _Unmoved:
+    """A new set's row (``prefix``, its path; ``ruled``: a rule without times and its
+    version), created and counted in one statement; it as created, or ``THERE`` when it
+    was there already or must be counted afresh (a set that held partitions before this
+    write: left to :func:`settle_set`)."""
+    tx, connection, row, rule, version = ruled
+    expected = expected_of(rule)
+    parts = {part for part, _ in changes}
+    only_added = len(parts) == len(changes) and all(delta == 1 for _, delta in changes)
+    values: dict[str, object] = {
+        "b_set": _canonical(rule, first, prefix),
+        "b_bucket": tx.bucket_of(info_of(row).topic),
+        "b_version": version,
+        "b_added": len(parts) if only_added and parts else -1,
+        "b_expected": 0 if expected is None else len(parts & expected),
+        **under_params(connection.dialect.name, row.id, prefix + "/"),
+    }
+    statement = create_statement(connection.dialect, expected is not None, values)
+    created = moved(first_rows(connection, [statement])[0])
+    if created is None or (expected is not None and created.expected_present is None):
+        return _Unmoved.THERE  # counted afresh, under its lock
+    return created
+
+
+def count_ahead(
+    tx: Tx,
+    row: TableRow,
+    name: TableName,
+    specs: Sequence[PartitionSpec],
+    along: Statement | None = None,
+) -> object:
+    """Count now, on their sets' rows, the new partitions ``specs`` (full specs) that
+    ``tx`` adds to the table ``name`` (``row``), with ``along`` (a driver statement: the
+    write's own check) in the same round trip where the driver pipelines (PostgreSQL);
+    ``along``'s first row (None without it). Each counting write also locks its set's
+    row; the sets are judged when ``tx`` commits, as every touched set (:func:`touch`),
+    without counting these partitions again. For a transaction that adds partitions
+    and nothing else (``partitions add``): a set's done must follow the write's
+    ADD_PARTITION events, and a done by hand in it would count them again."""
+    found = current_rule(row)
+    connection = tx.session.connection()
+    sets: list[tuple[str, list[Change]]] = []
+    statements = [] if along is None else [along]
+    if found is not None and _countable(found[0]) and connection.dialect.update_returning:
+        rule, version = found
+        for prefix, (first, changes) in _by_set([(s, 1) for s in specs], len(rule.set_keys)):
+            sets.append((prefix, changes))
+            canonical = _canonical(rule, first, prefix)
+            statements.append(_move(connection.dialect, row.id, rule, version, canonical, changes))
+    tx.session.flush()
+    rows = first_rows(connection, statements)
+    if sets:
+        ahead = tx.pending.setdefault(_AHEAD, {})
+        for (prefix, changes), counted in zip(sets, rows[len(rows) - len(sets) :], strict=True):
+            ahead[(name, prefix)] = (version, changes, moved(counted))
+    return None if along is None else rows[0]
+
+
+_Ahead = dict[tuple[TableName, str], tuple[int, list[Change], Moved | None]]
+"""What :func:`count_ahead` counted (under :data:`_AHEAD`)."""
+
+
+def _not_counted(
+    ahead: _Ahead, name: TableName, prefix: str, version: int | None, changes: list[Change]
+) -> tuple[list[Change], Moved | _Unmoved | None]:
+    """``changes`` under a set less those :func:`count_ahead` counted (taken from
+    ``ahead``), and the row as its counting write left it (``NO_CURRENT_ROW``: it counted
+    nothing; None: it did not try; ``version``: only under this rule version)."""
+    counted = ahead.pop((name, prefix), None)
+    if counted is None or version not in (None, counted[0]):
+        return changes, None
+    if counted[2] is None:
+        return changes, _Unmoved.NO_CURRENT_ROW
+    if changes == counted[1]:
+        return [], counted[2]
+    rest = list(changes)
+    for change in counted[1]:
+        if change in rest:
+            rest.remove(change)
+    return rest, counted[2]
+
+
+def _judge_moved(ruled: _Ruled, first: PartitionSpec, prefix: str, counted: Moved) -> list[int]:
+    """The verdict on a set by its row as the counting write left it (locked; ``ruled``:
+    the rule and its version): its done when complete (without a quiet period), else its
+    due time kept; the events written."""
+    tx, connection, row, rule, version = ruled
+    expected = expected_of(rule)
     if expected is not None:
-        complete = bool(expected) and moved.expected_present == len(expected)
+        complete = bool(expected) and counted.expected_present == len(expected)
     else:
-        complete = rule.min_partitions is not None and moved.part_count >= rule.min_partitions
+        complete = rule.min_partitions is not None and counted.part_count >= rule.min_partitions
+    canonical = _canonical(rule, first, prefix)
     if complete and not rule.quiet_seconds:  # the row is locked: Core statements
-        reason = DoneReason.RULE if moved.generation == 1 else DoneReason.CHANGED
+        reason = DoneReason.RULE if counted.generation == 1 else DoneReason.CHANGED
         spec = set_of(rule, first)
         event_id = _add_done(
-            tx, row, spec, generation=moved.generation, reason=reason, rule_version=version
+            tx, row, spec, generation=counted.generation, reason=reason, rule_version=version
         )
         connection.execute(
             update(_STATES)
             .where(_STATES.c.table_id == row.id, _STATES.c.set_spec == canonical)
             .values(
-                state=SetState.DONE.value,
-                done_at=moved.last_change_at,
+                state=_DONE,
+                done_at=counted.last_change_at,
                 done_reason=reason.value,
                 done_event_id=event_id,
                 due_at=None,
             )
         )
         return [event_id]
-    due = _next_due(rule, moved, complete)
-    if due != moved.due_at:
+    due = _next_due(rule, counted, complete)
+    if due != counted.due_at:
         connection.execute(
             update(_STATES)
             .where(_STATES.c.table_id == row.id, _STATES.c.set_spec == canonical)
@@ -637,7 +649,7 @@ def reevaluate(tx: Tx, row: TableRow, limit: Sequence[str] | None = None) -> lis
     rule, version = found
     keys = info_of(row).partition_keys
     query = select(SetStateRow.set_spec).where(
-        SetStateRow.table_id == row.id, SetStateRow.state != SetState.DONE.value
+        SetStateRow.table_id == row.id, SetStateRow.state != _DONE
     )
     if limit is not None:
         query = query.where(SetStateRow.set_spec.in_(list(limit)))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import insert, select
+from sqlalchemy import ARRAY, Select, String, any_, bindparam, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from hcat_notify.errors import InvalidInputError, PartitionExistsError
@@ -13,7 +13,9 @@ from hcat_notify.model.changes import AnnounceMode, PartitionChange, announce_mo
 from hcat_notify.model.events import EventType
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.wire import PartitionDetails
+from hcat_notify.store import completeness
 from hcat_notify.store.announce import announce_partitions
+from hcat_notify.store.driver import compiled, pipelines
 from hcat_notify.store.models import PartitionRow, TableRow
 from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
 from hcat_notify.store.tables import EXTERNAL_TABLE, info_of
@@ -184,6 +186,28 @@ def insert_partitions(
     return inserted
 
 
+def _registered_check(dialect: str) -> Select[str]:
+    """The first of some paths (``b_paths``, an array) that a table (``b_table``) has
+    registered: PostgreSQL, for the driver."""
+    del dialect  # one form
+    return select(func.min(PartitionRow.path_spec)).where(
+        PartitionRow.table_id == bindparam("b_table"),
+        PartitionRow.path_spec == any_(bindparam("b_paths", type_=ARRAY(String))),
+    )
+
+
+def _registered_counting(
+    tx: Tx, row: TableRow, info: TableInfo, specs: Sequence[PartitionSpec], paths: list[str]
+) -> str | None:
+    """The first of ``paths`` that the table has registered already, checked in one
+    round trip with the counting writes of the new partitions ``specs`` on their sets'
+    rows (:func:`completeness.count_ahead`; PostgreSQL)."""
+    dialect = tx.session.connection().dialect
+    check = compiled(dialect, _registered_check).bind({"b_table": row.id, "b_paths": paths})
+    found = completeness.count_ahead(tx, row, info.name, specs, check)
+    return None if found is None else cast(tuple[str | None], found)[0]
+
+
 def add_partitions(
     tx: Tx,
     row: TableRow,
@@ -192,16 +216,24 @@ def add_partitions(
     job_id: str | None = None,
     mode: AnnounceMode | None = None,
     outside_warehouse: bool = False,
+    count_ahead: bool = False,
 ) -> list[PartitionInfo]:
-    """Register new partitions and their ADD_PARTITION events (see the Catalog method)."""
+    """Register new partitions and their ADD_PARTITION events (see the Catalog method).
+    ``count_ahead``: the transaction does nothing else, so its sets may be counted
+    with the check that none is registered (:func:`completeness.count_ahead`), where the
+    driver sends them together."""
     info = info_of(row)
     specs = [info.spec(item.spec, partial=False) for item in partitions]
     paths = unique_paths(specs)
-    existing = tx.session.scalars(
-        select(PartitionRow.path_spec).where(
-            PartitionRow.table_id == row.id, PartitionRow.path_spec.in_(paths)
-        )
-    ).first()
+    if count_ahead and info.rule_version is not None and pipelines(tx.session.get_bind().dialect):
+        # the sets' counting writes go with the check: no round trip of their own
+        existing = _registered_counting(tx, row, info, specs, paths)
+    else:
+        existing = tx.session.scalars(
+            select(PartitionRow.path_spec).where(
+                PartitionRow.table_id == row.id, PartitionRow.path_spec.in_(paths)
+            )
+        ).first()
     if existing is not None:
         raise PartitionExistsError(f"partition {existing} of {info.name} is already registered")
     return insert_partitions(

@@ -52,7 +52,9 @@ class Partitions:
             return []
         with self._transaction(write=True) as tx:
             row = tx.table_row(name, share=True)
-            return partition_ops.add_partitions(tx, row, new, job_id=job_id, mode=announce)
+            return partition_ops.add_partitions(
+                tx, row, new, job_id=job_id, mode=announce, count_ahead=True
+            )
 
     def register(
         self,

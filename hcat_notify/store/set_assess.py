@@ -3,6 +3,7 @@ what is missing (the reports, the timed pass, a set counted afresh; docs/complet
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, select
@@ -12,7 +13,31 @@ from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.store.models import PartitionRow
 from hcat_notify.store.tx import Tx
 
-__all__ = ["Assessment", "assess", "paths_under"]
+__all__ = ["Assessment", "assess", "expected_of", "paths_under"]
+
+
+@functools.lru_cache(maxsize=64)
+def _expected(rule: SetRule) -> frozenset[str] | None:
+    parts = expected_parts(rule)
+    return None if parts is None else frozenset(parts)
+
+
+_BY_IDENTITY: dict[int, tuple[SetRule, frozenset[str] | None]] = {}
+""":func:`expected_of` by the rule object (the catalog hands out one object per stored
+rule): found without hashing the rule, several times on every write with a rule."""
+
+
+def expected_of(rule: SetRule) -> frozenset[str] | None:
+    """The parts (paths below the set) ``rule`` expects, for membership; None: the rule
+    names none."""
+    known = _BY_IDENTITY.get(id(rule))
+    if known is not None and known[0] is rule:
+        return known[1]
+    if len(_BY_IDENTITY) >= 256:
+        _BY_IDENTITY.clear()
+    expected = _expected(rule)
+    _BY_IDENTITY[id(rule)] = (rule, expected)
+    return expected
 
 
 @dataclass(frozen=True)

@@ -6,36 +6,47 @@ creation and the count of a set's partitions."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Any, cast
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import (
-    Connection,
     Dialect,
     Insert,
     Select,
     Table,
     Update,
     bindparam,
+    case,
     func,
     literal_column,
+    null,
     select,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.model.completeness import SetState
+from hcat_notify.store.driver import Statement, compiled
 from hcat_notify.store.models import PartitionRow, SetStateRow
 from hcat_notify.store.tx import clock_sql
 
-__all__ = ["Moved", "count_under", "insert_state", "move_counts", "state_query", "under_params"]
+__all__ = [
+    "Moved",
+    "count_under",
+    "create_statement",
+    "insert_state",
+    "move_statement",
+    "moved",
+    "state_query",
+    "under_params",
+]
 
 _STATES = cast(Table, SetStateRow.__table__)
 
 
-@dataclass(frozen=True)
-class Moved:
-    """A set's row as the counting ``UPDATE … RETURNING`` left it."""
+class Moved(NamedTuple):
+    """A set's row as the counting ``UPDATE … RETURNING`` left it (a tuple: made on
+    every write to a table with a rule)."""
 
     state: str
     late_emitted: bool
@@ -48,7 +59,7 @@ class Moved:
     generation: int
 
 
-_MOVED = tuple(Moved.__dataclass_fields__)
+_MOVED = Moved._fields
 
 
 @functools.cache
@@ -72,34 +83,62 @@ def _move_statement(dialect: str, parts: bool) -> Update:
     return update(table).where(*where).values(values).returning(*(table.c[n] for n in _MOVED))
 
 
-_MOVE_SQL: dict[tuple[str, str, bool], tuple[str, tuple[str, ...] | None]] = {}
-"""The counting write compiled for a driver: its SQL, and the order of its parameters
-(None: named). Run on the driver's cursor: SQLAlchemy's steps (cache key, parameters,
-result) cost more than the statement itself."""
+@functools.cache
+def _create_statement(dialect: str, parts: bool) -> Insert:
+    """A new set's row, counted in the same statement, unless there is one: open,
+    generation 1, its first part now (the database's clock), no deadline; its
+    ``part_count`` the partitions under it (``b_table`` and :func:`under_params`'s);
+    with ``parts``, ``expected_present`` is ``b_expected`` when the set holds exactly
+    ``b_added`` partitions (all this write's: the expected ones among them are known),
+    else NULL (counted afresh)."""
+    table = _STATES
+    present = count_under(dialect).scalar_subquery()
+    now = clock_sql(dialect)
+    values: dict[str, Any] = {
+        "table_id": bindparam("b_table"),
+        "set_spec": bindparam("b_set"),
+        "bucket": bindparam("b_bucket"),
+        "generation": 1,
+        "state": SetState.OPEN.value,
+        "rule_version": bindparam("b_version"),
+        "first_part_at": now,
+        "last_change_at": now,
+        "late_emitted": False,
+        "part_count": present,
+    }
+    if parts:
+        values["expected_present"] = case(
+            (present == bindparam("b_added"), bindparam("b_expected")), else_=null()
+        )
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return (
+        insert(table)
+        .values(values)
+        .on_conflict_do_nothing(index_elements=["table_id", "set_spec"])
+        .returning(*(table.c[n] for n in _MOVED))
+    )
 
 
-def _move_sql(dialect: Dialect, parts: bool) -> tuple[str, tuple[str, ...] | None]:
-    key = (dialect.name, dialect.paramstyle, parts)
-    found = _MOVE_SQL.get(key)
-    if found is None:
-        compiled = _move_statement(dialect.name, parts).compile(dialect=dialect)
-        order = tuple(compiled.positiontup or ()) if compiled.positional else None
-        found = _MOVE_SQL[key] = (compiled.string, order)
-    return found
+def create_statement(dialect: Dialect, parts: bool, values: Mapping[str, object]) -> Statement:
+    """The creation of a new set's row with its counts (:func:`_create_statement`), as
+    ``dialect``'s driver takes it: ``b_table``, ``b_set``, ``b_bucket``, ``b_version``,
+    :func:`under_params`' and, with ``parts``, ``b_added`` and ``b_expected``. Its row
+    (:func:`moved`) is None when the set had one already."""
+    return compiled(dialect, _create_statement, parts).bind(values)
 
 
-def move_counts(connection: Connection, parts: bool, values: dict[str, object]) -> Moved | None:
-    """Run the counting write (``values``: ``b_table``, ``b_set``, ``b_version``,
-    ``b_added`` and, with ``parts``, ``b_expected``); the row it left, or None (no
-    current row: none, done, or counted under another version)."""
-    sql, order = _move_sql(connection.dialect, parts)
-    cursor = connection.connection.cursor()
-    try:
-        cursor.execute(sql, values if order is None else tuple(values[n] for n in order))
-        found = cursor.fetchone()
-    finally:
-        cursor.close()
-    return None if found is None else Moved(*found)
+def move_statement(dialect: Dialect, parts: bool, values: Mapping[str, object]) -> Statement:
+    """The counting write as ``dialect``'s driver takes it (``values``: ``b_table``,
+    ``b_set``, ``b_version``, ``b_added`` and, with ``parts``, ``b_expected``), for
+    :func:`~hcat_notify.store.driver.first_rows`: run on the driver's cursor, since
+    SQLAlchemy's steps (cache key, parameters, result) cost more than the statement."""
+    return compiled(dialect, _move_statement, parts).bind(values)
+
+
+def moved(found: Sequence[Any] | None) -> Moved | None:
+    """The counting write's row (its first row), or None (no current row: none, done,
+    or counted under another version)."""
+    return None if found is None else Moved._make(found)
 
 
 @functools.cache

@@ -98,7 +98,8 @@ def test_racing_writers_of_the_last_two_parts_end_with_exactly_one_done(
             with engine.connect() as holder:
                 if held:
                     # Hold the set's lock so that both writers are surely in flight at
-                    # once: each has inserted its part and waits for the set.
+                    # once: each waits for the set (partitions add counts its set ahead,
+                    # in the round trip of its check, before it inserts its part).
                     holder.execute(
                         text("SELECT * FROM hcat_set_states WHERE set_spec = :spec FOR UPDATE"),
                         {"spec": spec},
