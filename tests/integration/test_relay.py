@@ -210,7 +210,8 @@ def test_a_batch_whose_bucket_was_lost_before_its_commit_is_withdrawn(
 
     def fenced_after_first(self, batch):
         if relays[0].stats.batches == 1:  # the second batch: another member took the bucket
-            relays[0].membership.lose({bucket})
+            member = relays[0].membership
+            member.lose({bucket: member.owned()[bucket].epoch})
         return committable(self, batch)
 
     monkeypatch.setattr(Pipeline, "committable", fenced_after_first)
