@@ -104,6 +104,7 @@ class WebhookDelivery:
         self._targets_read_at = 0.0  # 0: read them at the next pass
         self._scan = 0  # every event of the owned buckets up to here was looked at
         self._fresh = True  # new events may be waiting (the publisher read some)
+        self._poked = False  # a webhook may have changed (a commit, a notification)
         self._more = False  # the last look stopped short of the end
         self._looked_at = 0.0  # monotonic time of the last look
         self._lock = threading.Lock()
@@ -156,6 +157,12 @@ class WebhookDelivery:
         self._fresh = True
         self._loop.wake()
 
+    def poke(self) -> None:
+        """The catalog may have changed (a webhook added, resumed, paused...): compare
+        the webhooks' stamps now rather than at the next interval."""
+        self._poked = True
+        self._loop.wake()
+
     def parked(self) -> list[tuple[int, str]]:
         """The (webhook id, topic) lanes parked here now."""
         with self._lock:
@@ -168,8 +175,11 @@ class WebhookDelivery:
         self._settle_record()
         self._record_pending()
         now = time.monotonic()
-        if self._targets_read_at == 0.0 or (
-            now - self._targets_read_at >= self._config.webhook_interval and self._stale()
+        poked, self._poked = self._poked, False
+        if (
+            self._targets_read_at == 0.0
+            or (now - self._targets_read_at >= self._config.webhook_interval and self._stale())
+            or (poked and not (self._fresh and self._sender.latest) and self._changed_stamps())
         ):
             self._targets_read_at = now
             self._sender.latest = {t.info.id: t for t in self._catalog.webhooks.targets()}
@@ -187,6 +197,13 @@ class WebhookDelivery:
             self._more = self._discover()
         self._dispatch()
         return self._more
+
+    def _changed_stamps(self) -> bool:
+        """Whether the active webhooks' stamps differ from what was read last (a page
+        read now would tell as much, but one is read only when events may be waiting;
+        and none is read while no webhook is active)."""
+        latest = self._sender.latest
+        return self._catalog.webhooks.stamps() != {hook: t.stamp for hook, t in latest.items()}
 
     def _stale(self) -> bool:
         """Whether the webhooks as read last may be out of date in a way the pages' stamps
