@@ -99,8 +99,14 @@ class WebhookDelivery:
         self._running: dict[tuple[int, str], Future[dict[tuple[int, str], Outcome]]] = {}
         self._buffers = LaneBuffers()
         self._pending: dict[tuple[int, str], LanePosition] = {}  # 2xx not recorded yet
+        # per lane, the events of each 2xx not recorded yet, oldest first: at most a
+        # batch, so that a failover sends at most a batch of a topic again
+        self._unrecorded: dict[tuple[int, str], list[int]] = {}
         self._recorder: ThreadPoolExecutor | None = None
-        self._recording: tuple[list[LanePosition], Future[list[str]]] | None = None
+        # the record under way: its items, and how many 2xx of each lane they cover
+        self._recording: (
+            tuple[list[LanePosition], Future[list[str]], dict[tuple[int, str], int]] | None
+        ) = None
         self._targets_read_at = 0.0  # 0: read them at the next pass
         self._scan = 0  # every event of the owned buckets up to here was looked at
         self._fresh = True  # new events may be waiting (the publisher read some)
@@ -338,9 +344,6 @@ class WebhookDelivery:
             jobs_of.setdefault(key[0], set()).add(id(running_job))
         running = {hook: len(jobs) for hook, jobs in jobs_of.items()}
         jobs = sum(running.values())
-        unrecorded = set(self._pending)
-        if self._recording is not None:
-            unrecorded.update((item.webhook_id, item.topic) for item in self._recording[0])
         with self._lock:
             found: list[Lane] = []
             for key in list(self._waiting):
@@ -350,7 +353,7 @@ class WebhookDelivery:
                 elif (
                     lane.retry_at <= now
                     and key not in self._running
-                    and key not in unrecorded  # one batch unrecorded per lane at most
+                    and self._room(key) > 0  # a batch's events unrecorded per lane at most
                 ):
                     found.append(lane)
             ready = sorted(found, key=lambda lane: lane.cursor)  # the longest waiting first
@@ -374,7 +377,8 @@ class WebhookDelivery:
             running[lane.webhook_id] = running.get(lane.webhook_id, 0) + 1
             jobs += 1
             group = self._group(target, lane, ready_of[lane.webhook_id], taken)
-            future = self._pool.submit(self._sender.deliver_group, target, group)
+            room = self._room((lane.webhook_id, lane.topic))
+            future = self._pool.submit(self._sender.deliver_group, target, group, room)
             for member_lane, _ in group:
                 key = (member_lane.webhook_id, member_lane.topic)
                 taken.add(key)
@@ -389,7 +393,7 @@ class WebhookDelivery:
         then carries several topics. Each with the events the pass holds for it (and how
         far their delivery reaches), or None: the job reads its events."""
         batch = self._config.webhook_batch
-        held = self._batch_of(lane, batch)
+        held = self._batch_of(lane, self._room((lane.webhook_id, lane.topic)))
         group = [(lane, held)]
         if held is None or target.info.format is not WebhookFormat.CLOUDEVENTS:
             return group
@@ -400,7 +404,7 @@ class WebhookDelivery:
             key = (other.webhook_id, other.topic)
             if other is lane or key in taken:
                 continue
-            more = self._batch_of(other, room)
+            more = self._batch_of(other, min(room, self._room(key)))
             if more is not None and more[0]:
                 group.append((other, more))
                 room -= len(more[0])
@@ -436,6 +440,7 @@ class WebhookDelivery:
                     self._buffers.trim(key, outcome.lane.cursor)
                     if outcome.delivered is not None:
                         self._pending[key] = outcome.delivered
+                        self._unrecorded.setdefault(key, []).append(outcome.sent)
         if lost:
             self._sender.stats.fenced += len(lost)
             self._on_lost(lost)
@@ -443,8 +448,8 @@ class WebhookDelivery:
     def _record_pending(self) -> None:
         """Record the 2xx received since the last record, in one transaction, in the
         recorder's thread (the pass goes on meanwhile; those received while it writes
-        go in the next). A lane sends nothing more until its 2xx is recorded: a failover
-        repeats at most a batch of it."""
+        go in the next). A lane sends more while its 2xx are not recorded only up to a
+        batch of events in all (:meth:`_room`): a failover repeats at most a batch of it."""
         if self._recording is not None or not self._pending or self._recorder is None:
             return
         items = list(self._pending.values())
@@ -452,14 +457,14 @@ class WebhookDelivery:
         future = self._recorder.submit(
             self._catalog.webhooks.record_delivered_many, self._member.member_id, items
         )
-        self._recording = (items, future)
+        self._recording = (items, future, self._covering(items))
         future.add_done_callback(lambda _f: self._loop.wake())
 
     def _settle_record(self, *, wait: bool = False) -> None:
         """Take in the record under way once it is done (``wait``: wait for it)."""
         if self._recording is None:
             return
-        items, future = self._recording
+        items, future, covered = self._recording
         if not wait and not future.done():
             return
         self._recording = None
@@ -470,6 +475,7 @@ class WebhookDelivery:
             for item in items:
                 self._pending.setdefault((item.webhook_id, item.topic), item)
             return
+        self._recorded(covered)
         self._take_fences(items, fences)
 
     def _flush(self) -> None:
@@ -478,8 +484,31 @@ class WebhookDelivery:
         if self._pending:
             items = list(self._pending.values())
             self._pending.clear()
+            covered = self._covering(items)
             fences = self._catalog.webhooks.record_delivered_many(self._member.member_id, items)
+            self._recorded(covered)
             self._take_fences(items, fences)
+
+    def _room(self, key: tuple[int, str]) -> int:
+        """How many events a lane may send now: a batch, less those of its 2xx not
+        recorded yet (its next request needs no wait for the record of the last)."""
+        return self._config.webhook_batch - sum(self._unrecorded.get(key, ()))
+
+    def _covering(self, items: list[LanePosition]) -> dict[tuple[int, str], int]:
+        """How many 2xx of each lane a record of ``items`` covers (each item is its
+        lane's latest 2xx: every one before it)."""
+        keys = {(item.webhook_id, item.topic) for item in items}
+        return {key: len(self._unrecorded.get(key, ())) for key in keys}
+
+    def _recorded(self, covered: dict[tuple[int, str], int]) -> None:
+        """A record is written (or fenced: the lanes are read again): its 2xx no longer
+        count against their lanes' room."""
+        for key, count in covered.items():
+            rest = self._unrecorded.get(key, [])[count:]
+            if rest:
+                self._unrecorded[key] = rest
+            else:
+                self._unrecorded.pop(key, None)
 
     def _take_fences(self, items: list[LanePosition], fences: list[str]) -> None:
         """Drop what the fence of a record refused (a lost bucket, a changed webhook)."""
