@@ -41,7 +41,6 @@ from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.change_feed import OutboxWaiter, PostgresNotifyWaiter, outbox_waiter
 from hcat_notify.store.group import MemberReport
 from hcat_notify.store.records import OutboxEvent
-from hcat_notify.store.tx import OUTBOX_CHANNEL, WEBHOOKS_CHANNEL
 
 __all__ = ["Relay", "RelayStats", "default_member_id"]
 
@@ -321,8 +320,7 @@ class Relay:
             BrokerCredentialsError: the broker refused the login (not retried).
         """
         self._join()
-        # new events, and changes of webhooks (on SQLite any commit wakes it)
-        waiter = outbox_waiter(self._settings.database_url, (OUTBOX_CHANNEL, WEBHOOKS_CHANNEL))
+        waiter = outbox_waiter(self._settings.database_url)
         backoff = Backoff(self._config.backoff_initial, self._config.backoff_max)
         try:
             while not self.stopping:
@@ -376,7 +374,6 @@ class Relay:
                 return
             # Short slices so that stop() and ownership changes are honoured promptly.
             if waiter.wait(min(remaining, 0.05)):
-                self._webhooks.poke()  # a webhook may have changed: its pass looks now
                 return
 
     def _ids_in_flight(self) -> bool:

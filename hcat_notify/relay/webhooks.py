@@ -40,8 +40,10 @@ from hcat_notify.relay.webhook_buffers import Held, LaneBuffers
 from hcat_notify.relay.webhook_http import Poster
 from hcat_notify.relay.webhook_jobs import Lane, LaneSender, Outcome, WebhookStats
 from hcat_notify.store.catalog import Catalog
+from hcat_notify.store.change_feed import outbox_waiter
 from hcat_notify.store.group import Ownership
 from hcat_notify.store.records import OutboxEvent
+from hcat_notify.store.tx import OUTBOX_CHANNEL, WEBHOOKS_CHANNEL
 from hcat_notify.store.webhooks import LanePosition, WebhookTarget, WebhookTopic
 
 __all__ = ["WebhookDelivery", "WebhookStats"]
@@ -55,6 +57,9 @@ TROUBLED_FOR = 60.0
 """Seconds a webhook counts as failing after its last failed request: one request at a
 time probes it then, as before its first 2xx (a healthy one may have half the pool)."""
 DISCOVERY_PAGES = 5
+WATCH_SLICE = 0.25  # seconds of each wait of the watcher (how soon it sees a stop)
+IDLE_WATCH_GAP = 0.05
+DRAIN = 1000  # at most this many signals taken at once (a failing waiter answers True)
 """Pages of the owned buckets read per pass (then the pass runs again at once)."""
 
 
@@ -110,10 +115,12 @@ class WebhookDelivery:
         self._targets_read_at = 0.0  # 0: read them at the next pass
         self._scan = 0  # every event of the owned buckets up to here was looked at
         self._fresh = True  # new events may be waiting (the publisher read some)
-        self._poked = False  # a webhook may have changed (a commit, a notification)
+        self._poked = False  # a webhook may have changed (the watcher saw a commit)
         self._more = False  # the last look stopped short of the end
         self._looked_at = 0.0  # monotonic time of the last look
         self._lock = threading.Lock()
+        self._watching = threading.Event()  # set: the watcher stops
+        self._watcher: threading.Thread | None = None
 
     @property
     def stats(self) -> WebhookStats:
@@ -127,9 +134,43 @@ class WebhookDelivery:
 
     def start(self) -> None:
         self._loop.start()
+        self._watching.clear()
+        self._watcher = threading.Thread(
+            target=self._watch,
+            name=f"hcat-relay-webhooks-watch-{self._member.member_id}",
+            daemon=True,
+        )
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        """Wake the pass when the catalog may have changed (new events, a webhook's
+        change), whatever the publisher is doing."""
+        waiter = outbox_waiter(
+            self._catalog.settings.database_url, (OUTBOX_CHANNEL, WEBHOOKS_CHANNEL)
+        )
+        try:
+            while not self._watching.is_set():
+                if not waiter.wait(WATCH_SLICE):
+                    continue
+                for _ in range(DRAIN):  # the changes that came meanwhile: one wake
+                    if not waiter.wait(0):
+                        break
+                self._fresh = True
+                self._poked = True
+                self._loop.wake()
+                if not self._sender.latest:
+                    # no webhook active: a commit costs a look at the webhooks' rows, at
+                    # most IDLE_WATCH_GAP apart (a catalog busy with writes, no webhooks)
+                    self._watching.wait(IDLE_WATCH_GAP)
+        finally:
+            waiter.close()
 
     def stop(self) -> None:
         """Stop: the requests under way finish (their progress is recorded)."""
+        self._watching.set()
+        if self._watcher is not None:
+            self._watcher.join(5)
+            self._watcher = None
         self._loop.stop()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
@@ -161,12 +202,6 @@ class WebhookDelivery:
     def wake(self) -> None:
         """New events are in the outbox: look now rather than at the next interval."""
         self._fresh = True
-        self._loop.wake()
-
-    def poke(self) -> None:
-        """The catalog may have changed (a webhook added, resumed, paused...): compare
-        the webhooks' stamps now rather than at the next interval."""
-        self._poked = True
         self._loop.wake()
 
     def parked(self) -> list[tuple[int, str]]:
