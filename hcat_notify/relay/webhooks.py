@@ -57,7 +57,7 @@ TROUBLED_FOR = 60.0
 """Seconds a webhook counts as failing after its last failed request: one request at a
 time probes it then, as before its first 2xx (a healthy one may have half the pool)."""
 DISCOVERY_PAGES = 5
-WATCH_SLICE = 0.25  # seconds of each wait of the watcher (how soon it sees a stop)
+WATCH_SLICE = 0.05  # seconds of each wait of the watcher (how soon it sees a stop)
 IDLE_WATCH_GAP = 0.05
 DRAIN = 1000  # at most this many signals taken at once (a failing waiter answers True)
 """Pages of the owned buckets read per pass (then the pass runs again at once)."""
