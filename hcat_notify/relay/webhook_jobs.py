@@ -67,6 +67,7 @@ class Outcome:
     lost: bool = False  # the bucket is another member's
     changed: bool = False  # the webhook changed (replay, retry, pause, remove): reload it
     delivered: LanePosition | None = None  # a 2xx whose progress the pass records
+    sent: int = 0  # the events it carries (what a failover may send again)
 
 
 class LaneSender:
@@ -132,14 +133,15 @@ class LaneSender:
         self,
         target: WebhookTarget,
         group: list[tuple[Lane, Held | None]],
+        limit: int,
     ) -> dict[tuple[int, str], Outcome]:
-        """A job: one lane (:meth:`_deliver`), or several in one CloudEvents batch."""
+        """A job: one lane (:meth:`_deliver`, at most ``limit`` events), or several in
+        one CloudEvents batch (the events the pass holds)."""
         if len(group) == 1:
             lane, held = group[0]
-            batch = self._config.webhook_batch
-            return {(lane.webhook_id, lane.topic): self.deliver(target, lane, held, batch)}
+            return {(lane.webhook_id, lane.topic): self.deliver(target, lane, held, limit)}
         found: dict[tuple[int, str], Outcome] = {}
-        live: list[tuple[Lane, int]] = []
+        live: list[tuple[Lane, int, int]] = []
         carried: list[OutboxEvent] = []
         for lane, held in group:
             assert held is not None  # only lanes whose events the pass holds are grouped
@@ -150,14 +152,14 @@ class LaneSender:
                 continue
             wanted, through = held
             carried += wanted
-            live.append((lane, through))
+            live.append((lane, through, len(wanted)))
         if not live:
             return found
         carried.sort(key=lambda event: event.event_id)
         signed = self.signed(target)
         if signed is None:
             found.update(
-                {(lane.webhook_id, lane.topic): Outcome(None, changed=True) for lane, _ in live}
+                {(lane.webhook_id, lane.topic): Outcome(None, changed=True) for lane, *_ in live}
             )
             return found
         (request,) = requests_for(signed, carried, source=self._settings.event_source)
@@ -168,10 +170,10 @@ class LaneSender:
             self.stats.delivered += request.events
             self.answered.add(target.info.id)
         gone = None
-        for lane, through in live:
+        for lane, through, count in live:
             key = (lane.webhook_id, lane.topic)
             if result.ok:
-                found[key] = self.delivered(target, lane, through)
+                found[key] = self.delivered(target, lane, through, count)
             elif result.status == 410:
                 gone = gone or self.gone(target, lane, result, lane.cursor)
                 found[key] = gone
@@ -179,8 +181,9 @@ class LaneSender:
                 found[key] = self.record(target, lane, lane.cursor, result)
         return found
 
-    def delivered(self, target: WebhookTarget, lane: Lane, through: int) -> Outcome:
-        """A 2xx through ``through``: the lane moves on; the pass records it."""
+    def delivered(self, target: WebhookTarget, lane: Lane, through: int, sent: int) -> Outcome:
+        """A 2xx through ``through`` (``sent`` events): the lane moves on; the pass
+        records it."""
         if through <= lane.cursor:
             return Outcome(lane)
         info = target.info
@@ -189,6 +192,7 @@ class LaneSender:
             delivered=LanePosition(
                 info.id, info.version, lane.topic, lane.bucket, lane.epoch, through
             ),
+            sent=sent,
         )
 
     def deliver(self, target: WebhookTarget, lane: Lane, held: Held | None, batch: int) -> Outcome:
@@ -231,7 +235,7 @@ class LaneSender:
             self.answered.add(target.info.id)
             delivered_through = request.last_event_id
         if failure is None:  # the events between that it does not want too
-            return self.delivered(target, lane, last_read)
+            return self.delivered(target, lane, last_read, len(wanted))
         if failure.status == 410:
             return self.gone(target, lane, failure, delivered_through)
         return self.record(target, lane, delivered_through, failure)

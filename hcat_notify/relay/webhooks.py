@@ -40,8 +40,10 @@ from hcat_notify.relay.webhook_buffers import Held, LaneBuffers
 from hcat_notify.relay.webhook_http import Poster
 from hcat_notify.relay.webhook_jobs import Lane, LaneSender, Outcome, WebhookStats
 from hcat_notify.store.catalog import Catalog
+from hcat_notify.store.change_feed import outbox_waiter
 from hcat_notify.store.group import Ownership
 from hcat_notify.store.records import OutboxEvent
+from hcat_notify.store.tx import OUTBOX_CHANNEL, WEBHOOKS_CHANNEL
 from hcat_notify.store.webhooks import LanePosition, WebhookTarget, WebhookTopic
 
 __all__ = ["WebhookDelivery", "WebhookStats"]
@@ -55,6 +57,9 @@ TROUBLED_FOR = 60.0
 """Seconds a webhook counts as failing after its last failed request: one request at a
 time probes it then, as before its first 2xx (a healthy one may have half the pool)."""
 DISCOVERY_PAGES = 5
+WATCH_SLICE = 0.05  # seconds of each wait of the watcher (how soon it sees a stop)
+IDLE_WATCH_GAP = 0.05
+DRAIN = 1000  # at most this many signals taken at once (a failing waiter answers True)
 """Pages of the owned buckets read per pass (then the pass runs again at once)."""
 
 
@@ -99,14 +104,23 @@ class WebhookDelivery:
         self._running: dict[tuple[int, str], Future[dict[tuple[int, str], Outcome]]] = {}
         self._buffers = LaneBuffers()
         self._pending: dict[tuple[int, str], LanePosition] = {}  # 2xx not recorded yet
+        # per lane, the events of each 2xx not recorded yet, oldest first: at most a
+        # batch, so that a failover sends at most a batch of a topic again
+        self._unrecorded: dict[tuple[int, str], list[int]] = {}
         self._recorder: ThreadPoolExecutor | None = None
-        self._recording: tuple[list[LanePosition], Future[list[str]]] | None = None
+        # the record under way: its items, and how many 2xx of each lane they cover
+        self._recording: (
+            tuple[list[LanePosition], Future[list[str]], dict[tuple[int, str], int]] | None
+        ) = None
         self._targets_read_at = 0.0  # 0: read them at the next pass
         self._scan = 0  # every event of the owned buckets up to here was looked at
         self._fresh = True  # new events may be waiting (the publisher read some)
+        self._poked = False  # a webhook may have changed (the watcher saw a commit)
         self._more = False  # the last look stopped short of the end
         self._looked_at = 0.0  # monotonic time of the last look
         self._lock = threading.Lock()
+        self._watching = threading.Event()  # set: the watcher stops
+        self._watcher: threading.Thread | None = None
 
     @property
     def stats(self) -> WebhookStats:
@@ -120,9 +134,43 @@ class WebhookDelivery:
 
     def start(self) -> None:
         self._loop.start()
+        self._watching.clear()
+        self._watcher = threading.Thread(
+            target=self._watch,
+            name=f"hcat-relay-webhooks-watch-{self._member.member_id}",
+            daemon=True,
+        )
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        """Wake the pass when the catalog may have changed (new events, a webhook's
+        change), whatever the publisher is doing."""
+        waiter = outbox_waiter(
+            self._catalog.settings.database_url, (OUTBOX_CHANNEL, WEBHOOKS_CHANNEL)
+        )
+        try:
+            while not self._watching.is_set():
+                if not waiter.wait(WATCH_SLICE):
+                    continue
+                for _ in range(DRAIN):  # the changes that came meanwhile: one wake
+                    if not waiter.wait(0):
+                        break
+                self._fresh = True
+                self._poked = True
+                self._loop.wake()
+                if not self._sender.latest:
+                    # no webhook active: a commit costs a look at the webhooks' rows, at
+                    # most IDLE_WATCH_GAP apart (a catalog busy with writes, no webhooks)
+                    self._watching.wait(IDLE_WATCH_GAP)
+        finally:
+            waiter.close()
 
     def stop(self) -> None:
         """Stop: the requests under way finish (their progress is recorded)."""
+        self._watching.set()
+        if self._watcher is not None:
+            self._watcher.join(5)
+            self._watcher = None
         self._loop.stop()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
@@ -168,8 +216,11 @@ class WebhookDelivery:
         self._settle_record()
         self._record_pending()
         now = time.monotonic()
-        if self._targets_read_at == 0.0 or (
-            now - self._targets_read_at >= self._config.webhook_interval and self._stale()
+        poked, self._poked = self._poked, False
+        if (
+            self._targets_read_at == 0.0
+            or (now - self._targets_read_at >= self._config.webhook_interval and self._stale())
+            or (poked and not (self._fresh and self._sender.latest) and self._changed_stamps())
         ):
             self._targets_read_at = now
             self._sender.latest = {t.info.id: t for t in self._catalog.webhooks.targets()}
@@ -187,6 +238,13 @@ class WebhookDelivery:
             self._more = self._discover()
         self._dispatch()
         return self._more
+
+    def _changed_stamps(self) -> bool:
+        """Whether the active webhooks' stamps differ from what was read last (a page
+        read now would tell as much, but one is read only when events may be waiting;
+        and none is read while no webhook is active)."""
+        latest = self._sender.latest
+        return self._catalog.webhooks.stamps() != {hook: t.stamp for hook, t in latest.items()}
 
     def _stale(self) -> bool:
         """Whether the webhooks as read last may be out of date in a way the pages' stamps
@@ -321,9 +379,6 @@ class WebhookDelivery:
             jobs_of.setdefault(key[0], set()).add(id(running_job))
         running = {hook: len(jobs) for hook, jobs in jobs_of.items()}
         jobs = sum(running.values())
-        unrecorded = set(self._pending)
-        if self._recording is not None:
-            unrecorded.update((item.webhook_id, item.topic) for item in self._recording[0])
         with self._lock:
             found: list[Lane] = []
             for key in list(self._waiting):
@@ -333,7 +388,7 @@ class WebhookDelivery:
                 elif (
                     lane.retry_at <= now
                     and key not in self._running
-                    and key not in unrecorded  # one batch unrecorded per lane at most
+                    and self._room(key) > 0  # a batch's events unrecorded per lane at most
                 ):
                     found.append(lane)
             ready = sorted(found, key=lambda lane: lane.cursor)  # the longest waiting first
@@ -357,7 +412,8 @@ class WebhookDelivery:
             running[lane.webhook_id] = running.get(lane.webhook_id, 0) + 1
             jobs += 1
             group = self._group(target, lane, ready_of[lane.webhook_id], taken)
-            future = self._pool.submit(self._sender.deliver_group, target, group)
+            room = self._room((lane.webhook_id, lane.topic))
+            future = self._pool.submit(self._sender.deliver_group, target, group, room)
             for member_lane, _ in group:
                 key = (member_lane.webhook_id, member_lane.topic)
                 taken.add(key)
@@ -372,7 +428,7 @@ class WebhookDelivery:
         then carries several topics. Each with the events the pass holds for it (and how
         far their delivery reaches), or None: the job reads its events."""
         batch = self._config.webhook_batch
-        held = self._batch_of(lane, batch)
+        held = self._batch_of(lane, self._room((lane.webhook_id, lane.topic)))
         group = [(lane, held)]
         if held is None or target.info.format is not WebhookFormat.CLOUDEVENTS:
             return group
@@ -383,7 +439,7 @@ class WebhookDelivery:
             key = (other.webhook_id, other.topic)
             if other is lane or key in taken:
                 continue
-            more = self._batch_of(other, room)
+            more = self._batch_of(other, min(room, self._room(key)))
             if more is not None and more[0]:
                 group.append((other, more))
                 room -= len(more[0])
@@ -419,6 +475,7 @@ class WebhookDelivery:
                     self._buffers.trim(key, outcome.lane.cursor)
                     if outcome.delivered is not None:
                         self._pending[key] = outcome.delivered
+                        self._unrecorded.setdefault(key, []).append(outcome.sent)
         if lost:
             self._sender.stats.fenced += len(lost)
             self._on_lost(lost)
@@ -426,8 +483,8 @@ class WebhookDelivery:
     def _record_pending(self) -> None:
         """Record the 2xx received since the last record, in one transaction, in the
         recorder's thread (the pass goes on meanwhile; those received while it writes
-        go in the next). A lane sends nothing more until its 2xx is recorded: a failover
-        repeats at most a batch of it."""
+        go in the next). A lane sends more while its 2xx are not recorded only up to a
+        batch of events in all (:meth:`_room`): a failover repeats at most a batch of it."""
         if self._recording is not None or not self._pending or self._recorder is None:
             return
         items = list(self._pending.values())
@@ -435,14 +492,14 @@ class WebhookDelivery:
         future = self._recorder.submit(
             self._catalog.webhooks.record_delivered_many, self._member.member_id, items
         )
-        self._recording = (items, future)
+        self._recording = (items, future, self._covering(items))
         future.add_done_callback(lambda _f: self._loop.wake())
 
     def _settle_record(self, *, wait: bool = False) -> None:
         """Take in the record under way once it is done (``wait``: wait for it)."""
         if self._recording is None:
             return
-        items, future = self._recording
+        items, future, covered = self._recording
         if not wait and not future.done():
             return
         self._recording = None
@@ -453,6 +510,7 @@ class WebhookDelivery:
             for item in items:
                 self._pending.setdefault((item.webhook_id, item.topic), item)
             return
+        self._recorded(covered)
         self._take_fences(items, fences)
 
     def _flush(self) -> None:
@@ -461,8 +519,31 @@ class WebhookDelivery:
         if self._pending:
             items = list(self._pending.values())
             self._pending.clear()
+            covered = self._covering(items)
             fences = self._catalog.webhooks.record_delivered_many(self._member.member_id, items)
+            self._recorded(covered)
             self._take_fences(items, fences)
+
+    def _room(self, key: tuple[int, str]) -> int:
+        """How many events a lane may send now: a batch, less those of its 2xx not
+        recorded yet (its next request needs no wait for the record of the last)."""
+        return self._config.webhook_batch - sum(self._unrecorded.get(key, ()))
+
+    def _covering(self, items: list[LanePosition]) -> dict[tuple[int, str], int]:
+        """How many 2xx of each lane a record of ``items`` covers (each item is its
+        lane's latest 2xx: every one before it)."""
+        keys = {(item.webhook_id, item.topic) for item in items}
+        return {key: len(self._unrecorded.get(key, ())) for key in keys}
+
+    def _recorded(self, covered: dict[tuple[int, str], int]) -> None:
+        """A record is written (or fenced: the lanes are read again): its 2xx no longer
+        count against their lanes' room."""
+        for key, count in covered.items():
+            rest = self._unrecorded.get(key, [])[count:]
+            if rest:
+                self._unrecorded[key] = rest
+            else:
+                self._unrecorded.pop(key, None)
 
     def _take_fences(self, items: list[LanePosition], fences: list[str]) -> None:
         """Drop what the fence of a record refused (a lost bucket, a changed webhook)."""

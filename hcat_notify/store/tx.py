@@ -32,13 +32,25 @@ from hcat_notify.store.event_ids import allocate_event_ids, visible_through
 from hcat_notify.store.models import OutboxRow, PartitionRow, TableRow
 from hcat_notify.store.records import TableDrop, table_dropped, table_not_found
 
-__all__ = ["OUTBOX_CHANNEL", "RELAY_CHANNEL", "Tx", "clock_sql", "transaction"]
+__all__ = [
+    "OUTBOX_CHANNEL",
+    "RELAY_CHANNEL",
+    "WEBHOOKS_CHANNEL",
+    "Tx",
+    "clock_sql",
+    "transaction",
+]
 
 OUTBOX_CHANNEL = "hcat_outbox"
 """PostgreSQL NOTIFY channel raised (at commit) by every transaction that adds events."""
 
 RELAY_CHANNEL = "hcat_relay"
 """PostgreSQL NOTIFY channel raised by changes of the relay group (buckets, controller)."""
+
+WEBHOOKS_CHANNEL = "hcat_webhooks"
+"""PostgreSQL NOTIFY channel raised by changes of webhooks (added, paused, resumed, removed,
+rotated, replayed, parked topics released, disabled): the relays' webhook passes look at
+once rather than at their interval."""
 
 _CLOCK = {
     "postgresql": "extract(epoch from clock_timestamp())",

@@ -26,7 +26,7 @@ from hcat_notify.model.events import EventType
 from hcat_notify.model.webhooks import TablePatterns, WebhookFormat, WebhookState
 from hcat_notify.store.models import OutboxRow, TableRow, WebhookProgressRow, WebhookRow
 from hcat_notify.store.progress import keep_bucket
-from hcat_notify.store.tx import Tx
+from hcat_notify.store.tx import WEBHOOKS_CHANNEL, Tx
 
 __all__ = [
     "DeliveryFailure",
@@ -238,6 +238,7 @@ def add(
     )
     tx.session.add(row)
     tx.session.flush()
+    tx.notify(WEBHOOKS_CHANNEL)
     return _info(row, now)
 
 
@@ -256,6 +257,7 @@ def set_state(tx: Tx, name: str, state: WebhookState) -> WebhookInfo:
     row.state = state.value
     row.disabled_reason = None
     tx.session.flush()
+    tx.notify(WEBHOOKS_CHANNEL)
     return _info(row, tx.clock())
 
 
@@ -263,6 +265,7 @@ def remove(tx: Tx, name: str) -> None:
     row = _row(tx, name)
     tx.session.execute(delete(WebhookProgressRow).where(WebhookProgressRow.webhook_id == row.id))
     tx.session.delete(row)
+    tx.notify(WEBHOOKS_CHANNEL)
 
 
 def rotate(tx: Tx, name: str, stored_secret: str, overlap: float) -> WebhookInfo:
@@ -272,6 +275,7 @@ def rotate(tx: Tx, name: str, stored_secret: str, overlap: float) -> WebhookInfo
     row.previous_secret, row.previous_until = row.secret, now + overlap
     row.secret = stored_secret
     tx.session.flush()
+    tx.notify(WEBHOOKS_CHANNEL)
     return _info(row, now)
 
 
@@ -282,6 +286,7 @@ def replay(tx: Tx, name: str, from_event: int) -> WebhookInfo:
     row.start_after = from_event - 1
     row.version += 1
     tx.session.flush()
+    tx.notify(WEBHOOKS_CHANNEL)
     return _info(row, tx.clock())
 
 
@@ -313,6 +318,7 @@ def release_parked(tx: Tx, name: str, topic: str | None, *, drop: bool) -> list[
         item.attempts = 0
     if parked:
         row.version += 1
+        tx.notify(WEBHOOKS_CHANNEL)
     tx.session.flush()
     return [item.topic for item in parked]
 
@@ -324,6 +330,8 @@ def disable(tx: Tx, webhook_id: int, version: int, reason: str) -> bool:
         .where(WebhookRow.id == webhook_id, WebhookRow.version == version)
         .values(state=WebhookState.DISABLED.value, disabled_reason=reason, version=version + 1)
     )
+    if changed.rowcount:  # type: ignore[attr-defined]
+        tx.notify(WEBHOOKS_CHANNEL)  # the group's other members stop too
     return bool(changed.rowcount)  # type: ignore[attr-defined]
 
 

@@ -170,6 +170,12 @@ class Webhooks:
         with self._transaction() as tx:
             return webhooks.targets(tx, tx.settings.webhook_key)
 
+    def stamps(self) -> dict[int, tuple[Any, ...]]:
+        """Each active webhook's stamp (:attr:`WebhookTarget.stamp`): a cheap look at
+        whether the webhooks changed since :meth:`targets` was read."""
+        with self._transaction() as tx:
+            return webhooks.stamps(tx)
+
     def page(
         self, in_buckets: Sequence[int], *, after_event_id: int, limit: int
     ) -> tuple[list[OutboxEvent], dict[int, tuple[Any, ...]]]:

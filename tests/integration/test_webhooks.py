@@ -28,7 +28,7 @@ from hcat_notify.model.topics import topic_bucket
 from hcat_notify.store import Catalog, TableInfo
 from tests.fixtures.webhook_receiver import Received, Receiver
 from tests.integration import test_relay_group as relay_group
-from tests.integration.delivery import CliProcess, run_cli
+from tests.integration.delivery import CliProcess, run_cli, running_relay
 from tests.integration.test_relay_group import (
     NOTICED,
     RELAY_ARGS,
@@ -373,3 +373,39 @@ def test_relay_once_delivers_to_the_webhooks_too(hook_settings: Settings, hook_c
         assert check_order(receiver, secret, expected, bound=0) == 0
     recorded = {t.topic: t.last_event_id for t in hook_catalog.webhooks.topics(f"once-{db}")}
     assert recorded == {f"hcat.{table}": ids[-1] for table, ids in expected.items()}
+
+
+def test_a_webhook_change_wakes_the_relay_at_once(hook_settings: Settings, hook_catalog: Catalog):
+    """A webhook resumed or added is delivered to at once, though the relay's pass would
+    not read the webhooks (nor the outbox) again for a minute: the change's commit wakes
+    it (PostgreSQL: NOTIFY on the webhooks' channel; SQLite: the file's data_version)."""
+    db = f"w{uuid.uuid4().hex[:8]}"
+    (table,) = _tables(hook_catalog, db, 1)
+    first = hook_catalog.outbox.last_event_id() + 1
+    with receivers(3) as (a, b, c), running_relay(hook_settings, webhook_interval=60.0):
+        hook_catalog.webhooks.add("wake-a", a.url, f"{db}.*", from_event=first)
+        hook_catalog.webhooks.add("wake-b", b.url, f"{db}.*", from_event=first)
+        hook_catalog.webhooks.pause("wake-b")
+        expected = write_events(hook_catalog, [table], 3)[str(table.name)]
+
+        def delivered(receiver: Receiver) -> list[int]:
+            return [event_id for r in receiver.ok() for _, event_id in events_of(r, [])]
+
+        # a's delivery recorded: the pass has read the webhooks (b paused) and the events
+        wait_until(
+            lambda: (
+                [t.last_event_id for t in hook_catalog.webhooks.topics("wake-a")] == [expected[-1]]
+            ),
+            30,
+            lambda: f"wake-a got {delivered(a)}",
+        )
+        for receiver, change in (
+            (b, lambda: hook_catalog.webhooks.resume("wake-b")),
+            (c, lambda: hook_catalog.webhooks.add("wake-c", c.url, f"{db}.*", from_event=first)),
+        ):
+            change()
+            wait_until(
+                lambda r=receiver: delivered(r) == expected,
+                10,  # the pass's interval is 60 s
+                lambda r=receiver: f"got {delivered(r)} of {expected}",
+            )
