@@ -31,32 +31,25 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _scale_dbs import catalog_urls, rss_bytes
+from _scale_dbs import catalog_urls
 from _scale_load import Loader
-from _scale_report import Series, at_most, chart, flat, report
+from _scale_main import backends_of, command_with_peak, growth_parser, growth_run, sizes_of
+from _scale_report import Series, at_most, flat, report
 from _support import (
     HOST,
     Broker,
-    drop_workdir,
-    footer,
     free_port,
     free_ports,
     load_text,
     log,
-    machine_line,
     make_settings,
-    parser,
     run_main,
-    stop_on_sigterm,
 )
 from sqlalchemy import text
 
@@ -173,25 +166,8 @@ def relay_once(settings: Settings) -> tuple[float, int]:
         HCAT_NOTIFY_BROKER_USER=settings.broker_user,
         HCAT_NOTIFY_BROKER_PASSWORD=settings.broker_password,
     )
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("hcat-notify")), "relay", "--once"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    peak = 0
-    while proc.poll() is None:
-        try:
-            peak = max(peak, rss_bytes(proc.pid))
-        except (OSError, RuntimeError):  # it just ended
-            break
-        time.sleep(0.02)
-    out = proc.communicate()[0]
-    if proc.returncode != 0:
-        raise RuntimeError(f"relay --once exited {proc.returncode}: {out[-800:]}")
-    return time.perf_counter() - started, peak
+    seconds, peak, _ = command_with_peak(["relay", "--once"], env)
+    return seconds, peak
 
 
 def unpublished(settings: Settings) -> int:
@@ -359,7 +335,7 @@ def run_backend(
 
 
 def main() -> None:
-    p = parser(__doc__.splitlines()[0])
+    p = growth_parser(__doc__, None)
     p.add_argument("--topics", type=int, help=f"(b): tables and topics (default {TOPICS:,})")
     p.add_argument("--topic-sizes", help="(a): comma-separated T, e.g. 1000,10000,100000")
     p.add_argument("--events", type=int, help=f"(a): events per run (default {EVENTS:,})")
@@ -370,57 +346,35 @@ def main() -> None:
         "of starting a private one",
     )
     p.add_argument("--parts", default="a,b", help="a (relay against topics), b (controller)")
-    p.add_argument("--backends", default="sqlite,postgresql", help="sqlite, postgresql or both")
-    p.add_argument("--postgresql-admin-url", help="a running PostgreSQL server's admin URL")
-    p.add_argument("--chart", type=Path, default=None, help="the PNG (default: next to the record)")
     args = p.parse_args()
-    steps = (
-        [int(s) for s in args.steps.split(",")]
-        if args.steps
-        else list(QUICK_STEPS if args.quick else STEPS)
-    )
+    steps = sizes_of(args.steps, args.quick, STEPS, QUICK_STEPS)
     topics = args.topics or (QUICK_TOPICS if args.quick else TOPICS)
-    topic_sizes = (
-        [int(float(s)) for s in args.topic_sizes.split(",")]
-        if args.topic_sizes
-        else list(QUICK_TOPIC_SIZES if args.quick else TOPIC_SIZES)
-    )
+    topic_sizes = sizes_of(args.topic_sizes, args.quick, TOPIC_SIZES, QUICK_TOPIC_SIZES)
     events = args.events or (QUICK_EVENTS if args.quick else EVENTS)
-    stop_on_sigterm()
-    print(f"# the relay group's controller{' (--quick)' if args.quick else ''}: {topics:,} topics")
-    print(f"# {machine_line()}")
-    workdir = Path(tempfile.mkdtemp(prefix="hcat-bench-relay-"))
     parts = {part.strip() for part in args.parts.split(",")}
-    broker = None if args.broker_url or "a" not in parts else Broker(workdir, *free_ports(2))
-    broker_url = args.broker_url or (broker.url if broker is not None else "")
-    panels = {}
-    try:
-        if broker is not None:
-            broker.start()
-        for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
-            if "a" in parts:
-                series = run_throughput(
-                    backend, workdir, topic_sizes, events, broker_url, args.postgresql_admin_url
-                )
-                title = f"{backend}: one relay against topics, {events:,} events"
-                report(title, series, [load_text()])
-                panels[f"relay against topics, {backend}"] = series
-            if "b" in parts:
-                series = run_backend(backend, workdir, steps, topics, args.postgresql_admin_url)
-                title = f"{backend}: the controller, {topics:,} topics, members {steps}"
-                report(title, series, [load_text()])
-                panels[f"relay controller, {backend}"] = series
-    finally:
-        if broker is not None:
-            broker.stop()
-        drop_workdir(workdir, keep=args.keep)
-    if panels:
-        where = args.chart or (
-            (args.results if not args.no_results else Path(tempfile.gettempdir()))
-            / "scale-relay.png"
-        )
-        chart(where, panels)
-    footer()
+    title = f"the relay group's controller: {topics:,} topics"
+    with growth_run(args, title, "relay") as (workdir, panels):
+        broker = None if args.broker_url or "a" not in parts else Broker(workdir, *free_ports(2))
+        broker_url = args.broker_url or (broker.url if broker is not None else "")
+        try:
+            if broker is not None:
+                broker.start()
+            for backend in backends_of(args):
+                if "a" in parts:
+                    series = run_throughput(
+                        backend, workdir, topic_sizes, events, broker_url, args.postgresql_admin_url
+                    )
+                    title = f"{backend}: one relay against topics, {events:,} events"
+                    report(title, series, [load_text()])
+                    panels[f"relay against topics, {backend}"] = series
+                if "b" in parts:
+                    series = run_backend(backend, workdir, steps, topics, args.postgresql_admin_url)
+                    title = f"{backend}: the controller, {topics:,} topics, members {steps}"
+                    report(title, series, [load_text()])
+                    panels[f"relay controller, {backend}"] = series
+        finally:
+            if broker is not None:
+                broker.stop()
 
 
 if __name__ == "__main__":

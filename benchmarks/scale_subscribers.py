@@ -22,25 +22,20 @@ import contextlib
 import io
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 from _scale_dbs import catalog_urls
-from _scale_report import Series, chart, flat, report
+from _scale_main import backends_of, growth_parser, growth_run, sizes_of
+from _scale_report import Series, flat, report
 from _support import (
     HOST,
     bulk_dones,
-    drop_workdir,
-    footer,
     free_port,
     load_text,
     log,
-    machine_line,
     make_settings,
-    parser,
     run_main,
-    stop_on_sigterm,
 )
 
 from hcat_notify.cli import main as cli_main
@@ -147,38 +142,17 @@ def run_backend(
 
 
 def main() -> None:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--sizes", help="comma-separated S, e.g. 10,100,1000")
-    p.add_argument("--backends", default="sqlite,postgresql", help="sqlite, postgresql or both")
-    p.add_argument("--postgresql-admin-url", help="a running PostgreSQL server's admin URL")
+    p = growth_parser(__doc__, "comma-separated S, e.g. 10,100,1000")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--chart", type=Path, default=None, help="the PNG (default: next to the record)")
     args = p.parse_args()
-    sizes = (
-        [int(s) for s in args.sizes.split(",")]
-        if args.sizes
-        else list(QUICK_SIZES if args.quick else SIZES)
-    )
+    sizes = sizes_of(args.sizes, args.quick, SIZES, QUICK_SIZES)
     rounds = 1 if args.quick and args.rounds == 3 else args.rounds
-    stop_on_sigterm()
-    print(f"# how durable subscribers grow{' (--quick)' if args.quick else ''}: {rounds} rounds")
-    print(f"# {machine_line()}")
-    workdir = Path(tempfile.mkdtemp(prefix="hcat-bench-subscribers-"))
-    panels = {}
-    try:
-        for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+    title = f"how durable subscribers grow: {rounds} rounds"
+    with growth_run(args, title, "subscribers") as (workdir, panels):
+        for backend in backends_of(args):
             series = run_backend(backend, workdir, sizes, rounds, args.postgresql_admin_url)
             report(f"{backend}: how durable subscribers grow, S = {sizes}", series, [load_text()])
             panels[f"durable subscribers, {backend}"] = series
-    finally:
-        drop_workdir(workdir, keep=args.keep)
-    if panels:
-        where = args.chart or (
-            (args.results if not args.no_results else Path(tempfile.gettempdir()))
-            / "scale-subscribers.png"
-        )
-        chart(where, panels)
-    footer()
 
 
 if __name__ == "__main__":

@@ -20,31 +20,24 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from _scale_dbs import catalog_urls, rss_bytes
+from _scale_dbs import catalog_urls
 from _scale_load import LOAD_CHUNK, Loader, day
-from _scale_report import Series, chart, flat, linear, report
+from _scale_main import backends_of, command_with_peak, growth_parser, growth_run, sizes_of
+from _scale_report import Series, flat, linear, report
 from _support import (
     HOST,
     analyze,
-    drop_workdir,
-    footer,
     free_port,
     load_text,
     log,
-    machine_line,
     make_settings,
-    parser,
     percentile,
     run_main,
-    stop_on_sigterm,
     table_id,
 )
 from sqlalchemy import create_engine, text
@@ -143,26 +136,7 @@ def sweep_process(settings: Settings, batch: int) -> tuple[float, int, str]:
     """``hcat-notify sweep`` as a process: wall seconds, peak RSS (sampled), output."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
     env.update(HCAT_NOTIFY_HOME=str(settings.home), HCAT_NOTIFY_DB_URL=settings.database_url)
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("hcat-notify")), "sweep", "--batch-size", str(batch)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    peak = 0
-    while proc.poll() is None:
-        try:
-            peak = max(peak, rss_bytes(proc.pid))
-        except (OSError, RuntimeError):  # it just ended
-            break
-        time.sleep(0.02)
-    out = proc.communicate()[0]
-    seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"hcat-notify sweep exited {proc.returncode}: {out[-500:]}")
-    return seconds, peak, out
+    return command_with_peak(["sweep", "--batch-size", str(batch)], env)
 
 
 def run_backend(
@@ -232,25 +206,12 @@ def run_backend(
 
 
 def main() -> None:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--sizes", help="comma-separated M, e.g. 10000,100000,1000000,10000000")
-    p.add_argument("--backends", default="sqlite,postgresql", help="sqlite, postgresql or both")
-    p.add_argument("--postgresql-admin-url", help="a running PostgreSQL server's admin URL")
+    p = growth_parser(__doc__, "comma-separated M, e.g. 10000,100000,1000000,10000000")
     p.add_argument("--batch-size", type=int, default=1000, help="sweep --batch-size")
-    p.add_argument("--chart", type=Path, default=None, help="the PNG (default: next to the record)")
     args = p.parse_args()
-    sizes = (
-        [int(float(s)) for s in args.sizes.split(",")]
-        if args.sizes
-        else list(QUICK_SIZES if args.quick else SIZES)
-    )
-    stop_on_sigterm()
-    print(f"# how sweep grows{' (--quick)' if args.quick else ''}")
-    print(f"# {machine_line()}")
-    workdir = Path(tempfile.mkdtemp(prefix="hcat-bench-sweep-"))
-    panels = {}
-    try:
-        for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+    sizes = sizes_of(args.sizes, args.quick, SIZES, QUICK_SIZES)
+    with growth_run(args, "how sweep grows", "sweep") as (workdir, panels):
+        for backend in backends_of(args):
             series = run_backend(
                 backend, workdir, sizes, args.postgresql_admin_url, args.batch_size, args.quick
             )
@@ -258,15 +219,6 @@ def main() -> None:
             panels[f"sweep, {backend}"] = series
             for path in workdir.glob("*.db*"):
                 path.unlink()
-    finally:
-        drop_workdir(workdir, keep=args.keep)
-    if panels:
-        where = args.chart or (
-            (args.results if not args.no_results else Path(tempfile.gettempdir()))
-            / "scale-sweep.png"
-        )
-        chart(where, panels)
-    footer()
 
 
 if __name__ == "__main__":

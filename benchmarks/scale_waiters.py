@@ -22,27 +22,22 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 import httpx
 from _scale_dbs import catalog_urls, raise_open_files, rss_bytes
-from _scale_report import Series, at_most, chart, flat, report
+from _scale_main import backends_of, growth_parser, growth_run, sizes_of
+from _scale_report import Series, at_most, flat, report
 from _support import (
     HOST,
-    drop_workdir,
-    footer,
     free_port,
     load_text,
     log,
-    machine_line,
     make_settings,
-    parser,
     percentile,
     run_main,
-    stop_on_sigterm,
 )
 from scale import READER, serve
 
@@ -208,40 +203,18 @@ def run_backend(
 
 
 def main() -> None:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--sizes", help="comma-separated N, e.g. 100,1000,10000")
-    p.add_argument("--backends", default="sqlite,postgresql", help="sqlite, postgresql or both")
-    p.add_argument("--postgresql-admin-url", help="a running PostgreSQL server's admin URL")
+    p = growth_parser(__doc__, "comma-separated N, e.g. 100,1000,10000")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--chart", type=Path, default=None, help="the PNG (default: next to the record)")
     args = p.parse_args()
-    sizes = (
-        [int(s) for s in args.sizes.split(",")]
-        if args.sizes
-        else list(QUICK_SIZES if args.quick else SIZES)
-    )
+    sizes = sizes_of(args.sizes, args.quick, SIZES, QUICK_SIZES)
     rounds = 1 if args.quick and args.rounds == 3 else args.rounds
-    stop_on_sigterm()
     raise_open_files(2 * max(sizes) + 1000)
-    print(f"# how long polls grow{' (--quick)' if args.quick else ''}: {rounds} rounds")
-    print(f"# {machine_line()}")
-    workdir = Path(tempfile.mkdtemp(prefix="hcat-bench-waiters-"))
-    panels = {}
-    try:
-        for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+    with growth_run(args, f"how long polls grow: {rounds} rounds", "waiters") as (workdir, panels):
+        for backend in backends_of(args):
             with catalog_urls(backend, workdir, ["waiters"], args.postgresql_admin_url) as urls:
                 series = run_backend(backend, urls[0], workdir, sizes, rounds, args.quick)
             report(f"{backend}: how long polls grow, N = {sizes}", series, [load_text()])
             panels[f"long polls, {backend}"] = series
-    finally:
-        drop_workdir(workdir, keep=args.keep)
-    if panels:
-        where = args.chart or (
-            (args.results if not args.no_results else Path(tempfile.gettempdir()))
-            / "scale-waiters.png"
-        )
-        chart(where, panels)
-    footer()
 
 
 if __name__ == "__main__":
