@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from _scale_dbs import rss_bytes
 from _scale_report import Series, chart
 from _support import drop_workdir, footer, machine_line, parser, stop_on_sigterm
+
+from hcat_notify.config import Settings
 
 
 def growth_parser(doc: str, sizes_help: str | None) -> argparse.ArgumentParser:
@@ -68,17 +71,27 @@ def growth_run(
     footer()
 
 
-def command_with_peak(arguments: Sequence[str], env: Mapping[str, str]) -> tuple[float, int, str]:
-    """Run ``hcat-notify *arguments`` to its end, sampling its RSS every 20 ms: its wall
-    seconds, its peak RSS in bytes and its output (stdout and stderr together).
+def command_with_peak(arguments: Sequence[str], settings: Settings) -> tuple[float, int, str]:
+    """Run ``hcat-notify *arguments`` against ``settings`` (its home, catalog and broker,
+    as environment variables; nothing else of ours inherited) to its end, sampling its
+    RSS every 20 ms: its wall seconds, its peak RSS in bytes and its output (stdout and
+    stderr together).
 
     Raises:
         RuntimeError: the command exited non-zero (the end of its output in the message).
     """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
+    env.update(
+        HCAT_NOTIFY_HOME=str(settings.home),
+        HCAT_NOTIFY_DB_URL=settings.database_url,
+        HCAT_NOTIFY_BROKER_URL=settings.broker_url,
+        HCAT_NOTIFY_BROKER_USER=settings.broker_user,
+        HCAT_NOTIFY_BROKER_PASSWORD=settings.broker_password,
+    )
     started = time.perf_counter()
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("hcat-notify")), *arguments],
-        env=dict(env),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -158,15 +158,7 @@ def pending_events(settings: Settings, count: int) -> None:
 
 def relay_once(settings: Settings) -> tuple[float, int]:
     """``hcat-notify relay --once`` as a process: wall seconds, peak RSS (sampled)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
-    env.update(
-        HCAT_NOTIFY_HOME=str(settings.home),
-        HCAT_NOTIFY_DB_URL=settings.database_url,
-        HCAT_NOTIFY_BROKER_URL=settings.broker_url,
-        HCAT_NOTIFY_BROKER_USER=settings.broker_user,
-        HCAT_NOTIFY_BROKER_PASSWORD=settings.broker_password,
-    )
-    seconds, peak, _ = command_with_peak(["relay", "--once"], env)
+    seconds, peak, _ = command_with_peak(["relay", "--once"], settings)
     return seconds, peak
 
 

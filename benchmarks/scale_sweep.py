@@ -19,7 +19,6 @@ process records one MARK_SET_DONE of another table every 20 ms. Measured:
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -134,9 +133,7 @@ class Writer(threading.Thread):
 
 def sweep_process(settings: Settings, batch: int) -> tuple[float, int, str]:
     """``hcat-notify sweep`` as a process: wall seconds, peak RSS (sampled), output."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
-    env.update(HCAT_NOTIFY_HOME=str(settings.home), HCAT_NOTIFY_DB_URL=settings.database_url)
-    return command_with_peak(["sweep", "--batch-size", str(batch)], env)
+    return command_with_peak(["sweep", "--batch-size", str(batch)], settings)
 
 
 def run_backend(
