@@ -7,8 +7,9 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -53,11 +54,30 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("JAVA_TOOL_OPTIONS", TEST_JVM_OPTIONS)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupted_by(os.getpid()))
     if "AIRFLOW_HOME" not in os.environ:
         home = tempfile.mkdtemp(prefix="hcat-test-airflow-home-")
         os.environ["AIRFLOW_HOME"] = home
         os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
         config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+
+
+def _interrupted_by(pid: int) -> Callable[[int, FrameType | None], None]:
+    """A SIGTERM handler that ends the run as Ctrl-C does: pytest then tears its fixtures
+    down, and the brokers and PostgreSQL clusters they started (each in a session of its
+    own, which a signal to the run's process group does not reach) are stopped. A process
+    forked from this one without an exec gets the default action back."""
+
+    def interrupted(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        signal.signal(signum, signal.SIG_DFL)  # a second SIGTERM ends the run at once
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    return interrupted
 
 
 @pytest.fixture(autouse=True)
