@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from _group_wait import owners, wait_balanced
 from _support import (
     BenchEnv,
     Relays,
@@ -84,10 +85,6 @@ class Wire:
         self._stop.set()
         self._thread.join(10)
         self.connection.close()
-
-
-def owners(catalog: Catalog) -> dict[int, str | None]:
-    return {b.bucket: b.owner for b in catalog.group.buckets()}
 
 
 def wait_settled(catalog: Catalog, relays: Relays, timeout: float = 60.0) -> float:
@@ -155,38 +152,6 @@ def reset_group(env: BenchEnv, *, replay: bool) -> None:
             )
     finally:
         engine.dispose()
-
-
-def wait_balanced(
-    catalog: Catalog, relays: Relays, *, stable_for: float, timeout: float = 120.0
-) -> float:
-    """Seconds until the assignment is settled: every running member joined, every bucket
-    owned by one, counts within one of each other; and it stays so for ``stable_for``
-    seconds (not counted)."""
-    started = time.monotonic()
-    since: float | None = None
-    last: dict[int, str | None] = {}
-    while time.monotonic() - started < timeout:
-        running = relays.running()
-        joined = {m.member_id for m in catalog.group.members()}
-        current = owners(catalog)
-        counts = Counter(current.values())
-        settled = (
-            running <= joined
-            and set(current.values()) <= running
-            and set(counts) == running
-            and max(counts.values()) - min(counts.values()) <= 1
-        )
-        if settled and current == last and since is not None:
-            if time.monotonic() - since >= stable_for:
-                return since - started
-        elif settled:
-            since = time.monotonic()
-        else:
-            since = None
-        last = current
-        time.sleep(0.02)
-    raise RuntimeError(f"not settled after {timeout:g}s: {Counter(owners(catalog).values())}")
 
 
 # --------------------------------------------------------------------------- (a) scaling
@@ -387,7 +352,7 @@ def part_settle(env: BenchEnv, catalog: Catalog) -> list[Row]:
     try:
         for _ in range(4):
             relays.start()
-        settled = wait_balanced(catalog, relays, stable_for=1.0)
+        settled = wait_balanced(catalog, relays.running, joined=True, stable_for=1.0)
         log(f"(d) 4 relays settled in {settled:.2f} s")
         if settled > 2 * SESSION:  # say why: the group's own account of it
             for member, lines in relays.logs("hcat_notify.relay.member").items():
@@ -396,7 +361,7 @@ def part_settle(env: BenchEnv, catalog: Catalog) -> list[Row]:
         time.sleep(MIN_MOVE + 1)  # the buckets may move again
         before = owners(catalog)
         relays.start()
-        joined = wait_balanced(catalog, relays, stable_for=2.0)
+        joined = wait_balanced(catalog, relays.running, joined=True, stable_for=2.0)
         log(f"(d) the 5th settled in {joined:.2f} s")
         after = owners(catalog)
     finally:

@@ -37,6 +37,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
+from _group_wait import owners, wait_balanced
 from _scale_dbs import catalog_urls
 from _scale_load import Loader
 from _scale_main import backends_of, command_with_peak, growth_parser, growth_run, sizes_of
@@ -212,32 +213,6 @@ def run_throughput(
     return [rate, memory]
 
 
-def owners(catalog: Catalog) -> dict[int, str | None]:
-    return {b.bucket: b.owner for b in catalog.group.buckets()}
-
-
-def wait_balanced(catalog: Catalog, members: set[str], *, stable_for: float) -> float:
-    """Seconds until every bucket is owned by one of ``members``, counts within one of
-    each other, unchanged for ``stable_for`` seconds (not counted)."""
-    started = time.monotonic()
-    since: float | None = None
-    last: dict[int, str | None] = {}
-    while time.monotonic() - started < 120:
-        current = owners(catalog)
-        counts = Counter(current.values())
-        settled = set(counts) == members and max(counts.values()) - min(counts.values()) <= 1
-        if settled and current == last and since is not None:
-            if time.monotonic() - since >= stable_for:
-                return since - started
-        elif settled:
-            since = time.monotonic()
-        else:
-            since = None
-        last = current
-        time.sleep(0.02)
-    raise RuntimeError(f"not settled after 120 s: {Counter(owners(catalog).values())}")
-
-
 def fewest_moves(before: dict[int, str | None], members: set[str]) -> int:
     """Buckets that must change owner: each member that stays keeps at most its fair
     share of what it had; the rest move."""
@@ -298,7 +273,7 @@ def run_backend(
                     for t in threads:
                         t.join(60)
                     ids = {m.member_id for m in members}
-                    seconds = wait_balanced(catalog, ids, stable_for=1.0)
+                    seconds = wait_balanced(catalog, lambda ids=ids: ids, stable_for=1.0)
                     after = owners(catalog)
                     moved = sum(1 for b in after if before.get(b) != after[b])
                     fewest = fewest_moves(before, ids)
