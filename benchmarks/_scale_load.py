@@ -85,6 +85,12 @@ class Loader:
     def ids(self, conn: Any, count: int) -> list[int]:
         return allocate_event_ids(conn, count)
 
+    def put_progress(self, conn: Any, topics: Sequence[tuple[str, float]]) -> None:
+        """Each (topic, updated_at) a progress row at event 0, epoch 1, in its bucket."""
+        rows = [(t, topic_bucket(t, DEFAULT_BUCKETS), 0, 1, at) for t, at in topics]
+        columns = ("topic", "bucket", "last_event_id", "epoch", "updated_at")
+        self.put(conn, "hcat_topic_progress", columns, rows)
+
 
 def _template(info: Any, now: datetime) -> tuple[str, str]:
     """The headers (as JSON text) and body of a MARK_SET_DONE of ``scale.big``, with
@@ -257,22 +263,9 @@ def grow(grown: Grown, size: int) -> float:
                             for c in columns
                         ]
                     )
-                    progress.append(
-                        (
-                            f"hcat.scale.t{n:06d}",
-                            topic_bucket(f"hcat.scale.t{n:06d}", DEFAULT_BUCKETS),
-                            0,
-                            1,
-                            now.timestamp() - n,
-                        )
-                    )
+                    progress.append((f"hcat.scale.t{n:06d}", now.timestamp() - n))
                 loader.put(conn, "hcat_tables", columns, rows)
-                loader.put(
-                    conn,
-                    "hcat_topic_progress",
-                    ("topic", "bucket", "last_event_id", "epoch", "updated_at"),
-                    progress,
-                )
+                loader.put_progress(conn, progress)
             grown.tables = wanted
         with loader.engine.begin() as conn:
             if last_id:

@@ -107,16 +107,9 @@ def make_topics(settings: Settings, count: int, first: int = 0) -> None:
                         for v in (values[c] for c in columns)
                     ]
                 )
-                progress.append(
-                    (topic, topic_bucket(topic, DEFAULT_BUCKETS), 0, 1, now.timestamp())
-                )
+                progress.append((topic, now.timestamp()))
             loader.put(conn, "hcat_tables", columns, rows)
-            loader.put(
-                conn,
-                "hcat_topic_progress",
-                ("topic", "bucket", "last_event_id", "epoch", "updated_at"),
-                progress,
-            )
+            loader.put_progress(conn, progress)
     finally:
         loader.close()
 
