@@ -1,19 +1,19 @@
 """Webhooks: delivery throughput, done -> receiver latency, a dead endpoint among many.
 
 A relay (``Relay.run()`` in a thread of this process) delivers to receivers on loopback
-(``tests/fixtures/webhook_receiver.py``: a threaded ``http.server`` answering 200), with
-CloudEvents batches, signed.
+(``tests/fixtures/webhook_receiver.py``: a threaded ``http.server`` answering 200),
+signed.
 
 (a) Throughput. N events over T tables (topics) are written while the webhook is
     paused and the broker path has published them; timed: from ``webhooks resume`` to
     the receiver holding every event. Reference, same run, rounds alternating: the same
     request bodies (the relay's own requests, signed) POSTed by a raw ``httpx`` loop with
     the relay's concurrency for one webhook (half of ``webhook_workers``: 4 threads).
-    Target (issue 30): ours / raw >= 0.8. Two rows: CloudEvents batches (up to 100
-    events a request), and one event per request (N/5 events): the relay has no
-    single-event CloudEvents mode (``application/cloudevents+json``; a batch of one is
-    still a batch), so that row is the ``hive`` format, whose requests carry one event
-    each, against the raw loop POSTing the same single-event bodies.
+    Target (issue 30): ours / raw >= 0.8. Three rows: CloudEvents batches (the format
+    ``cloudevents-batch``, up to 100 events a request), and one event per request (N/5
+    events) in the ``cloudevents`` format (structured mode,
+    ``application/cloudevents+json``) and in the ``hive`` format, each against the raw
+    loop POSTing the same single-event bodies.
 
 (b) Latency. ``send_mark_set_done``-style writes (``Catalog.mark_set_done``) at 200
     events/s over 20 tables; timed: from the write returning to the receiver reading the
@@ -119,10 +119,10 @@ class Arrivals:
             if self._path is not None and request.path != self._path:
                 continue
             one = request.headers.get("hcat_event_id")  # the hive format: one event
-            for event_id in (
-                [one] if one is not None else [item["id"] for item in json.loads(request.body)]
-            ):
-                self.arrived.setdefault(int(event_id), request.at)
+            # else a CloudEvent (structured mode), or a batch of them
+            parsed = [{"id": one}] if one is not None else json.loads(request.body)
+            for item in parsed if isinstance(parsed, list) else [parsed]:
+                self.arrived.setdefault(int(item["id"]), request.at)
         self._parsed = len(answered)
         return self.arrived
 
@@ -212,7 +212,9 @@ def throughput(
     try:
         hook_tables = ",".join(tables)
         first = catalog.outbox.last_event_id() + 1
-        _, secret = catalog.webhooks.add("bench", receiver.url, hook_tables, from_event=first)
+        _, secret = catalog.webhooks.add(
+            "bench", receiver.url, hook_tables, format="cloudevents-batch", from_event=first
+        )
         catalog.webhooks.pause("bench")
         per_table = n // len(tables)
         ids = [
@@ -220,30 +222,34 @@ def throughput(
             for i in range(per_table)
             for table in tables
         ]
-        # the one-per-request webhook gets the last `single` events (every topic)
+        # the one-per-request webhooks get the last `single` events (every topic)
         tail = ids[-single]
-        _, hive_secret = catalog.webhooks.add(
-            "bench-hive", receiver.url, hook_tables, format="hive", from_event=tail
-        )
-        catalog.webhooks.pause("bench-hive")
+        singles = {}
+        for form in ("cloudevents", "hive"):
+            _, singles[form] = catalog.webhooks.add(
+                f"bench-{form}", receiver.url, hook_tables, format=form, from_event=tail
+            )
+            catalog.webhooks.pause(f"bench-{form}")
         relay = RunningRelay(settings)
         try:
             _wait(lambda: catalog.outbox.backlog()[0] == 0, 120, "the broker path")
             batch = RelayConfig().webhook_batch  # the relay's batches: the same requests
             bodies = _bodies(catalog, settings, "bench", secret, first - 1, len(ids), batch)
             ours, raws = _rounds(catalog, receiver, "bench", first, len(ids), bodies, rounds)
-            hive = _bodies(catalog, settings, "bench-hive", hive_secret, tail - 1, single, batch)
-            ours1, raws1 = _rounds(catalog, receiver, "bench-hive", tail, single, hive, rounds)
+            batches = f"(a) {n:,} events, {len(tables)} topics, CloudEvents batches"
+            measured = [(batches, ours, raws)]
+            for form, what in (("cloudevents", "CloudEvents structured"), ("hive", "hive")):
+                name = f"bench-{form}"
+                one = _bodies(catalog, settings, name, singles[form], tail - 1, single, batch)
+                ours1, raws1 = _rounds(catalog, receiver, name, tail, single, one, rounds)
+                metric = f"(a) {single:,} events, {len(tables)} topics, one per request ({what})"
+                measured.append((metric, ours1, raws1))
         finally:
             relay.stop()
-            catalog.webhooks.remove("bench")
-            catalog.webhooks.remove("bench-hive")
+            for name in ("bench", "bench-cloudevents", "bench-hive"):
+                catalog.webhooks.remove(name)
     finally:
         receiver.close()
-    measured = [
-        (f"(a) {n:,} events, {len(tables)} topics, CloudEvents batches", ours, raws),
-        (f"(a) {single:,} events, {len(tables)} topics, one per request (hive)", ours1, raws1),
-    ]
     return [
         row
         for metric, relay_rates, raw_rates in measured

@@ -32,7 +32,6 @@ from typing import TypeVar
 from hcat_notify.config import Settings
 from hcat_notify.errors import HcatNotifyError
 from hcat_notify.model.events import EventType
-from hcat_notify.model.webhooks import WebhookFormat
 from hcat_notify.relay.background import BackgroundLoop
 from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.member import Membership
@@ -430,7 +429,7 @@ class WebhookDelivery:
         batch = self._config.webhook_batch
         held = self._batch_of(lane, self._room((lane.webhook_id, lane.topic)))
         group = [(lane, held)]
-        if held is None or target.info.format is not WebhookFormat.CLOUDEVENTS:
+        if held is None or not target.info.format.batched:
             return group
         room = batch - len(held[0])
         for other in ready:
