@@ -153,44 +153,17 @@ class Receivers:
         self._reader.join(10)
 
 
-_CANARY = """
-import time
-while True:
-    before = time.monotonic()
-    time.sleep(0.002)
-    late = time.monotonic() - before - 0.002
-    if late > 0.02:
-        print(f"{before:.4f} {late:.4f}", flush=True)
-"""
-
-
-class Stalls:
-    """A process of its own that sleeps 2 ms at a time and reports each wake-up later
-    than 20 ms: when the machine ran none of it (2 shared cores, other sessions'
-    work). Those stall every process alike, the relay's too."""
-
-    def __init__(self) -> None:
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", _CANARY], stdout=subprocess.PIPE, text=True
-        )
-        self._found: list[tuple[float, float]] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self._process.stdout is not None
-        for line in self._process.stdout:
-            at, late = line.split()
-            self._found.append((float(at), float(late)))
-
-    def between(self, start: float, end: float, longer: float = 0.05) -> list[float]:
-        """The stalls longer than ``longer`` seconds between two monotonic times."""
-        return [late for at, late in list(self._found) if start <= at <= end and late > longer]
-
-    def close(self) -> None:
-        self._process.kill()
-        self._process.wait(10)
-        self._reader.join(10)
+def run_queue_wait() -> float:
+    """Seconds the threads of this process (the relay's among them) have waited for a
+    CPU while runnable (``/proc/self/task/*/schedstat``), 0 where that is not there: on
+    2 shared cores, the time the machine ran other work instead."""
+    waited = 0
+    for task in Path("/proc/self/task").glob("*/schedstat"):
+        try:
+            waited += int(task.read_text().split()[1])
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            continue
+    return waited / 1e9
 
 
 def _wait(condition: Any, timeout: float, what: str) -> None:
@@ -388,29 +361,24 @@ def dead_endpoint(
 ) -> list[Row]:
     """(c): rounds of a phase with every endpoint healthy (the webhook ``dead`` paused),
     then one with ``dead`` resumed; the healthy endpoints' p99 in each."""
-    stalls = Stalls()
     found: dict[str, list[float]] = {"ok": [], "dead": []}
     p50s: dict[str, list[float]] = {"ok": [], "dead": []}
-    try:
-        for round_no in range(rounds):
-            for phase in ("ok", "dead"):
-                if phase == "dead":
-                    catalog.webhooks.resume("dead")
-                    time.sleep(1)  # its first requests hang
-                started = time.monotonic()
-                ms = latencies(catalog, tables, receivers, healthy, seconds, rate)
-                late = stalls.between(started, time.monotonic())
-                found[phase].append(percentile(ms, 99))
-                p50s[phase].append(statistics.median(ms))
-                log(
-                    f"(c) round {round_no + 1}, {'one dead' if phase == 'dead' else 'all healthy'}:"
-                    f" p99 {found[phase][-1]:.1f} ms, p50 {p50s[phase][-1]:.1f} ms; the machine"
-                    f" stalled {len(late)} times over 50 ms"
-                    + (f" (longest {max(late) * 1000:.0f} ms)" if late else "")
-                )
-            catalog.webhooks.pause("dead")
-    finally:
-        stalls.close()
+    for round_no in range(rounds):
+        for phase in ("ok", "dead"):
+            if phase == "dead":
+                catalog.webhooks.resume("dead")
+                time.sleep(1)  # its first requests hang
+            started, waited = time.monotonic(), run_queue_wait()
+            ms = latencies(catalog, tables, receivers, healthy, seconds, rate)
+            waited = (run_queue_wait() - waited) / (time.monotonic() - started)
+            found[phase].append(percentile(ms, 99))
+            p50s[phase].append(statistics.median(ms))
+            log(
+                f"(c) round {round_no + 1}, {'one dead' if phase == 'dead' else 'all healthy'}: "
+                f"p99 {found[phase][-1]:.1f} ms, p50 {p50s[phase][-1]:.1f} ms; this process's "
+                f"threads waited {waited * 1000:.0f} ms a second for a CPU"
+            )
+        catalog.webhooks.pause("dead")
     endpoints = len(healthy)
     return [
         *ratio_rows(
