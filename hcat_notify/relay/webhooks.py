@@ -268,6 +268,7 @@ class WebhookDelivery:
         read the progress of what is new (a new webhook, a gained bucket)."""
         changed_hooks = _changed(targets, self._targets, lambda t: t.info.version)
         changed_buckets = _changed(owned, self._owned, lambda o: o.epoch)
+        first = not self._targets
         self._targets = targets
         self._owned = owned
         if not changed_hooks and not changed_buckets:
@@ -299,8 +300,14 @@ class WebhookDelivery:
                         failing_since=row.failing_since,
                         parked=row.parked_at is not None,
                     )
-        # read again from where the earliest of them starts (their events may lie behind)
-        self._scan = min(t.info.start_after for t in targets.values())
+        # read again from where the earliest of the webhooks read again starts (their
+        # events may lie behind); the others' lanes stand (their jobs read what their
+        # cleared buffers held), so a webhook added from now reads nothing again however
+        # many there are; a gained bucket (or the first take) reads from the earliest
+        if reload_buckets or first:
+            self._scan = min(t.info.start_after for t in targets.values())
+        elif reload_hooks:
+            self._scan = min(self._scan, *(targets[hook].info.start_after for hook in reload_hooks))
         self._more = True
 
     def _discover(self) -> bool:

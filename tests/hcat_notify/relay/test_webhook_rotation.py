@@ -17,7 +17,7 @@ from tests.fakes.broker import FakeBroker
 from tests.fixtures.webhook_receiver import Receiver
 
 
-@pytest.mark.parametrize("format_", ["cloudevents", "hive"])
+@pytest.mark.parametrize("format_", ["cloudevents", "cloudevents-batch", "hive"])
 def test_the_first_request_after_a_rotation_carries_both_signatures(
     settings: Settings, broker: FakeBroker, format_: str
 ):
