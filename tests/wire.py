@@ -57,14 +57,17 @@ def validate_cloudevent(event: Mapping[str, Any]) -> None:
     validator(BODY_SCHEMAS[event["hcatevent"]]).validate(event["data"])
 
 
-def parse_cloudevent(body: bytes) -> Any:
+def parse_cloudevent(body: bytes, headers: Mapping[str, str] | None = None) -> Any:
     """One structured-mode CloudEvent, parsed and validated by the ``cloudevents`` SDK
-    (its v1.0 event checks every attribute and extension name)."""
+    (its v1.0 event checks every attribute and extension name). ``headers``: those of
+    the HTTP request that carried it, from which the SDK tells the mode (structured by
+    its ``content-type``); default the structured mode's."""
     from cloudevents.core.bindings.http import HTTPMessage, from_http
     from cloudevents.core.formats.json import JSONFormat
     from cloudevents.core.v1.event import CloudEvent
 
-    message = HTTPMessage(headers={"content-type": "application/cloudevents+json"}, body=body)
+    given = {"content-type": "application/cloudevents+json"} if headers is None else headers
+    message = HTTPMessage(headers=dict(given), body=body)
     return from_http(message, JSONFormat(), CloudEvent)
 
 

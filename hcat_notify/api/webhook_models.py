@@ -32,7 +32,12 @@ class NewWebhook(BaseModel):
     url: str = Field(description="The endpoint: https://, or http:// to an allowed host.")
     tables: list[str] = Field(min_length=1, description="db.table patterns ('*': any run).")
     events: list[str] | None = Field(default=None, description="Event kinds; null: every kind.")
-    format: Literal["cloudevents", "hive"] = "cloudevents"
+    format: Literal["cloudevents", "cloudevents-batch", "hive"] = Field(
+        default="cloudevents",
+        description="cloudevents: one CloudEvent per request (structured mode, "
+        "application/cloudevents+json); cloudevents-batch: a CloudEvents batch per request "
+        "(application/cloudevents-batch+json); hive: the Hive body, HCAT_* as HTTP headers.",
+    )
     from_event: int | None = Field(
         default=None, description="The first event id it gets; null: the events after now."
     )
@@ -56,6 +61,7 @@ class Webhook(_Model):
     tables: list[str]
     events: list[str] | None
     format: str
+    content_type: str = Field(description="The content-type of its requests.")
     state: str = Field(description="active, paused or disabled (410 Gone).")
     start_after: int = Field(description="It gets the events after this id.")
     created_at: datetime
@@ -72,6 +78,7 @@ class Webhook(_Model):
             tables=list(info.tables.patterns),
             events=None if info.events is None else [kind.value for kind in info.events],
             format=info.format.value,
+            content_type=info.format.content_type,
             state=info.state.value,
             start_after=info.start_after,
             created_at=datetime.fromtimestamp(info.created_at, UTC),

@@ -32,6 +32,7 @@ def _info_dict(info: WebhookInfo) -> dict[str, Any]:
         "tables": list(info.tables.patterns),
         "events": None if info.events is None else [kind.value for kind in info.events],
         "format": info.format.value,
+        "content_type": info.format.content_type,
         "state": info.state.value,
         "disabled_reason": info.disabled_reason,
         "start_after": info.start_after,
@@ -56,15 +57,15 @@ def _line(item: dict[str, Any]) -> str:
     events = ",".join(item["events"]) if item["events"] else "every kind"
     state = item["state"] + (f" ({item['disabled_reason']})" if item["disabled_reason"] else "")
     return (
-        f"{item['name']}: {item['url']} [{state}] {item['format']}, "
+        f"{item['name']}: {item['url']} [{state}] {item['format']} ({item['content_type']}), "
         f"tables {','.join(item['tables'])}, {events}"
     )
 
 
 @click.group()
 def webhooks() -> None:
-    """Signed HTTP deliveries of tables' events (CloudEvents or the Hive body), by the
-    relay group, per topic in order, at least once."""
+    """Signed HTTP deliveries of tables' events (CloudEvents, one per request or in
+    batches, or the Hive body), by the relay group, per topic in order, at least once."""
 
 
 @webhooks.command("add")
@@ -75,10 +76,11 @@ def webhooks() -> None:
 @click.option(
     "--format",
     "format_",
-    type=click.Choice(["cloudevents", "hive"]),
     default="cloudevents",
     show_default=True,
-    help="A CloudEvents batch, or the Hive body with HCAT_* headers.",
+    help="cloudevents: one CloudEvent per request (structured mode); cloudevents-batch: "
+    "a CloudEvents batch per request; hive: the Hive body with HCAT_* headers, one per "
+    "request.",
 )
 @click.option("--from-now", is_flag=True, help="Only events after now (the default).")
 @click.option("--from-event", type=EVENT_ID, help="From this event id on.")

@@ -162,14 +162,18 @@ def to_cloudevent(message: Message, *, source: str) -> dict[str, Any]:
 _TIMESTAMP = re.compile(r'"timestamp":(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)[,}]')
 
 
-def _stamp_of(message: Message) -> Mapping[str, Any]:
-    """What :func:`_time_of` needs of the body: read from its text when the key occurs
-    once (our bodies are compact JSON), else the body parsed."""
+def _time_text(message: Message) -> str:
+    """``time`` of a message: from the body's text when the key occurs once (our bodies
+    are compact JSON), else from the body parsed."""
     found = _TIMESTAMP.findall(message.body)
     if len(found) == 1:
-        text = found[0]
-        return {"timestamp": float(text) if "." in text or "e" in text.lower() else int(text)}
-    return message.body_json()
+        return _time_of_text(found[0])
+    return _time_of(message.body_json(), message.event_id)
+
+
+@lru_cache(maxsize=1024)  # the events of a batch mostly share their second
+def _time_of_text(text: str) -> str:
+    return _iso_time(float(text) if "." in text or "e" in text.lower() else int(text))
 
 
 @lru_cache(maxsize=64)
@@ -192,17 +196,25 @@ def _dump(message: Message, source: str) -> str:
         ',"subject":',
         _string(subject_of(message.headers)),
         ',"time":"',
-        _time_of(_stamp_of(message), event_id),
+        _time_text(message),
         '","sequence":"',
         sequence_of(event_id),
         f'","datacontenttype":"{DATA_CONTENT_TYPE}"',
     ]
-    taken = set(_FIXED)
-    for header, value in message.headers.items():
-        name = extension_name(header)
-        if name is not None and value and name not in taken:
-            taken.add(name)
-            parts += (',"', name, '":', _string(value))
+    headers = message.headers
+    plan = _extensions(tuple(headers))
+    if plan is None:  # two headers would make one extension: the first with a value wins
+        taken = set(_FIXED)
+        for header, value in headers.items():
+            name = extension_name(header)
+            if name is not None and value and name not in taken:
+                taken.add(name)
+                parts += (',"', name, '":', _string(value))
+    else:
+        for header, prefix in plan:
+            value = headers[header]
+            if value:
+                parts += (prefix, _string(value))
     # The body's own text goes in as it is (it is compact ASCII JSON already): byte for
     # byte what the broker carries, and no second serialisation.
     parts += (',"data":', message.body, "}")
@@ -212,6 +224,26 @@ def _dump(message: Message, source: str) -> str:
 _FIXED = frozenset(
     ("specversion", "id", "source", "type", "subject", "time", "sequence", "datacontenttype")
 )
+
+
+@lru_cache(maxsize=256)  # the headers of a kind come in one order: a handful of tuples
+def _extensions(headers: tuple[str, ...]) -> tuple[tuple[str, str], ...] | None:
+    """The headers that travel as extensions, each with the encoded text before its
+    value (``,"hcattable":``), in order; None when two would make one name (then which
+    one travels depends on the values)."""
+    plan = []
+    names: set[str] = set()
+    for header in headers:
+        name = extension_name(header)
+        if name is None or name in _FIXED:
+            continue
+        if name in names:
+            return None
+        names.add(name)
+        plan.append((header, f',"{name}":'))
+    return tuple(plan)
+
+
 _string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 

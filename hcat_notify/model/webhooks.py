@@ -25,9 +25,11 @@ from enum import StrEnum
 from urllib.parse import urlsplit
 
 from hcat_notify.errors import InvalidInputError
+from hcat_notify.model.cloudevents import CLOUDEVENTS_BATCH_JSON, CLOUDEVENTS_JSON
 from hcat_notify.model.events import EventType
 
 __all__ = [
+    "HIVE_JSON",
     "SECRET_PREFIX",
     "TablePatterns",
     "WebhookFormat",
@@ -42,6 +44,8 @@ __all__ = [
     "validate_webhook_name",
 ]
 
+HIVE_JSON = "application/json"
+"""The ``content-type`` of a request of the ``hive`` format (the broker's body)."""
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the spec's prefix, not a secret
 SECRET_BYTES = 24
 MAX_NAME = 255
@@ -53,8 +57,34 @@ _PATTERN_PART = re.compile(r"[A-Za-z0-9_*]+")
 class WebhookFormat(StrEnum):
     """What a webhook request carries."""
 
-    CLOUDEVENTS = "cloudevents"  # a CloudEvents 1.0 batch (application/cloudevents-batch+json)
+    CLOUDEVENTS = "cloudevents"  # one CloudEvent, structured mode (application/cloudevents+json)
+    CLOUDEVENTS_BATCH = "cloudevents-batch"  # a JSON array (application/cloudevents-batch+json)
     HIVE = "hive"  # the Hive body as it goes on the broker, HCAT_* as HTTP headers
+
+    @property
+    def batched(self) -> bool:
+        """Whether a request carries several events (else one request per event)."""
+        return self is WebhookFormat.CLOUDEVENTS_BATCH
+
+    @property
+    def content_type(self) -> str:
+        """The ``content-type`` of its requests."""
+        if self is WebhookFormat.CLOUDEVENTS:
+            return CLOUDEVENTS_JSON
+        return CLOUDEVENTS_BATCH_JSON if self.batched else HIVE_JSON
+
+    @classmethod
+    def parse(cls, value: WebhookFormat | str) -> WebhookFormat:
+        """The format named ``value``.
+
+        Raises:
+            InvalidInputError: no format has that name (the message lists them).
+        """
+        try:
+            return cls(value)
+        except ValueError:
+            known = ", ".join(item.value for item in cls)
+            raise InvalidInputError(f"unknown webhook format {value!r} ({known})") from None
 
 
 class WebhookState(StrEnum):

@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hcat_notify.errors import ConfigError
-from hcat_notify.model.cloudevents import CLOUDEVENTS_BATCH_JSON, dump_batch
-from hcat_notify.model.webhooks import WebhookFormat, signature_headers
+from hcat_notify.model.cloudevents import dump_batch, dump_cloudevent
+from hcat_notify.model.webhooks import HIVE_JSON, WebhookFormat, signature_headers
 from hcat_notify.store.records import OutboxEvent
 from hcat_notify.store.webhooks import WebhookTarget
 
 __all__ = [
     "ANSWER_CAP",
-    "HIVE_JSON",
     "HttpxPoster",
     "PostResult",
     "Poster",
@@ -32,7 +31,6 @@ logger = logging.getLogger(__name__)
 
 ANSWER_CAP = 4096
 """Bytes of an endpoint's answer read (kept for the error it reports); the rest is not."""
-HIVE_JSON = "application/json"
 USER_AGENT = "hcat-notify-webhooks"
 _MISSING_EXTRA = (
     "webhook delivery needs the [webhooks] extra: pip install 'hcat-notify[webhooks]' ({error})"
@@ -74,24 +72,30 @@ class Poster(Protocol):
 def requests_for(
     target: WebhookTarget, events: Sequence[OutboxEvent], *, source: str
 ) -> list[WebhookRequest]:
-    """The requests that carry ``events`` to ``target``, signed: one CloudEvents batch,
-    or (``hive``) one request per event with the Hive body and ``HCAT_*`` headers."""
+    """The requests that carry ``events`` to ``target``, signed: one CloudEvents batch
+    (``cloudevents-batch``), or one request per event: a structured-mode CloudEvent
+    (``cloudevents``), or the Hive body with ``HCAT_*`` headers (``hive``)."""
     now = int(time.time())
     found: list[WebhookRequest] = []
-    if target.info.format is WebhookFormat.CLOUDEVENTS:
+    form = target.info.format
+    if form is WebhookFormat.CLOUDEVENTS_BATCH:
         body = dump_batch([event.message() for event in events], source=source)
         first, last = events[0].event_id, events[-1].event_id
         message_id = str(first) if first == last else f"{first}-{last}"
         if len({event.topic for event in events}) > 1:  # which topics' events it holds too
             ids = ",".join(str(event.event_id) for event in events).encode()
             message_id += "-" + hashlib.blake2s(ids, digest_size=6).hexdigest()
-        headers = {"content-type": CLOUDEVENTS_BATCH_JSON}
+        headers = {"content-type": form.content_type}
         headers.update(signature_headers(target.secrets, message_id, now, body))
         return [WebhookRequest(message_id, body, headers, last, len(events))]
     for event in events:
-        body = event.body.encode()
         message_id = str(event.event_id)
-        headers = {"content-type": HIVE_JSON, **{k: str(v) for k, v in event.headers.items()}}
+        if form is WebhookFormat.CLOUDEVENTS:
+            body = dump_cloudevent(event.message(), source=source)
+            headers = {"content-type": form.content_type}
+        else:
+            body = event.body.encode()
+            headers = {"content-type": HIVE_JSON, **{k: str(v) for k, v in event.headers.items()}}
         headers.update(signature_headers(target.secrets, message_id, now, body))
         found.append(WebhookRequest(message_id, body, headers, event.event_id, 1))
     return found

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, replace
 
 from hcat_notify.config import Settings
-from hcat_notify.model.webhooks import WebhookFormat, backoff_delay, parse_retry_after
+from hcat_notify.model.webhooks import backoff_delay, parse_retry_after
 from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.member import Membership
 from hcat_notify.relay.webhook_buffers import Held
@@ -216,8 +216,9 @@ class LaneSender:
         failure: PostResult | None = None
         assert self.poster is not None
         source = self._settings.event_source
-        # one CloudEvents batch, or a request per event (Hive), each signed as it goes
-        if target.info.format is WebhookFormat.CLOUDEVENTS:
+        # one CloudEvents batch, or a request per event (one CloudEvent, or the Hive
+        # body), each signed as it goes
+        if target.info.format.batched:
             chunks = [wanted] if wanted else []
         else:
             chunks = [[event] for event in wanted]

@@ -32,7 +32,6 @@ from typing import TypeVar
 from hcat_notify.config import Settings
 from hcat_notify.errors import HcatNotifyError
 from hcat_notify.model.events import EventType
-from hcat_notify.model.webhooks import WebhookFormat
 from hcat_notify.relay.background import BackgroundLoop
 from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.member import Membership
@@ -113,6 +112,10 @@ class WebhookDelivery:
             tuple[list[LanePosition], Future[list[str]], dict[tuple[int, str], int]] | None
         ) = None
         self._targets_read_at = 0.0  # 0: read them at the next pass
+        # the read of the webhooks the pass took in last, while it stands as taken: a
+        # pass then compares nothing of the webhooks (a pass per finished request, each
+        # a look at every webhook, cost as much as the requests with 1,000 webhooks)
+        self._taken_from: dict[int, WebhookTarget] | None = None
         self._scan = 0  # every event of the owned buckets up to here was looked at
         self._fresh = True  # new events may be waiting (the publisher read some)
         self._poked = False  # a webhook may have changed (the watcher saw a commit)
@@ -224,7 +227,9 @@ class WebhookDelivery:
         ):
             self._targets_read_at = now
             self._sender.latest = {t.info.id: t for t in self._catalog.webhooks.targets()}
-        targets = dict(self._sender.latest)
+        latest = self._sender.latest
+        targets = self._targets if latest is self._taken_from else dict(latest)
+        self._taken_from = latest
         owned = self._member.owned()
         if not targets or not owned:
             self._forget_all(targets, owned)
@@ -267,8 +272,13 @@ class WebhookDelivery:
     def _take(self, targets: dict[int, WebhookTarget], owned: dict[int, Ownership]) -> None:
         """Take in the webhooks and buckets as now read: forget lanes of what changed, and
         read the progress of what is new (a new webhook, a gained bucket)."""
-        changed_hooks = _changed(targets, self._targets, lambda t: t.info.version)
+        changed_hooks = (
+            set()
+            if targets is self._targets
+            else _changed(targets, self._targets, lambda t: t.info.version)
+        )
         changed_buckets = _changed(owned, self._owned, lambda o: o.epoch)
+        first = not self._targets
         self._targets = targets
         self._owned = owned
         if not changed_hooks and not changed_buckets:
@@ -300,8 +310,14 @@ class WebhookDelivery:
                         failing_since=row.failing_since,
                         parked=row.parked_at is not None,
                     )
-        # read again from where the earliest of them starts (their events may lie behind)
-        self._scan = min(t.info.start_after for t in targets.values())
+        # read again from where the earliest of the webhooks read again starts (their
+        # events may lie behind); the others' lanes stand (their jobs read what their
+        # cleared buffers held), so a webhook added from now reads nothing again however
+        # many there are; a gained bucket (or the first take) reads from the earliest
+        if reload_buckets or first:
+            self._scan = min(t.info.start_after for t in targets.values())
+        elif reload_hooks:
+            self._scan = min(self._scan, *(targets[hook].info.start_after for hook in reload_hooks))
         self._more = True
 
     def _discover(self) -> bool:
@@ -430,7 +446,7 @@ class WebhookDelivery:
         batch = self._config.webhook_batch
         held = self._batch_of(lane, self._room((lane.webhook_id, lane.topic)))
         group = [(lane, held)]
-        if held is None or target.info.format is not WebhookFormat.CLOUDEVENTS:
+        if held is None or not target.info.format.batched:
             return group
         room = batch - len(held[0])
         for other in ready:
@@ -463,6 +479,7 @@ class WebhookDelivery:
                     lost[outcome.bucket] = max(outcome.epoch, lost.get(outcome.bucket, 0))
                 if outcome.changed:  # read it again next pass
                     self._targets.pop(key[0], None)
+                    self._taken_from = None
                     self._targets_read_at = 0.0
                     for other in [k for k in self._lanes if k[0] == key[0]]:
                         del self._lanes[other]
@@ -563,6 +580,7 @@ class WebhookDelivery:
         with self._lock:
             for hook in changed:
                 self._targets.pop(hook, None)
+                self._taken_from = None
                 self._targets_read_at = 0.0
             for key, lane in list(self._lanes.items()):
                 if lane.webhook_id in changed or lane.epoch <= lost.get(lane.bucket, -1):

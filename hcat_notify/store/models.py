@@ -474,7 +474,7 @@ class WebhookRow(Base):
     url: Mapped[str] = mapped_column(Text)
     tables: Mapped[list[Any]]
     events: Mapped[list[Any] | None] = mapped_column(JSON())
-    format: Mapped[str] = mapped_column(String(16))
+    format: Mapped[str] = mapped_column(String(32))  # cloudevents, cloudevents-batch, hive
     state: Mapped[str] = mapped_column(String(16))  # active, paused, disabled
     secret: Mapped[str] = mapped_column(Text)
     start_after: Mapped[int] = mapped_column(BigInteger)

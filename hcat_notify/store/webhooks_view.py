@@ -62,7 +62,9 @@ class Webhooks:
                 ``webhook_allow`` setting).
             tables: ``db.table`` patterns (``*`` for any characters), each matching a table.
             events: the event kinds it gets (default: every kind).
-            format: ``cloudevents`` (default) or ``hive``.
+            format: ``cloudevents`` (default: one CloudEvent per request, structured
+                mode), ``cloudevents-batch`` (a CloudEvents batch per request) or
+                ``hive`` (the Hive body, one per request).
             from_event: the first event id it gets (default: the events after now).
 
         Raises:
@@ -72,12 +74,7 @@ class Webhooks:
         validate_webhook_name(name)
         patterns = TablePatterns.parse(tables)
         kinds = parse_event_kinds(events)
-        try:
-            chosen = WebhookFormat(format)
-        except ValueError:
-            raise InvalidInputError(
-                f"unknown webhook format {format!r} (cloudevents or hive)"
-            ) from None
+        chosen = WebhookFormat.parse(format)
         if from_event is not None and from_event < 1:
             raise InvalidInputError(f"--from-event must be at least 1, not {from_event}")
         secret = new_secret()

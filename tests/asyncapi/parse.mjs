@@ -52,6 +52,8 @@ function summary(document) {
       {
         name: m.name(),
         contentType: m.contentType(),
+        // a webhook message: the subscription format that sends it
+        format: m.json()['x-hcat-format'] ?? null,
         headers: m.hasHeaders() ? m.headers().json() : null,
         payload: m.hasPayload() ? m.payload().json() : null,
         examples: m.examples().length,

@@ -14,6 +14,7 @@ import pytest
 
 from hcat_notify.model.cloudevents import CLOUDEVENTS_BATCH_JSON, CLOUDEVENTS_JSON
 from hcat_notify.model.events import EventType
+from hcat_notify.model.webhooks import WebhookFormat
 from tests.asyncapi.contract import (
     DOCUMENT,
     SCHEMA_DIR,
@@ -94,6 +95,10 @@ def test_the_webhook_side_offers_cloudevents_and_the_hive_body(parsed):
         for header in ("webhook-id", "webhook-timestamp", "webhook-signature"):
             assert header in headers, (name, header)
     assert "HCAT_EVENT" in json.dumps(messages["HiveBody"]["headers"])
+    # each format a webhook can have is one of the channel's messages, with its content type
+    assert {m["format"]: m["contentType"] for m in messages.values() if m["format"]} == {
+        form.value: form.content_type for form in WebhookFormat
+    }
     assert parsed["document"]["operations"]["deliverWebhook"]["messages"] == [
         "CloudEvent",
         "CloudEventBatch",

@@ -25,7 +25,7 @@ from standardwebhooks.webhooks import Webhook
 
 from hcat_notify.config import Settings
 from hcat_notify.model.topics import topic_bucket
-from hcat_notify.store import Catalog, TableInfo
+from hcat_notify.store import Catalog, NewPartition, TableInfo
 from tests.fixtures.webhook_receiver import Received, Receiver
 from tests.integration import test_relay_group as relay_group
 from tests.integration.delivery import CliProcess, run_cli, running_relay
@@ -36,7 +36,7 @@ from tests.integration.test_relay_group import (
     stop_holding_its_buckets,
     wait_until,
 )
-from tests.wire import parse_cloudevent_batch
+from tests.wire import parse_cloudevent, parse_cloudevent_batch
 
 pytestmark = pytest.mark.integration
 
@@ -75,18 +75,27 @@ def add_hook(settings: Settings, name: str, url: str, tables: str, *extra: str) 
 
 def events_of(request: Received, secrets: list[str]) -> list[tuple[str, int]]:
     """(topic, event id) of each event a request carried, after its signature verified
-    with each secret (Standard Webhooks), its CloudEvents parsed by the SDK (or the Hive
-    body with HCAT_* headers)."""
+    with each secret (Standard Webhooks), its CloudEvents parsed by the SDK (a batch, or
+    one event in structured mode, which ``from_http`` tells by the request's headers),
+    or the Hive body with HCAT_* headers."""
     for secret in secrets:
         Webhook(secret).verify(request.body, request.headers)
-    if request.headers["content-type"] == "application/cloudevents-batch+json":
+    content_type = request.headers["content-type"]
+    if content_type.startswith("application/cloudevents"):
+        if content_type == "application/cloudevents-batch+json":
+            events = parse_cloudevent_batch(request.body)
+        else:
+            events = [parse_cloudevent(request.body, request.headers)]
+            assert content_type == "application/cloudevents+json", content_type
+            assert events[0].get_id() == request.headers["webhook-id"]
         found = []
-        for event in parse_cloudevent_batch(request.body):
+        for event in events:
             data = event.get_data()
             body = data if isinstance(data, dict) else json.loads(data)
             table = f"{body['db']}.{body['table']}"
             found.append((table, int(event.get_id())))
         return found
+    assert content_type == "application/json", content_type
     body = json.loads(request.body)
     assert request.headers["hcat_event_id"] == request.headers["webhook-id"]
     return [(f"{body['db']}.{body['table']}", int(request.headers["hcat_event_id"]))]
@@ -147,7 +156,16 @@ def test_every_event_in_order_through_kill_and_zombie(
     with receivers(3) as (ce, ce_batch, hive):
         secrets = [
             add_hook(hook_settings, "ce", ce.url, f"{db}.*"),
-            add_hook(hook_settings, "ce2", ce_batch.url, f"{db}.t0*", "--events", "MARK_SET_DONE"),
+            add_hook(
+                hook_settings,
+                "ce2",
+                ce_batch.url,
+                f"{db}.t0*",
+                "--events",
+                "MARK_SET_DONE",
+                "--format",
+                "cloudevents-batch",
+            ),
             add_hook(hook_settings, "hive", hive.url, f"{db}.*", "--format", "hive"),
         ]
         expected = {}
@@ -373,6 +391,56 @@ def test_relay_once_delivers_to_the_webhooks_too(hook_settings: Settings, hook_c
         assert check_order(receiver, secret, expected, bound=0) == 0
     recorded = {t.topic: t.last_event_id for t in hook_catalog.webhooks.topics(f"once-{db}")}
     assert recorded == {f"hcat.{table}": ids[-1] for table, ids in expected.items()}
+
+
+def test_each_format_reaches_a_real_receiver_as_it_says(
+    hook_settings: Settings, hook_catalog: Catalog
+):
+    """``cloudevents`` (the default): one event per request in structured mode, which
+    the SDK's ``from_http`` reads from the request as it came (mode from its headers);
+    ``cloudevents-batch``: arrays; ``hive``: the broker's body. Every request verified
+    with the ``standardwebhooks`` package; the same events, in order, each ``data`` the
+    Hive body unchanged; a real ``hcat-notify relay --once`` process."""
+    db = f"s{uuid.uuid4().hex[:8]}"
+    (table,) = _tables(hook_catalog, db, 1)
+    forms = ("cloudevents", "cloudevents-batch", "hive")
+    with receivers(len(forms)) as started:
+        hooks = dict(zip(forms, started, strict=True))
+        # the default through the command line, the others through Python
+        secrets = {
+            "cloudevents": add_hook(hook_settings, f"ce-{db}", hooks["cloudevents"].url, f"{db}.*")
+        }
+        for form in forms[1:]:
+            secrets[form] = hook_catalog.webhooks.add(
+                f"{form}-{db}", hooks[form].url, f"{db}.*", format=form
+            )[1]
+        added = hook_catalog.add_partitions(
+            table.name, [NewPartition({"ds": str(n)}, f"/w/{db}/ds={n}") for n in range(2)]
+        )
+        expected = [p.event_id for p in added] + write_events(hook_catalog, [table], 2)[
+            str(table.name)
+        ]
+        done = run_cli(hook_settings, "relay", "--once", "--webhook-batch", str(BATCH))
+        assert done.returncode == 0, done.stderr
+    arrived = {
+        form: [event_id for r in hooks[form].ok() for _, event_id in events_of(r, [secrets[form]])]
+        for form in forms
+    }
+    assert arrived == {form: expected for form in forms}
+    structured = hooks["cloudevents"].ok()
+    assert len(structured) == len(expected)  # one request per event
+    assert len(hooks["cloudevents-batch"].ok()) == 1  # all four in one batch
+    hive_bodies = [r.body for r in hooks["hive"].ok()]
+    for request, hive_body in zip(structured, hive_bodies, strict=True):
+        event = parse_cloudevent(request.body, request.headers)
+        assert event.get_type() in (
+            "org.apache.hive.hcatalog.add_partition",
+            "org.apache.hive.hcatalog.mark_set_done",
+        )
+        assert event.get_subject().startswith(f"{db}.t00/ds=")
+        assert event.get_extension("sequence") == event.get_id().zfill(19)
+        assert json.loads(request.body)["data"] == json.loads(hive_body)
+        assert request.body.endswith(b',"data":' + hive_body + b"}")  # byte for byte
 
 
 def test_a_webhook_change_wakes_the_relay_at_once(hook_settings: Settings, hook_catalog: Catalog):

@@ -48,6 +48,10 @@ def test_bad_input_is_one_line_and_writes_nothing(run: Run, monkeypatch: pytest.
             ("webhooks", "add", "a", URL, "--tables", "web.*", "--from-now", "--from-event", "3"),
             "not both",
         ),
+        "format": (
+            ("webhooks", "add", "a", URL, "--tables", "web.*", "--format", "cloudevent"),
+            "unknown webhook format 'cloudevent' (cloudevents, cloudevents-batch, hive)",
+        ),
         "unknown hook": (("webhooks", "show", "nope"), "no webhook named 'nope'"),
         "replay from 0": (("webhooks", "replay", "ops", "--from-event", "0"), "from-event"),
     }
@@ -104,3 +108,21 @@ def test_the_secret_is_printed_once(run: Run):
     assert run("webhooks", "retry", "ops")[1].strip() == "no parked topics"
     assert run("webhooks", "remove", "ops")[0] == 0
     assert run("webhooks", "list")[1].strip() == "no webhooks"
+
+
+@pytest.mark.usefixtures("tables")
+def test_show_says_each_format_and_its_content_type(run: Run):
+    assert run("webhooks", "add", "one", URL, "--tables", "web.*")[0] == 0  # the default
+    code, _, err = run(
+        "webhooks", "add", "many", URL, "--tables", "web.*", "--format", "cloudevents-batch"
+    )
+    assert code == 0, err
+    shown = {
+        name: json.loads(run("-o", "json", "webhooks", "show", name)[1]) for name in ("one", "many")
+    }
+    assert {n: (s["format"], s["content_type"]) for n, s in shown.items()} == {
+        "one": ("cloudevents", "application/cloudevents+json"),
+        "many": ("cloudevents-batch", "application/cloudevents-batch+json"),
+    }
+    text = run("webhooks", "show", "one")[1]
+    assert "cloudevents (application/cloudevents+json)" in text, text

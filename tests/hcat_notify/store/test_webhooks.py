@@ -5,17 +5,19 @@ the webhook's version; SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 
-from hcat_notify.config import Settings
+from hcat_notify.config import Settings, load_settings
 from hcat_notify.errors import ConfigError, InvalidInputError
 from hcat_notify.model.topics import topic_bucket
 from hcat_notify.model.webhooks import WebhookFormat, WebhookState
 from hcat_notify.store import Catalog
 from hcat_notify.store.group import MemberReport
 from hcat_notify.store.webhooks import DeliveryFailure, LanePosition, WebhookNotFoundError
+from tests.revisions import catalog_at
 
 URL = "https://hooks.example.com/in"
 TOPIC = "hcat.web.clicks"
@@ -65,7 +67,8 @@ REFUSALS = [
     (("a", URL, "web"), {}, "malformed table pattern 'web'"),
     (("a", URL, "web.cl-icks"), {}, "malformed table pattern"),
     (("a", URL, "web.*"), {"events": "ADD_PARTITION,NOPE"}, "unknown event kind 'NOPE'"),
-    (("a", URL, "web.*"), {"format": "xml"}, "unknown webhook format"),
+    (("a", URL, "web.*"), {"format": "xml"}, "unknown webhook format 'xml'"),
+    (("a", URL, "web.*"), {"format": "cloudevents+json"}, "cloudevents, cloudevents-batch, hive"),
     (("a", URL, "web.*"), {"from_event": 0}, "at least 1"),
 ]
 
@@ -77,6 +80,42 @@ def test_bad_input_is_refused_and_nothing_is_written(catalog: Catalog, settings:
             catalog.webhooks.add(*args, **kwargs)
         assert catalog.webhooks.every() == []
         assert _stored(settings) == []
+
+
+@pytest.mark.usefixtures("tables")
+def test_each_format_is_kept_with_its_content_type(catalog: Catalog):
+    for form, content_type in [
+        ("cloudevents", "application/cloudevents+json"),
+        ("cloudevents-batch", "application/cloudevents-batch+json"),
+        ("hive", "application/json"),
+    ]:
+        catalog.webhooks.add(form, URL, "web.*", format=form)
+        shown = catalog.webhooks.get(form).format
+        assert (shown.value, shown.content_type) == (form, content_type)
+        assert shown.batched is (form == "cloudevents-batch")
+
+
+def test_the_webhooks_stored_before_structured_mode_keep_their_batches(
+    empty_db_url: str, tmp_path: Path
+):
+    """Before 0017 the format ``cloudevents`` sent batches: such webhooks now have
+    ``cloudevents-batch``, and ``hive`` stays."""
+    catalog_at(
+        empty_db_url,
+        "0016",
+        *(
+            "INSERT INTO hcat_webhooks (name, url, tables, format, state, secret, start_after,"
+            f" created_at, version) VALUES ('{name}', '{URL}', '[\"web.*\"]', '{form}',"
+            " 'active', 'plain:whsec_AAAA', 0, 0, 1)"
+            for name, form in (("old-ce", "cloudevents"), ("old-hive", "hive"))
+        ),
+    )
+    settings = load_settings(home=tmp_path, db_url=empty_db_url)
+    with Catalog.open(settings, upgrade=True) as catalog:  # as `hcat-notify db upgrade`
+        assert {w.name: w.format.value for w in catalog.webhooks.every()} == {
+            "old-ce": "cloudevents-batch",
+            "old-hive": "hive",
+        }
 
 
 @pytest.mark.usefixtures("tables")

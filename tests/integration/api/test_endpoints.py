@@ -323,6 +323,7 @@ def test_webhooks_managed_by_writers(
         body,  # the name is in use
         {**body, "name": f"{hook}x", "url": "http://hooks.example.com/in"},
         {**body, "name": f"{hook}y", "tables": ["nodb.*"]},
+        {**body, "name": f"{hook}z", "format": "cloudevent"},
     ):
         refused = writer.post("/v1/webhooks", json=bad)
         assert refused.status_code == 400, refused.text
@@ -330,6 +331,15 @@ def test_webhooks_managed_by_writers(
     assert [i.name for i in api_catalog.webhooks.every() if i.name.startswith(hook)] == [hook]
     shown = writer.get(f"/v1/webhooks/{hook}").json()
     assert (shown["webhook"]["url"], shown["topics"]) == ("https://hooks.example.com/in", [])
+    assert (shown["webhook"]["format"], shown["webhook"]["contentType"]) == (
+        "cloudevents",
+        "application/cloudevents+json",
+    )
+    batched = writer.post(
+        "/v1/webhooks", json={**body, "name": f"{hook}b", "format": "cloudevents-batch"}
+    )
+    assert batched.json()["webhook"]["contentType"] == "application/cloudevents-batch+json"
+    assert writer.delete(f"/v1/webhooks/{hook}b").status_code == 204
     assert writer.post(f"/v1/webhooks/{hook}/pause").json()["state"] == "paused"
     assert api_catalog.webhooks.get(hook).state.value == "paused"
     assert writer.post(f"/v1/webhooks/{hook}/resume").json()["state"] == "active"

@@ -1,0 +1,81 @@
+"""A webhook added (or changed) has the pass read the outbox again from where that
+webhook starts, not from where the oldest webhook does: with many webhooks and a long
+history, each added one would otherwise read the history again."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, cast
+
+from hcat_notify.config import Settings
+from hcat_notify.relay import Relay, RelayConfig
+from hcat_notify.store import Catalog
+from tests.fakes.broker import FakeBroker
+from tests.fixtures.webhook_receiver import Receiver, event_ids
+
+
+class CountedPages:
+    """Stands for the relay's catalog; counts the events the webhook pass's pages
+    return."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+        self.events = 0
+
+    @property
+    def webhooks(self) -> Any:
+        return CountedWebhooks(self)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._catalog, name)
+
+
+class CountedWebhooks:
+    def __init__(self, counted: CountedPages) -> None:
+        self._counted = counted
+
+    def page(self, *args: Any, **kwargs: Any) -> Any:
+        events, stamps = self._counted._catalog.webhooks.page(*args, **kwargs)
+        self._counted.events += len(events)
+        return events, stamps
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._counted._catalog.webhooks, name)
+
+
+def test_a_webhook_added_from_now_reads_no_history_again(settings: Settings, broker: FakeBroker):
+    settings = dataclasses.replace(settings, webhook_allow=("127.0.0.1",), webhook_timeout=5.0)
+    receiver = Receiver()
+    try:
+        with Catalog.open(settings) as catalog:
+            catalog.create_table("web.clicks", location="/w/clicks", partition_keys=["ds"])
+            first = catalog.outbox.last_event_id() + 1
+            catalog.webhooks.add("old", receiver.url + "/old", "web.*", from_event=first)
+            history = [catalog.mark_set_done("web.clicks", {"ds": str(n)}) for n in range(40)]
+            counted = CountedPages(catalog)
+            with Relay(
+                settings,
+                config=RelayConfig(webhook_interval=60.0, batch_size=10),
+                catalog=cast(Catalog, counted),
+                connection_factory=broker.connection,
+                member_id="solo",
+            ) as relay:
+                relay.drain()
+                assert counted.events >= len(history)  # the old webhook's history, once
+                read = counted.events
+                for n in range(3):
+                    catalog.webhooks.add(f"new{n}", receiver.url + f"/new{n}", "web.*")
+                    latest = catalog.mark_set_done("web.clicks", {"ds": f"new{n}"})
+                    relay.drain()
+                # each added webhook's pass read what came after it, not the history
+                assert counted.events - read <= 3 * 2, counted.events - read
+    finally:
+        receiver.close()
+    got: dict[str, list[int]] = {}
+    for request in receiver.ok():
+        got.setdefault(request.path, []).extend(event_ids(request))
+    assert got["/hook/old"] == [*history, *got["/hook/old"][len(history) :]]
+    assert len(got["/hook/old"]) == len(set(got["/hook/old"])) == len(history) + 3
+    assert got["/hook/new2"] == [latest]
+    assert json.loads(receiver.ok()[-1].body)["id"] == str(latest)
