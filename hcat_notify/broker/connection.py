@@ -229,7 +229,11 @@ class BrokerConnection:
 
     @property
     def is_connected(self) -> bool:
-        return self._conn is not None and bool(self._conn.is_connected())
+        """Connected, as the listener saw it: CONNECTED came and no loss since (a write
+        on a socket that died meanwhile fails, as a loss). stomp.py's own check asks the
+        kernel each time (``getsockname``), a system call that hands the GIL to another
+        thread for up to a switch interval; the relay asked five times a batch."""
+        return self._conn is not None and self._connected.is_set()
 
     @property
     def errors(self) -> list[str]:
@@ -348,11 +352,12 @@ class BrokerConnection:
             conn.transport.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0 if on else 1)
 
     def _require(self) -> stomp.Connection12:
-        if self._conn is None or not self._conn.is_connected():
+        conn = self._conn
+        if conn is None or not self._connected.is_set():
             raise BrokerUnavailableError(
                 f"not connected to a broker ({self.address or 'never connected'})"
             )
-        return self._conn
+        return conn
 
     def _await_receipt(
         self, receipt: str, waiter: _Waiter, what: str, timeout: float | None
