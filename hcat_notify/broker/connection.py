@@ -87,7 +87,10 @@ class _ClosedWithoutReasonError(BrokerUnavailableError):
 
 
 # Every SEND: without amq-msg-type, the content-length header stomp.py adds makes
-# ActiveMQ deliver a BytesMessage; JMS consumers (Oozie) expect a TextMessage.
+# ActiveMQ deliver a BytesMessage; JMS consumers (Oozie) expect a TextMessage. No
+# content-type: the body is JSON by contract, and ActiveMQ would keep the header as a
+# property of every message, parsed and stored each time (~1-2 us of the broker's CPU a
+# message, of ~15: docs/architecture.md, "Messages").
 _TEXT_MESSAGE = {"amq-msg-type": "text", "persistent": "true"}
 
 
@@ -429,12 +432,12 @@ class BrokerConnection:
         what = f"SEND to {destination}"
         if not receipt:
             with self._writing(what):
-                conn.send(destination, body, content_type="application/json", headers=frame_headers)
+                conn.send(destination, body, headers=frame_headers)
             return
         receipt_id, waiter = self._register()
         frame_headers["receipt"] = receipt_id
         with self._writing(what, receipt_id):
-            conn.send(destination, body, content_type="application/json", headers=frame_headers)
+            conn.send(destination, body, headers=frame_headers)
         self._await_receipt(receipt_id, waiter, what, timeout)
 
     def send_in_transaction(
@@ -487,7 +490,7 @@ class BrokerConnection:
 
     @staticmethod
     def _fixed_headers(transaction: str) -> dict[str, str]:
-        return {**_TEXT_MESSAGE, "transaction": transaction, "content-type": "application/json"}
+        return {**_TEXT_MESSAGE, "transaction": transaction}
 
     def _send_each(
         self,
