@@ -191,7 +191,6 @@ def raw_floor(env: BenchEnv, rate: float, count: int, body: str) -> Result:
             publisher.send(
                 destination,
                 body,
-                content_type="application/json",
                 headers={
                     "seq": str(i),
                     "amq-msg-type": "text",

@@ -130,12 +130,7 @@ def raw_transactions(env: BenchEnv, events: Sequence[OutboxEvent], batch: int) -
             tx = f"raw-tx-{next(_tx_ids)}"
             conn.begin(transaction=tx)
             for destination, body, headers in prepared[offset : offset + batch]:
-                conn.send(
-                    destination,
-                    body,
-                    content_type="application/json",
-                    headers={**headers, "transaction": tx},
-                )
+                conn.send(destination, body, headers={**headers, "transaction": tx})
             receipt = f"raw-commit-{tx}"
             done = listener.expect(receipt)
             conn.commit(transaction=tx, headers={"receipt": receipt})
@@ -155,12 +150,7 @@ def raw_receipt_each(env: BenchEnv, events: Sequence[OutboxEvent]) -> float:
         for index, (destination, body, headers) in enumerate(prepared):
             receipt = f"raw-send-{index}"
             done = listener.expect(receipt)
-            conn.send(
-                destination,
-                body,
-                content_type="application/json",
-                headers={**headers, "receipt": receipt},
-            )
+            conn.send(destination, body, headers={**headers, "receipt": receipt})
             raw_wait(done, "SEND", listener, timeout=60)
         return time.perf_counter() - started
     finally:
@@ -217,12 +207,7 @@ def stomp_floor(env: BenchEnv, events: Sequence[OutboxEvent], batch: int) -> flo
     transactions = []
     for offset in range(0, len(events), batch):
         tx = f"floor-tx-{next(_tx_ids)}"
-        fixed = {
-            "amq-msg-type": "text",
-            "persistent": "true",
-            "transaction": tx,
-            "content-type": "application/json",
-        }
+        fixed = {"amq-msg-type": "text", "persistent": "true", "transaction": tx}
         messages = [(destination_for(e.topic), e.body, e.headers) for e in events[offset:][:batch]]
         frames = b"".join(send_chunks(messages, fixed))
         transactions.append((tx, _frame("BEGIN", {"transaction": tx}) + frames))

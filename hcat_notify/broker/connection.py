@@ -87,7 +87,10 @@ class _ClosedWithoutReasonError(BrokerUnavailableError):
 
 
 # Every SEND: without amq-msg-type, the content-length header stomp.py adds makes
-# ActiveMQ deliver a BytesMessage; JMS consumers (Oozie) expect a TextMessage.
+# ActiveMQ deliver a BytesMessage; JMS consumers (Oozie) expect a TextMessage. No
+# content-type: the body is JSON by contract, and ActiveMQ would keep the header as a
+# property of every message, parsed and stored each time (~1-2 us of the broker's CPU a
+# message, of ~15: docs/architecture.md, "Messages").
 _TEXT_MESSAGE = {"amq-msg-type": "text", "persistent": "true"}
 
 
@@ -229,7 +232,11 @@ class BrokerConnection:
 
     @property
     def is_connected(self) -> bool:
-        return self._conn is not None and bool(self._conn.is_connected())
+        """Connected, as the listener saw it: CONNECTED came and no loss since (a write
+        on a socket that died meanwhile fails, as a loss). stomp.py's own check asks the
+        kernel each time (``getsockname``), a system call that hands the GIL to another
+        thread for up to a switch interval; the relay asked five times a batch."""
+        return self._conn is not None and self._connected.is_set()
 
     @property
     def errors(self) -> list[str]:
@@ -348,11 +355,12 @@ class BrokerConnection:
             conn.transport.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0 if on else 1)
 
     def _require(self) -> stomp.Connection12:
-        if self._conn is None or not self._conn.is_connected():
+        conn = self._conn
+        if conn is None or not self._connected.is_set():
             raise BrokerUnavailableError(
                 f"not connected to a broker ({self.address or 'never connected'})"
             )
-        return self._conn
+        return conn
 
     def _await_receipt(
         self, receipt: str, waiter: _Waiter, what: str, timeout: float | None
@@ -424,12 +432,12 @@ class BrokerConnection:
         what = f"SEND to {destination}"
         if not receipt:
             with self._writing(what):
-                conn.send(destination, body, content_type="application/json", headers=frame_headers)
+                conn.send(destination, body, headers=frame_headers)
             return
         receipt_id, waiter = self._register()
         frame_headers["receipt"] = receipt_id
         with self._writing(what, receipt_id):
-            conn.send(destination, body, content_type="application/json", headers=frame_headers)
+            conn.send(destination, body, headers=frame_headers)
         self._await_receipt(receipt_id, waiter, what, timeout)
 
     def send_in_transaction(
@@ -482,7 +490,7 @@ class BrokerConnection:
 
     @staticmethod
     def _fixed_headers(transaction: str) -> dict[str, str]:
-        return {**_TEXT_MESSAGE, "transaction": transaction, "content-type": "application/json"}
+        return {**_TEXT_MESSAGE, "transaction": transaction}
 
     def _send_each(
         self,

@@ -86,7 +86,7 @@ class Catalog:
         self._tables = Tables(self._transaction)
         self._partitions = Partitions(self._transaction)
         self._dones = Dones(self._transaction, self._fast, self._clock, self._bucket_count_now)
-        self._outbox = Outbox(self._transaction)
+        self._outbox = Outbox(self._transaction, self._fast)
         self._sets = Sets(self._transaction)
 
     @classmethod

@@ -16,6 +16,7 @@ from hcat_notify.store.models import EventCounterRow
 
 __all__ = [
     "ALLOCATE_POSTGRESQL",
+    "HORIZON_POSTGRESQL",
     "ID_LOCK_SPACE",
     "allocate_event_ids",
     "ids_in_flight",
@@ -25,6 +26,10 @@ __all__ = [
 ALLOCATE_POSTGRESQL = "SELECT hcat_allocate_event_ids(%s)"
 """The allocation as driver SQL (psycopg's parameter style), for the writer's hot path:
 one row, one column, the ids as a list."""
+
+
+HORIZON_POSTGRESQL = "SELECT hcat_event_horizon()"
+""":func:`visible_through` on PostgreSQL, as driver SQL."""
 
 
 ID_LOCK_SPACE = 0x4843
@@ -58,7 +63,7 @@ def visible_through(connection: Connection) -> int:
     (0 before the first event): what the next statement of a reader in id order may
     read up to without skipping an event that commits later."""
     if connection.dialect.name == "postgresql":
-        return int(connection.execute(text("SELECT hcat_event_horizon()")).scalar_one())
+        return int(connection.execute(text(HORIZON_POSTGRESQL)).scalar_one())
     row = connection.execute(
         text("SELECT last_event_id FROM hcat_event_counter WHERE id = 1")
     ).first()

@@ -29,10 +29,12 @@ from hcat_notify.errors import StoreError, StoreUnavailableError
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import topic_bucket
+from hcat_notify.store.driver import compiled
 from hcat_notify.store.engine import begin_immediate
-from hcat_notify.store.event_ids import ALLOCATE_POSTGRESQL
+from hcat_notify.store.event_ids import ALLOCATE_POSTGRESQL, HORIZON_POSTGRESQL
 from hcat_notify.store.event_rows import OUTBOX_COLUMNS, RETENTION_COLUMNS, done_rows
 from hcat_notify.store.models import EventCounterRow, OutboxRow, RetentionRow, TableRow
+from hcat_notify.store.outbox import bucket_page_query
 from hcat_notify.store.records import RetainedDone, as_datetime, table_not_found, trusted_json
 from hcat_notify.store.tx import OUTBOX_CHANNEL
 
@@ -244,11 +246,35 @@ class FastPath:
                 cursor.execute("SELECT pg_notify(%s, '')", (OUTBOX_CHANNEL,))
         return int(event_id), canonical
 
-    @contextmanager
-    def _read_cursor(self) -> Iterator[Any]:
-        """A cursor for one reading statement: on SQLite, of this thread's own
-        connection (autocommit: each statement reads the latest commit)."""
+    def outbox_page(
+        self, buckets: Sequence[int], *, after: int, limit: int
+    ) -> list[tuple[Any, ...]]:
+        """A relay's page (:func:`~hcat_notify.store.outbox.bucket_page_query`) as the
+        driver's row tuples, on this thread's own connection: on PostgreSQL two
+        statements (the id-order horizon, then the page) where a session took five
+        round trips (BEGIN, the sort setting, the horizon, the page, COMMIT)."""
+        dialect = self._engine.dialect
+        owned = list(buckets)  # PostgreSQL: one array; SQLite: a parameter each
+        statement = compiled(dialect, bucket_page_query, None if self._postgres else len(owned))
+        values: dict[str, Any] = {"after": after, "limit": limit}
         if self._postgres:
+            values["owned"] = owned
+        else:
+            values.update((f"b{index}", bucket) for index, bucket in enumerate(owned))
+        with self._read_cursor(own=True) as cursor:
+            if self._postgres:
+                cursor.execute(HORIZON_POSTGRESQL)
+                ((values["bound"],),) = cursor.fetchall()
+            cursor.execute(*statement.bind(values))
+            return list(cursor.fetchall())
+
+    @contextmanager
+    def _read_cursor(self, *, own: bool = False) -> Iterator[Any]:
+        """A cursor for reading statements: on SQLite, of this thread's own connection
+        (autocommit: each statement reads the latest commit); on PostgreSQL, of a pool's
+        connection, or with ``own`` of this thread's own (a relay's publishing thread:
+        autocommit, and sorting off for its page, as ``SORT_OFF`` says why)."""
+        if self._postgres and not own:
             with self._cursor() as cursor:
                 yield cursor
             return
@@ -263,6 +289,9 @@ class FastPath:
                 with self._readers_lock:
                     self._readers.append(mine[1])
                 self._local.reader = mine
+                if self._postgres:
+                    mine[1].autocommit = True
+                    mine[1].execute("SET enable_sort = off")
             cursor = mine[1].cursor()
             try:
                 yield cursor

@@ -11,10 +11,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
+    BigInteger,
     ColumnElement,
     Executable,
+    Integer,
+    Select,
     String,
     Text,
+    any_,
     bindparam,
     cast,
     func,
@@ -53,9 +58,11 @@ from hcat_notify.store.tx import Tx
 _PARKED = "parked_at IS NOT NULL AND dropped_at IS NULL"  # ix_hcat_outbox_parked
 
 __all__ = [
+    "SORT_OFF",
     "CatchUpScope",
     "add_outbox_rows",
     "backlog_in_buckets",
+    "bucket_page_query",
     "catch_up",
     "catch_up_scope",
     "drop_parked",
@@ -171,36 +178,65 @@ def events_in_buckets(
 ) -> list[OutboxEvent]:
     """Events of some buckets after ``after_event_id``, not parked, in id order.
 
-    The relay's page: it skips what its topic progress says is published already.
+    The relay's page: it skips what its topic progress says is published already. (The
+    relay itself reads it on the driver: :meth:`FastPath.outbox_page`.)
     """
     if not in_buckets:
         return []
-    if tx.dialect == "postgresql":
-        # Walk the primary key from the position and stop after a page. Without
-        # statistics (an outbox filled faster than autovacuum analyzes it) PostgreSQL
-        # guesses a handful of rows match and collects every row after the position to
-        # sort them: work that grows with the backlog, for each page.
-        tx.session.execute(text("SET LOCAL enable_sort = off"))
+    postgres = tx.dialect == "postgresql"
+    if postgres:
+        tx.session.execute(text(SORT_OFF))
+    params: dict[str, Any] = {"after": after_event_id, "limit": limit}
+    params["owned"] = list(in_buckets)
+    bound = tx.id_order_bound()
+    if bound is not None:
+        params["bound"] = bound
+    query = bucket_page_query(tx.dialect, None)
+    return _outbox_events(tx, query, params)
+
+
+SORT_OFF = "SET LOCAL enable_sort = off"
+"""PostgreSQL, before a relay's page: walk the primary key from the position and stop
+after a page. Without statistics (an outbox filled faster than autovacuum analyzes it)
+PostgreSQL guesses a handful of rows match and collects every row after the position to
+sort them: work that grows with the backlog, for each page."""
+
+
+def bucket_page_query(
+    dialect: str, owned: int | None
+) -> Select[int, str, str, str, str, str, str, int]:
+    """A relay's page: the events of the owned buckets after ``after``, not parked, in
+    id order, at most ``limit``; on PostgreSQL only up to ``bound``
+    (:meth:`Tx.id_order_bound`).
+
+    The owned buckets are one parameter ``owned`` (PostgreSQL: an array; SQLite with
+    ``owned`` None: a list SQLAlchemy expands) or, for the driver on SQLite, ``owned``
+    parameters ``b0``, ``b1``, ...: a statement built and cached once, where a literal
+    list made SQLAlchemy coerce and key up to 256 values per page.
+    """
+    # "bucket + 0" keeps the planners off the (bucket, event_id) index: read in event-id
+    # order from the position, filtering buckets on the way, instead of collecting every
+    # pending row of the buckets and sorting them per page.
+    bucket = OutboxRow.bucket + 0
+    if dialect == "postgresql":
+        in_owned = bucket == any_(bindparam("owned", type_=ARRAY(Integer)))
+    elif owned is None:
+        in_owned = bucket.in_(bindparam("owned", expanding=True))
+    else:
+        in_owned = bucket.in_([bindparam(f"b{index}", type_=Integer) for index in range(owned)])
     query = (
         select(*_OUTBOX_COLUMNS)
         .where(
-            # "bucket + 0" keeps the planners off the (bucket, event_id) index: read in
-            # event-id order from the position, filtering buckets on the way, instead of
-            # collecting every pending row of the buckets and sorting them per page.
-            # the owned buckets as one parameter: a statement built and cached once,
-            # where a literal list made SQLAlchemy coerce and key up to 256 values per page
-            (OutboxRow.bucket + 0).in_(bindparam("owned_buckets", expanding=True)),
-            OutboxRow.event_id > after_event_id,
+            in_owned,
+            OutboxRow.event_id > bindparam("after", type_=BigInteger),
             OutboxRow.parked_at.is_(None),
         )
         .order_by(OutboxRow.event_id)
-        .limit(limit)
+        .limit(bindparam("limit", type_=Integer))
     )
-    return _outbox_events(
-        tx,
-        query.where(_in_id_order(tx.id_order_bound())),
-        {"owned_buckets": list(in_buckets)},
-    )
+    if dialect == "postgresql":
+        query = query.where(OutboxRow.event_id <= bindparam("bound", type_=BigInteger))
+    return query
 
 
 def backlog_in_buckets(

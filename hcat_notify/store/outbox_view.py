@@ -11,7 +11,8 @@ from datetime import datetime
 from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.names import TableName
 from hcat_notify.store import outbox, progress
-from hcat_notify.store.records import OutboxEvent, RefusedEvent, as_table_name
+from hcat_notify.store.fast_path import FastPath
+from hcat_notify.store.records import OutboxEvent, RefusedEvent, as_table_name, outbox_events
 from hcat_notify.store.tx import Tx
 
 __all__ = ["Outbox"]
@@ -24,10 +25,14 @@ class Outbox:
 
     Args:
         transaction: opens a :class:`Tx` of the catalog (``write=True`` for writers).
+        fast: the catalog's driver-level reads (a relay's page).
     """
 
-    def __init__(self, transaction: Callable[..., AbstractContextManager[Tx]]) -> None:
+    def __init__(
+        self, transaction: Callable[..., AbstractContextManager[Tx]], fast: FastPath
+    ) -> None:
         self._transaction = transaction
+        self._fast = fast
 
     def pending(
         self,
@@ -64,11 +69,11 @@ class Outbox:
         self, in_buckets: Sequence[int], *, after_event_id: int, limit: int
     ) -> list[OutboxEvent]:
         """Events of the given buckets after an id, not parked, in id order (a relay's
-        page; it skips what its topics' progress says is published)."""
-        with self._transaction() as tx:
-            return outbox.events_in_buckets(
-                tx, in_buckets, after_event_id=after_event_id, limit=limit
-            )
+        page; it skips what its topics' progress says is published), read on the driver
+        (docs/architecture.md, "Hot paths")."""
+        if not in_buckets:
+            return []
+        return outbox_events(self._fast.outbox_page(in_buckets, after=after_event_id, limit=limit))
 
     def last_event_id(self) -> int:
         """The highest event id at or below which every event is committed or rolled back

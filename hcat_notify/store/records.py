@@ -415,14 +415,32 @@ def outbox_events(rows: Sequence[tuple[Any, ...]]) -> list[OutboxEvent]:
             decoded = json.loads(f"[{','.join(texts)}]")
         except ValueError:
             decoded = None  # one is not a single document: each on its own, to say which
-    if decoded is None or len(decoded) != len(rows):
+    if decoded is None or len(decoded) != len(rows) or not all(type(h) is dict for h in decoded):
         return [outbox_event(*row) for row in rows]
-    return [  # a decoded mapping goes through outbox_event as it is
-        outbox_event(event_id, topic, event_type, table, headers, body, created_at, bucket)
-        for (event_id, topic, event_type, table, _, body, created_at, bucket), headers in zip(
-            rows, decoded, strict=True
+    # outbox_event's record, built here: its calls per event (the record, its
+    # trusted_json and _fill) cost as much as building the record itself
+    new, fill, kinds, frozen = object.__new__, object.__setattr__, EVENT_TYPES, MappingProxyType
+    events = []
+    for (event_id, topic, event_type, table, _, body, created_at, bucket), headers in zip(
+        rows, decoded, strict=True
+    ):
+        event = new(OutboxEvent)
+        fill(
+            event,
+            "__dict__",
+            {
+                "event_id": event_id,
+                "topic": topic,
+                "event_type": kinds[event_type],
+                "table": table,
+                "headers": frozen(headers),
+                "body": body,
+                "_created_at": created_at,
+                "bucket": bucket,
+            },
         )
-    ]
+        events.append(event)
+    return events
 
 
 class OutboxPage(Sequence[OutboxEvent]):

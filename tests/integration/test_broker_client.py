@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 
 import pytest
@@ -205,6 +206,28 @@ def test_a_silent_first_address_costs_the_timeout_then_is_skipped(broker):
             took = time.monotonic() - started
             assert connection.address == live
     assert 1.5 <= took < 6
+
+
+def test_checking_the_connection_before_each_write_asks_the_kernel_nothing(settings, monkeypatch):
+    """is_connected and the checks before BEGIN, the SENDs and COMMIT read the
+    listener's view: stomp.py's own asks the kernel (getsockname), a system call that
+    hands the GIL to another thread for up to a switch interval, five times a batch."""
+    asked: list[threading.Thread] = []
+    getsockname = socket.socket.getsockname
+
+    def counted(sock: socket.socket) -> object:
+        asked.append(threading.current_thread())
+        return getsockname(sock)
+
+    with publisher_connection(settings) as publisher:
+        monkeypatch.setattr(socket.socket, "getsockname", counted)
+        assert publisher.is_connected
+        transaction = publisher.begin()
+        publisher.send_in_transaction(transaction, [("/topic/hcat.client.ask", "{}", {})])
+        publisher.commit(transaction)
+        assert publisher.is_connected
+        monkeypatch.undo()
+    assert [t for t in asked if t is threading.current_thread()] == []
 
 
 def test_reconnect_after_a_lost_connection_starts_with_the_next_address(broker):

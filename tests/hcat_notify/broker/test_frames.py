@@ -18,7 +18,6 @@ FIXED = {
     "amq-msg-type": "text",
     "persistent": "true",
     "transaction": "tx-1",
-    "content-type": "application/json",
 }
 
 
@@ -33,7 +32,7 @@ class _Capture:
 def _stomp_bytes(destination: str, body: str, headers: dict[str, str]) -> bytes:
     conn = stomp.Connection12([("127.0.0.1", 1)])
     capture = _Capture(conn.transport)
-    conn.send(destination, body, content_type="application/json", headers={**headers, **FIXED})
+    conn.send(destination, body, headers={**headers, **FIXED})
     (frame,) = capture.sent
     return frame
 
