@@ -35,6 +35,7 @@ __all__ = [
     "count_under",
     "create_statement",
     "insert_state",
+    "mark_statement",
     "move_statement",
     "moved",
     "short_statement",
@@ -170,6 +171,33 @@ def short_statement(dialect: Dialect, parts: bool, values: Mapping[str, object])
     :func:`~hcat_notify.store.driver.row_count`: 0 when the set's row is not current,
     is due, has a deadline or would be complete (then :func:`move_statement`)."""
     return compiled(dialect, _short_statement, parts).bind(values)
+
+
+@functools.cache
+def _mark_statement(dialect: str, done: bool) -> Update:
+    """A judged set's row (``b_table``, ``b_set``) marked: ``done`` (at ``b_done_at``,
+    for ``b_reason``, as event ``b_event``; nothing due), else its due time (``b_due``)."""
+    del dialect  # one form
+    table = _STATES
+    values: dict[str, Any]
+    if done:
+        values = {
+            "state": SetState.DONE.value,
+            "done_at": bindparam("b_done_at", type_=table.c.done_at.type),
+            "done_reason": bindparam("b_reason", type_=table.c.done_reason.type),
+            "done_event_id": bindparam("b_event", type_=table.c.done_event_id.type),
+            "due_at": null(),
+        }
+    else:
+        values = {"due_at": bindparam("b_due", type_=table.c.due_at.type)}
+    where = (table.c.table_id == bindparam("b_table"), table.c.set_spec == bindparam("b_set"))
+    return update(table).where(*where).values(values)
+
+
+def mark_statement(dialect: Dialect, done: bool, values: Mapping[str, object]) -> Statement:
+    """A judged set's row marked done or given its due time (:func:`_mark_statement`),
+    for :func:`~hcat_notify.store.driver.row_count` (the row is locked by then)."""
+    return compiled(dialect, _mark_statement, done).bind(values)
 
 
 def moved(found: Sequence[Any] | None) -> Moved | None:
