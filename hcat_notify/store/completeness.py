@@ -47,8 +47,10 @@ from hcat_notify.store.set_counts import (
     Change,
     adopt,
     count_present,
+    counting_of,
     keep_counts,
     lock_state,
+    move_values,
 )
 from hcat_notify.store.set_rules import current_rule
 from hcat_notify.store.set_sql import (
@@ -186,7 +188,7 @@ def _settle(tx: Tx) -> None:
         connection = tx.connection()
         dialect = connection.dialect
         ruled = _Ruled(tx, connection, row, rule, version)
-        counting = _counting(rule)
+        counting = counting_of(rule)
         countable = counting.countable and dialect.update_returning
         short = countable and dialect.name == "sqlite"
         ahead = tx.pending.get(_AHEAD)
@@ -197,7 +199,7 @@ def _settle(tx: Tx) -> None:
             if countable and (changes or counted is None):
                 # one counting write, unless count_ahead made it and nothing is left
                 canonical = _canonical(rule, first, prefix)
-                values = _moves(row.id, counting, version, canonical, changes)
+                values = move_values(row.id, counting, version, canonical, changes)
                 parts = counting.expected is not None
                 if (
                     short
@@ -502,69 +504,10 @@ class _Unmoved(enum.Enum):
     THERE = "there"  # the set's row is there now, to be locked and judged
 
 
-class _Counting(NamedTuple):
-    """What a rule's counting writes need, worked out once per rule object."""
-
-    rule: SetRule
-    expected: frozenset[str] | None
-    """The parts the rule expects (:func:`expected_of`)."""
-    total: int | None
-    """The count that makes a set complete: its expected parts, else the minimum of
-    partitions (None: not countable)."""
-    countable: bool
-    """Whether a set's verdict follows from its row's counts, moved by one counting
-    ``UPDATE … RETURNING`` (not for a rule whose expected parts are another set's)."""
-    untimed: bool
-    """Whether a set of the rule has no time of its own (no deadline, no quiet period)."""
-
-
-_COUNTINGS: dict[int, _Counting] = {}
-""":func:`_counting` by the rule object's id (checked: the object itself is kept)."""
-
-
-def _counting(rule: SetRule) -> _Counting:
-    """What the counting writes of ``rule`` need (found again by the rule object, which
-    the catalog hands out once per stored rule)."""
-    found = _COUNTINGS.get(id(rule))
-    if found is not None and found.rule is rule:
-        return found
-    expected = expected_of(rule)
-    total = rule.min_partitions if expected is None else len(expected)
-    untimed = rule.deadline is None and rule.deadline_after is None and not rule.quiet_seconds
-    if len(_COUNTINGS) >= 256:
-        _COUNTINGS.clear()
-    found = _COUNTINGS[id(rule)] = _Counting(rule, expected, total, total is not None, untimed)
-    return found
-
-
 def _canonical(rule: SetRule, first: PartitionSpec, prefix: str) -> str:
     """The canonical form (keys sorted) of the set whose path is ``prefix`` (``first``,
     a partition of it): with one key, its path."""
     return prefix if len(rule.set_keys) == 1 else set_of(rule, first).canonical()
-
-
-def _moves(
-    table_id: int, counting: _Counting, version: int, set_spec: str, changes: Sequence[Change]
-) -> dict[str, object]:
-    """The parameters of the counting write of ``changes`` under the set ``set_spec``
-    (canonical): ``b_table``, ``b_set``, ``b_version``, ``b_added``, ``b_total`` (what
-    makes the set complete) and, for a rule that names its parts, ``b_expected``."""
-    expected = counting.expected
-    added = expected_added = 0
-    for part, delta in changes:
-        added += delta
-        if expected is not None and part in expected:
-            expected_added += delta
-    values: dict[str, object] = {
-        "b_table": table_id,
-        "b_set": set_spec,
-        "b_version": version,
-        "b_added": added,
-        "b_total": counting.total,
-    }
-    if expected is not None:
-        values["b_expected"] = expected_added
-    return values
 
 
 class _Ruled(NamedTuple):
@@ -623,12 +566,18 @@ def count_ahead(
     connection = tx.connection()
     sets: list[tuple[str, list[Change]]] = []
     statements = [] if along is None else [along]
-    if found is not None and _counting(found[0]).countable and connection.dialect.update_returning:
+    if (
+        found is not None
+        and counting_of(found[0]).countable
+        and connection.dialect.update_returning
+    ):
         rule, version = found
         for prefix, (first, changes) in _by_set([(s, 1) for s in specs], len(rule.set_keys)):
             sets.append((prefix, changes))
-            counting = _counting(rule)
-            values = _moves(row.id, counting, version, _canonical(rule, first, prefix), changes)
+            counting = counting_of(rule)
+            values = move_values(
+                row.id, counting, version, _canonical(rule, first, prefix), changes
+            )
             parts = counting.expected is not None
             statements.append(move_statement(connection.dialect, parts, values))
     tx.session.flush()
