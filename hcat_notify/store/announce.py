@@ -24,6 +24,7 @@ from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import validate_topic_name
 from hcat_notify.model.wire import Message, PartitionDetails, build_add_partition
 from hcat_notify.store import completeness
+from hcat_notify.store.models import TableRow
 from hcat_notify.store.outbox import add_outbox_rows
 from hcat_notify.store.records import TableInfo
 from hcat_notify.store.tx import Tx
@@ -63,18 +64,20 @@ def announce_partitions(
     *,
     mode: AnnounceMode,
     job_id: str | None = None,
+    row: TableRow | None = None,
 ) -> list[int]:
     """ADD_PARTITION or DROP_PARTITION events for ``changes``; the event id of each change.
 
     ``partition`` mode gives one message per partition; ``write`` mode one message listing
     them all, split so that none exceeds ``settings.max_message_bytes``. The sets the
     changes touch are settled before the transaction commits
-    (:func:`hcat_notify.store.completeness.touch`).
+    (:func:`hcat_notify.store.completeness.touch`; ``row``: the table's row, when the
+    caller has it).
     """
     if not changes:
         return []
     delta = {EventType.ADD_PARTITION: 1, EventType.DROP_PARTITION: -1}.get(event_type, 0)
-    completeness.touch(tx, info, [change.spec for change in changes], delta=delta)
+    completeness.touch(tx, info, [change.spec for change in changes], delta=delta, row=row)
     context = event_context(tx, info)
     if mode is AnnounceMode.WRITE:
         groups = plan_batches(

@@ -23,10 +23,8 @@ from typing import NamedTuple, Protocol, cast
 
 from sqlalchemy import (
     Connection,
-    Dialect,
     Table,
     select,
-    update,
 )
 
 from hcat_notify.model.completeness import (
@@ -39,7 +37,7 @@ from hcat_notify.model.events import EventType
 from hcat_notify.model.names import TableName
 from hcat_notify.model.set_events import SetVerdict, build_set_event
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.store.driver import Statement, first_rows
+from hcat_notify.store.driver import Statement, first_rows, row_count
 from hcat_notify.store.models import SetStateRow, TableRow
 from hcat_notify.store.outbox import add_outbox_rows
 from hcat_notify.store.records import TableInfo, info_of
@@ -49,15 +47,19 @@ from hcat_notify.store.set_counts import (
     Change,
     adopt,
     count_present,
+    counting_of,
     keep_counts,
     lock_state,
+    move_values,
 )
 from hcat_notify.store.set_rules import current_rule
 from hcat_notify.store.set_sql import (
     Moved,
     create_statement,
+    mark_statement,
     move_statement,
     moved,
+    short_statement,
     under_params,
 )
 from hcat_notify.store.tx import Tx
@@ -79,6 +81,9 @@ logger = logging.getLogger(__name__)
 _PENDING = "completeness"
 """The key of :attr:`Tx.pending` under which touched partitions wait for the commit."""
 
+_ROWS = "completeness.rows"
+"""The key of :attr:`Tx.pending` of the table rows :func:`touch` was given, by name."""
+
 _DONES = "completeness.dones"
 """The key of :attr:`Tx.pending` listing the MARK_SET_DONE events rules wrote."""
 
@@ -97,14 +102,26 @@ def set_of(rule: SetRule, spec: PartitionSpec) -> PartitionSpec:
     return PartitionSpec(spec.items[: len(rule.set_keys)])
 
 
-def touch(tx: Tx, info: TableInfo, specs: Iterable[PartitionSpec], *, delta: int) -> None:
+def touch(
+    tx: Tx,
+    info: TableInfo,
+    specs: Iterable[PartitionSpec],
+    *,
+    delta: int,
+    row: TableRow | None = None,
+) -> None:
     """Note partitions (full specs) that ``tx`` adds (``delta`` 1), drops (-1) or
     changes in place (0): their sets are settled before it commits (nothing to do for a
-    table without a rule)."""
+    table without a rule). ``row``: the table's row, as the caller has it."""
     if info.rule_version is None:
         return
     touched: dict[TableName, list[tuple[PartitionSpec, int]]] = tx.pending.setdefault(_PENDING, {})
     touched.setdefault(info.name, []).extend((spec, delta) for spec in specs)
+    rows: dict[TableName, TableRow] = tx.pending.setdefault(_ROWS, {})
+    if row is not None:
+        rows[info.name] = row
+    else:
+        rows.pop(info.name, None)  # found by name at commit
     tx.before_commit(_settle)
 
 
@@ -132,8 +149,13 @@ def _take_touched(tx: Tx, name: TableName, rule: SetRule, spec: PartitionSpec) -
 
 
 def _loaded_row(tx: Tx, name: TableName) -> TableRow:
-    """The table's row: the one this transaction loaded already (every write reads it
-    first), else read now."""
+    """The table's row: the one the write that touched it named (:func:`touch`), else
+    the one this transaction loaded already (every write reads it first), else read
+    now."""
+    rows: dict[TableName, TableRow] | None = tx.pending.get(_ROWS)
+    row = rows.get(name) if rows else None
+    if row is not None:
+        return row
     for item in tx.session.identity_map.values():
         if isinstance(item, TableRow) and (item.db_name, item.table_name) == (
             name.db,
@@ -154,7 +176,7 @@ def settle(tx: Tx) -> list[int]:
 
 def _settle(tx: Tx) -> None:
     touched: dict[TableName, list[tuple[PartitionSpec, int]]] = tx.pending.pop(_PENDING, {})
-    for name in sorted(touched, key=str):
+    for name in sorted(touched, key=str) if len(touched) > 1 else list(touched):
         if not touched[name]:
             continue
         row = _loaded_row(tx, name)
@@ -163,9 +185,12 @@ def _settle(tx: Tx) -> None:
             continue
         rule, version = found
         clock: float | None = None
-        connection = tx.session.connection()
+        connection = tx.connection()
+        dialect = connection.dialect
         ruled = _Ruled(tx, connection, row, rule, version)
-        countable = _countable(rule) and connection.dialect.update_returning
+        counting = counting_of(rule)
+        countable = counting.countable and dialect.update_returning
+        short = countable and dialect.name == "sqlite"
         ahead = tx.pending.get(_AHEAD)
         for prefix, (first, changes) in _by_set(touched[name], len(rule.set_keys)):
             counted: Moved | _Unmoved | None = None
@@ -174,10 +199,19 @@ def _settle(tx: Tx) -> None:
             if countable and (changes or counted is None):
                 # one counting write, unless count_ahead made it and nothing is left
                 canonical = _canonical(rule, first, prefix)
-                statement = _move(connection.dialect, row.id, rule, version, canonical, changes)
+                values = move_values(row.id, counting, version, canonical, changes)
+                parts = counting.expected is not None
+                if (
+                    short
+                    and changes
+                    and counted is None
+                    and row_count(connection, short_statement(dialect, parts, values)) == 1
+                ):
+                    continue  # counted, still incomplete, nothing due: judged
+                statement = move_statement(dialect, parts, values)
                 counted = moved(first_rows(connection, [statement])[0])
                 counted = _Unmoved.NO_CURRENT_ROW if counted is None else counted
-            if counted is _Unmoved.NO_CURRENT_ROW and countable and _untimed(rule):
+            if counted is _Unmoved.NO_CURRENT_ROW and countable and counting.untimed:
                 counted = _create(ruled, first, prefix, changes)
             if isinstance(counted, Moved):
                 _judge_moved(ruled, first, prefix, counted)
@@ -201,6 +235,8 @@ def _by_set(
             pieces = spec.to_path().split("/", depth)
             below = pieces.pop()
             prefix = "/".join(pieces)
+        if len(noted) == 1:  # one change (``partitions add``): one set
+            return [(prefix, (spec, [(below, delta)]))]
         found = sets.get(prefix)
         if found is None:
             found = sets[prefix] = (spec, [])
@@ -468,37 +504,10 @@ class _Unmoved(enum.Enum):
     THERE = "there"  # the set's row is there now, to be locked and judged
 
 
-def _countable(rule: SetRule) -> bool:
-    """Whether a set's verdict follows from its row's counts, moved by one counting
-    ``UPDATE … RETURNING`` (not for a rule whose expected parts are another set's)."""
-    return expected_of(rule) is not None or rule.min_partitions is not None
-
-
 def _canonical(rule: SetRule, first: PartitionSpec, prefix: str) -> str:
     """The canonical form (keys sorted) of the set whose path is ``prefix`` (``first``,
     a partition of it): with one key, its path."""
     return prefix if len(rule.set_keys) == 1 else set_of(rule, first).canonical()
-
-
-def _move(
-    dialect: Dialect,
-    table_id: int,
-    rule: SetRule,
-    version: int,
-    set_spec: str,
-    changes: Sequence[Change],
-) -> Statement:
-    """The counting write of ``changes`` under the set ``set_spec`` (canonical)."""
-    expected = expected_of(rule)
-    values: dict[str, object] = {
-        "b_table": table_id,
-        "b_set": set_spec,
-        "b_version": version,
-        "b_added": sum(delta for _, delta in changes),
-    }
-    if expected is not None:
-        values["b_expected"] = sum(delta for part, delta in changes if part in expected)
-    return move_statement(dialect, expected is not None, values)
 
 
 class _Ruled(NamedTuple):
@@ -510,11 +519,6 @@ class _Ruled(NamedTuple):
     row: TableRow
     rule: SetRule
     version: int
-
-
-def _untimed(rule: SetRule) -> bool:
-    """Whether a set of ``rule`` has no time of its own (no deadline, no quiet period)."""
-    return rule.deadline is None and rule.deadline_after is None and not rule.quiet_seconds
 
 
 def _create(
@@ -530,7 +534,7 @@ def _create(
     only_added = len(parts) == len(changes) and all(delta == 1 for _, delta in changes)
     values: dict[str, object] = {
         "b_set": _canonical(rule, first, prefix),
-        "b_bucket": tx.bucket_of(info_of(row).topic),
+        "b_bucket": tx.bucket_of(row.topic),
         "b_version": version,
         "b_added": len(parts) if only_added and parts else -1,
         "b_expected": 0 if expected is None else len(parts & expected),
@@ -559,15 +563,23 @@ def count_ahead(
     and nothing else (``partitions add``): a set's done must follow the write's
     ADD_PARTITION events, and a done by hand in it would count them again."""
     found = current_rule(row)
-    connection = tx.session.connection()
+    connection = tx.connection()
     sets: list[tuple[str, list[Change]]] = []
     statements = [] if along is None else [along]
-    if found is not None and _countable(found[0]) and connection.dialect.update_returning:
+    if (
+        found is not None
+        and counting_of(found[0]).countable
+        and connection.dialect.update_returning
+    ):
         rule, version = found
         for prefix, (first, changes) in _by_set([(s, 1) for s in specs], len(rule.set_keys)):
             sets.append((prefix, changes))
-            canonical = _canonical(rule, first, prefix)
-            statements.append(_move(connection.dialect, row.id, rule, version, canonical, changes))
+            counting = counting_of(rule)
+            values = move_values(
+                row.id, counting, version, _canonical(rule, first, prefix), changes
+            )
+            parts = counting.expected is not None
+            statements.append(move_statement(connection.dialect, parts, values))
     tx.session.flush()
     rows = first_rows(connection, statements)
     if sets:
@@ -611,32 +623,19 @@ def _judge_moved(ruled: _Ruled, first: PartitionSpec, prefix: str, counted: Move
         complete = bool(expected) and counted.expected_present == len(expected)
     else:
         complete = rule.min_partitions is not None and counted.part_count >= rule.min_partitions
-    canonical = _canonical(rule, first, prefix)
-    if complete and not rule.quiet_seconds:  # the row is locked: Core statements
+    keys = {"b_table": row.id, "b_set": _canonical(rule, first, prefix)}
+    if complete and not rule.quiet_seconds:  # the row is locked: driver statements
         reason = DoneReason.RULE if counted.generation == 1 else DoneReason.CHANGED
         spec = set_of(rule, first)
         event_id = _add_done(
             tx, row, spec, generation=counted.generation, reason=reason, rule_version=version
         )
-        connection.execute(
-            update(_STATES)
-            .where(_STATES.c.table_id == row.id, _STATES.c.set_spec == canonical)
-            .values(
-                state=_DONE,
-                done_at=counted.last_change_at,
-                done_reason=reason.value,
-                done_event_id=event_id,
-                due_at=None,
-            )
-        )
+        done = {"b_done_at": counted.last_change_at, "b_reason": reason.value, "b_event": event_id}
+        row_count(connection, mark_statement(connection.dialect, True, {**keys, **done}))
         return [event_id]
     due = _next_due(rule, counted, complete)
     if due != counted.due_at:
-        connection.execute(
-            update(_STATES)
-            .where(_STATES.c.table_id == row.id, _STATES.c.set_spec == canonical)
-            .values(due_at=due)
-        )
+        row_count(connection, mark_statement(connection.dialect, False, {**keys, "b_due": due}))
     return []
 
 

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, cast
 
 from sqlalchemy import Connection, Dialect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
-__all__ = ["DriverSQL", "Statement", "compiled", "first_rows", "pipelines"]
+__all__ = ["DriverSQL", "Statement", "compiled", "first_rows", "pipelines", "row_count"]
 
 Statement = tuple[str, Sequence[Any] | Mapping[str, Any]]
 """A statement as the driver takes it: its SQL and its parameters."""
@@ -30,12 +31,21 @@ class DriverSQL:
     sql: str
     order: tuple[str, ...] | None
     fixed: Mapping[str, Any]
+    _pick: Callable[[Mapping[str, Any]], Sequence[Any]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        order = self.order or ()
+        if len(order) > 1:  # one C call for the lot
+            pick: Callable[[Mapping[str, Any]], Sequence[Any]] = itemgetter(*order)
+        else:
+            pick = lambda values: tuple(values[n] for n in order)  # noqa: E731
+        object.__setattr__(self, "_pick", pick)
 
     def bind(self, values: Mapping[str, Any]) -> Statement:
         """The statement with ``values`` (by parameter name) as the driver takes them."""
         if self.fixed:
             values = {**self.fixed, **values}
-        return self.sql, values if self.order is None else tuple(values[n] for n in self.order)
+        return self.sql, values if self.order is None else self._pick(values)
 
 
 _COMPILED: dict[tuple[Callable[..., ClauseElement], Any, str, str], DriverSQL] = {}
@@ -96,10 +106,28 @@ def first_rows(connection: Connection, statements: Sequence[Statement]) -> list[
             cursor.close()
         return rows
     except dialect.loaded_dbapi.Error as exc:
-        sql, params = current if current is not None else (None, None)
-        raise DBAPIError.instance(
-            sql, params, exc, dialect.loaded_dbapi.Error, dialect=dialect
-        ) from exc
+        raise _as_sqlalchemy(dialect, current, exc) from exc
+
+
+def row_count(connection: Connection, statement: Statement) -> int:
+    """Run ``statement`` (one that returns no rows) in ``connection``'s transaction on
+    its driver; the rows it changed. Errors as from :func:`first_rows`."""
+    dialect = connection.dialect
+    prepared = _PREPARED if dialect.driver == "psycopg" else _AS_IS
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(*statement, **prepared)
+        return int(cursor.rowcount)
+    except dialect.loaded_dbapi.Error as exc:
+        raise _as_sqlalchemy(dialect, statement, exc) from exc
+    finally:
+        cursor.close()
+
+
+def _as_sqlalchemy(dialect: Dialect, statement: Statement | None, exc: Exception) -> StatementError:
+    """A driver error of ``statement`` as SQLAlchemy raises it."""
+    sql, params = statement if statement is not None else (None, None)
+    return DBAPIError.instance(sql, params, exc, dialect.loaded_dbapi.Error, dialect=dialect)
 
 
 def _pipelined(

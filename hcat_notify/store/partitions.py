@@ -148,6 +148,7 @@ def insert_partitions(
                 changes,
                 mode=announce_mode(info.properties, mode),
                 job_id=job_id,
+                row=row,
             )
         )
     values: list[dict[str, Any]] = []

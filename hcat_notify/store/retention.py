@@ -68,7 +68,7 @@ def add_mark_set_done(
     )
     # Core statements on the connection: no ORM bulk step, no autoflush (a rule's done
     # is written while its set's row is being changed; the caller flushes that)
-    connection = tx.session.connection()
+    connection = tx.connection()
     connection.execute(insert(_RETENTION), [rows.retention])
     connection.execute(insert(_OUTBOX), [rows.outbox])
     return event_id, canonical

@@ -6,6 +6,7 @@ the set's partitions."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from hcat_notify.model.completeness import SetRule, SetState, deadline_at
 from hcat_notify.model.specs import PartitionSpec
@@ -15,7 +16,16 @@ from hcat_notify.store.set_assess import expected_of, paths_under
 from hcat_notify.store.set_sql import count_under, insert_state, state_query, under_params
 from hcat_notify.store.tx import Tx
 
-__all__ = ["Change", "adopt", "count_present", "keep_counts", "lock_state"]
+__all__ = [
+    "Change",
+    "Counting",
+    "adopt",
+    "count_present",
+    "counting_of",
+    "keep_counts",
+    "lock_state",
+    "move_values",
+]
 
 Change = tuple[str, int]
 """A change under a set: the part (its path below the set) and what it did to the
@@ -139,3 +149,62 @@ def keep_counts(
     state.part_count += sum(delta for _, delta in changes)
     if expected is not None and state.expected_present is not None:
         state.expected_present += sum(delta for part, delta in changes if part in expected)
+
+
+class Counting(NamedTuple):
+    """What a rule's counting writes need, worked out once per rule object."""
+
+    rule: SetRule
+    expected: frozenset[str] | None
+    """The parts the rule expects (:func:`expected_of`)."""
+    total: int | None
+    """The count that makes a set complete: its expected parts, else the minimum of
+    partitions (None: not countable)."""
+    countable: bool
+    """Whether a set's verdict follows from its row's counts, moved by one counting
+    ``UPDATE … RETURNING`` (not for a rule whose expected parts are another set's)."""
+    untimed: bool
+    """Whether a set of the rule has no time of its own (no deadline, no quiet period)."""
+
+
+_COUNTINGS: dict[int, Counting] = {}
+""":func:`counting_of` by the rule object's id (checked: the object itself is kept)."""
+
+
+def counting_of(rule: SetRule) -> Counting:
+    """What the counting writes of ``rule`` need (found again by the rule object, which
+    the catalog hands out once per stored rule)."""
+    found = _COUNTINGS.get(id(rule))
+    if found is not None and found.rule is rule:
+        return found
+    expected = expected_of(rule)
+    total = rule.min_partitions if expected is None else len(expected)
+    untimed = rule.deadline is None and rule.deadline_after is None and not rule.quiet_seconds
+    if len(_COUNTINGS) >= 256:
+        _COUNTINGS.clear()
+    found = _COUNTINGS[id(rule)] = Counting(rule, expected, total, total is not None, untimed)
+    return found
+
+
+def move_values(
+    table_id: int, counting: Counting, version: int, set_spec: str, changes: Sequence[Change]
+) -> dict[str, object]:
+    """The parameters of the counting write of ``changes`` under the set ``set_spec``
+    (canonical): ``b_table``, ``b_set``, ``b_version``, ``b_added``, ``b_total`` (what
+    makes the set complete) and, for a rule that names its parts, ``b_expected``."""
+    expected = counting.expected
+    added = expected_added = 0
+    for part, delta in changes:
+        added += delta
+        if expected is not None and part in expected:
+            expected_added += delta
+    values: dict[str, object] = {
+        "b_table": table_id,
+        "b_set": set_spec,
+        "b_version": version,
+        "b_added": added,
+        "b_total": counting.total,
+    }
+    if expected is not None:
+        values["b_expected"] = expected_added
+    return values

@@ -45,13 +45,15 @@ def rule_record(tx: Tx, row: TableRow, version: int | None = None) -> RuleRecord
 
 @functools.lru_cache(maxsize=256)
 def _parsed(stored: str, keys: tuple[str, ...]) -> SetRule:
+    """The rule whose stored form is the JSON text ``stored`` (the same object for the
+    same text and keys: found again by the text, on every write to a table with a rule)."""
     return SetRule.from_json(json.loads(stored), keys)
 
 
 _RECENT: dict[tuple[int, int, tuple[str, ...]], tuple[dict[str, object], SetRule]] = {}
-"""The rules :func:`current_rule` parsed last, by (table id, version, keys), with their
-stored form: found again by comparing the stored form (a dict comparison, no
-serialisation), on every write to a table with a rule."""
+"""The rules :func:`current_rule` parsed last from a decoded stored form (PostgreSQL),
+by (table id, version, keys), with that form: found again by comparing it (a dict
+comparison, no serialisation)."""
 
 
 def current_rule(row: TableRow) -> tuple[SetRule, int] | None:
@@ -59,6 +61,8 @@ def current_rule(row: TableRow) -> tuple[SetRule, int] | None:
     stored, version = row.set_rule, row.rule_version
     if version is None or stored is None:
         return None
+    if isinstance(stored, str):  # SQLite: the stored text (models.StoredRule)
+        return _parsed(stored, tuple(row.partition_keys)), version
     keys = tuple(row.partition_keys)
     key = (row.id, version, keys)
     known = _RECENT.get(key)

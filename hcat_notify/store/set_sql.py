@@ -35,8 +35,10 @@ __all__ = [
     "count_under",
     "create_statement",
     "insert_state",
+    "mark_statement",
     "move_statement",
     "moved",
+    "short_statement",
     "state_query",
     "under_params",
 ]
@@ -62,10 +64,9 @@ class Moved(NamedTuple):
 _MOVED = Moved._fields
 
 
-@functools.cache
-def _move_statement(dialect: str, parts: bool) -> Update:
-    """The counting write of a settled set whose row is current (counted under the
-    rule's version, not done): one statement, which also takes the row's lock."""
+def _moving(dialect: str, parts: bool) -> tuple[dict[str, Any], list[Any]]:
+    """The counting write's new values and conditions (a current row: counted under
+    the rule's version, not done)."""
     table = _STATES
     values = {
         "part_count": table.c.part_count + bindparam("b_added"),
@@ -80,7 +81,36 @@ def _move_statement(dialect: str, parts: bool) -> Update:
     if parts:
         values["expected_present"] = table.c.expected_present + bindparam("b_expected")
         where.append(table.c.expected_present.is_not(None))
-    return update(table).where(*where).values(values).returning(*(table.c[n] for n in _MOVED))
+    return values, where
+
+
+@functools.cache
+def _move_statement(dialect: str, parts: bool) -> Update:
+    """The counting write of a settled set whose row is current (counted under the
+    rule's version, not done): one statement, which also takes the row's lock."""
+    values, where = _moving(dialect, parts)
+    return update(_STATES).where(*where).values(values).returning(*(_STATES.c[n] for n in _MOVED))
+
+
+@functools.cache
+def _short_statement(dialect: str, parts: bool) -> Update:
+    """The counting write of changes that leave a current set incomplete with nothing
+    due: the move's, only where the row has neither a due time nor a deadline and its
+    count after the changes stays below ``b_total`` (the expected parts with ``parts``,
+    else the minimum of partitions); without ``RETURNING``, which SQLite pays for by
+    materialising the row (the statement's cost three times over)."""
+    values, where = _moving(dialect, parts)
+    table = _STATES
+    if parts:
+        counted = table.c.expected_present + bindparam("b_expected")
+    else:
+        counted = table.c.part_count + bindparam("b_added")
+    where += [
+        table.c.due_at.is_(None),
+        table.c.deadline_at.is_(None),
+        counted < bindparam("b_total"),
+    ]
+    return update(table).where(*where).values(values)
 
 
 @functools.cache
@@ -133,6 +163,41 @@ def move_statement(dialect: Dialect, parts: bool, values: Mapping[str, object]) 
     :func:`~hcat_notify.store.driver.first_rows`: run on the driver's cursor, since
     SQLAlchemy's steps (cache key, parameters, result) cost more than the statement."""
     return compiled(dialect, _move_statement, parts).bind(values)
+
+
+def short_statement(dialect: Dialect, parts: bool, values: Mapping[str, object]) -> Statement:
+    """The counting write of changes that leave the set incomplete with nothing due
+    (:func:`_short_statement`; ``values``: :func:`move_statement`'s and ``b_total``), for
+    :func:`~hcat_notify.store.driver.row_count`: 0 when the set's row is not current,
+    is due, has a deadline or would be complete (then :func:`move_statement`)."""
+    return compiled(dialect, _short_statement, parts).bind(values)
+
+
+@functools.cache
+def _mark_statement(dialect: str, done: bool) -> Update:
+    """A judged set's row (``b_table``, ``b_set``) marked: ``done`` (at ``b_done_at``,
+    for ``b_reason``, as event ``b_event``; nothing due), else its due time (``b_due``)."""
+    del dialect  # one form
+    table = _STATES
+    values: dict[str, Any]
+    if done:
+        values = {
+            "state": SetState.DONE.value,
+            "done_at": bindparam("b_done_at", type_=table.c.done_at.type),
+            "done_reason": bindparam("b_reason", type_=table.c.done_reason.type),
+            "done_event_id": bindparam("b_event", type_=table.c.done_event_id.type),
+            "due_at": null(),
+        }
+    else:
+        values = {"due_at": bindparam("b_due", type_=table.c.due_at.type)}
+    where = (table.c.table_id == bindparam("b_table"), table.c.set_spec == bindparam("b_set"))
+    return update(table).where(*where).values(values)
+
+
+def mark_statement(dialect: Dialect, done: bool, values: Mapping[str, object]) -> Statement:
+    """A judged set's row marked done or given its due time (:func:`_mark_statement`),
+    for :func:`~hcat_notify.store.driver.row_count` (the row is locked by then)."""
+    return compiled(dialect, _mark_statement, done).bind(values)
 
 
 def moved(found: Sequence[Any] | None) -> Moved | None:

@@ -202,6 +202,7 @@ def drop_partitions(
         EventType.DROP_PARTITION,
         changes,
         mode=announce_mode(info.properties, announce),
+        row=row,
     )
     for start in range(0, len(matching), 500):
         chunk = sorted(paths)[start : start + 500]

@@ -18,7 +18,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Executable, Float, Result, literal_column, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Executable,
+    Float,
+    Result,
+    literal_column,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import DatabaseError, DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
@@ -92,6 +102,14 @@ class Tx:
     bucket_count: Callable[[Session], int]
     pending: dict[str, Any] = field(default_factory=dict)
     finishers: list[Callable[[Tx], None]] = field(default_factory=list)
+    _connection: list[Connection] = field(default_factory=list, init=False, repr=False)
+
+    def connection(self) -> Connection:
+        """The transaction's connection (``session.connection()``, asked once: the
+        same for the whole transaction)."""
+        if not self._connection:
+            self._connection.append(self.session.connection())
+        return self._connection[0]
 
     def before_commit(self, finisher: Callable[[Tx], None]) -> None:
         """Run ``finisher(tx)`` when the transaction's block ends, before its commit
@@ -171,7 +189,7 @@ class Tx:
     def allocate_event_ids(self, count: int) -> list[int]:
         """``count`` new event ids, in order (see :mod:`hcat_notify.store.event_ids`:
         readers in id order do not pass them before this transaction ends)."""
-        ids = allocate_event_ids(self.session.connection(), count)
+        ids = allocate_event_ids(self.connection(), count)
         self.notify(OUTBOX_CHANNEL)
         return ids
 

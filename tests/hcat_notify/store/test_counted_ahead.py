@@ -177,3 +177,74 @@ def test_a_new_set_row_holding_older_partitions_is_counted_afresh(
     catalog.add_partitions(name, _new(("1", "us", "02"), ("1", "eu", "00"), ("1", "eu", "02")))
     assert _dones(catalog, name) == [("datestamp=1", "1")]
     assert _sets(settings, name)[0][:4] == ("datestamp=1", 7, 6, "done")
+
+
+def _traced_add(catalog: Catalog, settings: Settings, name: str, part: tuple[str, str, str]):
+    """``partitions add`` of one part in a transaction of its own engine; the SQL that
+    SQLite ran on the sets' rows (its trace: driver statements included)."""
+    engine, opened = _write(catalog, settings)
+    statements: list[str] = []
+    try:
+        with opened as tx:
+            driver = tx.session.connection().connection.dbapi_connection
+            driver.set_trace_callback(statements.append)
+            row = tx.table_row(TableName.parse(name), share=True)
+            partition_ops.add_partitions(tx, row, _new(part), job_id=None, count_ahead=True)
+    finally:
+        engine.dispose()
+    return [sql for sql in statements if "hcat_set_states" in sql]
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("rule", ["parts", "min_partitions"])
+def test_an_add_that_leaves_its_set_incomplete_counts_it_without_returning_on_sqlite(
+    catalog: Catalog, settings: Settings, rule: str
+):
+    """On SQLite (where a ``RETURNING`` row is materialised, the counting write's cost
+    three times over) a part that leaves its set incomplete with nothing due is counted
+    by one ``UPDATE`` that returns nothing; the part that completes the set is counted
+    by the full counting write (its row returned) and writes the done, once."""
+    name = "web.short"
+    catalog.create_table(name, location=f"/w/{name}", partition_keys=KEYS)
+    if rule == "parts":
+        catalog.expect(name, set_keys="datestamp", parts=PARTS)
+        day = [("1", r, h) for r in ("us", "eu") for h in ("00", "01", "02")]
+        last = (6, 6)
+    else:
+        catalog.expect(name, set_keys="datestamp", min_partitions=3)
+        day = [("1", "us", h) for h in ("00", "01", "02")]
+        last = (3, None)
+    catalog.add_partitions(name, _new(day[0]))  # the set's row, created
+    for count, part in enumerate(day[1:-1], start=2):
+        (only,) = _traced_add(catalog, settings, name, part)
+        assert only.startswith("UPDATE hcat_set_states")
+        assert "RETURNING" not in only
+        assert [row[1] for row in _sets(settings, name)] == [count]
+    assert _dones(catalog, name) == []
+    short, full, marked = _traced_add(catalog, settings, name, day[-1])
+    assert "RETURNING" not in short
+    assert "RETURNING" in full
+    assert marked.startswith("UPDATE hcat_set_states SET state=")
+    assert _dones(catalog, name) == [("datestamp=1", "1")]
+    assert _sets(settings, name) == [("datestamp=1", *last, "done", 1, "rule")]
+
+
+def test_a_rule_changed_by_another_catalog_judges_the_next_add_of_this_one(
+    catalog: Catalog, settings: Settings
+):
+    """The rule in force is read with the table's row by every write (parsed once per
+    stored form, found again by it): a rule that another catalog (process) changed
+    judges this catalog's next add, whose part would have completed the set under the
+    rule before."""
+    name = _ruled(catalog, "web.changed")
+    day = [("1", r, h) for r in ("us", "eu", "apac") for h in ("00", "01", "02")]
+    catalog.add_partitions(name, _new(*day[:5]))
+    with Catalog.open(settings) as other:
+        other.expect(name, set_keys="datestamp", parts=["region=us,eu,apac", "hour=00..02"])
+    catalog.add_partitions(name, _new(day[5]))  # the old rule's last part
+    assert _dones(catalog, name) == []
+    assert [row[1:4] for row in _sets(settings, name)] == [(6, 6, "open")]
+    for part in day[6:]:
+        catalog.add_partitions(name, _new(part))
+    assert _dones(catalog, name) == [("datestamp=1", "1")]
+    assert [row[1:4] for row in _sets(settings, name)] == [(9, 9, "done")]
