@@ -24,6 +24,7 @@ import asyncio
 import time
 from typing import Any
 
+from prometheus_client import Counter
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -116,6 +117,9 @@ class LongPolls:
     def __init__(self, app: ASGIApp, state: ApiState) -> None:
         self.app = app
         self.state = state
+        # the request metrics' series of the route, looked up once (per status)
+        self._counters: dict[int, Counter] = {}
+        self._latency = state.metrics.latency.labels("GET", DONE_PATH)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not _is_long_poll(scope):
@@ -143,16 +147,25 @@ class LongPolls:
             if writer is not None:
                 writer.on_lost(lambda: poll.gone() if feed.leave(poll) else None)
             feed.join(query.key, query.check, poll, generation=generation)
-        outcome = await poll.future
+        try:
+            outcome = await poll.future
+        finally:
+            if writer is not None:
+                writer.finish()
         if outcome is _GONE:
             return
         if writer is None:
             response = poll.response(outcome)
             await response(scope, receive, send)
             outcome = response.status_code
-        metrics = self.state.metrics
-        metrics.requests.labels("GET", DONE_PATH, str(outcome)).inc()
-        metrics.latency.labels("GET", DONE_PATH).observe(time.perf_counter() - started)
+        counter = self._counters.get(outcome)
+        if counter is None:
+            metrics = self.state.metrics
+            counter = self._counters[outcome] = metrics.requests.labels(
+                "GET", DONE_PATH, str(outcome)
+            )
+        counter.inc()
+        self._latency.observe(time.perf_counter() - started)
 
     async def _query(self, scope: Scope) -> DoneQuery | None:
         """The request's check if its credentials and parameters are good and it waits;

@@ -311,8 +311,14 @@ class _WholeResponse:
         cycle.message_event.set()
         if not cycle.keep_alive:
             transport.close()
-        cycle.on_response()
         return True
+
+    def finish(self) -> None:
+        cycle, protocol = self._cycle, self._protocol
+        # What the response's end starts (a request pipelined behind it, or the
+        # keep-alive timer), unless the client's next request began meanwhile.
+        if cycle.response_complete and (protocol.pipeline or protocol.cycle is cycle):
+            cycle.on_response()
 
     def on_lost(self, callback: Callable[[], object] | None) -> None:
         # Only the request whose task runs calls it: one at a time per connection.

@@ -65,8 +65,12 @@ class WholeResponse(Protocol):
 
     def write(self, encoded: Encoded) -> bool:
         """Write the whole response to this request's connection: it is then complete,
-        as if the application had sent it. False (nothing written) if the client went
-        away or a response was started already."""
+        as if the application had sent it, but for :meth:`finish`. False (nothing
+        written) if the client went away or a response was started already."""
+
+    def finish(self) -> None:
+        """After :meth:`write`, from the request's task: what the end of a response
+        starts on the connection (kept out of the loop that writes a group's answers)."""
 
     def on_lost(self, callback: Callable[[], object] | None) -> None:
         """Call ``callback`` if the connection is lost before this request's response

@@ -32,6 +32,7 @@ class _Connection:
 
     def __init__(self) -> None:
         self.written: list[bytes] = []
+        self.finished = False
         self.lost: Callable[[], object] | None = None
 
     def encode(self, status: int, headers: Any, body: bytes) -> Encoded:
@@ -42,6 +43,9 @@ class _Connection:
     def write(self, encoded: Encoded) -> bool:
         self.written.append(encoded[1])
         return True
+
+    def finish(self) -> None:
+        self.finished = True
 
     def on_lost(self, callback: Callable[[], object] | None) -> None:
         self.lost = callback
@@ -156,6 +160,7 @@ def test_a_groups_answer_is_encoded_once_and_the_same_bytes_written_to_each_wait
     app_sent, event_id, counted = _run(settings, scenario)
     assert counted == 2 * per_key
     assert app_sent == [[] for _ in connections]  # nothing went through ASGI's send
+    assert all(c.finished for c in connections)
     assert len(_Connection.encoded) == 2  # once per key (per group)
     assert {status for status, _ in _Connection.encoded} == {200}
     assert all(f'"eventId":{event_id}'.encode() in body for _, body in _Connection.encoded)
