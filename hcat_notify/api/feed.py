@@ -82,11 +82,20 @@ class Waiter:
     answer or its own deadline (``loop.time()`` seconds). Subclasses say what an answer
     does (:meth:`answer`)."""
 
-    __slots__ = ("_group", "deadline")
+    __slots__ = ("_entry", "_group", "deadline")
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
         self._group: _Group | None = None
+        self._entry: list[Any] | None = None  # in the deadline heap: [deadline, n, self]
+
+    def _release(self) -> None:
+        """Out of its group and of the deadline heap (whose entry no longer holds it:
+        an answered waiter is not kept until its deadline)."""
+        self._group = None
+        entry, self._entry = self._entry, None
+        if entry is not None:
+            entry[2] = None
 
     def answer(self, outcome: object, shared: dict[str, Any]) -> None:
         """Called once, in the event loop's thread, unless the waiter left first.
@@ -131,7 +140,7 @@ class _Group:
 class _Deadlines:
     """One event loop's deadlines: a heap, and one timer armed at the earliest."""
 
-    heap: list[tuple[float, int, Waiter]] = field(default_factory=list)
+    heap: list[list[Any]] = field(default_factory=list)  # [deadline, n, waiter or None]
     timer: asyncio.TimerHandle | None = None
     armed_at: float = 0.0
     stale: int = 0  # entries of waiters answered or gone
@@ -257,7 +266,7 @@ class ChangeFeed:
         self._forget(group)
         members, group.members = group.members, {}
         for waiter in members:
-            waiter._group = None
+            waiter._release()
         self._went(group, len(members))
         self._deliver(members, outcome)
 
@@ -313,7 +322,7 @@ class ChangeFeed:
         group = waiter._group
         if group is None:
             return False
-        waiter._group = None
+        waiter._release()
         del group.members[waiter]
         if not group.members:
             self._forget(group)
@@ -343,7 +352,8 @@ class ChangeFeed:
         clock = self._deadlines.get(loop)
         if clock is None:
             clock = self._deadlines[loop] = _Deadlines()
-        heapq.heappush(clock.heap, (waiter.deadline, next(self._order), waiter))
+        entry = waiter._entry = [waiter.deadline, next(self._order), waiter]
+        heapq.heappush(clock.heap, entry)
         if clock.timer is None or waiter.deadline + TIMEOUT_SLACK < clock.armed_at:
             self._arm(loop, clock)
 
@@ -353,10 +363,10 @@ class ChangeFeed:
             clock.timer = None
         heap = clock.heap
         if clock.stale > _COMPACT_AT and clock.stale > len(heap) // 2:
-            clock.heap = heap = [entry for entry in heap if entry[2]._group is not None]
+            clock.heap = heap = [entry for entry in heap if entry[2] is not None]
             heapq.heapify(heap)
             clock.stale = 0
-        while heap and heap[0][2]._group is None:
+        while heap and heap[0][2] is None:
             heapq.heappop(heap)
             clock.stale = max(clock.stale - 1, 0)
         if heap:
@@ -371,14 +381,16 @@ class ChangeFeed:
         due: dict[_Group, list[Waiter]] = {}
         heap = clock.heap
         while heap and heap[0][0] <= now:
-            waiter = heapq.heappop(heap)[2]
-            group = waiter._group
-            if group is None:
+            waiter: Waiter | None = heapq.heappop(heap)[2]
+            if waiter is None:
                 clock.stale = max(clock.stale - 1, 0)
                 continue
-            waiter._group = None
-            del group.members[waiter]
-            due.setdefault(group, []).append(waiter)
+            group = waiter._group
+            waiter._entry = None
+            waiter._release()
+            if group is not None:
+                del group.members[waiter]
+                due.setdefault(group, []).append(waiter)
         for group in due:
             if not group.members:
                 self._forget(group)

@@ -4,9 +4,11 @@ share each catalog read, and every one of them gets the answer once."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 
-from hcat_notify.api.feed import ChangeFeed
+from hcat_notify.api.feed import TIMED_OUT, ChangeFeed, Waiter
 
 WAITERS = 1000
 
@@ -120,3 +122,65 @@ def test_a_change_that_answers_no_one_costs_a_read_per_key_and_wakes_no_waiter()
     assert resumed_by_change == WAITERS // 10  # k0's waiters, and no other
     assert answers[::10] == [9] * (WAITERS // 10)
     assert all(isinstance(a, Exception) for i, a in enumerate(answers) if i % 10), answers[1]
+
+
+class _Recorder(Waiter):
+    __slots__ = ("__weakref__", "got")
+
+    def __init__(self, deadline: float) -> None:
+        super().__init__(deadline)
+        self.got: list[object] = []
+
+    def answer(self, outcome: object, shared: dict[str, object]) -> None:
+        self.got.append(outcome)
+
+
+def test_an_answered_waiter_is_not_kept_until_its_deadline_and_late_ones_time_out_together():
+    """The deadline heap lets go of a waiter answered (or gone) long before its
+    deadline, and waiters whose deadlines pass are answered TIMED_OUT (those that left
+    are not answered at all)."""
+    signal = _Signal()
+    feed = ChangeFeed("sqlite://", waiter_factory=lambda _url: signal)
+    found: dict[str, int | None] = {"v": None}
+
+    async def check() -> int | None:
+        return found["v"]
+
+    async def never() -> int | None:
+        return None
+
+    async def scenario() -> tuple[int, int, list[list[object]]]:
+        loop = asyncio.get_running_loop()
+        keeper = _Recorder(loop.time() + 100)  # still waits, ahead of the answered in the heap
+        feed.join("k", never, keeper, generation=feed.generation())
+        answered = [_Recorder(loop.time() + 300) for _ in range(100)]
+        for waiter in answered:
+            feed.join("a", check, waiter, generation=feed.generation())
+        found["v"] = 5
+        signal.changed.set()
+        while not answered[-1].got:
+            await asyncio.sleep(0.01)
+        refs = [weakref.ref(waiter) for waiter in answered]
+        outcomes = [waiter.got for waiter in answered]
+        del answered
+        found["v"] = None
+        late = [_Recorder(loop.time() + 0.05) for _ in range(10)]
+        for waiter in late:
+            feed.join("c", check, waiter, generation=feed.generation())
+        for waiter in late[:5]:
+            assert feed.leave(waiter)
+        while not late[-1].got:
+            await asyncio.sleep(0.01)
+        gc.collect()
+        alive = sum(ref() is not None for ref in refs)
+        assert feed.leave(keeper)
+        return alive, sum(len(w.got) for w in late), outcomes + [w.got for w in late[5:]]
+
+    try:
+        alive, late_answers, outcomes = asyncio.run(scenario())
+    finally:
+        feed.close()
+    assert alive == 0  # released although 300 s from their deadline
+    assert outcomes[:100] == [[5]] * 100
+    assert outcomes[100:] == [[TIMED_OUT]] * 5  # the 5 that stayed; the 5 that left: none
+    assert late_answers == 5
