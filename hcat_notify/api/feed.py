@@ -34,7 +34,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -45,6 +45,7 @@ __all__ = [
     "RECHECK_SECONDS",
     "TIMED_OUT",
     "TIMEOUT_SLACK",
+    "Batch",
     "ChangeFeed",
     "Waiter",
     "stopping_error",
@@ -59,6 +60,10 @@ deadlines fall close together are answered by one timer."""
 _WATCH_SLICE = 1.0
 _COMPACT_AT = 1024  # stale heap entries (answered waiters) tolerated before a rebuild
 T = TypeVar("T")
+Batch = tuple[Hashable, Callable[[Sequence[Hashable]], Awaitable[Sequence[object]]]]
+"""A batch key and its reader: the groups of one batch key (the specs of one table) are
+read together at a wake-up, the reader given their keys and returning one outcome each
+(what was found, None, or an exception for that key alone)."""
 
 
 class _TimedOut:
@@ -132,6 +137,7 @@ class _Group:
     slot: tuple[asyncio.AbstractEventLoop, Hashable]
     check: Callable[[], Awaitable[Any]]
     members: dict[Waiter, None] = field(default_factory=dict)  # in the order they came
+    batch: Batch | None = None
     reading: asyncio.Task[None] | None = None
     again: bool = False  # a wake-up came while the read ran: read once more
 
@@ -227,11 +233,18 @@ class ChangeFeed:
             event.set()
         with self._lock:
             groups = [g for slot, g in self._groups.items() if slot[0] is loop]
+        batches: dict[Hashable, list[_Group]] = {}
         for group in groups:
             if self._closed.is_set():
                 self._answer(group, stopping_error())
-            else:
+            elif group.batch is None or group.reading is not None:
                 self._read(loop, group)
+            elif group.members:
+                batches.setdefault(group.batch[0], []).append(group)
+        for batched in batches.values():
+            task = loop.create_task(self._read_batch(batched))
+            for group in batched:
+                group.reading = task
 
     # ------------------------------------------------------------------ groups
 
@@ -259,6 +272,33 @@ class ChangeFeed:
                     return
         finally:
             group.reading = None
+
+    async def _read_batch(self, groups: list[_Group]) -> None:
+        """One read for the groups of a batch key; once more for those a wake-up came
+        for while it ran."""
+        assert groups[0].batch is not None
+        reader = groups[0].batch[1]
+        task = asyncio.current_task()
+        try:
+            pending = groups
+            while pending:
+                for group in pending:
+                    group.again = False
+                try:
+                    outcomes = list(await reader([group.slot[1] for group in pending]))
+                except Exception as exc:  # noqa: BLE001 - every waiter of these keys gets it
+                    outcomes = [exc] * len(pending)
+                again = []
+                for group, outcome in zip(pending, outcomes, strict=True):
+                    if outcome is not None:
+                        self._answer(group, outcome)
+                    elif group.again:
+                        again.append(group)
+                pending = again
+        finally:
+            for group in groups:
+                if group.reading is task:
+                    group.reading = None
 
     def _answer(self, group: _Group, outcome: object) -> None:
         """Answer every waiter of the group with ``outcome``; waiters that come later
@@ -296,19 +336,21 @@ class ChangeFeed:
         waiter: Waiter,
         *,
         generation: int,
+        batch: Batch | None = None,
     ) -> None:
         """Add ``waiter`` to the group of ``key`` (``check`` reads for the group if it
         is the first), in the running event loop; it is answered once, by
         :meth:`Waiter.answer`, unless it leaves first. ``generation`` is
         :meth:`generation` taken before the waiter's own first read: if a change came
-        since, the group reads again at once."""
+        since, the group reads again at once. Groups of the same ``batch`` key are read
+        together at a wake-up (:data:`Batch`)."""
         loop = asyncio.get_running_loop()
         self._next_change(loop)  # the watcher's wake-ups reach this loop
         slot = (loop, key)
         with self._lock:
             group = self._groups.get(slot)
             if group is None:
-                group = self._groups[slot] = _Group(slot, check)
+                group = self._groups[slot] = _Group(slot, check, batch=batch)
         group.members[waiter] = None
         waiter._group = group
         self._count(1)
@@ -433,13 +475,15 @@ class ChangeFeed:
         timeout: float,
         *,
         key: Hashable | None = None,
+        batch: Batch | None = None,
     ) -> T | None:
         """``await check()`` until it returns something, or ``timeout`` seconds pass.
 
         ``check`` runs at once, then after each possible change (and at least every
         :data:`RECHECK_SECONDS`) until the deadline or the server's shutdown. Waiters
         with the same ``key`` (equal keys: the same ``check``) share each read after
-        the first, and are resumed only by the answer (or their deadline).
+        the first, and are resumed only by the answer (or their deadline); keys of one
+        ``batch`` are read together (:meth:`join`).
 
         Raises:
             ApiUnavailableError: the server began to stop (:meth:`drain`) before the
@@ -453,7 +497,7 @@ class ChangeFeed:
         deadline = loop.time() + timeout
         if key is not None and not self._closed.is_set():
             waiter = _FutureWaiter(deadline, loop.create_future())
-            self.join(key, check, waiter, generation=generation)
+            self.join(key, check, waiter, generation=generation, batch=batch)
             try:
                 outcome = await waiter.future
             finally:

@@ -146,7 +146,7 @@ class LongPolls:
         else:
             if writer is not None:
                 writer.on_lost(lambda: poll.gone() if feed.leave(poll) else None)
-            feed.join(query.key, query.check, poll, generation=generation)
+            feed.join(query.key, query.check, poll, generation=generation, batch=query.batch)
         try:
             outcome = await poll.future
         finally:

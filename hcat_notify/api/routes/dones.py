@@ -4,8 +4,9 @@ routes, so that the check is matched first."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Depends, Request, Response
 from starlette.routing import Match, Route
@@ -14,6 +15,7 @@ from starlette.types import Scope
 from hcat_notify.api.auth import BASIC_SECURITY, authorize, require_writer
 from hcat_notify.api.contract import NOT_DONE
 from hcat_notify.api.datamodels import CoveringDone, DoneRecorded, MarkDone
+from hcat_notify.api.feed import Batch
 from hcat_notify.api.params import (
     min_generation_openapi,
     query_min_generation,
@@ -68,7 +70,7 @@ async def covering_done(request: Request) -> Any:
     complete scheduler check. A done for ``datestamp=X`` covers ``datestamp=X/region=us``.
     With ``min_generation``, only a done of that set generation or a later one counts."""
     query = await done_query(request)
-    body = await query.state.feed.poll(query.check, query.wait, key=query.key)
+    body = await query.state.feed.poll(query.check, query.wait, key=query.key, batch=query.batch)
     if body is None:
         return query.not_done(request.url.path)
     return Response(body, media_type="application/json")
@@ -97,6 +99,25 @@ class DoneQuery:
             lambda catalog: catalog.find_covering_done(table, spec, min_generation=minimum)
         )
         return None if done is None else CoveringDone.of_done(done).model_dump_json(by_alias=True)
+
+    @property
+    def batch(self) -> Batch:
+        """The checks of one table are read together (:meth:`check_each`)."""
+        return ("done", self.table), self.check_each
+
+    async def check_each(self, keys: Sequence[Hashable]) -> list[object]:
+        """:meth:`check` of each :attr:`key` of this table, in one read: per key the
+        covering done's JSON, None, or the error its own check would raise."""
+        ours = cast("Sequence[tuple[str, str, int | None]]", keys)  # our :attr:`key`s
+        wanted = [(PartitionSpec.parse(canonical), minimum) for _, canonical, minimum in ours]
+        table = self.table
+        found = await self.state.read(lambda catalog: catalog.find_covering_dones(table, wanted))
+        return [
+            done
+            if done is None or isinstance(done, Exception)
+            else CoveringDone.of_done(done).model_dump_json(by_alias=True)
+            for done in found
+        ]
 
     def not_done(self, path: str) -> Response:
         """The 404 of a check that found no covering done (within its wait)."""

@@ -7,6 +7,7 @@ import asyncio
 import gc
 import threading
 import weakref
+from collections.abc import Hashable, Sequence
 
 from hcat_notify.api.feed import TIMED_OUT, ChangeFeed, Waiter
 
@@ -184,3 +185,47 @@ def test_an_answered_waiter_is_not_kept_until_its_deadline_and_late_ones_time_ou
     assert outcomes[:100] == [[5]] * 100
     assert outcomes[100:] == [[TIMED_OUT]] * 5  # the 5 that stayed; the 5 that left: none
     assert late_answers == 5
+
+
+def test_a_wake_up_reads_the_keys_of_one_batch_with_one_read():
+    """Long polls of many specs of one table: a change costs one read of them all (a
+    key's own failure answers that key's waiters only), not one read per spec."""
+    signal = _Signal()
+    feed = ChangeFeed("sqlite://", waiter_factory=lambda _url: signal)
+    keys = [f"k{i}" for i in range(10)]
+    calls: list[list[object]] = []
+    ready = {"now": False}
+
+    async def check() -> int | None:
+        return None
+
+    async def read_each(asked: Sequence[Hashable]) -> list[object]:
+        calls.append(list(asked))
+        if not ready["now"]:
+            return [None] * len(asked)
+        return [ValueError(key) if key == "k9" else keys.index(str(key)) for key in asked]
+
+    async def scenario() -> list[object]:
+        waiters = [_Recorder(asyncio.get_running_loop().time() + 30) for _ in range(WAITERS)]
+        for i, waiter in enumerate(waiters):
+            feed.join(
+                keys[i % 10], check, waiter, generation=feed.generation(), batch=("t", read_each)
+            )
+        signal.changed.set()  # read, nothing found
+        while not calls:
+            await asyncio.sleep(0.01)
+        ready["now"] = True
+        signal.changed.set()  # read, every key answered
+        while not waiters[-1].got:
+            await asyncio.sleep(0.01)
+        return [w.got[0] for w in waiters]
+
+    try:
+        answers = asyncio.run(scenario())
+    finally:
+        feed.close()
+    assert len(calls) == 2, calls  # one read per wake-up for the ten keys
+    assert sorted(calls[0]) == sorted(keys)
+    assert answers[:9] == list(range(9))
+    assert isinstance(answers[9], ValueError)
+    assert answers[10:19] == list(range(9))
