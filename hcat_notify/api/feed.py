@@ -58,6 +58,8 @@ TIMEOUT_SLACK = 0.005
 """Seconds a deadline may pass before its waiter is answered, so that waiters whose
 deadlines fall close together are answered by one timer."""
 _WATCH_SLICE = 1.0
+GC_HOLD_SECONDS = 1.0
+"""The longest the cyclic garbage collector waits for a change's reads and answers."""
 _COMPACT_AT = 1024  # stale heap entries (answered waiters) tolerated before a rebuild
 T = TypeVar("T")
 Batch = tuple[Hashable, Callable[[Sequence[Hashable]], Awaitable[Sequence[object]]]]
@@ -183,6 +185,8 @@ class ChangeFeed:
         # the waiters of each key, by (loop, key): one read per wake-up for all of them
         self._groups: dict[tuple[asyncio.AbstractEventLoop, Hashable], _Group] = {}
         self._deadlines: dict[asyncio.AbstractEventLoop, _Deadlines] = {}
+        self._gc_holds = 0
+        self._gc_deadline: asyncio.TimerHandle | None = None
         self._order = itertools.count()
 
     # ------------------------------------------------------------------ the watcher
@@ -242,6 +246,7 @@ class ChangeFeed:
             elif group.members:
                 batches.setdefault(group.batch[0], []).append(group)
         for batched in batches.values():
+            self._hold_gc()  # released as the read ends
             task = loop.create_task(self._read_batch(batched))
             for group in batched:
                 group.reading = task
@@ -254,6 +259,7 @@ class ChangeFeed:
         if group.reading is not None:
             group.again = True
         elif group.members:
+            self._hold_gc()  # released as the read ends
             group.reading = loop.create_task(self._read_group(group))
 
     async def _read_group(self, group: _Group) -> None:
@@ -272,6 +278,7 @@ class ChangeFeed:
                     return
         finally:
             group.reading = None
+            asyncio.get_running_loop().call_soon(self._release_gc)
 
     async def _read_batch(self, groups: list[_Group]) -> None:
         """One read for the groups of a batch key; once more for those a wake-up came
@@ -299,6 +306,7 @@ class ChangeFeed:
             for group in groups:
                 if group.reading is task:
                     group.reading = None
+            asyncio.get_running_loop().call_soon(self._release_gc)
 
     def _answer(self, group: _Group, outcome: object) -> None:
         """Answer every waiter of the group with ``outcome``; waiters that come later
@@ -311,18 +319,42 @@ class ChangeFeed:
         self._deliver(members, outcome)
 
     def _deliver(self, waiters: Iterable[Waiter], outcome: object) -> None:
-        # The cyclic garbage collector waits until the answers are out (until the loop's
-        # next turn): a full collection of the heap ten thousand waiting connections
-        # make took 150 ms, and the answers' own objects set one off midway.
-        if gc.isenabled():
-            gc.disable()
-            asyncio.get_running_loop().call_soon(gc.enable)
+        self._hold_gc()  # until the answers are out (the loop's next turn)
+        asyncio.get_running_loop().call_soon(self._release_gc)
         shared: dict[str, Any] = {}
         for waiter in waiters:
             try:
                 waiter.answer(outcome, shared)
             except Exception:  # one waiter's failure must not cost the others their answer
                 logger.exception("api: answering a long poll failed")
+
+    # The cyclic garbage collector waits while a change is read and its answers are
+    # written: a full collection of the heap ten thousand waiting connections make took
+    # 100 to 500 ms here, and the read's or the answers' own objects set one off before
+    # or midway through the writes. Held for at most GC_HOLD_SECONDS.
+
+    def _hold_gc(self) -> None:
+        if self._gc_holds == 0:
+            if not gc.isenabled():
+                return  # someone else's: not ours to enable
+            gc.disable()
+            loop = asyncio.get_running_loop()
+            self._gc_deadline = loop.call_later(GC_HOLD_SECONDS, self._end_gc_hold)
+        self._gc_holds += 1
+
+    def _release_gc(self) -> None:
+        if self._gc_holds == 0:
+            return
+        self._gc_holds -= 1
+        if self._gc_holds == 0:
+            self._end_gc_hold()
+
+    def _end_gc_hold(self) -> None:
+        self._gc_holds = 0
+        if self._gc_deadline is not None:
+            self._gc_deadline.cancel()
+            self._gc_deadline = None
+        gc.enable()
 
     def _forget(self, group: _Group) -> None:
         with self._lock:

@@ -229,3 +229,44 @@ def test_a_wake_up_reads_the_keys_of_one_batch_with_one_read():
     assert answers[:9] == list(range(9))
     assert isinstance(answers[9], ValueError)
     assert answers[10:19] == list(range(9))
+
+
+def test_the_garbage_collector_waits_while_a_change_is_read_and_answered():
+    """A full collection with thousands of connections waiting stalls the loop for
+    hundreds of milliseconds: none may start between a change and its answers."""
+    signal = _Signal()
+    feed = ChangeFeed("sqlite://", waiter_factory=lambda _url: signal)
+    during: list[bool] = []
+
+    async def read_each(asked: Sequence[Hashable]) -> list[object]:
+        during.append(gc.isenabled())
+        await asyncio.sleep(0.01)  # a read in a worker thread
+        during.append(gc.isenabled())
+        return [1] * len(asked)
+
+    class _Seeing(_Recorder):
+        __slots__ = ()
+
+        def answer(self, outcome: object, shared: dict[str, object]) -> None:
+            during.append(gc.isenabled())
+            super().answer(outcome, shared)
+
+    async def never() -> int | None:
+        return None
+
+    async def scenario() -> bool:
+        waiters = [_Seeing(asyncio.get_running_loop().time() + 30) for _ in range(10)]
+        for waiter in waiters:
+            feed.join("k", never, waiter, generation=feed.generation(), batch=("t", read_each))
+        signal.changed.set()
+        while not waiters[-1].got:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)
+        return gc.isenabled()
+
+    try:
+        after = asyncio.run(scenario())
+    finally:
+        feed.close()
+    assert during == [False] * 12
+    assert after
