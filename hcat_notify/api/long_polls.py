@@ -86,10 +86,14 @@ class _Poll(Waiter):
         if writer is None:  # the task sends the response itself
             self.future.set_result(outcome)
             return
-        encoded: Encoded | None = shared.get("encoded")
-        if encoded is None:
-            encoded = shared["encoded"] = _encode(writer, self.response(outcome))
-        self.future.set_result(encoded[0] if writer.write(encoded) else _GONE)
+        try:
+            encoded: Encoded | None = shared.get("encoded")
+            if encoded is None:
+                encoded = shared["encoded"] = _encode(writer, self.response(outcome))
+            self.future.set_result(encoded[0] if writer.write(encoded) else _GONE)
+        except Exception as exc:
+            self.future.set_exception(exc)  # its task answers 500 (the feed logs it)
+            raise
 
     def response(self, outcome: object) -> Response:
         """The route's response to ``outcome``."""
@@ -149,13 +153,15 @@ class LongPolls:
             feed.join(query.key, query.check, poll, generation=generation, batch=query.batch)
         try:
             outcome = await poll.future
+        except Exception as exc:  # noqa: BLE001 - answering it failed: a problem document
+            outcome = error_response(exc, method="GET", path=path)
         finally:
             if writer is not None:
                 writer.finish()
         if outcome is _GONE:
             return
-        if writer is None:
-            response = poll.response(outcome)
+        if writer is None or isinstance(outcome, Response):
+            response = outcome if isinstance(outcome, Response) else poll.response(outcome)
             await response(scope, receive, send)
             outcome = response.status_code
         counter = self._counters.get(outcome)

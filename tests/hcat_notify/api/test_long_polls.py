@@ -243,3 +243,30 @@ def test_without_the_extension_the_front_answers_through_asgi(settings: Settings
     assert sent[0]["status"] == 200
     assert b'"spec":"ds=4"' in sent[1]["body"]
     assert counted == 1
+
+
+class _Broken(_Connection):
+    def encode(self, status: int, headers: Any, body: bytes) -> Encoded:
+        raise RuntimeError("cannot encode")
+
+
+def test_a_waiter_whose_answer_cannot_be_written_is_answered_500_and_the_others_theirs(
+    settings: Settings,
+):
+    connections: list[_Connection] = [_Broken(), _Connection()]
+
+    async def scenario(app: Any, state: ApiState) -> list[Any]:
+        polls = [
+            asyncio.create_task(_request(app, f"ds=5&region=r{i}&wait=30", connection))
+            for i, connection in enumerate(connections)
+        ]
+        await _until(lambda: _waiting(state) == 2)
+        with Catalog.open(settings) as catalog:
+            await asyncio.to_thread(catalog.mark_set_done, TABLE, {"ds": "5"})
+        return await asyncio.wait_for(asyncio.gather(*polls), 20)
+
+    broken, fine = _run(settings, scenario)
+    assert broken[0]["status"] == 500  # through ASGI's send, a problem document
+    assert b"incident" in broken[1]["body"]
+    assert fine == []
+    assert connections[1].written[0].startswith(b"HTTP/1.1 200")
