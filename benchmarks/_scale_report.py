@@ -68,6 +68,24 @@ def at_most(bound: float) -> Callable[[Series], Row]:
     return verdict
 
 
+def at_most_beside(bound: float) -> Callable[[Series], Row]:
+    """As :func:`at_most`, with the reference measured beside the largest figure (a
+    floor, same rounds) and the ratio to it shown; the verdict is on the figure."""
+
+    def verdict(series: Series) -> Row:
+        worst = max(range(len(series.values)), key=series.values.__getitem__)
+        return Row(
+            _summary(series) + " (ratios: ours / the floor)",
+            series.values[worst],
+            series.reference(worst),
+            unit=series.unit,
+            target=("<=", bound),
+            digits=3,
+        )
+
+    return verdict
+
+
 def linear(series: Series) -> Row:
     """Grows no faster than the size: the fitted exponent (the row's figure) at most
     1.15."""

@@ -3,17 +3,18 @@
 :func:`create_app` builds a FastAPI app from the settings: the routers (one module per
 resource under :mod:`hcat_notify.api.routes`), the problem-document handlers
 (:mod:`hcat_notify.api.problems`), a 1 MiB request body limit, a check that the query
-is UTF-8, and the request metrics.
+is UTF-8, the request metrics, and in front of all of them the long polls of the
+scheduler's check (:mod:`hcat_notify.api.long_polls`).
 The app keeps nothing between requests that another instance would not have, so any
 number run behind any load balancer. The design is in docs/api.md.
 """
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -21,7 +22,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hcat_notify.api.datamodels import Problem
+from hcat_notify.api.long_polls import LongPolls
 from hcat_notify.api.metrics import RequestMetrics
+from hcat_notify.api.params import query_not_utf8
 from hcat_notify.api.problems import install_handlers, problem_response
 from hcat_notify.api.routes import dones, events, monitor, sets, status_page, tables, webhooks
 from hcat_notify.api.state import DRAIN_STATE_KEY, ApiState
@@ -73,23 +76,6 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
-def _not_utf8(query: bytes) -> str | None:
-    """What of ``query`` is not UTF-8 once percent-decoded (a parameter's name or its
-    value, as sent); None when all is."""
-    for field in query.split(b"&"):
-        name, _, value = field.partition(b"=")
-        for part, what in ((name, "name"), (value, "value")):
-            try:
-                unquote_to_bytes(part.replace(b"+", b" ")).decode("utf-8")
-            except UnicodeDecodeError:
-                sent = name.decode("latin-1")
-                if what == "name":
-                    return f"the query parameter name {sent!r} is not UTF-8"
-                given = value.decode("latin-1")
-                return f"the value {given!r} of query parameter {sent!r} is not UTF-8"
-    return None
-
-
 class Utf8Query:
     """ASGI middleware: refuses a query string that is not UTF-8 with 400, as a bad key
     name is refused. Starlette would decode it with U+FFFD in place of each bad byte,
@@ -101,7 +87,7 @@ class Utf8Query:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         query: bytes = scope.get("query_string", b"")
         if scope["type"] == "http" and (b"%" in query or not query.isascii()):
-            bad = _not_utf8(query)
+            bad = query_not_utf8(query)
             if bad is not None:
                 detail = f"malformed request: {bad}"
                 await problem_response(400, detail, instance=scope["path"])(scope, receive, send)
@@ -126,6 +112,14 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
+class _Api(FastAPI):
+    """The application, with the scheduler's long polls taken before its middleware
+    and routing (:mod:`hcat_notify.api.long_polls`)."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return LongPolls(super().build_middleware_stack(), self.state.hcat)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The API application for ``settings`` (default: :func:`load_settings`).
 
@@ -136,13 +130,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        # What start-up made (modules, models, the app) lives as long as the process:
+        # out of the cyclic collector's sight, a full collection with ten thousand long
+        # polls waiting scans their objects only.
+        gc.collect()
+        gc.freeze()
         try:
             # The server calls it as it begins to stop, before it waits for requests.
             yield {DRAIN_STATE_KEY: state.drain}
         finally:
             state.close()
 
-    app = FastAPI(
+    app = _Api(
         title="hcat-notify",
         version=API_VERSION,
         description=(

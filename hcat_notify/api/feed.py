@@ -12,6 +12,13 @@ thousand schedulers waiting for it with one read, and a change that answers none
 them costs a read per key, not a wake-up per waiter. The watcher also wakes every
 group every :data:`RECHECK_SECONDS` (and an unkeyed waiter re-checks on its own after
 twice that), so a lost signal costs latency, never an answer.
+
+A waiter in a group is a :class:`Waiter`: what it does with the answer is its own (the
+route's :meth:`ChangeFeed.poll` resumes a future; the long-poll front of the server,
+:mod:`hcat_notify.api.long_polls`, writes the group's one encoded answer to each
+connection). Deadlines are kept in one heap per event loop with one timer armed at the
+earliest, and the waiters whose deadlines have passed are answered together, group by
+group; a waiter whose client went away leaves its group (:meth:`ChangeFeed.leave`).
 When the server starts to stop (:meth:`ChangeFeed.drain`), every waiting request answers
 at once: what it waits for if the catalog has it, else 503 (ask again, or another
 instance), so that a shutdown never cuts a long poll off without an answer.
@@ -21,35 +28,130 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import heapq
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from hcat_notify.errors import ApiUnavailableError
 from hcat_notify.store.change_feed import OutboxWaiter, outbox_waiter
 
-__all__ = ["RECHECK_SECONDS", "ChangeFeed"]
+__all__ = [
+    "RECHECK_SECONDS",
+    "TIMED_OUT",
+    "TIMEOUT_SLACK",
+    "Batch",
+    "ChangeFeed",
+    "Waiter",
+    "stopping_error",
+]
 
 logger = logging.getLogger(__name__)
 
 RECHECK_SECONDS = 2.0
+TIMEOUT_SLACK = 0.005
+"""Seconds a deadline may pass before its waiter is answered, so that waiters whose
+deadlines fall close together are answered by one timer."""
 _WATCH_SLICE = 1.0
+GC_HOLD_SECONDS = 1.0
+"""The longest the cyclic garbage collector waits for a change's reads and answers."""
+_COMPACT_AT = 1024  # stale heap entries (answered waiters) tolerated before a rebuild
 T = TypeVar("T")
-_DRAINED = object()
+Batch = tuple[Hashable, Callable[[Sequence[Hashable]], Awaitable[Sequence[object]]]]
+"""A batch key and its reader: the groups of one batch key (the specs of one table) are
+read together at a wake-up, the reader given their keys and returning one outcome each
+(what was found, None, or an exception for that key alone)."""
+
+
+class _TimedOut:
+    def __repr__(self) -> str:
+        return "TIMED_OUT"
+
+
+TIMED_OUT: Any = _TimedOut()
+"""The outcome of a :class:`Waiter` whose deadline passed before its answer."""
+
+
+def stopping_error() -> ApiUnavailableError:
+    """What a long poll that waited raises (or answers) when the server began to stop."""
+    return ApiUnavailableError(
+        "this server is stopping: ask again (another instance answers, or this one once restarted)"
+    )
+
+
+class Waiter:
+    """A request waiting with its key's group (:meth:`ChangeFeed.join`) until the group's
+    answer or its own deadline (``loop.time()`` seconds). Subclasses say what an answer
+    does (:meth:`answer`)."""
+
+    __slots__ = ("_entry", "_group", "deadline")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self._group: _Group | None = None
+        self._entry: list[Any] | None = None  # in the deadline heap: [deadline, n, self]
+
+    def _release(self) -> None:
+        """Out of its group and of the deadline heap (whose entry no longer holds it:
+        an answered waiter is not kept until its deadline)."""
+        self._group = None
+        entry, self._entry = self._entry, None
+        if entry is not None:
+            entry[2] = None
+
+    def answer(self, outcome: object, shared: dict[str, Any]) -> None:
+        """Called once, in the event loop's thread, unless the waiter left first.
+
+        Args:
+            outcome: what the group's check found; an exception (the check raised it, or
+                :class:`ApiUnavailableError` as the server stops); or :data:`TIMED_OUT`.
+            shared: one dict per group and outcome, for what every waiter answered with
+                it can share (the answer encoded once).
+        """
+        raise NotImplementedError
+
+
+class _FutureWaiter(Waiter):
+    __slots__ = ("future",)
+
+    def __init__(self, deadline: float, future: asyncio.Future[Any]) -> None:
+        super().__init__(deadline)
+        self.future = future
+
+    def answer(self, outcome: object, shared: dict[str, Any]) -> None:
+        if self.future.done():
+            return
+        if isinstance(outcome, BaseException):
+            self.future.set_exception(outcome)
+        else:
+            self.future.set_result(outcome)
 
 
 @dataclass(eq=False)
 class _Group:
     """The waiters of one key on one event loop: one read per wake-up, one answer."""
 
+    slot: tuple[asyncio.AbstractEventLoop, Hashable]
     check: Callable[[], Awaitable[Any]]
-    answer: asyncio.Future[Any]
-    waiters: int = 0
+    members: dict[Waiter, None] = field(default_factory=dict)  # in the order they came
+    batch: Batch | None = None
     reading: asyncio.Task[None] | None = None
     again: bool = False  # a wake-up came while the read ran: read once more
+
+
+@dataclass(eq=False)
+class _Deadlines:
+    """One event loop's deadlines: a heap, and one timer armed at the earliest."""
+
+    heap: list[list[Any]] = field(default_factory=list)  # [deadline, n, waiter or None]
+    timer: asyncio.TimerHandle | None = None
+    armed_at: float = 0.0
+    stale: int = 0  # entries of waiters answered or gone
 
 
 class ChangeFeed:
@@ -82,6 +184,12 @@ class ChangeFeed:
         self._generation: dict[asyncio.AbstractEventLoop, int] = {}
         # the waiters of each key, by (loop, key): one read per wake-up for all of them
         self._groups: dict[tuple[asyncio.AbstractEventLoop, Hashable], _Group] = {}
+        self._deadlines: dict[asyncio.AbstractEventLoop, _Deadlines] = {}
+        self._gc_holds = 0
+        self._gc_deadline: asyncio.TimerHandle | None = None
+        self._order = itertools.count()
+
+    # ------------------------------------------------------------------ the watcher
 
     def _watch(self) -> None:
         waiter: OutboxWaiter | None = None
@@ -128,57 +236,244 @@ class ChangeFeed:
         if event is not None:
             event.set()
         with self._lock:
-            groups = [(slot, g) for slot, g in self._groups.items() if slot[0] is loop]
-        for slot, group in groups:
+            groups = [g for slot, g in self._groups.items() if slot[0] is loop]
+        batches: dict[Hashable, list[_Group]] = {}
+        for group in groups:
             if self._closed.is_set():
-                self._answer(slot, group, _DRAINED)
-            else:
-                self._read(loop, slot, group)
+                self._answer(group, stopping_error())
+            elif group.batch is None or group.reading is not None:
+                self._read(loop, group)
+            elif group.members:
+                batches.setdefault(group.batch[0], []).append(group)
+        for batched in batches.values():
+            self._hold_gc()  # released as the read ends
+            task = loop.create_task(self._read_batch(batched))
+            for group in batched:
+                group.reading = task
 
-    def _read(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        slot: tuple[asyncio.AbstractEventLoop, Hashable],
-        group: _Group,
-    ) -> None:
+    # ------------------------------------------------------------------ groups
+
+    def _read(self, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
         """Start the group's read, or ask the running one to read once more (the change
         may have come after it read)."""
         if group.reading is not None:
             group.again = True
-        elif not group.answer.done():
-            group.reading = loop.create_task(self._read_group(slot, group))
+        elif group.members:
+            self._hold_gc()  # released as the read ends
+            group.reading = loop.create_task(self._read_group(group))
 
-    async def _read_group(
-        self, slot: tuple[asyncio.AbstractEventLoop, Hashable], group: _Group
-    ) -> None:
+    async def _read_group(self, group: _Group) -> None:
         try:
             while True:
                 group.again = False
                 try:
                     found = await group.check()
-                except Exception as exc:  # noqa: BLE001 - every waiter of the key raises it
-                    self._answer(slot, group, exc)
+                except Exception as exc:  # noqa: BLE001 - every waiter of the key gets it
+                    self._answer(group, exc)
                     return
                 if found is not None:
-                    self._answer(slot, group, found)
+                    self._answer(group, found)
                     return
                 if not group.again:
                     return
         finally:
             group.reading = None
+            asyncio.get_running_loop().call_soon(self._release_gc)
 
-    def _answer(
-        self, slot: tuple[asyncio.AbstractEventLoop, Hashable], group: _Group, found: object
-    ) -> None:
-        """Resume every waiter of the group with ``found`` (an exception is raised in
-        each); waiters that come later form a new group."""
-        self._forget(slot, group)
-        if group.answer.done() or group.waiters == 0:
+    async def _read_batch(self, groups: list[_Group]) -> None:
+        """One read for the groups of a batch key; once more for those a wake-up came
+        for while it ran."""
+        assert groups[0].batch is not None
+        reader = groups[0].batch[1]
+        task = asyncio.current_task()
+        try:
+            pending = groups
+            while pending:
+                for group in pending:
+                    group.again = False
+                try:
+                    outcomes = list(await reader([group.slot[1] for group in pending]))
+                except Exception as exc:  # noqa: BLE001 - every waiter of these keys gets it
+                    outcomes = [exc] * len(pending)
+                again = []
+                for group, outcome in zip(pending, outcomes, strict=True):
+                    if outcome is not None:
+                        self._answer(group, outcome)
+                    elif group.again:
+                        again.append(group)
+                pending = again
+        finally:
+            for group in groups:
+                if group.reading is task:
+                    group.reading = None
+            asyncio.get_running_loop().call_soon(self._release_gc)
+
+    def _answer(self, group: _Group, outcome: object) -> None:
+        """Answer every waiter of the group with ``outcome``; waiters that come later
+        form a new group."""
+        self._forget(group)
+        members, group.members = group.members, {}
+        for waiter in members:
+            waiter._release()
+        self._went(group, len(members))
+        self._deliver(members, outcome)
+
+    def _deliver(self, waiters: Iterable[Waiter], outcome: object) -> None:
+        self._hold_gc()  # until the answers are out (the loop's next turn)
+        asyncio.get_running_loop().call_soon(self._release_gc)
+        shared: dict[str, Any] = {}
+        for waiter in waiters:
+            try:
+                waiter.answer(outcome, shared)
+            except Exception:  # one waiter's failure must not cost the others their answer
+                logger.exception("api: answering a long poll failed")
+
+    # The cyclic garbage collector waits while a change is read and its answers are
+    # written: a full collection of the heap ten thousand waiting connections make took
+    # 100 to 500 ms here, and the read's or the answers' own objects set one off before
+    # or midway through the writes. Held for at most GC_HOLD_SECONDS.
+
+    def _hold_gc(self) -> None:
+        if self._gc_holds == 0:
+            if not gc.isenabled():
+                return  # someone else's: not ours to enable
+            gc.disable()
+            loop = asyncio.get_running_loop()
+            self._gc_deadline = loop.call_later(GC_HOLD_SECONDS, self._end_gc_hold)
+        self._gc_holds += 1
+
+    def _release_gc(self) -> None:
+        if self._gc_holds == 0:
             return
-        if isinstance(found, BaseException):
-            group.answer.set_exception(found)
-        else:
-            group.answer.set_result(found)
+        self._gc_holds -= 1
+        if self._gc_holds == 0:
+            self._end_gc_hold()
+
+    def _end_gc_hold(self) -> None:
+        self._gc_holds = 0
+        if self._gc_deadline is not None:
+            self._gc_deadline.cancel()
+            self._gc_deadline = None
+        gc.enable()
+
+    def _forget(self, group: _Group) -> None:
+        with self._lock:
+            if self._groups.get(group.slot) is group:
+                del self._groups[group.slot]
+
+    def join(
+        self,
+        key: Hashable,
+        check: Callable[[], Awaitable[Any]],
+        waiter: Waiter,
+        *,
+        generation: int,
+        batch: Batch | None = None,
+    ) -> None:
+        """Add ``waiter`` to the group of ``key`` (``check`` reads for the group if it
+        is the first), in the running event loop; it is answered once, by
+        :meth:`Waiter.answer`, unless it leaves first. ``generation`` is
+        :meth:`generation` taken before the waiter's own first read: if a change came
+        since, the group reads again at once. Groups of the same ``batch`` key are read
+        together at a wake-up (:data:`Batch`)."""
+        loop = asyncio.get_running_loop()
+        self._next_change(loop)  # the watcher's wake-ups reach this loop
+        slot = (loop, key)
+        with self._lock:
+            group = self._groups.get(slot)
+            if group is None:
+                group = self._groups[slot] = _Group(slot, check, batch=batch)
+        group.members[waiter] = None
+        waiter._group = group
+        self._count(1)
+        self._schedule(loop, waiter)
+        if self._generation.get(loop, 0) != generation:  # changed since this one read
+            self._read(loop, group)
+
+    def leave(self, waiter: Waiter) -> bool:
+        """Take ``waiter`` out of its group without an answer (its client went away);
+        False if it was answered already."""
+        group = waiter._group
+        if group is None:
+            return False
+        waiter._release()
+        del group.members[waiter]
+        if not group.members:
+            self._forget(group)
+        self._went(group, 1)
+        return True
+
+    def _went(self, group: _Group, count: int) -> None:
+        """``count`` waiters of ``group`` were answered or left before their deadlines:
+        their heap entries are stale now."""
+        clock = self._deadlines.get(group.slot[0])
+        if clock is not None:
+            clock.stale += count
+        self._count(-count)
+
+    def generation(self) -> int:
+        """How many changes the running event loop has been told of (for :meth:`join`)."""
+        return self._generation.get(asyncio.get_running_loop(), 0)
+
+    @property
+    def stopping(self) -> bool:
+        """The server began to stop (:meth:`drain`): waiting is over."""
+        return self._closed.is_set()
+
+    # ------------------------------------------------------------------ deadlines
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop, waiter: Waiter) -> None:
+        clock = self._deadlines.get(loop)
+        if clock is None:
+            clock = self._deadlines[loop] = _Deadlines()
+        entry = waiter._entry = [waiter.deadline, next(self._order), waiter]
+        heapq.heappush(clock.heap, entry)
+        if clock.timer is None or waiter.deadline + TIMEOUT_SLACK < clock.armed_at:
+            self._arm(loop, clock)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, clock: _Deadlines) -> None:
+        if clock.timer is not None:
+            clock.timer.cancel()
+            clock.timer = None
+        heap = clock.heap
+        if clock.stale > _COMPACT_AT and clock.stale > len(heap) // 2:
+            clock.heap = heap = [entry for entry in heap if entry[2] is not None]
+            heapq.heapify(heap)
+            clock.stale = 0
+        while heap and heap[0][2] is None:
+            heapq.heappop(heap)
+            clock.stale = max(clock.stale - 1, 0)
+        if heap:
+            clock.armed_at = heap[0][0] + TIMEOUT_SLACK
+            clock.timer = loop.call_at(clock.armed_at, self._expire, loop, clock)
+
+    def _expire(self, loop: asyncio.AbstractEventLoop, clock: _Deadlines) -> None:
+        """The timer: every waiter whose deadline has passed is answered
+        :data:`TIMED_OUT`, group by group."""
+        clock.timer = None
+        now = loop.time()
+        due: dict[_Group, list[Waiter]] = {}
+        heap = clock.heap
+        while heap and heap[0][0] <= now:
+            waiter: Waiter | None = heapq.heappop(heap)[2]
+            if waiter is None:
+                clock.stale = max(clock.stale - 1, 0)
+                continue
+            group = waiter._group
+            waiter._entry = None
+            waiter._release()
+            if group is not None:
+                del group.members[waiter]
+                due.setdefault(group, []).append(waiter)
+        for group in due:
+            if not group.members:
+                self._forget(group)
+        self._count(-sum(len(waiters) for waiters in due.values()))
+        for waiters in due.values():
+            self._deliver(waiters, TIMED_OUT)
+        self._arm(loop, clock)
+
+    # ------------------------------------------------------------------ counting
 
     def _next_change(self, loop: asyncio.AbstractEventLoop) -> asyncio.Event:
         with self._lock:
@@ -187,10 +482,16 @@ class ChangeFeed:
                 event = self._changed[loop] = asyncio.Event()
             return event
 
-    def _enter(self) -> None:
+    def _count(self, delta: int) -> None:
+        if delta == 0:
+            return
         with self._lock:
-            self._waiting += 1
-            self._count_waiting()
+            self._waiting += delta
+            if self._on_waiting is not None:
+                self._on_waiting(self._waiting)
+            if self._waiting <= 0:
+                self._wanted.clear()
+                return
             self._wanted.set()
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -198,16 +499,7 @@ class ChangeFeed:
                 )
                 self._thread.start()
 
-    def _count_waiting(self) -> None:
-        if self._on_waiting is not None:
-            self._on_waiting(self._waiting)
-
-    def _leave(self) -> None:
-        with self._lock:
-            self._waiting -= 1
-            self._count_waiting()
-            if self._waiting == 0:
-                self._wanted.clear()
+    # ------------------------------------------------------------------ the route's wait
 
     async def poll(
         self,
@@ -215,13 +507,15 @@ class ChangeFeed:
         timeout: float,
         *,
         key: Hashable | None = None,
+        batch: Batch | None = None,
     ) -> T | None:
         """``await check()`` until it returns something, or ``timeout`` seconds pass.
 
         ``check`` runs at once, then after each possible change (and at least every
         :data:`RECHECK_SECONDS`) until the deadline or the server's shutdown. Waiters
         with the same ``key`` (equal keys: the same ``check``) share each read after
-        the first, and are resumed only by the answer (or their deadline).
+        the first, and are resumed only by the answer (or their deadline); keys of one
+        ``batch`` are read together (:meth:`join`).
 
         Raises:
             ApiUnavailableError: the server began to stop (:meth:`drain`) before the
@@ -233,13 +527,17 @@ class ChangeFeed:
         if found is not None or timeout <= 0:
             return found
         deadline = loop.time() + timeout
-        self._enter()
+        if key is not None and not self._closed.is_set():
+            waiter = _FutureWaiter(deadline, loop.create_future())
+            self.join(key, check, waiter, generation=generation, batch=batch)
+            try:
+                outcome = await waiter.future
+            finally:
+                self.leave(waiter)  # cancelled while it waited
+            result: T | None = None if outcome is TIMED_OUT else outcome
+            return result
+        self._count(1)
         try:
-            if key is not None and not self._closed.is_set():
-                answer = await self._wait_in_group(loop, key, check, generation, deadline)
-                if answer is not _DRAINED:
-                    result: T | None = answer
-                    return result
             while key is None and not self._closed.is_set():
                 # Taken before the read: a change during the read ends the next wait.
                 changed = self._next_change(loop)
@@ -250,46 +548,11 @@ class ChangeFeed:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), min(remaining, 2 * RECHECK_SECONDS))
         finally:
-            self._leave()
+            self._count(-1)
         # Drained while waiting: the last check found nothing.
-        raise ApiUnavailableError(
-            "this server is stopping: ask again (another instance answers, or this one "
-            "once restarted)"
-        )
+        raise stopping_error()
 
-    async def _wait_in_group(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        key: Hashable,
-        check: Callable[[], Awaitable[T | None]],
-        generation: int,
-        deadline: float,
-    ) -> Any:
-        """Wait with the key's group for its answer: None at the deadline, _DRAINED
-        when the server began to stop."""
-        self._next_change(loop)  # the watcher's wake-ups reach this loop
-        slot = (loop, key)
-        with self._lock:
-            group = self._groups.get(slot)
-            if group is None:
-                group = self._groups[slot] = _Group(check, loop.create_future())
-        group.waiters += 1
-        try:
-            if self._generation.get(loop, 0) != generation:  # changed since this one read
-                self._read(loop, slot, group)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout_at(deadline):
-                    return await asyncio.shield(group.answer)
-            return None
-        finally:
-            group.waiters -= 1
-            if group.waiters == 0:
-                self._forget(slot, group)
-
-    def _forget(self, slot: tuple[asyncio.AbstractEventLoop, Hashable], group: _Group) -> None:
-        with self._lock:
-            if self._groups.get(slot) is group:
-                del self._groups[slot]
+    # ------------------------------------------------------------------ stopping
 
     def drain(self) -> None:
         """Wake every waiting request to answer now, and make later ones answer at once;

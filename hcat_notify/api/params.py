@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import Query, Request
 
@@ -17,6 +18,7 @@ __all__ = [
     "SPEC_QUERY_DOC",
     "min_generation_openapi",
     "query_min_generation",
+    "query_not_utf8",
     "query_spec",
     "query_wait",
     "spec_openapi",
@@ -51,6 +53,23 @@ def query_spec(request: Request, reserved: frozenset[str]) -> PartitionSpec | No
             )
         return PartitionSpec.parse(paths[0])
     return PartitionSpec(tuple(items)) if items else None
+
+
+def query_not_utf8(query: bytes) -> str | None:
+    """What of ``query`` is not UTF-8 once percent-decoded (a parameter's name or its
+    value, as sent); None when all is."""
+    for field in query.split(b"&"):
+        name, _, value = field.partition(b"=")
+        for part, what in ((name, "name"), (value, "value")):
+            try:
+                unquote_to_bytes(part.replace(b"+", b" ")).decode("utf-8")
+            except UnicodeDecodeError:
+                sent = name.decode("latin-1")
+                if what == "name":
+                    return f"the query parameter name {sent!r} is not UTF-8"
+                given = value.decode("latin-1")
+                return f"the value {given!r} of query parameter {sent!r} is not UTF-8"
+    return None
 
 
 def spec_openapi(description: str = SPEC_QUERY_DOC) -> dict[str, Any]:

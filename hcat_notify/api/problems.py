@@ -55,6 +55,7 @@ __all__ = [
     "RETRY_AFTER_SECONDS",
     "STATUS",
     "allowed_methods",
+    "error_response",
     "http_problem",
     "install_handlers",
     "problem_body",
@@ -182,24 +183,32 @@ def _one_line(message: str) -> str:
     return "; ".join(line.strip() for line in message.splitlines() if line.strip()) or "failed"
 
 
-async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, HcatNotifyError)
+def error_response(exc: Exception, *, method: str, path: str) -> JSONResponse:
+    """The problem document a request of ``method`` on ``path`` is answered with when it
+    fails with ``exc`` (what the handlers :func:`install_handlers` installs answer): a
+    domain error with its status and class; anything else 500, logged with an incident
+    id the detail names."""
+    if not isinstance(exc, HcatNotifyError):
+        incident = secrets.token_hex(6)
+        logger.error("api %s %s failed, incident %s", method, path, incident, exc_info=exc)
+        return problem_response(
+            500, f"the server failed; its log has incident {incident}", instance=path
+        )
     status = status_of(exc)
     name = type(exc).__name__
     if status == 500:
         # Our own failure: the log has the traceback under an id the caller can quote.
         incident = secrets.token_hex(6)
-        logger.error(
-            "api %s %s failed, incident %s",
-            request.method,
-            request.url.path,
-            incident,
-            exc_info=exc,
-        )
+        logger.error("api %s %s failed, incident %s", method, path, incident, exc_info=exc)
         detail = f"the server failed ({name}); its log has incident {incident}"
     else:
         detail = _one_line(str(exc))
-    return problem_response(status, detail, request=request, type_=problem_type(name), error=name)
+    return problem_response(status, detail, instance=path, type_=problem_type(name), error=name)
+
+
+async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HcatNotifyError)
+    return error_response(exc, method=request.method, path=request.url.path)
 
 
 def _location(loc: tuple[Any, ...]) -> str:
@@ -260,13 +269,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    incident = secrets.token_hex(6)
-    logger.error(
-        "api %s %s failed, incident %s", request.method, request.url.path, incident, exc_info=exc
-    )
-    return problem_response(
-        500, f"the server failed; its log has incident {incident}", request=request
-    )
+    return error_response(exc, method=request.method, path=request.url.path)
 
 
 async def _client_gone(request: Request, exc: Exception) -> JSONResponse:

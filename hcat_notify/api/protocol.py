@@ -21,6 +21,12 @@ protocol, plus what it lacks at the edge of the server.
   the connection, and a reset can destroy the answer before the client reads it: a
   client still sending a 100 KB request target got a reset instead of its 414 (nginx's
   ``lingering_close`` does the same).
+* **Whole responses written from outside the request's task** (the scope extension
+  :data:`~hcat_notify.api.state.WHOLE_RESPONSE_KEY`): a long poll waiting with ten
+  thousand others for the same done is answered by one loop that writes the same
+  bytes to each connection, in one write each, instead of ten thousand tasks each
+  sending its response through the ASGI stack; and it learns that its client went away
+  while it waited (it leaves its group instead of waiting out its deadline).
 * **Long polls answered on shutdown**: as uvicorn begins to stop it asks each
   connection to close; the first such call also calls the application's drain
   (:data:`~hcat_notify.api.state.DRAIN_STATE_KEY`), so every waiting long poll answers
@@ -37,14 +43,20 @@ import asyncio
 import json
 import logging
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from hcat_notify.api.contract import PROBLEM_JSON
 from hcat_notify.api.problems import problem_body
-from hcat_notify.api.state import DRAIN_STATE_KEY
+from hcat_notify.api.state import DRAIN_STATE_KEY, WHOLE_RESPONSE_KEY, Encoded
 
 __all__ = [
     "BODY_IDLE_TIMEOUT",
@@ -87,7 +99,14 @@ class ApiHttpProtocol(HttpToolsProtocol):
 
     # Slots: five more keys in uvicorn's instance dict (27, key-shared: 296 bytes) made
     # it a dict of its own (1,584 bytes), per connection: a long poll's, for a minute.
-    __slots__ = ("_body_pending", "_field_bytes", "_head_bytes", "_lingering", "_timer")
+    __slots__ = (
+        "_body_pending",
+        "_field_bytes",
+        "_head_bytes",
+        "_lingering",
+        "_on_lost",
+        "_timer",
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -96,6 +115,7 @@ class ApiHttpProtocol(HttpToolsProtocol):
         self._body_pending = False
         self._field_bytes = 0  # of the headers parsed so far
         self._lingering = False  # refused: what still comes is read and dropped
+        self._on_lost: Callable[[], object] | None = None  # a waiting long poll's
 
     # ------------------------------------------------------------------ timers
 
@@ -122,6 +142,9 @@ class ApiHttpProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+        lost, self._on_lost = self._on_lost, None
+        if lost is not None:
+            lost()
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
@@ -146,6 +169,10 @@ class ApiHttpProtocol(HttpToolsProtocol):
         self._head_bytes = None
         self._disarm()
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # a request (not an upgrade)
+            extensions: dict[str, Any] = {WHOLE_RESPONSE_KEY: _WholeResponse(self, cycle)}
+            self.scope["extensions"] = extensions
         self._body_pending = any(
             (name == b"content-length" and value.strip() not in (b"", b"0"))
             or name == b"transfer-encoding"
@@ -240,6 +267,62 @@ class ApiHttpProtocol(HttpToolsProtocol):
         if not path.startswith(b"/") or len(path) > 2048:
             return None
         return path.decode("latin-1")
+
+
+class _WholeResponse:
+    """:class:`~hcat_notify.api.state.WholeResponse` for one request: what uvicorn's
+    ``RequestResponseCycle.send`` does for a response start and its whole body, in one
+    write and without a task."""
+
+    __slots__ = ("_cycle", "_protocol")
+
+    def __init__(self, protocol: ApiHttpProtocol, cycle: RequestResponseCycle) -> None:
+        self._protocol = protocol
+        self._cycle = cycle
+
+    def encode(self, status: int, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> Encoded:
+        head = [STATUS_LINE[status]]
+        for name, value in (*self._protocol.server_state.default_headers, *headers):
+            head.extend([name.lower(), b": ", value, b"\r\n"])
+        start = b"".join(head)
+        return status, start + b"\r\n" + body, start + b"connection: close\r\n\r\n" + body
+
+    def write(self, encoded: Encoded) -> bool:
+        cycle, protocol = self._cycle, self._protocol
+        if cycle.disconnected or cycle.response_started:
+            return False
+        protocol._on_lost = None
+        cycle.response_started = True
+        cycle.waiting_for_100_continue = False
+        status, kept, closing = encoded
+        if cycle.access_log:
+            scope = cycle.scope
+            cycle.access_logger.info(
+                '%s - "%s %s HTTP/%s" %d',
+                get_client_addr(scope),
+                scope["method"],
+                get_path_with_query_string(scope),
+                scope["http_version"],
+                status,
+            )
+        transport = cycle.transport
+        transport.write(kept if cycle.keep_alive else closing)
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if not cycle.keep_alive:
+            transport.close()
+        return True
+
+    def finish(self) -> None:
+        cycle, protocol = self._cycle, self._protocol
+        # What the response's end starts (a request pipelined behind it, or the
+        # keep-alive timer), unless the client's next request began meanwhile.
+        if cycle.response_complete and (protocol.pipeline or protocol.cycle is cycle):
+            cycle.on_response()
+
+    def on_lost(self, callback: Callable[[], object] | None) -> None:
+        # Only the request whose task runs calls it: one at a time per connection.
+        self._protocol._on_lost = callback
 
 
 def _body_idle() -> str:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -28,7 +28,10 @@ __all__ = [
     "CATALOG_THREADS",
     "DRAIN_STATE_KEY",
     "READINESS_TTL",
+    "WHOLE_RESPONSE_KEY",
     "ApiState",
+    "Encoded",
+    "WholeResponse",
     "in_thread",
     "state_of",
 ]
@@ -41,6 +44,39 @@ CATALOG_THREADS = 4
 DRAIN_STATE_KEY = "hcat_notify.drain"
 """The lifespan state entry (ASGI ``state``) the server calls, without arguments, when
 it begins to stop: :meth:`ApiState.drain` (:mod:`hcat_notify.api.protocol`)."""
+WHOLE_RESPONSE_KEY = "hcat_notify.whole_response"
+"""The ASGI scope extension (``scope["extensions"]``) through which ``hcat-notify serve``'s
+protocol lets the application write a whole response at once, from outside the
+request's task (:class:`WholeResponse`)."""
+
+Encoded = tuple[int, bytes, bytes]
+"""A whole response as the server writes it: its status, and its bytes on a connection
+kept alive and on one that closes after it."""
+
+
+class WholeResponse(Protocol):
+    """What the server offers under :data:`WHOLE_RESPONSE_KEY`, for one request: a long
+    poll answered by a group answers each of its waiters with the same bytes, written
+    from the group's answer (:mod:`hcat_notify.api.long_polls`)."""
+
+    def encode(self, status: int, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> Encoded:
+        """The response's bytes as the server writes them now (its own headers first);
+        for any request of this server."""
+
+    def write(self, encoded: Encoded) -> bool:
+        """Write the whole response to this request's connection: it is then complete,
+        as if the application had sent it, but for :meth:`finish`. False (nothing
+        written) if the client went away or a response was started already."""
+
+    def finish(self) -> None:
+        """After :meth:`write`, from the request's task: what the end of a response
+        starts on the connection (kept out of the loop that writes a group's answers)."""
+
+    def on_lost(self, callback: Callable[[], object] | None) -> None:
+        """Call ``callback`` if the connection is lost before this request's response
+        (None: no more)."""
+
+
 T = TypeVar("T")
 
 

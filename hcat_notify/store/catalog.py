@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from hcat_notify.config import Settings
-from hcat_notify.errors import StoreUnavailableError
+from hcat_notify.errors import HcatNotifyError, StoreUnavailableError
 from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.completeness import OnDeadline, parse_rule
 from hcat_notify.model.cursor import Cursor
@@ -391,6 +391,18 @@ class Catalog:
         (docs/completeness.md).
         """
         return self.dones.find_covering(table, spec, min_generation=min_generation)
+
+    def find_covering_dones(
+        self, table: TableName | str, wanted: Sequence[tuple[PartitionSpec, int | None]]
+    ) -> list[RetainedDone | HcatNotifyError | None]:
+        """:meth:`find_covering_done` of each (spec, ``min_generation``) of one table in
+        one read (as long polls of many specs of a table ask when it changes): per item
+        the done, None, or the error its own lookup would raise.
+
+        Raises:
+            TableNotFoundError: no such table.
+        """
+        return self.dones.find_covering_each(table, wanted)
 
     def expect(
         self,

@@ -27,6 +27,7 @@ SWEEP_PAUSE_SECONDS = 0.005
 interval (2 ms, :func:`hcat_notify.store.engine.begin_immediate`)."""
 
 SpecLike = PartitionSpec | Mapping[str, str | None]
+_BATCH_SPECS = 200  # specs a covering lookup of many takes per statement
 
 
 def _lookup_spec(spec: SpecLike) -> PartitionSpec | None:
@@ -132,6 +133,40 @@ class Dones:
             return retention.find_covering_done(
                 tx, row, name, wanted, min_generation=min_generation or 1
             )
+
+    def find_covering_each(
+        self, table: TableName | str, wanted: Sequence[tuple[PartitionSpec, int | None]]
+    ) -> list[RetainedDone | HcatNotifyError | None]:
+        """:meth:`find_covering` of each (spec, minimum generation) of one table, in one
+        read: per item the done, None, or the error its lookup alone would raise
+        (:meth:`hcat_notify.store.Catalog.find_covering_dones`).
+
+        Raises:
+            TableNotFoundError: no such table.
+        """
+        name = as_table_name(table)
+        found: list[RetainedDone | HcatNotifyError | None] = []
+        for start in range(0, len(wanted), _BATCH_SPECS):
+            chunk = wanted[start : start + _BATCH_SPECS]
+            fast = [
+                (spec, minimum or 1)
+                for spec, minimum in chunk
+                if len(spec) <= MAX_COVERING_KEYS and (minimum is None or minimum >= 1)
+            ]
+            try:
+                answers = iter(self._fast.covering_dones(name, fast, self._clock()))
+            except TableNotFoundError:
+                self._why_absent(name)
+                raise
+            for spec, minimum in chunk:
+                if len(spec) <= MAX_COVERING_KEYS and (minimum is None or minimum >= 1):
+                    found.append(next(answers))
+                    continue
+                try:  # what the lookup alone says is wrong
+                    found.append(self.find_covering(name, spec, min_generation=minimum))
+                except HcatNotifyError as exc:
+                    found.append(exc)
+        return found
 
     def sweep_expired(self, *, batch_size: int = 1000, max_batches: int | None = None) -> int:
         """Delete expired retention rows in batches of ``batch_size``, one transaction

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
 
-from hcat_notify.errors import StoreError, StoreUnavailableError
+from hcat_notify.errors import HcatNotifyError, StoreError, StoreUnavailableError
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.topics import topic_bucket
@@ -130,6 +130,31 @@ def _covering_statement(dialect: Dialect, specs: int) -> _Compiled:
     return _Compiled(statement, dialect)
 
 
+def _oldest(
+    name: TableName, rows: Sequence[Any], now: datetime, min_generation: int
+) -> RetainedDone | None:
+    """The oldest of the covering rows unexpired at ``now`` and of ``min_generation`` or
+    later, as a record."""
+    best: Any = None
+    for row in rows:
+        if row[2] is None or row[6] < min_generation:
+            continue  # the table row alone (nothing covers the spec), or too old
+        expires_at = as_datetime(row[5])
+        if expires_at > now and (best is None or row[2] < best[2]):
+            best = (*row[:5], expires_at, row[6], row[7])
+    if best is None:
+        return None
+    return RetainedDone(
+        event_id=best[2],
+        table=name,
+        spec=PartitionSpec.parse_trusted(best[3]),
+        created_at=as_datetime(best[4]),
+        expires_at=best[5],
+        generation=best[6],
+        reason=best[7],
+    )
+
+
 class FastPath:
     """The covering-done lookup and the MARK_SET_DONE write, each one driver round trip
     on the pool's connections (SQLite reads on a connection of the calling thread's)."""
@@ -166,7 +191,45 @@ class FastPath:
             UnknownPartitionKeyError, InvalidSpecError: ``given`` does not fit the
                 table's keys (checked as :meth:`TableInfo.spec` checks it).
         """
-        canonicals = given.covering_canonicals()
+        rows = self._covering_rows(name, given.covering_canonicals())
+        given.for_table(trusted_json(rows[0][1]), table=str(name), partial=True)
+        return _oldest(name, rows, now, min_generation)
+
+    def covering_dones(
+        self, name: TableName, wanted: Sequence[tuple[PartitionSpec, int]], now: datetime
+    ) -> list[RetainedDone | HcatNotifyError | None]:
+        """:meth:`covering_done` of each (spec, minimum generation) of ``name``, in one
+        round trip: the done, None, or what is wrong with that spec (it does not fit
+        the table's keys).
+
+        Raises:
+            TableNotFoundError: no such table.
+        """
+        covering = [given.covering_canonicals() for given, _ in wanted]
+        rows = self._covering_rows(name, sorted({spec for specs in covering for spec in specs}))
+        keys = trusted_json(rows[0][1])
+        by_spec: dict[str, list[Any]] = {}
+        for row in rows:
+            if row[2] is not None:
+                by_spec.setdefault(row[3], []).append(row)
+        found: list[RetainedDone | HcatNotifyError | None] = []
+        for (given, minimum), specs in zip(wanted, covering, strict=True):
+            try:
+                given.for_table(keys, table=str(name), partial=True)
+            except HcatNotifyError as exc:
+                found.append(exc)
+                continue
+            candidates = [row for spec in specs for row in by_spec.get(spec, ())]
+            found.append(_oldest(name, candidates, now, minimum))
+        return found
+
+    def _covering_rows(self, name: TableName, canonicals: Sequence[str]) -> Sequence[Any]:
+        """The table's row joined with its retained dones of ``canonicals`` (at least the
+        table's row).
+
+        Raises:
+            TableNotFoundError: no such table.
+        """
         statement = _covering_statement(self._engine.dialect, len(canonicals))
         params: dict[str, Any] = {f"spec{index}": spec for index, spec in enumerate(canonicals)}
         params["db"] = name.db
@@ -176,25 +239,7 @@ class FastPath:
             rows: Sequence[Any] = cursor.fetchall()
         if not rows:
             raise table_not_found(name)
-        given.for_table(trusted_json(rows[0][1]), table=str(name), partial=True)
-        best: Any = None
-        for row in rows:
-            if row[2] is None or row[6] < min_generation:
-                continue  # the table row alone (nothing covers the spec), or too old
-            expires_at = as_datetime(row[5])
-            if expires_at > now and (best is None or row[2] < best[2]):
-                best = (*row[:5], expires_at, row[6], row[7])
-        if best is None:
-            return None
-        return RetainedDone(
-            event_id=best[2],
-            table=name,
-            spec=PartitionSpec.parse_trusted(best[3]),
-            created_at=as_datetime(best[4]),
-            expires_at=best[5],
-            generation=best[6],
-            reason=best[7],
-        )
+        return rows
 
     def mark_set_done(
         self, name: TableName, given: PartitionSpec, now: datetime, buckets: int

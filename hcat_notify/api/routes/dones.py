@@ -4,7 +4,9 @@ routes, so that the check is matched first."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
 from fastapi import APIRouter, Depends, Request, Response
 from starlette.routing import Match, Route
@@ -13,6 +15,7 @@ from starlette.types import Scope
 from hcat_notify.api.auth import BASIC_SECURITY, authorize, require_writer
 from hcat_notify.api.contract import NOT_DONE
 from hcat_notify.api.datamodels import CoveringDone, DoneRecorded, MarkDone
+from hcat_notify.api.feed import Batch
 from hcat_notify.api.params import (
     min_generation_openapi,
     query_min_generation,
@@ -30,12 +33,15 @@ from hcat_notify.api.routes.tables import (
     TablePath,
 )
 from hcat_notify.api.routing import ApiRoute
-from hcat_notify.api.state import in_thread, state_of
+from hcat_notify.api.state import ApiState, in_thread, state_of
 from hcat_notify.errors import InvalidSpecError
 from hcat_notify.model.principals import Role
 from hcat_notify.model.specs import PartitionSpec
 
-__all__ = ["check_route", "router"]
+__all__ = ["DONE_PATH", "DoneQuery", "check_route", "done_query", "router"]
+
+DONE_PATH = "/v1/tables/{table}/done"
+"""The check's route template (its requests' metrics label)."""
 
 router = APIRouter(
     prefix="/v1/tables", tags=["tables"], responses=PROBLEM_RESPONSES, route_class=ApiRoute
@@ -43,7 +49,7 @@ router = APIRouter(
 
 
 @router.get(
-    "/{table}/done",
+    DONE_PATH.removeprefix("/v1/tables"),
     response_model=CoveringDone,
     responses={
         **SPEC_ERRORS,
@@ -63,35 +69,85 @@ async def covering_done(request: Request) -> Any:
     """The retained MARK_SET_DONE that covers the spec, or 404: ``curl --fail`` is a
     complete scheduler check. A done for ``datestamp=X`` covers ``datestamp=X/region=us``.
     With ``min_generation``, only a done of that set generation or a later one counts."""
+    query = await done_query(request)
+    body = await query.state.feed.poll(query.check, query.wait, key=query.key, batch=query.batch)
+    if body is None:
+        return query.not_done(request.url.path)
+    return Response(body, media_type="application/json")
+
+
+@dataclass(frozen=True, slots=True)
+class DoneQuery:
+    """One scheduler's check, read from its request: what it asks and how long it waits."""
+
+    state: ApiState
+    table: str
+    spec: PartitionSpec
+    minimum: int | None
+    wait: float
+
+    @property
+    def key(self) -> tuple[str, str, int | None]:
+        """Equal for the checks that read the same (the waiters that share a read)."""
+        return (self.table, self.spec.canonical(), self.minimum)
+
+    async def check(self) -> str | None:
+        """The covering done's JSON, or None: rendered once per read, for every waiter
+        of the key."""
+        table, spec, minimum = self.table, self.spec, self.minimum
+        done = await self.state.read(
+            lambda catalog: catalog.find_covering_done(table, spec, min_generation=minimum)
+        )
+        return None if done is None else CoveringDone.of_done(done).model_dump_json(by_alias=True)
+
+    @property
+    def batch(self) -> Batch:
+        """The checks of one table are read together (:meth:`check_each`)."""
+        return ("done", self.table), self.check_each
+
+    async def check_each(self, keys: Sequence[Hashable]) -> list[object]:
+        """:meth:`check` of each :attr:`key` of this table, in one read: per key the
+        covering done's JSON, None, or the error its own check would raise."""
+        ours = cast("Sequence[tuple[str, str, int | None]]", keys)  # our :attr:`key`s
+        wanted = [(PartitionSpec.parse(canonical), minimum) for _, canonical, minimum in ours]
+        table = self.table
+        found = await self.state.read(lambda catalog: catalog.find_covering_dones(table, wanted))
+        return [
+            done
+            if done is None or isinstance(done, Exception)
+            else CoveringDone.of_done(done).model_dump_json(by_alias=True)
+            for done in found
+        ]
+
+    def not_done(self, path: str) -> Response:
+        """The 404 of a check that found no covering done (within its wait)."""
+        return problem_response(
+            404,
+            f"no retained mark-set-done of {self.table} covers {self.spec.canonical()}"
+            + (f" at generation {self.minimum} or later" if self.minimum is not None else ""),
+            instance=path,
+            type_=NOT_DONE,
+        )
+
+
+async def done_query(request: Request) -> DoneQuery:
+    """The check a request asks for, its credentials checked first.
+
+    Raises:
+        HTTPException: 401 or 403 (no, unknown or insufficient credentials).
+        InvalidInputError: a malformed ``wait`` or ``min_generation``.
+        InvalidSpecError: no spec, or a malformed one.
+    """
     # The scheduler's hot path: it checks its credentials and reads its parameters itself
     # (FastAPI's dependency solving cost more than the catalog read).
     await authorize(request, Role.READER)
-    table: str = request.path_params["table"]
     state = await state_of(request)
     wait = query_wait(request)
     minimum = query_min_generation(request)
     spec = query_spec(request, frozenset({"wait", "spec", "min_generation"}))
     if spec is None:
         raise InvalidSpecError("give the spec to check, e.g. ?datestamp=20110228")
-    wanted: PartitionSpec = spec
-
-    async def check() -> str | None:
-        # the answer rendered once per read: the waiters of a key share it
-        done = await state.read(
-            lambda catalog: catalog.find_covering_done(table, wanted, min_generation=minimum)
-        )
-        return None if done is None else CoveringDone.of_done(done).model_dump_json(by_alias=True)
-
-    body = await state.feed.poll(check, wait, key=(table, wanted.canonical(), minimum))
-    if body is None:
-        return problem_response(
-            404,
-            f"no retained mark-set-done of {table} covers {wanted.canonical()}"
-            + (f" at generation {minimum} or later" if minimum is not None else ""),
-            request=request,
-            type_=NOT_DONE,
-        )
-    return Response(body, media_type="application/json")
+    return DoneQuery(state, request.path_params["table"], spec, minimum, wait)
 
 
 @router.post(
@@ -135,6 +191,4 @@ def check_route() -> Route:
     routes: matched before every other route, answered without FastAPI's per-request
     dependency work. The FastAPI route above stays for the OpenAPI document (and
     answers the same way)."""
-    return _CheckRoute(
-        "/v1/tables/{table}/done", covering_done, methods=["GET"], include_in_schema=False
-    )
+    return _CheckRoute(DONE_PATH, covering_done, methods=["GET"], include_in_schema=False)

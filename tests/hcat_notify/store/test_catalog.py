@@ -483,6 +483,35 @@ def test_covering_done_lookup(catalog: Catalog):
     assert exact is not None
 
 
+def test_covering_dones_of_many_specs_in_one_read_answer_as_each_alone(catalog: Catalog):
+    """What long polls of many specs of one table read at a wake-up: per spec what its
+    own lookup answers (a spec that does not fit the table: its error, the others
+    still answered)."""
+    _make_clicks(catalog)
+    broad = catalog.mark_set_done("web.clicks", {"datestamp": "20110228"})
+    catalog.mark_set_done("web.clicks", {"datestamp": "20110301", "region": "us"})
+    wanted: list[tuple[PartitionSpec, int | None]] = [
+        (PartitionSpec.from_mapping({"region": "us", "datestamp": "20110228"}), None),
+        (PartitionSpec.from_mapping({"datestamp": "20110301"}), None),
+        (PartitionSpec.from_mapping({"datestamp": "20110301", "region": "us"}), None),
+        (PartitionSpec.from_mapping({"datestamp": "20110301", "region": "us"}), 2),
+        (PartitionSpec.from_mapping({"nosuch": "1"}), None),
+        (PartitionSpec.from_mapping({"datestamp": "20110228"}), 1),
+    ]
+    found = catalog.find_covering_dones("web.clicks", wanted)
+    alone: list[object] = []
+    for spec, minimum in wanted:
+        try:
+            alone.append(catalog.find_covering_done("web.clicks", spec, min_generation=minimum))
+        except UnknownPartitionKeyError as exc:
+            alone.append(type(exc))
+    assert [type(f) if isinstance(f, Exception) else f for f in found] == alone
+    assert getattr(found[0], "event_id", None) == broad
+    assert alone[4] is UnknownPartitionKeyError
+    with pytest.raises(TableNotFoundError):
+        catalog.find_covering_dones("web.nosuch", wanted[:1])
+
+
 class _Clock:
     def __init__(self) -> None:
         self.now = datetime(2026, 1, 1, tzinfo=UTC)

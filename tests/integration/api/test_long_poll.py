@@ -177,3 +177,60 @@ def test_a_thousand_long_polls_each_answered_once_by_one_done(
         status, body = answer[0]
         assert status == 200, body
         assert json.loads(body)["eventId"] == event_id
+
+
+def _figure(metrics: str, prefix: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith(prefix):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_long_poll_whose_client_goes_away_leaves_its_group_at_once(
+    api: ApiServer, api_catalog: Catalog, new_table
+):
+    """The server learns that a waiting client closed its connection and drops its
+    poll from the group (the gauge falls at once, not at the poll's deadline); the
+    others are answered once, and only answered polls are counted."""
+    name = new_table()
+    token = base64.b64encode(":".join(READER).encode()).decode()
+    path = f"/v1/tables/{name}/done?datestamp=7&wait=60"
+    counted = (
+        'hcat_notify_api_requests_total{method="GET",route="/v1/tables/{table}/done",status="200"}'
+    )
+    waiting = "hcat_notify_api_long_polls_waiting "
+
+    async def scenario() -> tuple[float, float, int, list[list[tuple[int, bytes]]]]:
+        host, port = api.url.removeprefix("http://").split(":")
+        leaving = [await asyncio.open_connection(host, int(port)) for _ in range(10)]
+        request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Basic {token}\r\n\r\n"
+        for _, writer in leaving:
+            writer.write(request.encode())
+        staying = [asyncio.create_task(_long_poll(api.url, path, token)) for _ in range(10)]
+        async with httpx.AsyncClient(base_url=api.url, auth=READER, timeout=30) as client:
+
+            async def figure(prefix: str) -> float:
+                return _figure((await client.get("/metrics")).text, prefix)
+
+            async def until(prefix: str, value: float) -> None:
+                deadline = time.monotonic() + 20
+                while await figure(prefix) != value:
+                    assert time.monotonic() < deadline, (prefix, await figure(prefix))
+                    await asyncio.sleep(0.1)
+
+            await until(waiting, 20)
+            before = await figure(counted)
+            for _, writer in leaving:
+                writer.close()
+            await until(waiting, 10)  # well before their 60 s
+            event_id = await asyncio.to_thread(api_catalog.mark_set_done, name, {"datestamp": "7"})
+            answers = await asyncio.gather(*staying)
+            await until(waiting, 0)
+            return before, await figure(counted), event_id, answers
+
+    before, after, event_id, answers = asyncio.run(scenario())
+    for answer in answers:
+        assert len(answer) == 1, answer
+        assert answer[0][0] == 200
+        assert json.loads(answer[0][1])["eventId"] == event_id
+    assert after - before == 10
