@@ -1,0 +1,156 @@
+"""The sweep of expired retention rows: short batches, paced so that writers keep their
+latency while it runs (docs/operations.md, "Sizing"; issue 31)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+from hcat_notify.errors import InvalidInputError
+from hcat_notify.store import retention
+from hcat_notify.store.tx import Tx
+
+__all__ = [
+    "SWEEP_BATCH_SECONDS",
+    "SWEEP_CHECKPOINT_FRAMES",
+    "SWEEP_PAUSE_SECONDS",
+    "SweepPace",
+    "sweep_expired",
+]
+
+logger = logging.getLogger(__name__)
+
+SWEEP_PAUSE_SECONDS = 0.005
+"""The pause between two batches: longer than a waiting SQLite writer's poll interval
+(2 ms, :func:`hcat_notify.store.engine.begin_immediate`)."""
+
+SWEEP_BATCH_SECONDS = 0.001
+"""How long one batch (one transaction) should take: on SQLite, the longest a writer
+waits for the lock behind it. Shorter than the scheduler's time slice (Linux gives a
+task 0.75 ms x (1 + log2 of the cores) before another runnable one may preempt it): a
+batch that runs right after the pause is seldom preempted while it holds the lock."""
+
+SWEEP_FIRST_BATCH = 100
+"""The rows of the first batch; then :class:`SweepPace` sizes them."""
+
+SWEEP_LEAST_BATCH = 10
+"""The fewest rows a batch asks for (unless ``most`` is fewer): on a machine so busy
+that 10 rows take longer than the target, the sweep slows, but never to a crawl."""
+
+SWEEP_CHECKPOINT_FRAMES = 250
+"""Pages the sweep lets SQLite's write-ahead log gather before it checkpoints it (a
+quarter of SQLite's automatic checkpoint, 1,000 pages, which another writer's commit
+would otherwise run)."""
+
+_PACE_WINDOW = 9
+
+
+@dataclass
+class SweepPace:
+    """How many rows the next batch asks for: as many as fit in ``target`` seconds at
+    the least cost per row of the last few batches, at most twice the last batch and
+    at most ``most``.
+
+    The least, not the last batch's: a batch that waited for the CPU (on a busy
+    machine, one in a few) took longer than its rows did, and shrinking the batches
+    after it would only slow the sweep (each batch costs a pause) without making the
+    next one less likely to wait.
+    """
+
+    most: int
+    target: float = SWEEP_BATCH_SECONDS
+    size: int = 0
+    _costs: deque[float] = field(default_factory=lambda: deque(maxlen=_PACE_WINDOW))
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            self.size = min(self.most, SWEEP_FIRST_BATCH)
+
+    def took(self, seconds: float) -> int:
+        """The next batch's size, after the last one (of ``size`` rows) took ``seconds``."""
+        self._costs.append(max(seconds, 0.0) / self.size)
+        cost = min(self._costs)
+        wanted = int(self.target / cost) if cost > 0 else self.size * 2
+        least = min(self.most, SWEEP_LEAST_BATCH)
+        self.size = max(least, min(self.most, self.size * 2, wanted))
+        return self.size
+
+
+@dataclass
+class _Checkpoints:
+    """When to checkpoint SQLite's log: after about :data:`SWEEP_CHECKPOINT_FRAMES`
+    new pages, by the pages per row since the last checkpoint."""
+
+    checkpoint: Callable[[], int | None]
+    every: float = 0.0  # rows between two checkpoints; 0: after the first batch
+    rows: int = 0
+    frames: int = 0  # the log's pages at the last checkpoint
+
+    def after(self, deleted: int) -> None:
+        self.rows += deleted
+        if self.rows < self.every:
+            return
+        frames = self.checkpoint()
+        if frames is None:  # no log to checkpoint (PostgreSQL)
+            self.every = float("inf")
+            return
+        # The log starts again from its beginning only when a write finds it all
+        # copied; until then it holds the pages before the last checkpoint too.
+        added = frames - self.frames if frames >= self.frames else frames
+        self.every = self.rows * SWEEP_CHECKPOINT_FRAMES / max(added, 1)
+        self.rows = 0
+        self.frames = frames
+
+
+def sweep_expired(
+    transaction: Callable[..., AbstractContextManager[Tx]],
+    checkpoint: Callable[[], int | None],
+    *,
+    batch_size: int,
+    max_batches: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    timer: Callable[[], float] = time.monotonic,
+) -> int:
+    """Delete expired retention rows in batches, one write transaction each; how many
+    (:meth:`hcat_notify.store.dones_view.Dones.sweep_expired`).
+
+    Args:
+        transaction: opens a transaction of the catalog (``write=True``).
+        checkpoint: checkpoints SQLite's log, without waiting; the pages it held, or
+            None when there is none (PostgreSQL).
+        batch_size: the most rows one batch deletes.
+        max_batches: stop after this many batches.
+        progress: called after each batch with the rows deleted so far.
+        timer: the seconds clock that times the batches.
+
+    Raises:
+        InvalidInputError: ``batch_size`` is below 1.
+    """
+    if batch_size < 1:
+        raise InvalidInputError("batch size must be at least 1")
+    pace = SweepPace(batch_size)
+    checkpoints = _Checkpoints(checkpoint)
+    removed = 0
+    batches = 0
+    while max_batches is None or batches < max_batches:
+        asked = pace.size
+        started = timer()
+        with transaction(write=True) as tx:
+            deleted = retention.delete_expired(tx, asked)
+        pace.took(timer() - started)
+        removed += deleted
+        batches += 1
+        if progress is not None:
+            progress(removed)
+        if deleted < asked:
+            break
+        # No lock is held here: the checkpoint takes the pause's time, not a writer's.
+        paused = timer()
+        checkpoints.after(deleted)
+        time.sleep(max(0.0, SWEEP_PAUSE_SECONDS - (timer() - paused)))
+    logger.debug("swept %d expired retention rows in %d batches", removed, batches)
+    return removed
