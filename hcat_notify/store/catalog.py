@@ -91,7 +91,11 @@ class Catalog:
             self._fast,
             self._clock,
             self._bucket_count_now,
-            functools.partial(engines.checkpoint_passive, engine),
+            (
+                functools.partial(engines.checkpoint_passive, engine)
+                if engine.dialect.name == "sqlite"
+                else None
+            ),
         )
         self._outbox = Outbox(self._transaction)
         self._sets = Sets(self._transaction)

@@ -42,8 +42,9 @@ class Dones:
         fast: the catalog's fast path.
         clock: the catalog's clock.
         buckets: the catalog's bucket count (fixed when it was created).
-        checkpoint: checkpoints the catalog's log between two batches of a sweep
-            (:func:`hcat_notify.store.engine.checkpoint_passive`).
+        checkpoint: on SQLite, checkpoints the catalog's log between two batches of a
+            sweep (:func:`hcat_notify.store.engine.checkpoint_passive`); None on
+            PostgreSQL.
     """
 
     def __init__(
@@ -52,7 +53,7 @@ class Dones:
         fast: FastPath,
         clock: Callable[[], datetime],
         buckets: Callable[[], int],
-        checkpoint: Callable[[], int | None] = lambda: None,
+        checkpoint: Callable[[], int] | None = None,
     ) -> None:
         self._transaction = transaction
         self._fast = fast

@@ -149,17 +149,15 @@ def begin_immediate(connection: Any) -> None:
         connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
 
 
-def checkpoint_passive(engine: Engine) -> int | None:
-    """On SQLite, copy what the write-ahead log holds into the database file as far as no
-    reader needs it, without waiting for anyone (``PRAGMA wal_checkpoint(PASSIVE)``):
-    the pages the log held (0 when the checkpoint failed). None on PostgreSQL.
+def checkpoint_passive(engine: Engine) -> int:
+    """Copy what a SQLite catalog's write-ahead log holds into the database file as far
+    as no reader needs it, without waiting for anyone (``PRAGMA
+    wal_checkpoint(PASSIVE)``): the pages the log held (0 when the checkpoint failed).
 
     A long run of writes (``sweep``) calls this between two of its transactions: the
     log then stays short, and SQLite's automatic checkpoint (at 1,000 pages, run by
     whichever connection's commit crosses it) does not fall to another writer's commit.
     """
-    if engine.dialect.name != "sqlite":
-        return None
     connection = engine.raw_connection()
     try:
         driver: Any = connection.driver_connection

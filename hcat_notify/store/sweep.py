@@ -4,6 +4,7 @@ latency while it runs (docs/operations.md, "Sizing"; issue 31)."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -74,7 +75,7 @@ class SweepPace:
         """The next batch's size, after the last one (of ``size`` rows) took ``seconds``."""
         self._costs.append(max(seconds, 0.0) / self.size)
         cost = min(self._costs)
-        wanted = int(self.target / cost) if cost > 0 else self.size * 2
+        wanted = int(self.target / cost) if cost > 0 and self.target < math.inf else self.size * 2
         least = min(self.most, SWEEP_LEAST_BATCH)
         self.size = max(least, min(self.most, self.size * 2, wanted))
         return self.size
@@ -85,7 +86,7 @@ class _Checkpoints:
     """When to checkpoint SQLite's log: after about :data:`SWEEP_CHECKPOINT_FRAMES`
     new pages, by the pages per row since the last checkpoint."""
 
-    checkpoint: Callable[[], int | None]
+    checkpoint: Callable[[], int]
     every: float = 0.0  # rows between two checkpoints; 0: after the first batch
     rows: int = 0
     frames: int = 0  # the log's pages at the last checkpoint
@@ -95,9 +96,6 @@ class _Checkpoints:
         if self.rows < self.every:
             return
         frames = self.checkpoint()
-        if frames is None:  # no log to checkpoint (PostgreSQL)
-            self.every = float("inf")
-            return
         # The log starts again from its beginning only when a write finds it all
         # copied; until then it holds the pages before the last checkpoint too.
         added = frames - self.frames if frames >= self.frames else frames
@@ -108,7 +106,7 @@ class _Checkpoints:
 
 def sweep_expired(
     transaction: Callable[..., AbstractContextManager[Tx]],
-    checkpoint: Callable[[], int | None],
+    checkpoint: Callable[[], int] | None,
     *,
     batch_size: int,
     max_batches: int | None = None,
@@ -120,8 +118,9 @@ def sweep_expired(
 
     Args:
         transaction: opens a transaction of the catalog (``write=True``).
-        checkpoint: checkpoints SQLite's log, without waiting; the pages it held, or
-            None when there is none (PostgreSQL).
+        checkpoint: on SQLite, checkpoints its log without waiting: the pages the log
+            held. None on PostgreSQL, whose writers never wait for the sweep's rows:
+            every batch is then ``batch_size`` rows, as one statement does them best.
         batch_size: the most rows one batch deletes.
         max_batches: stop after this many batches.
         progress: called after each batch with the rows deleted so far.
@@ -132,8 +131,12 @@ def sweep_expired(
     """
     if batch_size < 1:
         raise InvalidInputError("batch size must be at least 1")
-    pace = SweepPace(batch_size)
-    checkpoints = _Checkpoints(checkpoint)
+    if checkpoint is None:
+        pace = SweepPace(batch_size, target=math.inf, size=batch_size)
+        checkpoints = None
+    else:
+        pace = SweepPace(batch_size)
+        checkpoints = _Checkpoints(checkpoint)
     removed = 0
     batches = 0
     while max_batches is None or batches < max_batches:
@@ -150,7 +153,8 @@ def sweep_expired(
             break
         # No lock is held here: the checkpoint takes the pause's time, not a writer's.
         paused = timer()
-        checkpoints.after(deleted)
+        if checkpoints is not None:
+            checkpoints.after(deleted)
         time.sleep(max(0.0, SWEEP_PAUSE_SECONDS - (timer() - paused)))
     logger.debug("swept %d expired retention rows in %d batches", removed, batches)
     return removed
