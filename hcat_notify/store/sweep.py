@@ -18,6 +18,7 @@ from hcat_notify.store.tx import Tx
 __all__ = [
     "SWEEP_BATCH_SECONDS",
     "SWEEP_CHECKPOINT_FRAMES",
+    "SWEEP_IDLE_SHARE",
     "SWEEP_PAUSE_SECONDS",
     "SweepPace",
     "sweep_expired",
@@ -28,6 +29,11 @@ logger = logging.getLogger(__name__)
 SWEEP_PAUSE_SECONDS = 0.005
 """The pause between two batches: longer than a waiting SQLite writer's poll interval
 (2 ms, :func:`hcat_notify.store.engine.begin_immediate`)."""
+
+SWEEP_IDLE_SHARE = 2.0
+"""The pause after a batch lasts at least this many times the batch: the sweep keeps at
+most a third of one core (and on PostgreSQL, of its server process) busy, and the
+writers running beside it find the CPU they need."""
 
 SWEEP_BATCH_SECONDS = 0.001
 """How long one batch (one transaction) should take: on SQLite, the longest a writer
@@ -144,7 +150,8 @@ def sweep_expired(
         started = timer()
         with transaction(write=True) as tx:
             deleted = retention.delete_expired(tx, asked)
-        pace.took(timer() - started)
+        took = timer() - started
+        pace.took(took)
         removed += deleted
         batches += 1
         if progress is not None:
@@ -155,6 +162,7 @@ def sweep_expired(
         paused = timer()
         if checkpoints is not None:
             checkpoints.after(deleted)
-        time.sleep(max(0.0, SWEEP_PAUSE_SECONDS - (timer() - paused)))
+        pause = max(SWEEP_PAUSE_SECONDS, SWEEP_IDLE_SHARE * took)
+        time.sleep(max(0.0, pause - (timer() - paused)))
     logger.debug("swept %d expired retention rows in %d batches", removed, batches)
     return removed

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import event
 
 from hcat_notify.config import Settings, load_settings
-from hcat_notify.store import Catalog
+from hcat_notify.store import Catalog, sweep
 from hcat_notify.store.sweep import SWEEP_BATCH_SECONDS, SweepPace
 
 EXPIRED = 300
@@ -161,3 +161,16 @@ class TestPace:
         pace = SweepPace(1000, target=0.001)
         assert pace.took(1.0) == 10
         assert SweepPace(3).took(1.0) == 3
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_the_pause_after_a_batch_is_twice_the_batch_at_least(
+    swept: tuple[Catalog, _Statements], monkeypatch: pytest.MonkeyPatch
+):
+    # The sweep keeps at most a third of a core busy (PostgreSQL's writers wait for the
+    # CPU, not for its rows): 150 rows "take" 7.5 ms by the timer, so 15 ms of pause
+    catalog, statements = swept
+    pauses: list[float] = []
+    monkeypatch.setattr(sweep.time, "sleep", pauses.append)
+    assert catalog.dones.sweep_expired(batch_size=150, timer=statements.timer) == EXPIRED
+    assert pauses == [pytest.approx(2 * 150 * PER_ROW)] * 2
