@@ -19,6 +19,7 @@ from hcat_notify.store.sweep import SWEEP_BATCH_SECONDS, SweepPace
 EXPIRED = 300
 LIVE = 20
 PER_ROW = 50e-6  # seconds a row "takes" by the fake timer: 20 rows fit in a batch
+LIVE_OLDER = 500
 
 
 class _Clock:
@@ -174,3 +175,36 @@ def test_the_pause_after_a_batch_is_twice_the_batch_at_least(
     monkeypatch.setattr(sweep.time, "sleep", pauses.append)
     assert catalog.dones.sweep_expired(batch_size=150, timer=statements.timer) == EXPIRED
     assert pauses == [pytest.approx(2 * 150 * PER_ROW)] * 2
+
+
+def test_a_batch_reads_expired_rows_only_not_older_live_ones(tmp_path: Path):
+    # Dones of a table kept 30 days, older than those of a table kept a day: a batch
+    # that walked the primary key would pass every one of them while it holds SQLite's
+    # lock, batch after batch. Counted in SQLite's virtual machine steps.
+    settings = load_settings(home=tmp_path / "home", db_url=f"sqlite:///{tmp_path}/c.db")
+    clock = _Clock()
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    with Catalog.open(settings) as opened:
+        catalog = Catalog(opened._engine, settings, clock=clock)
+        for name, days in (("web.kept", 30), ("web.old", 1)):
+            catalog.create_table(
+                name, location=f"/data/{name}", partition_keys=["ds"], retention=timedelta(days)
+            )
+        for n in range(LIVE_OLDER):
+            catalog.mark_set_done("web.kept", {"ds": str(n)})
+        for n in range(30):
+            catalog.mark_set_done("web.old", {"ds": str(n)})
+        clock.now += timedelta(days=2)
+        event.listen(
+            opened._engine, "connect", lambda dbapi, _record: dbapi.set_progress_handler(step, 10)
+        )
+        opened._engine.dispose()
+        assert catalog.dones.sweep_expired(batch_size=5, timer=lambda: 0.0) == 30
+        assert len(catalog.retained_dones(["web.kept"])) == LIVE_OLDER
+    # about 860 steps of 10 instructions; walking the primary key, 2,260
+    assert steps[0] < 1_500, steps[0]
