@@ -53,7 +53,7 @@ class Dones:
         fast: FastPath,
         clock: Callable[[], datetime],
         buckets: Callable[[], int],
-        checkpoint: Callable[[], int] | None = None,
+        checkpoint: Callable[[], None] | None = None,
     ) -> None:
         self._transaction = transaction
         self._fast = fast

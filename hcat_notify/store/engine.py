@@ -149,10 +149,10 @@ def begin_immediate(connection: Any) -> None:
         connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
 
 
-def checkpoint_passive(engine: Engine) -> int:
+def checkpoint_passive(engine: Engine) -> None:
     """Copy what a SQLite catalog's write-ahead log holds into the database file as far
     as no reader needs it, without waiting for anyone (``PRAGMA
-    wal_checkpoint(PASSIVE)``): the pages the log held (0 when the checkpoint failed).
+    wal_checkpoint(PASSIVE)``).
 
     A long run of writes (``sweep``) calls this between two of its transactions: the
     log then stays short, and SQLite's automatic checkpoint (at 1,000 pages, run by
@@ -160,14 +160,11 @@ def checkpoint_passive(engine: Engine) -> int:
     """
     connection = engine.raw_connection()
     try:
-        driver: Any = connection.driver_connection
-        _, frames, _ = driver.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    except sqlite3.Error as exc:  # the next checkpoint, or SQLite's own, copies them
+        connection.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")  # type: ignore[union-attr]
+    except sqlite3.Error as exc:  # the next checkpoint, or SQLite's own, copies the pages
         logger.debug("checkpoint skipped: %s", exc)
-        return 0
     finally:
         connection.close()
-    return max(int(frames), 0)
 
 
 def open_engine(

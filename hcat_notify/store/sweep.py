@@ -17,7 +17,6 @@ from hcat_notify.store.tx import Tx
 
 __all__ = [
     "SWEEP_BATCH_SECONDS",
-    "SWEEP_CHECKPOINT_FRAMES",
     "SWEEP_IDLE_SHARE",
     "SWEEP_PAUSE_SECONDS",
     "SweepPace",
@@ -47,11 +46,6 @@ SWEEP_FIRST_BATCH = 100
 SWEEP_LEAST_BATCH = 10
 """The fewest rows a batch asks for (unless ``most`` is fewer): on a machine so busy
 that 10 rows take longer than the target, the sweep slows, but never to a crawl."""
-
-SWEEP_CHECKPOINT_FRAMES = 250
-"""Pages the sweep lets SQLite's write-ahead log gather before it checkpoints it (a
-quarter of SQLite's automatic checkpoint, 1,000 pages, which another writer's commit
-would otherwise run)."""
 
 _PACE_WINDOW = 9
 
@@ -87,32 +81,9 @@ class SweepPace:
         return self.size
 
 
-@dataclass
-class _Checkpoints:
-    """When to checkpoint SQLite's log: after about :data:`SWEEP_CHECKPOINT_FRAMES`
-    new pages, by the pages per row since the last checkpoint."""
-
-    checkpoint: Callable[[], int]
-    every: float = 0.0  # rows between two checkpoints; 0: after the first batch
-    rows: int = 0
-    frames: int = 0  # the log's pages at the last checkpoint
-
-    def after(self, deleted: int) -> None:
-        self.rows += deleted
-        if self.rows < self.every:
-            return
-        frames = self.checkpoint()
-        # The log starts again from its beginning only when a write finds it all
-        # copied; until then it holds the pages before the last checkpoint too.
-        added = frames - self.frames if frames >= self.frames else frames
-        self.every = self.rows * SWEEP_CHECKPOINT_FRAMES / max(added, 1)
-        self.rows = 0
-        self.frames = frames
-
-
 def sweep_expired(
     transaction: Callable[..., AbstractContextManager[Tx]],
-    checkpoint: Callable[[], int] | None,
+    checkpoint: Callable[[], None] | None,
     *,
     batch_size: int,
     max_batches: int | None = None,
@@ -124,8 +95,8 @@ def sweep_expired(
 
     Args:
         transaction: opens a transaction of the catalog (``write=True``).
-        checkpoint: on SQLite, checkpoints its log without waiting: the pages the log
-            held. None on PostgreSQL, whose writers never wait for the sweep's rows:
+        checkpoint: on SQLite, checkpoints its log without waiting (after every
+            batch). None on PostgreSQL, whose writers never wait for the sweep's rows:
             every batch is then ``batch_size`` rows, as one statement does them best.
         batch_size: the most rows one batch deletes.
         max_batches: stop after this many batches.
@@ -139,10 +110,8 @@ def sweep_expired(
         raise InvalidInputError("batch size must be at least 1")
     if checkpoint is None:
         pace = SweepPace(batch_size, target=math.inf, size=batch_size)
-        checkpoints = None
     else:
         pace = SweepPace(batch_size)
-        checkpoints = _Checkpoints(checkpoint)
     removed = 0
     batches = 0
     while max_batches is None or batches < max_batches:
@@ -159,9 +128,13 @@ def sweep_expired(
         if deleted < asked:
             break
         # No lock is held here: the checkpoint takes the pause's time, not a writer's.
+        # After every batch: the log then starts again from its beginning at the next
+        # write (30 to 90 pages at most, measured), where checkpoints every ~250 pages
+        # let it grow to 1,000 pages whenever a writer's commit came between a
+        # checkpoint and the next batch, and the writers' commits checkpointed it.
         paused = timer()
-        if checkpoints is not None:
-            checkpoints.after(deleted)
+        if checkpoint is not None:
+            checkpoint()
         pause = max(SWEEP_PAUSE_SECONDS, SWEEP_IDLE_SHARE * took)
         time.sleep(max(0.0, pause - (timer() - paused)))
     logger.debug("swept %d expired retention rows in %d batches", removed, batches)
