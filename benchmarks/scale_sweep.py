@@ -12,7 +12,8 @@ process records one MARK_SET_DONE of another table every 20 ms. Measured:
 * the sweep process's peak RSS (bounded: at most 1.5 x the smallest M's);
 * the writer's p99 latency during the sweep, against the same writer's p99 over 200
   calls (``--quick``: 20) just before it (the sweep deletes in batches, one
-  transaction each, and pauses between two: a writer waits at most one batch);
+  transaction each, of about 1 ms on SQLite, and pauses between two: a writer waits
+  at most one batch);
 * checked: every expired row gone, every live one kept (printed).
 """
 

@@ -447,14 +447,32 @@ def _reader(obj: CliContext, subscriber: str | None) -> AbstractContextManager[C
 
 
 @click.command()
-@click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 100_000),
+    default=1000,
+    show_default=True,
+    help="The most rows one batch (one transaction) deletes; on SQLite batches are "
+    "also cut to about 1 ms each, so that writers wait little for the lock.",
+)
 @output_option
 @click.pass_obj
 @handle_errors
 def sweep(obj: CliContext, batch_size: int) -> None:
     """Delete expired mark-set-done retention rows, in batches."""
+    shown = obj.output == "text" and sys.stderr.isatty()
+
+    def progress(done: int) -> None:
+        click.echo(f"\rswept {done:,} rows", nl=False, err=True)
+
     with obj.catalog() as catalog:
-        removed = catalog.dones.sweep_expired(batch_size=batch_size)
+        try:
+            removed = catalog.dones.sweep_expired(
+                batch_size=batch_size, progress=progress if shown else None
+            )
+        finally:
+            if shown:
+                click.echo(err=True)
     emit(obj, {"removed": removed}, lambda: f"removed {removed} expired retention row(s)")
 
 

@@ -11,6 +11,7 @@ in the same transaction as their rows, so either both exist or neither does.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -85,7 +86,17 @@ class Catalog:
         # calls below are the schedulers' and writers' hot paths).
         self._tables = Tables(self._transaction)
         self._partitions = Partitions(self._transaction)
-        self._dones = Dones(self._transaction, self._fast, self._clock, self._bucket_count_now)
+        self._dones = Dones(
+            self._transaction,
+            self._fast,
+            self._clock,
+            self._bucket_count_now,
+            (
+                functools.partial(engines.checkpoint_passive, engine)
+                if engine.dialect.name == "sqlite"
+                else None
+            ),
+        )
         self._outbox = Outbox(self._transaction, self._fast)
         self._sets = Sets(self._transaction)
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from hcat_notify.errors import HcatNotifyError, InvalidInputError, TableNotFoundError
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import MAX_COVERING_KEYS, PartitionSpec
-from hcat_notify.store import completeness, retention
+from hcat_notify.store import completeness, retention, sweep
 from hcat_notify.store import tables as table_ops
 from hcat_notify.store.fast_path import FastPath
 from hcat_notify.store.records import RetainedDone, as_table_name
@@ -21,10 +21,6 @@ from hcat_notify.store.tx import Tx
 __all__ = ["Dones"]
 
 logger = logging.getLogger(__name__)
-
-SWEEP_PAUSE_SECONDS = 0.005
-"""The sweep's pause between two batches: longer than a waiting SQLite writer's poll
-interval (2 ms, :func:`hcat_notify.store.engine.begin_immediate`)."""
 
 SpecLike = PartitionSpec | Mapping[str, str | None]
 _BATCH_SPECS = 200  # specs a covering lookup of many takes per statement
@@ -47,6 +43,9 @@ class Dones:
         fast: the catalog's fast path.
         clock: the catalog's clock.
         buckets: the catalog's bucket count (fixed when it was created).
+        checkpoint: on SQLite, checkpoints the catalog's log between two batches of a
+            sweep (:func:`hcat_notify.store.engine.checkpoint_passive`); None on
+            PostgreSQL.
     """
 
     def __init__(
@@ -55,11 +54,13 @@ class Dones:
         fast: FastPath,
         clock: Callable[[], datetime],
         buckets: Callable[[], int],
+        checkpoint: Callable[[], None] | None = None,
     ) -> None:
         self._transaction = transaction
         self._fast = fast
         self._clock = clock
         self._buckets = buckets
+        self._checkpoint = checkpoint
 
     def mark(self, table: TableName | str, spec: SpecLike) -> int:
         """Record a MARK_SET_DONE: retention row and outbox event in one transaction
@@ -168,24 +169,30 @@ class Dones:
                     found.append(exc)
         return found
 
-    def sweep_expired(self, *, batch_size: int = 1000, max_batches: int | None = None) -> int:
-        """Delete expired retention rows in batches of ``batch_size``, one transaction
-        each, pausing :data:`SWEEP_PAUSE_SECONDS` between two (a writer waiting for
-        SQLite's lock takes it then, instead of waiting behind batch after batch);
-        return how many."""
-        if batch_size < 1:
-            raise InvalidInputError("batch size must be at least 1")
-        removed = 0
-        batches = 0
-        while max_batches is None or batches < max_batches:
-            with self._transaction(write=True) as tx:
-                deleted = retention.delete_expired(tx, batch_size)
-            removed += deleted
-            batches += 1
-            if deleted < batch_size:
-                break
-            time.sleep(SWEEP_PAUSE_SECONDS)
-        return removed
+    def sweep_expired(
+        self,
+        *,
+        batch_size: int = 1000,
+        max_batches: int | None = None,
+        progress: Callable[[int], None] | None = None,
+        timer: Callable[[], float] = time.monotonic,
+    ) -> int:
+        """Delete expired retention rows in batches of about
+        :data:`~hcat_notify.store.sweep.SWEEP_BATCH_SECONDS` each and at most
+        ``batch_size`` rows, one transaction each; return how many
+        (:func:`hcat_notify.store.sweep.sweep_expired` describes the arguments).
+
+        Raises:
+            InvalidInputError: ``batch_size`` is below 1.
+        """
+        return sweep.sweep_expired(
+            self._transaction,
+            self._checkpoint,
+            batch_size=batch_size,
+            max_batches=max_batches,
+            progress=progress,
+            timer=timer,
+        )
 
     def _why_absent(self, name: TableName) -> None:
         """Raise :class:`TableDroppedError` when ``name`` was dropped (the fast path only

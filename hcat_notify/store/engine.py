@@ -31,6 +31,7 @@ __all__ = [
     "SCHEMA_REVISION",
     "alembic_config",
     "begin_immediate",
+    "checkpoint_passive",
     "current_revision",
     "head_revision",
     "open_engine",
@@ -146,6 +147,24 @@ def begin_immediate(connection: Any) -> None:
             delay = min(delay * 2, _LOCK_POLL_MAX)
     finally:
         connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+
+
+def checkpoint_passive(engine: Engine) -> None:
+    """Copy what a SQLite catalog's write-ahead log holds into the database file as far
+    as no reader needs it, without waiting for anyone (``PRAGMA
+    wal_checkpoint(PASSIVE)``).
+
+    A long run of writes (``sweep``) calls this between two of its transactions: the
+    log then stays short, and SQLite's automatic checkpoint (at 1,000 pages, run by
+    whichever connection's commit crosses it) does not fall to another writer's commit.
+    """
+    connection = engine.raw_connection()
+    try:
+        connection.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")  # type: ignore[union-attr]
+    except sqlite3.Error as exc:  # the next checkpoint, or SQLite's own, copies the pages
+        logger.debug("checkpoint skipped: %s", exc)
+    finally:
+        connection.close()
 
 
 def open_engine(

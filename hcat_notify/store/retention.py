@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import cast
 
 from sqlalchemy import Table, delete, insert, select
@@ -121,15 +121,19 @@ def find_covering_done(
 
 
 def delete_expired(tx: Tx, batch_size: int) -> int:
-    """Delete up to ``batch_size`` expired retention rows, oldest first; how many."""
-    ids: Sequence[int] = list(
-        tx.session.scalars(
-            select(RetentionRow.event_id)
-            .where(RetentionRow.expires_at <= tx.now)
-            .order_by(RetentionRow.event_id)
-            .limit(batch_size)
-        )
+    """Delete up to ``batch_size`` expired retention rows, the first to expire first, in
+    one statement; how many."""
+    # One statement: the ids never travel to Python and back (a 1,000-id IN list cost
+    # the sweep more CPU than the database's delete). The expiry index walks only
+    # expired rows; a walk of the primary key would pass every older live row of a
+    # table with a longer retention, batch after batch.
+    expired = (
+        select(_RETENTION.c.event_id)
+        .where(_RETENTION.c.expires_at <= tx.now)
+        .order_by(_RETENTION.c.expires_at)
+        .limit(batch_size)
     )
-    if ids:
-        tx.session.execute(delete(RetentionRow).where(RetentionRow.event_id.in_(ids)))
-    return len(ids)
+    result = tx.session.connection().execute(
+        delete(_RETENTION).where(_RETENTION.c.event_id.in_(expired))
+    )
+    return result.rowcount

@@ -1,0 +1,141 @@
+"""The sweep of expired retention rows: short batches, paced so that writers keep their
+latency while it runs (docs/operations.md, "Sizing"; issue 31)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+from hcat_notify.errors import InvalidInputError
+from hcat_notify.store import retention
+from hcat_notify.store.tx import Tx
+
+__all__ = [
+    "SWEEP_BATCH_SECONDS",
+    "SWEEP_IDLE_SHARE",
+    "SWEEP_PAUSE_SECONDS",
+    "SweepPace",
+    "sweep_expired",
+]
+
+logger = logging.getLogger(__name__)
+
+SWEEP_PAUSE_SECONDS = 0.005
+"""The pause between two batches: longer than a waiting SQLite writer's poll interval
+(2 ms, :func:`hcat_notify.store.engine.begin_immediate`)."""
+
+SWEEP_IDLE_SHARE = 2.0
+"""The pause after a batch lasts at least this many times the batch: the sweep keeps at
+most a third of one core (and on PostgreSQL, of its server process) busy, and the
+writers running beside it find the CPU they need."""
+
+SWEEP_BATCH_SECONDS = 0.001
+"""How long one batch (one transaction) should take: on SQLite, the longest a writer
+waits for the lock behind it. Shorter than the scheduler's time slice (Linux gives a
+task 0.75 ms x (1 + log2 of the cores) before another runnable one may preempt it): a
+batch that runs right after the pause is seldom preempted while it holds the lock."""
+
+SWEEP_FIRST_BATCH = 100
+"""The rows of the first batch; then :class:`SweepPace` sizes them."""
+
+SWEEP_LEAST_BATCH = 10
+"""The fewest rows a batch asks for (unless ``most`` is fewer): on a machine so busy
+that 10 rows take longer than the target, the sweep slows, but never to a crawl."""
+
+_PACE_WINDOW = 9
+
+
+@dataclass
+class SweepPace:
+    """How many rows the next batch asks for: as many as fit in ``target`` seconds at
+    the least cost per row of the last few batches, at most twice the last batch and
+    at most ``most``.
+
+    The least, not the last batch's: a batch that waited for the CPU (on a busy
+    machine, one in a few) took longer than its rows did, and shrinking the batches
+    after it would only slow the sweep (each batch costs a pause) without making the
+    next one less likely to wait.
+    """
+
+    most: int
+    target: float = SWEEP_BATCH_SECONDS
+    size: int = 0
+    _costs: deque[float] = field(default_factory=lambda: deque(maxlen=_PACE_WINDOW))
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            self.size = min(self.most, SWEEP_FIRST_BATCH)
+
+    def took(self, seconds: float) -> int:
+        """The next batch's size, after the last one (of ``size`` rows) took ``seconds``."""
+        self._costs.append(max(seconds, 0.0) / self.size)
+        cost = min(self._costs)
+        wanted = int(self.target / cost) if cost > 0 and self.target < math.inf else self.size * 2
+        least = min(self.most, SWEEP_LEAST_BATCH)
+        self.size = max(least, min(self.most, self.size * 2, wanted))
+        return self.size
+
+
+def sweep_expired(
+    transaction: Callable[..., AbstractContextManager[Tx]],
+    checkpoint: Callable[[], None] | None,
+    *,
+    batch_size: int,
+    max_batches: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    timer: Callable[[], float] = time.monotonic,
+) -> int:
+    """Delete expired retention rows in batches, one write transaction each; how many
+    (:meth:`hcat_notify.store.dones_view.Dones.sweep_expired`).
+
+    Args:
+        transaction: opens a transaction of the catalog (``write=True``).
+        checkpoint: on SQLite, checkpoints its log without waiting (after every
+            batch). None on PostgreSQL, whose writers never wait for the sweep's rows:
+            every batch is then ``batch_size`` rows, as one statement does them best.
+        batch_size: the most rows one batch deletes.
+        max_batches: stop after this many batches.
+        progress: called after each batch with the rows deleted so far.
+        timer: the seconds clock that times the batches.
+
+    Raises:
+        InvalidInputError: ``batch_size`` is below 1.
+    """
+    if batch_size < 1:
+        raise InvalidInputError("batch size must be at least 1")
+    if checkpoint is None:
+        pace = SweepPace(batch_size, target=math.inf, size=batch_size)
+    else:
+        pace = SweepPace(batch_size)
+    removed = 0
+    batches = 0
+    while max_batches is None or batches < max_batches:
+        asked = pace.size
+        started = timer()
+        with transaction(write=True) as tx:
+            deleted = retention.delete_expired(tx, asked)
+        took = timer() - started
+        pace.took(took)
+        removed += deleted
+        batches += 1
+        if progress is not None:
+            progress(removed)
+        if deleted < asked:
+            break
+        # No lock is held here: the checkpoint takes the pause's time, not a writer's.
+        # After every batch: the log then starts again from its beginning at the next
+        # write (30 to 90 pages at most, measured), where checkpoints every ~250 pages
+        # let it grow to 1,000 pages whenever a writer's commit came between a
+        # checkpoint and the next batch, and the writers' commits checkpointed it.
+        paused = timer()
+        if checkpoint is not None:
+            checkpoint()
+        pause = max(SWEEP_PAUSE_SECONDS, SWEEP_IDLE_SHARE * took)
+        time.sleep(max(0.0, pause - (timer() - paused)))
+    logger.debug("swept %d expired retention rows in %d batches", removed, batches)
+    return removed

@@ -1,0 +1,211 @@
+"""The sweep's batches: sized by time, one statement each, SQLite's log checkpointed
+between them (issue 31: writers keep their latency while a sweep runs)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from hcat_notify.config import Settings, load_settings
+from hcat_notify.store import Catalog, sweep
+from hcat_notify.store.sweep import SWEEP_BATCH_SECONDS, SweepPace
+
+EXPIRED = 300
+LIVE = 20
+PER_ROW = 50e-6  # seconds a row "takes" by the fake timer: 20 rows fit in a batch
+LIVE_OLDER = 500
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@dataclass
+class _Statements:
+    """The statements a catalog's engine runs, and a timer that advances only as rows
+    are deleted (PER_ROW each): the batches' time without a wall clock."""
+
+    seen: list[str] = field(default_factory=list)
+    deleted: list[int] = field(default_factory=list)
+
+    def timer(self) -> float:
+        return sum(self.deleted) * PER_ROW
+
+    def after(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        self.seen.append(statement)
+        if statement.lstrip().upper().startswith("DELETE FROM HCAT_MARK_SET_DONE"):
+            self.deleted.append(cursor.rowcount)
+
+
+@pytest.fixture
+def swept(settings: Settings) -> Iterator[tuple[Catalog, _Statements]]:
+    """A catalog holding EXPIRED expired dones and LIVE live ones, its statements
+    recorded from then on."""
+    clock = _Clock()
+    with Catalog.open(settings) as opened:
+        catalog = Catalog(opened._engine, settings, clock=clock)
+        for name, retention in (("web.old", timedelta(days=1)), ("web.kept", timedelta(days=30))):
+            catalog.create_table(
+                name, location=f"/data/{name}", partition_keys=["ds"], retention=retention
+            )
+        for n in range(EXPIRED):
+            catalog.mark_set_done("web.old", {"ds": str(n)})
+        for n in range(LIVE):
+            catalog.mark_set_done("web.kept", {"ds": str(n)})
+        clock.now += timedelta(days=2)
+        statements = _Statements()
+        event.listen(opened._engine, "after_cursor_execute", statements.after)
+        yield catalog, statements
+
+
+def test_each_batch_is_one_delete_statement(swept: tuple[Catalog, _Statements]):
+    catalog, statements = swept
+    progress: list[int] = []
+    assert catalog.dones.sweep_expired(batch_size=100, progress=progress.append) == EXPIRED
+    assert sum(statements.deleted) == EXPIRED
+    # The ids are not read into the process and sent back: one statement a batch.
+    reads = [s for s in statements.seen if "FROM hcat_mark_set_done" in s]
+    assert len(reads) == len(statements.deleted)
+    assert all(s.lstrip().upper().startswith("DELETE") for s in reads), reads
+    assert progress == [sum(statements.deleted[: n + 1]) for n in range(len(progress))]
+    assert len(catalog.retained_dones(["web.kept"])) == LIVE
+    assert catalog.dones.sweep_expired() == 0
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_sqlite_batches_hold_the_rows_that_fit_their_time(swept: tuple[Catalog, _Statements]):
+    # SQLite has one writer at a time: a writer waits for the batch that holds the lock
+    catalog, statements = swept
+    assert catalog.dones.sweep_expired(batch_size=1000, timer=statements.timer) == EXPIRED
+    fit = int(SWEEP_BATCH_SECONDS / PER_ROW)
+    first, *rest = statements.deleted
+    assert first <= 100  # a first guess, then by time
+    assert rest, statements.deleted
+    assert all(n <= fit for n in rest), statements.deleted
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_sqlite_batches_grow_while_rows_are_cheap_but_never_past_the_batch_size(
+    swept: tuple[Catalog, _Statements],
+):
+    catalog, statements = swept
+    assert catalog.dones.sweep_expired(batch_size=150, timer=lambda: 0.0) == EXPIRED
+    assert statements.deleted == [100, 150, 50]
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_postgresql_batches_are_the_batch_size(swept: tuple[Catalog, _Statements]):
+    # PostgreSQL's writers never wait for the rows a sweep deletes: fewer, larger
+    # statements cost its CPU the least
+    catalog, statements = swept
+    assert catalog.dones.sweep_expired(batch_size=150, timer=statements.timer) == EXPIRED
+    assert statements.deleted == [150, 150, 0]
+
+
+def test_the_sweep_checkpoints_sqlites_log_between_batches(tmp_path: Path):
+    # SQLite only: its automatic checkpoint (at 1,000 pages) falls to whichever
+    # connection's commit crosses it, a writer's as often as the sweep's
+    settings = load_settings(home=tmp_path / "home", db_url=f"sqlite:///{tmp_path}/c.db")
+    traced: list[str] = []
+    clock = _Clock()
+    with Catalog.open(settings) as opened:
+        catalog = Catalog(opened._engine, settings, clock=clock)
+        catalog.create_table(
+            "web.old", location="/data/web/old", partition_keys=["ds"], retention=timedelta(1)
+        )
+        for n in range(60):
+            catalog.mark_set_done("web.old", {"ds": str(n)})
+        clock.now += timedelta(days=2)
+        event.listen(
+            opened._engine,
+            "connect",
+            lambda dbapi, _record: dbapi.set_trace_callback(traced.append),
+        )
+        opened._engine.dispose()  # the connections from now on are traced
+        assert catalog.dones.sweep_expired(batch_size=20, timer=lambda: 0.0) == 60
+    deletes = [n for n, s in enumerate(traced) if s.startswith("DELETE FROM hcat_mark_set_done")]
+    checkpoints = [n for n, s in enumerate(traced) if s == "PRAGMA wal_checkpoint(PASSIVE)"]
+    assert len(deletes) == 4  # 20 + 20 + 20 + none left
+    # one after each batch but the last (which found fewer rows than it asked for)
+    assert len(checkpoints) == 3, traced
+    assert deletes[0] < checkpoints[0] < deletes[1] < checkpoints[1] < deletes[2], traced
+
+
+class TestPace:
+    def test_a_batch_holds_the_rows_that_fit_the_target(self):
+        pace = SweepPace(1000, target=0.001)
+        assert pace.size == 100
+        assert pace.took(100 * 50e-6) == 20  # 50 us a row
+        assert pace.took(20 * 50e-6) == 20
+
+    def test_one_batch_that_waited_for_the_cpu_does_not_shrink_the_next(self):
+        pace = SweepPace(1000, target=0.001)
+        for _ in range(3):
+            pace.took(pace.size * 10e-6)
+        assert pace.size == 100
+        assert pace.took(0.050) == 100  # 50 ms: descheduled, not 500 us a row
+
+    def test_it_grows_at_most_twice_at_a_time_to_at_most_the_batch_size(self):
+        pace = SweepPace(300, target=0.001)
+        assert [pace.took(0.0) for _ in range(3)] == [200, 300, 300]
+
+    def test_it_never_asks_for_fewer_than_a_few_rows(self):
+        pace = SweepPace(1000, target=0.001)
+        assert pace.took(1.0) == 10
+        assert SweepPace(3).took(1.0) == 3
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_the_pause_after_a_batch_is_twice_the_batch_at_least(
+    swept: tuple[Catalog, _Statements], monkeypatch: pytest.MonkeyPatch
+):
+    # The sweep keeps at most a third of a core busy (PostgreSQL's writers wait for the
+    # CPU, not for its rows): 150 rows "take" 7.5 ms by the timer, so 15 ms of pause
+    catalog, statements = swept
+    pauses: list[float] = []
+    monkeypatch.setattr(sweep.time, "sleep", pauses.append)
+    assert catalog.dones.sweep_expired(batch_size=150, timer=statements.timer) == EXPIRED
+    assert pauses == [pytest.approx(2 * 150 * PER_ROW)] * 2
+
+
+def test_a_batch_reads_expired_rows_only_not_older_live_ones(tmp_path: Path):
+    # Dones of a table kept 30 days, older than those of a table kept a day: a batch
+    # that walked the primary key would pass every one of them while it holds SQLite's
+    # lock, batch after batch. Counted in SQLite's virtual machine steps.
+    settings = load_settings(home=tmp_path / "home", db_url=f"sqlite:///{tmp_path}/c.db")
+    clock = _Clock()
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    with Catalog.open(settings) as opened:
+        catalog = Catalog(opened._engine, settings, clock=clock)
+        for name, days in (("web.kept", 30), ("web.old", 1)):
+            catalog.create_table(
+                name, location=f"/data/{name}", partition_keys=["ds"], retention=timedelta(days)
+            )
+        for n in range(LIVE_OLDER):
+            catalog.mark_set_done("web.kept", {"ds": str(n)})
+        for n in range(30):
+            catalog.mark_set_done("web.old", {"ds": str(n)})
+        clock.now += timedelta(days=2)
+        event.listen(
+            opened._engine, "connect", lambda dbapi, _record: dbapi.set_progress_handler(step, 10)
+        )
+        opened._engine.dispose()
+        assert catalog.dones.sweep_expired(batch_size=5, timer=lambda: 0.0) == 30
+        assert len(catalog.retained_dones(["web.kept"])) == LIVE_OLDER
+    # about 860 steps of 10 instructions; walking the primary key, 2,260
+    assert steps[0] < 1_500, steps[0]
