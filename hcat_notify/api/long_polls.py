@@ -21,6 +21,7 @@ it always has, so status codes, headers, bodies and metrics are the route's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -146,13 +147,18 @@ class LongPolls:
         loop = asyncio.get_running_loop()
         poll = _Poll(loop.time() + query.wait, loop.create_future(), query, path, writer)
         if found is not None or feed.stopping:
-            poll.answer(found if found is not None else stopping_error(), {})
+            # a failure to answer is in the future too: answered below as the route would
+            with contextlib.suppress(Exception):
+                poll.answer(found if found is not None else stopping_error(), {})
         else:
-            if writer is not None:
-                writer.on_lost(lambda: poll.gone() if feed.leave(poll) else None)
             feed.join(query.key, query.check, poll, generation=generation, batch=query.batch)
+            if writer is not None:  # after the join: a connection lost already leaves now
+                writer.on_lost(lambda: poll.gone() if feed.leave(poll) else None)
         try:
             outcome = await poll.future
+        except asyncio.CancelledError:  # the server gave up on the request (its shutdown)
+            feed.leave(poll)
+            raise
         except Exception as exc:  # noqa: BLE001 - answering it failed: a problem document
             outcome = error_response(exc, method="GET", path=path)
         finally:

@@ -321,7 +321,12 @@ class _WholeResponse:
             cycle.on_response()
 
     def on_lost(self, callback: Callable[[], object] | None) -> None:
+        """``callback`` is called when the connection is lost, at once if it was lost
+        already (while the request was read, say)."""
         # Only the request whose task runs calls it: one at a time per connection.
+        if callback is not None and self._cycle.disconnected:
+            callback()
+            return
         self._protocol._on_lost = callback
 
 

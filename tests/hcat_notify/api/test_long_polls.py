@@ -270,3 +270,32 @@ def test_a_waiter_whose_answer_cannot_be_written_is_answered_500_and_the_others_
     assert b"incident" in broken[1]["body"]
     assert fine == []
     assert connections[1].written[0].startswith(b"HTTP/1.1 200")
+
+
+def test_a_waiter_whose_request_is_cancelled_leaves_its_group(settings: Settings):
+    """The server cancels a request's task (its shutdown's grace ran out): the waiter is
+    taken out of its group then, not kept until its deadline."""
+
+    async def scenario(app: Any, state: ApiState) -> float:
+        poll = asyncio.create_task(_request(app, "ds=6&region=r0&wait=300", _Connection()))
+        await _until(lambda: _waiting(state) == 1)
+        poll.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await poll
+        return _waiting(state)
+
+    assert _run(settings, scenario) == 0
+
+
+def test_an_answer_found_at_once_that_cannot_be_written_is_answered_500(settings: Settings):
+    """The done is there when the poll comes: its answer fails as a waiter's would, and
+    the route's problem document goes out through ASGI."""
+
+    async def scenario(app: Any, state: ApiState) -> list[dict[str, Any]]:
+        with Catalog.open(settings) as catalog:
+            await asyncio.to_thread(catalog.mark_set_done, TABLE, {"ds": "7"})
+        return await asyncio.wait_for(_request(app, "ds=7&region=r0&wait=30", _Broken()), 20)
+
+    sent = _run(settings, scenario)
+    assert sent[0]["status"] == 500
+    assert b"incident" in sent[1]["body"]
