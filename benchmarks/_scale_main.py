@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import subprocess
 import sys
 import tempfile
@@ -16,21 +15,41 @@ from pathlib import Path
 
 from _scale_dbs import rss_bytes
 from _scale_report import Series, chart
-from _support import drop_workdir, footer, machine_line, parser, stop_on_sigterm
+from _support import (
+    command_env,
+    drop_workdir,
+    footer,
+    machine_line,
+    parser,
+    stop_on_sigterm,
+)
 
 from hcat_notify.config import Settings
 
 
-def growth_parser(doc: str, sizes_help: str | None) -> argparse.ArgumentParser:
+def growth_parser(
+    doc: str, sizes_help: str | None, *, rounds: bool = False
+) -> argparse.ArgumentParser:
     """The options every growth benchmark takes, and ``--sizes`` described by
-    ``sizes_help`` (None: the benchmark names its sizes itself)."""
+    ``sizes_help`` (None: the benchmark names its sizes itself); with ``rounds``, also
+    ``--rounds`` (:func:`rounds_of`)."""
     p = parser(doc.splitlines()[0])
     if sizes_help is not None:
         p.add_argument("--sizes", help=sizes_help)
+    if rounds:
+        p.add_argument("--rounds", type=int, default=ROUNDS)
     p.add_argument("--backends", default="sqlite,postgresql", help="sqlite, postgresql or both")
     p.add_argument("--postgresql-admin-url", help="a running PostgreSQL server's admin URL")
     p.add_argument("--chart", type=Path, default=None, help="the PNG (default: next to the record)")
     return p
+
+
+ROUNDS = 3
+
+
+def rounds_of(args: argparse.Namespace) -> int:
+    """``--rounds``; a ``--quick`` run that left it at the default runs one."""
+    return 1 if args.quick and args.rounds == ROUNDS else int(args.rounds)
 
 
 def sizes_of(
@@ -80,14 +99,7 @@ def command_with_peak(arguments: Sequence[str], settings: Settings) -> tuple[flo
     Raises:
         RuntimeError: the command exited non-zero (the end of its output in the message).
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
-    env.update(
-        HCAT_NOTIFY_HOME=str(settings.home),
-        HCAT_NOTIFY_DB_URL=settings.database_url,
-        HCAT_NOTIFY_BROKER_URL=settings.broker_url,
-        HCAT_NOTIFY_BROKER_USER=settings.broker_user,
-        HCAT_NOTIFY_BROKER_PASSWORD=settings.broker_password,
-    )
+    env = command_env(settings)
     started = time.perf_counter()
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("hcat-notify")), *arguments],

@@ -266,6 +266,20 @@ def drop_workdir(workdir: Path, *, keep: bool) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def command_env(settings: Settings) -> dict[str, str]:
+    """The environment of an ``hcat-notify`` process on ``settings`` (home, catalog,
+    broker), none of the caller's own HCAT_NOTIFY_* settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
+    env.update(
+        HCAT_NOTIFY_HOME=str(settings.home),
+        HCAT_NOTIFY_DB_URL=settings.database_url,
+        HCAT_NOTIFY_BROKER_URL=settings.broker_url,
+        HCAT_NOTIFY_BROKER_USER=settings.broker_user,
+        HCAT_NOTIFY_BROKER_PASSWORD=settings.broker_password,
+    )
+    return env
+
+
 def make_settings(home: Path, broker_url: str, db_url: str | None) -> Settings:
     """Settings for the benchmark, independent of the caller's environment and files."""
     for key in [k for k in os.environ if k.startswith("HCAT_NOTIFY_")]:
@@ -797,15 +811,7 @@ class Relays:
         member = f"m{self._count}"
         log_file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop_all
         self._logs.append(log_file)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
-        settings = self.env.settings
-        env.update(
-            HCAT_NOTIFY_HOME=str(settings.home),
-            HCAT_NOTIFY_DB_URL=settings.database_url,
-            HCAT_NOTIFY_BROKER_URL=settings.broker_url,
-            HCAT_NOTIFY_BROKER_USER=settings.broker_user,
-            HCAT_NOTIFY_BROKER_PASSWORD=settings.broker_password,
-        )
+        env = command_env(self.env.settings)
         self.processes[member] = subprocess.Popen(
             [CLI, "relay", "--member-id", member, *self.extra, *extra],
             env=env,

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from _scale_dbs import catalog_urls
-from _scale_main import backends_of, growth_parser, growth_run, sizes_of
+from _scale_main import backends_of, growth_parser, growth_run, rounds_of, sizes_of
 from _scale_report import Series, flat, report
 from _support import (
     HOST,
@@ -142,11 +142,10 @@ def run_backend(
 
 
 def main() -> None:
-    p = growth_parser(__doc__, "comma-separated S, e.g. 10,100,1000")
-    p.add_argument("--rounds", type=int, default=3)
+    p = growth_parser(__doc__, "comma-separated S, e.g. 10,100,1000", rounds=True)
     args = p.parse_args()
     sizes = sizes_of(args.sizes, args.quick, SIZES, QUICK_SIZES)
-    rounds = 1 if args.quick and args.rounds == 3 else args.rounds
+    rounds = rounds_of(args)
     title = f"how durable subscribers grow: {rounds} rounds"
     with growth_run(args, title, "subscribers") as (workdir, panels):
         for backend in backends_of(args):

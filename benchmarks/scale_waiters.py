@@ -36,7 +36,7 @@ from pathlib import Path
 
 import httpx
 from _scale_dbs import catalog_urls, raise_open_files, rss_bytes
-from _scale_main import backends_of, growth_parser, growth_run, sizes_of
+from _scale_main import backends_of, growth_parser, growth_run, rounds_of, sizes_of
 from _scale_report import Series, at_most, at_most_beside, flat, report
 from _support import (
     HOST,
@@ -294,11 +294,10 @@ def run_backend(
 
 
 def main() -> None:
-    p = growth_parser(__doc__, "comma-separated N, e.g. 100,1000,10000")
-    p.add_argument("--rounds", type=int, default=3)
+    p = growth_parser(__doc__, "comma-separated N, e.g. 100,1000,10000", rounds=True)
     args = p.parse_args()
     sizes = sizes_of(args.sizes, args.quick, SIZES, QUICK_SIZES)
-    rounds = 1 if args.quick and args.rounds == 3 else args.rounds
+    rounds = rounds_of(args)
     raise_open_files(2 * max(sizes) + 1000)
     with growth_run(args, f"how long polls grow: {rounds} rounds", "waiters") as (workdir, panels):
         for backend in backends_of(args):
