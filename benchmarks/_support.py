@@ -89,6 +89,12 @@ def parser(description: str) -> argparse.ArgumentParser:
         "--keep", action="store_true", help="keep the temporary directory (for inspection)"
     )
     p.add_argument(
+        "--broker-java-opts",
+        default=None,
+        help="JVM options of the private broker (HCAT_NOTIFY_BROKER_JAVA_OPTS); "
+        "default: deploy/local/activemq.sh's",
+    )
+    p.add_argument(
         "--results",
         type=Path,
         default=RESULTS_DIR,
@@ -128,6 +134,7 @@ class Broker:
     stomp_port: int
     openwire_port: int
     started: bool = False
+    java_opts: str | None = None  # HCAT_NOTIFY_BROKER_JAVA_OPTS; None: the script's
 
     @property
     def env(self) -> dict[str, str]:
@@ -141,6 +148,8 @@ class Broker:
             HCAT_NOTIFY_BROKER_START_TIMEOUT="90",
             HCAT_NOTIFY_BROKER_STOP_TIMEOUT="20",
         )
+        if self.java_opts is not None:
+            env["HCAT_NOTIFY_BROKER_JAVA_OPTS"] = self.java_opts
         return env
 
     @property
@@ -247,7 +256,7 @@ def bench_env(args: argparse.Namespace, name: str) -> Iterator[BenchEnv]:
     stop_on_sigterm()
     workdir = Path(tempfile.mkdtemp(prefix=f"hcat-bench-{name}-"))
     stomp_port, openwire_port = free_ports(2)
-    broker = Broker(workdir, stomp_port, openwire_port)
+    broker = Broker(workdir, stomp_port, openwire_port, java_opts=args.broker_java_opts)
     try:
         broker.start()
         settings = make_settings(workdir, broker.url, args.db_url)

@@ -21,9 +21,11 @@ from connecting to the last COMMIT. Rounds alternate relay, stomp.py, Java.
 The STOMP floor, same run: what any STOMP client gets from this broker. The relay's own
 SEND frames, encoded beforehand (not timed), in transactions of the batch size on a bare
 socket, each next transaction written while the COMMIT's receipt is awaited. Beside each
-figure, the CPU per event of the client's process and the broker's (``/proc``): the
-broker parses a STOMP SEND's text headers byte by byte, where OpenWire's properties stay
-marshalled.
+figure, the CPU per event of the client's process and the broker's (``/proc``), and of
+the broker's the part its garbage collector's threads used: the broker parses a STOMP
+SEND's text headers byte by byte, into a fresh 10 KiB buffer per header line (ActiveMQ
+5.17's ``StompWireFormat``), where OpenWire's properties stay marshalled; the split says
+which side of the relay's run to cut (docs/operations.md, "The broker's heap").
 
 Targets (issue 31): relay/Java >= 0.9 at every batch size. The stomp.py rows are context
 (issue 9's targets: relay/raw >= 0.9 at batch 500 and >= 0.8 at batch 2,000).
@@ -299,6 +301,46 @@ class OpenWireFloor:
             self.process.wait()
 
 
+def gc_cpu_seconds(pid: int) -> float:
+    """CPU seconds the JVM ``pid``'s garbage collector threads (HotSpot's ``GC Thread#N``
+    and ``G1 ...`` threads, which live as long as the JVM) have used so far."""
+    total = 0.0
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{pid}/task/{task}/stat", encoding="ascii") as f:
+                    stat = f.read()
+                name = stat[stat.index("(") + 1 : stat.rindex(")")]
+                if name.startswith(("GC Thread", "G1 ")):
+                    fields = stat.rsplit(")", 1)[1].split()
+                    total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+class CpuMeter:
+    """CPU per event of one measured run: the client's process, the broker's, and of
+    the broker's the garbage collector's (``/proc``), each a list over the rounds."""
+
+    def __init__(self, broker_pid: int) -> None:
+        self.broker_pid = broker_pid
+        self.spent: dict[str, list[float]] = collections.defaultdict(list)
+
+    @contextlib.contextmanager
+    def measure(self, name: str, client_pid: int | None = None) -> Iterator[None]:
+        """Count what the run inside the block costs as ``name`` (``client_pid``: the
+        client's process; this one by default)."""
+        client, broker = cpu_seconds(client_pid), cpu_seconds(self.broker_pid)
+        gc = gc_cpu_seconds(self.broker_pid)
+        yield
+        self.spent[f"{name} client"].append(cpu_seconds(client_pid) - client)
+        self.spent[f"{name} broker"].append(cpu_seconds(self.broker_pid) - broker)
+        self.spent[f"{name} gc"].append(gc_cpu_seconds(self.broker_pid) - gc)
+
+    def per_event(self, key: str, events: int) -> float:
+        """Median over the rounds of ``key``'s CPU per event, in µs."""
+        return statistics.median(self.spent[key]) / events * 1e6
+
+
 def relay_drain(env: BenchEnv, config: RelayConfig, expected: int) -> float:
     """Seconds for ``Relay.drain()`` to publish ``expected`` events."""
     relay = Relay(env.settings, config=config)
@@ -410,30 +452,24 @@ def main() -> None:
             raw_times: list[float] = []
             java_times: list[float] = []
             floor_times: list[float] = []
-            cpu: dict[str, list[float]] = {"relay": [], "floor": [], "java": []}
             floor = OpenWireFloor(env, events, batch)
-            broker_pid = env.broker.pid()
+            cpu = CpuMeter(env.broker.pid())
             try:
                 floor.run()  # warm the JVM (not counted)
                 for round_no in range(rounds):
                     if not relay_is_pending:
                         reset_outbox(env.settings.database_url, first, last)
                     config = RelayConfig(batch_size=batch, freeze_heap=True)
-                    before = cpu_seconds() + cpu_seconds(broker_pid)
-                    seconds = relay_drain(env, config, n)
-                    cpu["relay"].append(cpu_seconds() + cpu_seconds(broker_pid) - before)
+                    with cpu.measure("relay"):
+                        seconds = relay_drain(env, config, n)
                     relay_is_pending = False
                     relay_times.append(seconds)
                     raw = raw_transactions(env, events, batch)
                     raw_times.append(raw)
-                    before = cpu_seconds() + cpu_seconds(broker_pid)
-                    floor_times.append(stomp_floor(env, events, batch))
-                    cpu["floor"].append(cpu_seconds() + cpu_seconds(broker_pid) - before)
-                    before = cpu_seconds(floor.process.pid) + cpu_seconds(broker_pid)
-                    java = floor.run()
-                    cpu["java"].append(
-                        cpu_seconds(floor.process.pid) + cpu_seconds(broker_pid) - before
-                    )
+                    with cpu.measure("floor"):
+                        floor_times.append(stomp_floor(env, events, batch))
+                    with cpu.measure("java", floor.process.pid):
+                        java = floor.run()
                     java_times.append(java)
                     log(
                         f"batch {batch} round {round_no + 1}: relay {n / seconds:,.0f}/s, "
@@ -464,7 +500,9 @@ def main() -> None:
                     ),
                 ]
             )
-            per_event = {k: statistics.median(v) / n * 1e6 for k, v in cpu.items()}
+            per_event = {k: cpu.per_event(k, n) for k in cpu.spent}
+            for key in ("relay", "floor", "java"):
+                per_event[key] = per_event[f"{key} client"] + per_event[f"{key} broker"]
             rows.extend(
                 [
                     Row(
@@ -493,6 +531,29 @@ def main() -> None:
                         f"tx batch {batch}: CPU per event, STOMP floor + broker vs Java + broker",
                         per_event["floor"],
                         per_event["java"],
+                        unit="us",
+                        digits=1,
+                    ),
+                    Row(
+                        f"tx batch {batch}:   of which the client: relay vs Java producer",
+                        per_event["relay client"],
+                        per_event["java client"],
+                        unit="us",
+                        digits=1,
+                    ),
+                    Row(
+                        f"tx batch {batch}:   the broker: STOMP (relay's run) vs OpenWire "
+                        f"(STOMP floor's run: {per_event['floor broker']:.1f})",
+                        per_event["relay broker"],
+                        per_event["java broker"],
+                        unit="us",
+                        digits=1,
+                    ),
+                    Row(
+                        f"tx batch {batch}:   of the broker, its garbage collector: STOMP vs "
+                        f"OpenWire (STOMP floor's run: {per_event['floor gc']:.1f})",
+                        per_event["relay gc"],
+                        per_event["java gc"],
                         unit="us",
                         digits=1,
                     ),
@@ -575,7 +636,8 @@ def main() -> None:
                 " SEND frames encoded beforehand (not timed), tx of B on a bare socket, the"
                 " next tx written while the COMMIT's receipt is awaited (incl. connect)",
                 "CPU per event: the client's process (user + system, /proc) plus the"
-                " broker's, over the run, median of the rounds",
+                " broker's, over the run, median of the rounds; then each apart, and of the"
+                " broker's the part of its garbage collector's threads (GC Thread#N, G1 ...)",
                 f"no-tx row: {n:,} events, relay use_transactions=False vs raw SEND with"
                 " receipt each (context only, no target)",
                 f"setup: Catalog.mark_set_done x {n:,} took {insert_s:.1f}s"

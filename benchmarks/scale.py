@@ -556,7 +556,9 @@ def main() -> None:
     print(f"# how cost grows{' (--quick)' if args.quick else ''}: {rounds} rounds")
     print(f"# {machine_line()}")
     # --quick runs without a broker (/readyz then answers 503 at once: a closed port)
-    broker = None if args.quick else Broker(workdir, *free_ports(2))
+    broker = (
+        None if args.quick else Broker(workdir, *free_ports(2), java_opts=args.broker_java_opts)
+    )
     broker_url = f"stomp://{HOST}:{free_port()}" if broker is None else broker.url
     pg_port = free_port()
     own_pg = False

@@ -314,7 +314,11 @@ def main() -> None:
     parts = {part.strip() for part in args.parts.split(",")}
     title = f"the relay group's controller: {topics:,} topics"
     with growth_run(args, title, "relay") as (workdir, panels):
-        broker = None if args.broker_url or "a" not in parts else Broker(workdir, *free_ports(2))
+        broker = (
+            None
+            if args.broker_url or "a" not in parts
+            else Broker(workdir, *free_ports(2), java_opts=args.broker_java_opts)
+        )
         broker_url = args.broker_url or (broker.url if broker is not None else "")
         try:
             if broker is not None:
