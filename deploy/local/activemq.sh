@@ -46,7 +46,13 @@
 #   HCAT_NOTIFY_BROKER_START_TIMEOUT   seconds to wait for STOMP CONNECTED, or for a
 #                                      slave to reach the store lock (60)
 #   HCAT_NOTIFY_BROKER_STOP_TIMEOUT    seconds to wait after SIGTERM       (30)
-#   HCAT_NOTIFY_BROKER_JAVA_OPTS       extra JVM options            (-Xms64m -Xmx512m)
+#   HCAT_NOTIFY_BROKER_JAVA_OPTS       JVM options                  (-Xms1g -Xmx1g)
+#                                      A fixed heap of 1 GiB: ActiveMQ's STOMP decoder
+#                                      allocates ~150 KiB per SEND (a 10 KiB buffer per
+#                                      header line), which the young generation, sized
+#                                      from the committed heap, collects; at 512 MiB the
+#                                      collector took twice the CPU (docs/operations.md,
+#                                      "The broker's heap").
 #   HCAT_NOTIFY_ACTIVEMQ_HOME          ActiveMQ installation        (/usr/share/activemq)
 #   HCAT_NOTIFY_JAVA_DIR               where the extra jars are     (/usr/share/java)
 #   HCAT_NOTIFY_BROKER_JDBC_URL        the JDBC store's database, as --jdbc-url
@@ -87,7 +93,7 @@ TOPIC_PREFIX=$(printf '%s' "${HCAT_NOTIFY_TOPIC_PREFIX:-hcat}" | tr '[:upper:]' 
 BROKER_NAME_1=${HCAT_NOTIFY_BROKER_NAME:-hcat-notify}
 START_TIMEOUT=${HCAT_NOTIFY_BROKER_START_TIMEOUT:-60}
 STOP_TIMEOUT=${HCAT_NOTIFY_BROKER_STOP_TIMEOUT:-30}
-JAVA_OPTS=${HCAT_NOTIFY_BROKER_JAVA_OPTS:--Xms64m -Xmx512m}
+JAVA_OPTS=${HCAT_NOTIFY_BROKER_JAVA_OPTS:--Xms1g -Xmx1g}
 
 # use_broker N: point the per-broker variables at broker N (1, or 2 of a pair).
 use_broker() {

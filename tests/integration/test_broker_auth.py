@@ -7,7 +7,8 @@ Raw stomp.py against the session ``broker`` (deploy/activemq/activemq.xml):
 * reader principals may subscribe to (and thereby create) ``hcat.>`` topics and read
   advisories, but never write;
 * anonymous and wrong-password connections are refused;
-* deploy/local/activemq.sh status/start/stop behave as documented.
+* deploy/local/activemq.sh status/start/stop behave as documented, and the JVM gets its
+  documented heap.
 """
 
 from __future__ import annotations
@@ -264,6 +265,16 @@ def test_script_start_twice_is_a_noop(local_broker: BrokerInfo) -> None:
     assert "already running" in result.stdout
     assert local_broker.pid() == pid
     assert local_broker.is_running()
+
+
+def test_the_broker_jvm_has_a_fixed_heap_of_one_gib(local_broker: BrokerInfo) -> None:
+    """activemq.sh's default JVM options (docs/operations.md, "The broker's heap"), as
+    the running JVM got them; HCAT_NOTIFY_BROKER_JAVA_OPTS replaces them when set."""
+    pid = local_broker.pid()
+    assert pid is not None
+    arguments = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    options = local_broker.script_env().get("HCAT_NOTIFY_BROKER_JAVA_OPTS", "-Xms1g -Xmx1g")
+    assert arguments[1 : 1 + len(options.split())] == options.split(), arguments[:4]
 
 
 def test_stop_and_start_keep_address_and_credentials(restartable_broker: BrokerInfo) -> None:
