@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -251,13 +251,18 @@ def stop_on_sigterm() -> None:
 
 
 @contextlib.contextmanager
-def bench_env(args: argparse.Namespace, name: str) -> Iterator[BenchEnv]:
-    """A private broker and catalog for one benchmark run; both go away at the end."""
+def bench_env(
+    args: argparse.Namespace, name: str, before_broker: Callable[[Path], None] | None = None
+) -> Iterator[BenchEnv]:
+    """A private broker and catalog for one benchmark run; both go away at the end.
+    ``before_broker`` gets the broker's home (``HCAT_NOTIFY_HOME``) before it starts."""
     stop_on_sigterm()
     workdir = Path(tempfile.mkdtemp(prefix=f"hcat-bench-{name}-"))
     stomp_port, openwire_port = free_ports(2)
     broker = Broker(workdir, stomp_port, openwire_port, java_opts=args.broker_java_opts)
     try:
+        if before_broker is not None:
+            before_broker(workdir)
         broker.start()
         settings = make_settings(workdir, broker.url, args.db_url)
         sqlite_path = None if args.db_url else workdir / "catalog.db"

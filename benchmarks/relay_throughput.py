@@ -35,6 +35,10 @@ SEND's text headers byte by byte, into a fresh 10 KiB buffer per header line (Ac
 5.17's ``StompWireFormat``), where OpenWire's properties stay marshalled; the split says
 which side of the relay's run to cut (docs/operations.md, "The broker's heap").
 
+``--bulk-stomp-decoder`` (an experiment, not the product): the broker decodes STOMP with
+``benchmarks/java/BulkStompWireFormat.java`` (large reads, header lines split in place)
+instead of ActiveMQ's own decoder: what the relay would reach if ActiveMQ's did that.
+
 Targets (issue 31): relay/Java >= 0.9 at every batch size. The stomp.py rows are context
 (issue 9's targets: relay/raw >= 0.9 at batch 500 and >= 0.8 at batch 2,000).
 """
@@ -52,9 +56,17 @@ import statistics
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
+from _cpu_meter import CpuMeter
+from _java import (
+    BULK_STOMP_CLASS,
+    JAVA_DIR,
+    activemq_classpath,
+    compile_java,
+    install_bulk_stomp_decoder,
+    require_loaded,
+)
 from _support import (
     HOST,
     PUBLISHER,
@@ -62,7 +74,6 @@ from _support import (
     RawListener,
     Row,
     bench_env,
-    cpu_seconds,
     create_table,
     footer,
     header,
@@ -90,7 +101,7 @@ from hcat_notify.store.outbox_view import Outbox
 TARGETS = {500: 0.9, 2000: 0.8}  # relay / stomp.py (issue 9)
 FLOOR_TARGET = 0.9  # relay / the Java OpenWire producer (issue 31)
 WARM_ROUNDS = 1  # alternating rounds run first and not counted
-JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "OpenWireProducer.java"
+JAVA_SOURCE = JAVA_DIR / "OpenWireProducer.java"
 _tx_ids = itertools.count(1)
 
 
@@ -236,31 +247,17 @@ def stomp_floor(env: BenchEnv, events: Sequence[OutboxEvent], batch: int) -> flo
         raw.close()
 
 
-def activemq_classpath() -> str:
-    """ActiveMQ's jars, as a class path wildcard."""
-    for root in (os.environ.get("ACTIVEMQ_HOME"), "/usr/share/activemq"):
-        if root and (Path(root) / "lib" / "activemq-client.jar").is_file():
-            return str(Path(root) / "lib" / "*")
-    raise RuntimeError("ActiveMQ's jars not found (set ACTIVEMQ_HOME)")
-
-
 class OpenWireFloor:
     """The Java producer, started once with the events and sending them all on each
     :meth:`run` (its JVM warms up over the rounds, as the broker does)."""
 
     def __init__(self, env: BenchEnv, events: Sequence[OutboxEvent], batch: int) -> None:
-        javac, java = shutil.which("javac"), shutil.which("java")
-        if javac is None or java is None:
-            raise RuntimeError("javac and java are needed for the OpenWire floor")
+        java = shutil.which("java")
+        if java is None:
+            raise RuntimeError("java is needed for the OpenWire floor")
         classes = env.workdir / "java-classes"
+        compile_java(JAVA_SOURCE, classes)
         classpath = activemq_classpath()
-        if not (classes / "OpenWireProducer.class").is_file():
-            subprocess.run(
-                [javac, "-d", str(classes), "-cp", classpath, str(JAVA_SOURCE)],
-                check=True,
-                capture_output=True,
-                timeout=120,
-            )
         lines = []
         for event in events:
             properties = "\x01".join(
@@ -308,47 +305,6 @@ class OpenWireFloor:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-
-
-def gc_cpu_seconds(pid: int) -> float:
-    """CPU seconds the JVM ``pid``'s garbage collector threads (HotSpot's ``GC Thread#N``
-    and ``G1 ...`` threads, which live as long as the JVM) have used so far."""
-    total = 0.0
-    with contextlib.suppress(OSError):
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError):
-                with open(f"/proc/{pid}/task/{task}/stat", encoding="ascii") as f:
-                    stat = f.read()
-                name = stat[stat.index("(") + 1 : stat.rindex(")")]
-                if name.startswith(("GC Thread", "G1 ")):
-                    fields = stat.rsplit(")", 1)[1].split()
-                    total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-class CpuMeter:
-    """CPU per event of one measured run: the client's process, the broker's, and of
-    the broker's the garbage collector's (``/proc``), each a list over the rounds."""
-
-    def __init__(self, broker_pid: int) -> None:
-        self.broker_pid = broker_pid
-        self.spent: dict[str, list[float]] = collections.defaultdict(list)
-
-    @contextlib.contextmanager
-    def measure(self, name: str, client_pid: int | None = None) -> Iterator[None]:
-        """Count what the run inside the block costs as ``name`` (``client_pid``: the
-        client's process; this one by default)."""
-        client, broker = cpu_seconds(client_pid), cpu_seconds(self.broker_pid)
-        gc = gc_cpu_seconds(self.broker_pid)
-        yield
-        self.spent[f"{name} client"].append(cpu_seconds(client_pid) - client)
-        self.spent[f"{name} broker"].append(cpu_seconds(self.broker_pid) - broker)
-        self.spent[f"{name} gc"].append(gc_cpu_seconds(self.broker_pid) - gc)
-
-    def per_event(self, key: str, events: int, skip: int = 0) -> float:
-        """Median over the rounds (after the first ``skip``) of ``key``'s CPU per event,
-        in µs."""
-        return statistics.median(self.spent[key][skip:]) / events * 1e6
 
 
 def relay_drain(env: BenchEnv, config: RelayConfig, expected: int) -> float:
@@ -424,13 +380,21 @@ def main() -> None:
         "--batch-sizes", default="500,2000", help="comma-separated relay/raw batch sizes"
     )
     p.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 3)")
+    p.add_argument(
+        "--bulk-stomp-decoder",
+        action="store_true",
+        help="experiment: the broker decodes STOMP with benchmarks/java/BulkStompWireFormat"
+        ".java (large reads, header lines split in place; not shipped) instead of ActiveMQ's",
+    )
     args = p.parse_args()
     n = args.events or (2_000 if args.quick else 20_000)
     rounds = args.rounds or (1 if args.quick else 3)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
 
-    with bench_env(args, "relay") as env:
-        header("relay throughput: outbox -> broker, receipt-confirmed", args, env)
+    install = install_bulk_stomp_decoder if args.bulk_stomp_decoder else None
+    with bench_env(args, "relay", before_broker=install) as env:
+        experiment = " (EXPERIMENT: the broker's bulk STOMP decoder)" * args.bulk_stomp_decoder
+        header(f"relay throughput: outbox -> broker, receipt-confirmed{experiment}", args, env)
         catalog = env.catalog()
         try:
             table = unique_table("relay")
@@ -454,6 +418,8 @@ def main() -> None:
         # Warm the broker's JIT and the topic up before measuring anything.
         warm = events[: min(len(events), 2_000)]
         raw_transactions(env, warm, 500)
+        if args.bulk_stomp_decoder:
+            require_loaded(env.broker.pid(), BULK_STOMP_CLASS)
 
         rows: list[Row] = []
         relay_is_pending = True
@@ -652,7 +618,7 @@ def main() -> None:
         print_table(
             f"relay drain vs Java OpenWire and raw stomp.py, {n:,} persistent "
             f"~{body_bytes:.0f}-byte messages "
-            f"(best of {rounds}, after {WARM_ROUNDS} round not counted)",
+            f"(best of {rounds}, after {WARM_ROUNDS} round not counted){experiment}",
             rows,
             notes=[
                 "ours = Relay(settings, config=RelayConfig(batch_size=B, freeze_heap=True))"
