@@ -148,7 +148,7 @@ def draw(axes: Any, series: Sequence[Series], title: str) -> None:
     import matplotlib.pyplot as plt
 
     top, bottom = axes
-    colours = plt.get_cmap("tab10").colors
+    colours = plt.get_cmap("tab10").colors  # type: ignore[attr-defined]  # a ListedColormap
     for i, s in enumerate(series):
         if not s.values:
             continue

@@ -439,7 +439,7 @@ def create_table(catalog: Catalog, name: str, keys: Sequence[str] = ("datestamp"
 # --------------------------------------------------------------------------- raw STOMP
 
 
-class RawListener(stomp.ConnectionListener):
+class RawListener(stomp.ConnectionListener):  # type: ignore[misc]
     """A stomp.py listener whose waits all have deadlines; never raises."""
 
     def __init__(self, on_message: Any = None) -> None:

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,12 +168,12 @@ def main() -> None:
         proc.wait(30)
         drop_workdir(workdir, keep=args.keep)
 
-    def best(name: str, value) -> float:
+    def best(name: str, value: Callable[[Run], float]) -> float:
         values = [value(run) for run in runs[name]]
         return max(values) if value is _rps else min(values)
 
-    def median(name: str, value) -> float:
-        return statistics.median(value(run) for run in runs[name])
+    def median(name: str, value: Callable[[Run], float]) -> float:
+        return float(statistics.median(value(run) for run in runs[name]))
 
     rows = []
     for label, pick in (("best", best), ("median", median)):

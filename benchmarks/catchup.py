@@ -113,8 +113,8 @@ def raw_catchup_select(env: BenchEnv, tid: int) -> tuple[float, int]:
             cursor = raw.cursor()
             started = time.perf_counter()
             cursor.execute(sql.format(p="%s"), (tid, now))
-            rows = cursor.fetchall()
-            return time.perf_counter() - started, len(rows)
+            fetched = cursor.fetchall()
+            return time.perf_counter() - started, len(fetched)
         finally:
             raw.close()
     finally:

@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -116,7 +116,7 @@ def _cp(source: Path, target: Path) -> float:
 
 
 def _compact(
-    catalog: Catalog, table: str, mode: str, spark: Any = None
+    catalog: Catalog, table: str, mode: Literal["merge", "har"], spark: Any = None
 ) -> tuple[float, CompactionSummary]:
     started = time.monotonic()
     summary = compact_table(
@@ -180,7 +180,7 @@ def main() -> None:
                             elapsed, summary = _compact(
                                 catalog,
                                 name,
-                                variant.split("-")[0],
+                                "har" if variant.startswith("har") else "merge",
                                 spark if variant.endswith("spark") else None,
                             )
                             if summary.bytes_before != total:

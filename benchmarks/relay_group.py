@@ -33,6 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import cast
 
 from _group_wait import owners, wait_balanced
 from _support import (
@@ -49,7 +50,7 @@ from _support import (
     print_table,
     run_main,
 )
-from sqlalchemy import create_engine, insert, text
+from sqlalchemy import Table, create_engine, insert, text
 
 from hcat_notify.broker import consumer_connection
 from hcat_notify.model.topics import topic_bucket
@@ -109,7 +110,7 @@ def make_tables(env: BenchEnv, db: str, count: int) -> list[str]:
     try:
         with engine.begin() as conn:
             conn.execute(
-                insert(TableRow.__table__),
+                insert(cast(Table, TableRow.__table__)),
                 [
                     {
                         "db_name": db,

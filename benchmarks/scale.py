@@ -489,7 +489,7 @@ def chart(path: Path, results: dict[str, list[Curve]]) -> None:
     fig, axes = plt.subplots(
         2, len(results), figsize=(7 * len(results), 11), squeeze=False, sharex="col"
     )
-    colours = plt.get_cmap("tab20").colors
+    colours = plt.get_cmap("tab20").colors  # type: ignore[attr-defined]  # a ListedColormap
     for column, (backend, curves) in enumerate(results.items()):
         top, bottom = axes[0][column], axes[1][column]
         for i, c in enumerate(curves):
@@ -556,8 +556,11 @@ def main() -> None:
     print(f"# how cost grows{' (--quick)' if args.quick else ''}: {rounds} rounds")
     print(f"# {machine_line()}")
     # --quick runs without a broker (/readyz then answers 503 at once: a closed port)
+    stomp_port, openwire_port = free_ports(2)
     broker = (
-        None if args.quick else Broker(workdir, *free_ports(2), java_opts=args.broker_java_opts)
+        None
+        if args.quick
+        else Broker(workdir, stomp_port, openwire_port, java_opts=args.broker_java_opts)
     )
     broker_url = f"stomp://{HOST}:{free_port()}" if broker is None else broker.url
     pg_port = free_port()

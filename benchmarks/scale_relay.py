@@ -28,6 +28,7 @@ one's cooldown, not timed).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -266,7 +267,7 @@ def run_backend(
                     for t in threads:
                         t.join(60)
                     ids = {m.member_id for m in members}
-                    seconds = wait_balanced(catalog, lambda ids=ids: ids, stable_for=1.0)
+                    seconds = wait_balanced(catalog, functools.partial(set, ids), stable_for=1.0)
                     after = owners(catalog)
                     moved = sum(1 for b in after if before.get(b) != after[b])
                     fewest = fewest_moves(before, ids)
@@ -314,10 +315,12 @@ def main() -> None:
     parts = {part.strip() for part in args.parts.split(",")}
     title = f"the relay group's controller: {topics:,} topics"
     with growth_run(args, title, "relay") as (workdir, panels):
+        stomp_port, openwire_port = free_ports(2)
+        no_broker = args.broker_url or "a" not in parts
         broker = (
             None
-            if args.broker_url or "a" not in parts
-            else Broker(workdir, *free_ports(2), java_opts=args.broker_java_opts)
+            if no_broker
+            else Broker(workdir, stomp_port, openwire_port, java_opts=args.broker_java_opts)
         )
         broker_url = args.broker_url or (broker.url if broker is not None else "")
         try:

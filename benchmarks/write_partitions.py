@@ -16,9 +16,11 @@ import os
 import shutil
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 from _spark import local_spark
 from _support import (
+    BenchEnv,
     Row,
     bench_env,
     footer,
@@ -32,10 +34,15 @@ from _support import (
 
 from hcat_notify import Relay, RelayConfig
 from hcat_notify.broker import consumer_connection
+from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.topics import destination_for
+from hcat_notify.store import Catalog
+
+if TYPE_CHECKING:
+    from spark_output import CommitResult
 
 
-def _frame(spark, rows: int, datestamps: int, regions: int):
+def _frame(spark: Any, rows: int, datestamps: int, regions: int) -> Any:
     from pyspark.sql import functions as sf
 
     partitions = datestamps * regions
@@ -51,7 +58,14 @@ def _frame(spark, rows: int, datestamps: int, regions: int):
     )
 
 
-def _ours(env, catalog, df, partitions: int, round_no: int | str, mode: str):
+def _ours(
+    env: BenchEnv,
+    catalog: Catalog,
+    df: Any,
+    partitions: int,
+    round_no: int | str,
+    mode: str,
+) -> tuple[float, CommitResult, float | None]:
     """One write_partitions of ``df`` into a new table with ``announce=mode``; (wall time,
     result, job end -> the subscriber has every partition announced, or None)."""
     from spark_output import write_partitions
@@ -68,7 +82,7 @@ def _ours(env, catalog, df, partitions: int, round_no: int | str, mode: str):
         subscriber.subscribe(destination_for(info.topic), "bench")
         started = time.monotonic()
         result = write_partitions(
-            df, table, settings=env.settings, max_partitions=partitions, announce=mode
+            df, table, settings=env.settings, max_partitions=partitions, announce=AnnounceMode(mode)
         )
         elapsed = time.monotonic() - started
         job_end = started + result.phase_seconds["stage"]

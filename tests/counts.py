@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import create_engine, func, select
 
 from hcat_notify.store import Catalog
@@ -18,7 +20,7 @@ __all__ = ["row_counts"]
 MODELS = (TableRow, PartitionRow, RetentionRow, OutboxRow, CommitJournalRow)
 
 
-def row_counts(catalog: Catalog, models: tuple[type, ...] = MODELS) -> dict[str, int]:
+def row_counts(catalog: Catalog, models: tuple[type[Any], ...] = MODELS) -> dict[str, int]:
     """Rows of each catalog table that an operation may write (or of ``models``), by
     table name."""
     engine = create_engine(catalog.settings.database_url)

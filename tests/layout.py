@@ -233,7 +233,7 @@ def check_layout(root: Path, line_cap: int = LINE_CAP) -> Layout:
     for component in _strongly_connected(edges):
         # A package's __init__ re-exporting its own submodules is not a cycle that
         # matters: only components with two or more plain modules are.
-        plain = [member for member in component if modules[member].name != "__init__.py"]
-        if len(plain) > 1 or len(plain) == len(component):
+        plains = [member for member in component if modules[member].name != "__init__.py"]
+        if len(plains) > 1 or len(plains) == len(component):
             layout.cycles.append(component)
     return layout

@@ -8,7 +8,8 @@ creates one: a missing catalog is an error.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol, cast
+from types import TracebackType
+from typing import Protocol, Self, cast
 
 from hcat_notify.config import Settings
 from hcat_notify.model.cursor import Cursor
@@ -54,6 +55,15 @@ class CatalogReader(Protocol):
     def last_event_id(self) -> int: ...
 
     def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
 
 
 class SetsReader(Protocol):

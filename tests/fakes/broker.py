@@ -396,7 +396,7 @@ def _unescape(value: str) -> str:
 
 def _parse(data: bytes) -> list[tuple[str, dict[str, str], str]]:
     """The STOMP frames in ``data`` (whole frames, as the connection writes them)."""
-    frames = []
+    frames: list[tuple[str, dict[str, str], str]] = []
     position = 0
     for _ in itertools.count():
         while position < len(data) and data[position : position + 1] in (b"\n", b"\r"):

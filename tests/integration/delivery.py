@@ -170,8 +170,13 @@ class CliProcess:
         assert self.proc.stdout is not None
         assert self.proc.stderr is not None
         stdout, stderr = self.proc.stdout, self.proc.stderr
+
+        def pump() -> None:
+            for line in stdout:
+                self.lines.put(line)
+
         self._readers = [
-            threading.Thread(target=lambda: [self.lines.put(line) for line in stdout], daemon=True),
+            threading.Thread(target=pump, daemon=True),
             threading.Thread(target=lambda: self._stderr.extend(stderr), daemon=True),
         ]
         for reader in self._readers:

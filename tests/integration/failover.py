@@ -96,7 +96,7 @@ class _RecordingConnection(BrokerConnection):
         self._transactions: dict[str, list[int]] = {}
         self._committing: dict[str, list[int]] = {}  # receipt -> its COMMIT's event ids
 
-    def send(  # type: ignore[override]
+    def send(
         self, destination: str, body: str, headers: Mapping[str, str] | None = None, **kw: object
     ) -> None:
         event_id = int((headers or {})["HCAT_EVENT_ID"])
@@ -233,6 +233,7 @@ class Stream:
                         table.name,
                         [NewPartition({"datestamp": f"w{number}-{n}", "region": "us"}, "/p")],
                     )
+                    assert added.event_id is not None
                     event_id = added.event_id
                 with self._lock:
                     self.ids_by_topic[table.topic].append(event_id)

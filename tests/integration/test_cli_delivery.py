@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 
 from hcat_notify.config import Settings
+from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.store import Catalog, NewPartition, TableInfo
 from tests.integration.delivery import CLI, CliProcess, changes, cli_env, run_cli
 from tests.wire import validate_message
@@ -321,7 +322,7 @@ def test_watch_shows_batches_and_table_events_then_ends_on_a_dropped_table(
     table = str(clicks.name)
     spread = [{"datestamp": d, "region": "a"} for d in ("1", "2", "3")]
     (batch,) = delivery_catalog.partitions.register(
-        clicks.name, [NewPartition(s, "/w", 1, 1) for s in spread], announce="write"
+        clicks.name, [NewPartition(s, "/w", 1, 1) for s in spread], announce=AnnounceMode.WRITE
     ).event_ids
     drop = delivery_catalog.tables.drop(clicks.name).event_ids[-1]
     gone = f"hcat-notify: error: table {table} was dropped (event {drop})\n"

@@ -12,6 +12,7 @@ from sqlalchemy import create_engine, delete, update
 from hcat_notify.config import TopicStrategy
 from hcat_notify.consumer import NotificationConsumer, Source
 from hcat_notify.errors import BrokerAuthError, InvalidInputError, TableDroppedError
+from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.events import EventType
 from hcat_notify.relay import Relay
 from hcat_notify.store import Catalog, NewPartition, TableInfo
@@ -271,7 +272,9 @@ def test_table_events_and_batches_without_a_common_spec_arrive_live(
     with running_relay(delivery_settings):
         with NotificationConsumer([clicks.name], settings=delivery_settings) as consumer:
             added = delivery_catalog.partitions.register(
-                clicks.name, [NewPartition(s, "/w", 1, 1) for s in spread], announce="write"
+                clicks.name,
+                [NewPartition(s, "/w", 1, 1) for s in spread],
+                announce=AnnounceMode.WRITE,
             )
             dropped = delivery_catalog.tables.drop(clicks.name)
             batch, drop = _collect(consumer, 2)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
+from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.names import TableName
 from hcat_notify.model.topics import resolve_topic
 from hcat_notify.relay import Relay
@@ -30,11 +32,13 @@ HIVE = {
 }
 
 
-def _props(message: dict) -> dict[str, str]:
+def _props(message: dict[str, Any]) -> dict[str, str]:
     return {k: v["value"] for k, v in message["properties"].items() if k.startswith("HCAT_")}
 
 
-def write_existing(catalog: Catalog, table: TableInfo, job: str, mode: str, spec: dict) -> None:
+def write_existing(
+    catalog: Catalog, table: TableInfo, job: str, mode: str, spec: dict[str, str]
+) -> None:
     """An append or overwrite of an existing partition, as the committer journals it."""
     path = "/".join(f"{k}={v}" for k, v in spec.items())
     catalog.commits.begin(
@@ -68,7 +72,7 @@ def test_hive_reads_every_new_event_type(
     catalog.partitions.register(
         clicks.name,
         [NewPartition({"datestamp": "20110301", "region": r}, f"/w/{r}", 1, 1) for r in "abc"],
-        announce="write",
+        announce=AnnounceMode.WRITE,
     )
     write_existing(catalog, clicks, "append-1", "append", us)
     write_existing(catalog, clicks, "overwrite-1", "overwrite", us)
@@ -102,7 +106,7 @@ def test_hive_reads_every_new_event_type(
         assert hive["timestamp"] < 10**11  # seconds
         validate_message(props, message["text"])
 
-    by_event: dict[str, list[dict]] = {}
+    by_event: dict[str, list[dict[str, Any]]] = {}
     for message in on_table:
         by_event.setdefault(_props(message)["HCAT_EVENT"], []).append(message)
     single, batch = by_event["ADD_PARTITION"]
@@ -121,17 +125,24 @@ def test_hive_reads_every_new_event_type(
 def test_a_batch_of_2000_partitions_arrives_under_the_cap_each_listed_once(
     jms_probe, broker, delivery_settings, delivery_catalog: Catalog, clicks: TableInfo
 ):
-    new = [
-        NewPartition(
-            {"datestamp": f"201103{day:02d}", "region": f"region-{n:03d}"},
-            f"hdfs://nn:8020/warehouse/clicks/datestamp=201103{day:02d}/region=region-{n:03d}",
-            4,
-            4 * 128 * 1024 * 1024,
-        )
+    specs = [
+        {"datestamp": f"201103{day:02d}", "region": f"region-{n:03d}"}
         for day in range(1, 5)
         for n in range(500)
     ]
-    registration = delivery_catalog.partitions.register(clicks.name, new, announce="write")
+    new = [
+        NewPartition(
+            spec,
+            "hdfs://nn:8020/warehouse/clicks/"
+            f"datestamp={spec['datestamp']}/region={spec['region']}",
+            4,
+            4 * 128 * 1024 * 1024,
+        )
+        for spec in specs
+    ]
+    registration = delivery_catalog.partitions.register(
+        clicks.name, new, announce=AnnounceMode.WRITE
+    )
     parts = len(registration.event_ids)
     assert parts > 1
     listener = jms_probe.listen(broker, clicks.topic, count=parts, timeout=60, linger=1, hive=True)
@@ -149,4 +160,4 @@ def test_a_batch_of_2000_partitions_arrives_under_the_cap_each_listed_once(
         assert message["hive"]["partitions"] == body["partitions"]  # Hive reads it whole
         listed += [(p["datestamp"], p["region"]) for p in body["partitions"]]
     assert len(listed) == len(set(listed)) == 2000
-    assert set(listed) == {(p.spec["datestamp"], p.spec["region"]) for p in new}
+    assert set(listed) == {(spec["datestamp"], spec["region"]) for spec in specs}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ HCAT_PROPERTIES = (
 )
 
 
-def _props(message: dict) -> dict[str, str]:
+def _props(message: dict[str, Any]) -> dict[str, str]:
     assert all(message["properties"][name]["type"] == "String" for name in HCAT_PROPERTIES)
     return {name: message["properties"][name]["value"] for name in HCAT_PROPERTIES}
 

@@ -12,7 +12,7 @@ import pytest
 from hcat_notify.errors import HcatNotifyError
 from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
 from hcat_notify.relay import Relay, RelayConfig
-from hcat_notify.store import Catalog, NewPartition, TableInfo
+from hcat_notify.store import Catalog, NewPartition, OutboxEvent, TableInfo
 from hcat_notify.writer import send_mark_set_done
 from tests.integration.delivery import CliProcess, Recorder, run_cli, running_relay
 from tests.wire import validate_message
@@ -143,12 +143,17 @@ def test_an_error_about_the_batch_written_ahead_does_not_fail_the_one_before(
     batch = [pending[i] for i in first]
     ahead = [pending[refused], pending[after]]
     refusals: list[int] = []
+
+    def refuse(event: OutboxEvent, reason: str, topic_refused: bool) -> bool:
+        refusals.append(event.event_id)
+        return False
+
     recorder = Recorder(delivery_settings, clicks.topic)
     sender = BatchSender(
         delivery_settings,
         publisher_connection,
         use_transactions=True,
-        on_refused=lambda event, reason, topic: refusals.append(event.event_id) or False,
+        on_refused=refuse,
     )
     try:
         sender.connected()

@@ -455,7 +455,11 @@ def test_a_deposed_controllers_assignment_changes_nothing(
     lease expires, another member takes over): its write is refused."""
     release = threading.Event()
     paused = threading.Event()
-    quick = {"session_timeout": SESSION, "heartbeat_interval": 0.5, "min_move_interval": 0.5}
+    quick: dict[str, Any] = {
+        "session_timeout": SESSION,
+        "heartbeat_interval": 0.5,
+        "min_move_interval": 0.5,
+    }
     with running_relay(delivery_settings, member_id="a", **quick):
         wait_until(
             lambda: len(delivery_catalog.group.owned("a")) >= DEFAULT_BUCKETS, 20, lambda: ""

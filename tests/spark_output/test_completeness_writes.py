@@ -4,6 +4,7 @@ SQLite file and PostgreSQL."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ def test_concurrent_spark_writes_of_disjoint_regions_complete_the_day_once(
         except BaseException as exc:  # noqa: BLE001 - asserted below
             errors.append(exc)
 
-    commit_together([lambda region=region: write(region) for region in REGIONS])
+    commit_together([functools.partial(write, region) for region in REGIONS])
     assert errors == []
     assert sorted(len(result.partitions_created) for result in results.values()) == [24] * 3
     with Catalog.open(settings, upgrade=False) as catalog:

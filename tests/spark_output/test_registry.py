@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hcat_notify.config import Settings, load_settings
+from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog
 from spark_output import (
@@ -65,7 +66,10 @@ def test_a_write_announced_per_write_and_its_inserts(spark, settings, catalog, t
     regions = [f"region-{n:03d}" for n in range(150)]
     rows = _rows(["20110228"], regions)
     result = write_partitions(
-        spark.createDataFrame(rows, SCHEMA), "web.clicks", settings=settings, announce="write"
+        spark.createDataFrame(rows, SCHEMA),
+        "web.clicks",
+        settings=settings,
+        announce=AnnounceMode.WRITE,
     )
     assert len(result.partitions_created) == 150
     batches = _events(catalog, EventType.ADD_PARTITION)

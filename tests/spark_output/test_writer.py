@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,7 +93,7 @@ def _visible_partitions(root: Path) -> set[str]:
     }
 
 
-def _read(spark, table: TableInfo) -> list[tuple]:
+def _read(spark, table: TableInfo) -> list[tuple[Any, ...]]:
     df = spark.read.option("basePath", table.location).parquet(
         f"{table.location}/datestamp=*/region=*"
     )

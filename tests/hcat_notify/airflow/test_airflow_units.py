@@ -3,6 +3,7 @@ bad input. (Against a real broker and Airflow: tests/integration/airflow/.)"""
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import subprocess
@@ -206,7 +207,8 @@ def test_many_long_waits_run_at_once_none_queued_behind_the_others():
 
     async def scenario() -> list[int]:
         tasks = [
-            asyncio.ensure_future(in_thread(lambda i=i: wait(i), f"w{i}")) for i in range(waits)
+            asyncio.ensure_future(in_thread(functools.partial(wait, i), f"w{i}"))
+            for i in range(waits)
         ]
         running = 0
         while running < waits:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
@@ -123,7 +125,7 @@ def test_not_done_is_none():
 def test_catch_up_pages_until_the_server_says_no_more():
     calls: list[dict[str, str]] = []
 
-    def event(event_id: int) -> dict:
+    def event(event_id: int) -> dict[str, Any]:
         return {
             "eventId": event_id,
             "event": "MARK_SET_DONE",

@@ -225,7 +225,7 @@ def test_a_wake_up_reads_the_keys_of_one_batch_with_one_read():
     finally:
         feed.close()
     assert len(calls) == 2, calls  # one read per wake-up for the ten keys
-    assert sorted(calls[0]) == sorted(keys)
+    assert sorted(map(str, calls[0])) == sorted(keys)
     assert answers[:9] == list(range(9))
     assert isinstance(answers[9], ValueError)
     assert answers[10:19] == list(range(9))

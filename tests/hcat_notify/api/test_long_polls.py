@@ -299,3 +299,29 @@ def test_an_answer_found_at_once_that_cannot_be_written_is_answered_500(settings
     sent = _run(settings, scenario)
     assert sent[0]["status"] == 500
     assert b"incident" in sent[1]["body"]
+
+
+class _LostAlready(_Connection):
+    """A connection the client closed while its request was read: the server's extension
+    calls a lost-callback at once when it is registered."""
+
+    def on_lost(self, callback: Callable[[], object] | None) -> None:
+        super().on_lost(callback)
+        if callback is not None:
+            callback()
+
+
+def test_a_waiter_whose_connection_was_lost_before_it_joined_leaves_at_once(
+    settings: Settings,
+):
+    """The lost-callback comes as the waiter registers it: the waiter must be in its group
+    by then, so that leaving takes it out (registered before the join, it stayed until its
+    deadline, 300 s here, and was counted as waiting)."""
+
+    async def scenario(app: Any, state: ApiState) -> tuple[list[dict[str, Any]], float]:
+        sent = await asyncio.wait_for(_request(app, "ds=8&region=r0&wait=300", _LostAlready()), 20)
+        return sent, _waiting(state)
+
+    sent, waiting = _run(settings, scenario)
+    assert sent == []  # nothing answered to a connection that is gone
+    assert waiting == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,9 @@ def _catalog_state(db_url: str, tmp_path: Path) -> tuple[list[str], int]:
         return tables, len(catalog.outbox.events(limit=10_000))
 
 
-def _create(run, name: str, location: str, *extra: str) -> tuple[int, str, str]:
+def _create(
+    run: Callable[..., tuple[int, str, str]], name: str, location: str, *extra: str
+) -> tuple[int, str, str]:
     return run("table", "create", name, "--location", location, "--partition-keys", "ds", *extra)
 
 

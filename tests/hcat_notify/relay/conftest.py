@@ -16,7 +16,7 @@ from tests.fakes.broker import FakeBroker
 
 
 @pytest.fixture
-def db_url(tmp_path, _sqlite_catalog_template) -> str:  # type: ignore[no-untyped-def]
+def db_url(tmp_path, _sqlite_catalog_template) -> str:
     """SQLite only: a copy of the session's migrated catalog (tests/conftest.py)."""
     path = tmp_path / "catalog.db"
     shutil.copyfile(_sqlite_catalog_template, path)

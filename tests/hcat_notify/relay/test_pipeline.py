@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+from sqlalchemy import delete
 
 from hcat_notify.config import Settings
 from hcat_notify.relay import Relay, RelayConfig
@@ -143,9 +144,7 @@ def test_a_relay_holds_the_progress_of_the_topics_it_reads_not_of_every_idle_one
                 for t in idle
             ],
         )
-        conn.execute(
-            TopicProgressRow.__table__.delete().where(TopicProgressRow.topic == clicks.topic)
-        )
+        conn.execute(delete(TopicProgressRow).where(TopicProgressRow.topic == clicks.topic))
         conn.execute(
             insert(TopicProgressRow).values(
                 topic=clicks.topic,

@@ -31,8 +31,8 @@ class FakeCatalog:
         self.group = group
 
 
-def writer(group: RecordingGroup, **kwargs: Any) -> tuple[ProgressWriter, list[set[int]]]:
-    lost: list[set[int]] = []
+def writer(group: RecordingGroup, **kwargs: Any) -> tuple[ProgressWriter, list[Mapping[int, int]]]:
+    lost: list[Mapping[int, int]] = []
     catalog = cast(Catalog, FakeCatalog(group))
     return ProgressWriter(catalog, "m1", lost.append, **kwargs), lost
 

@@ -4,6 +4,7 @@ back, nothing without buckets; ``relay --once`` publishes the verdicts due."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, cast
 
 from hcat_notify.config import Settings
@@ -45,8 +46,8 @@ class FakeMember:
         return {bucket: Ownership(bucket, epoch, 0) for bucket, epoch in self._owned.items()}
 
 
-def _timed(sets: ScriptedSets, owned: dict[int, int]) -> tuple[TimedPass, list[set[int]]]:
-    lost: list[set[int]] = []
+def _timed(sets: ScriptedSets, owned: dict[int, int]) -> tuple[TimedPass, list[Mapping[int, int]]]:
+    lost: list[Mapping[int, int]] = []
     member = cast(Membership, FakeMember(owned))
     return TimedPass(cast(Catalog, FakeCatalog(sets)), member, 1.0, lost.append), lost
 

@@ -42,7 +42,7 @@ class HeldWebhooks:
     def record_delivered_many(self, *args: Any) -> list[str]:
         self._held.started.set()
         self._held.release.wait(30)
-        return cast(list[str], self._held._catalog.webhooks.record_delivered_many(*args))
+        return self._held._catalog.webhooks.record_delivered_many(*args)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._held._catalog.webhooks, name)

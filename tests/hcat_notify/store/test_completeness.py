@@ -297,8 +297,11 @@ def test_a_late_part_after_the_done_opens_generation_two(catalog: Catalog):
     assert second.headers["HCAT_DONE_REASON"] == "changed"
     assert _validated(second)["generation"] == 2
     spec = {"datestamp": DAY, "region": "eu"}
-    assert catalog.find_covering_done(TABLE, spec).event_id == first.event_id
+    covering = catalog.find_covering_done(TABLE, spec)
+    assert covering is not None
+    assert covering.event_id == first.event_id
     found = catalog.find_covering_done(TABLE, spec, min_generation=2)
+    assert found is not None
     assert (found.event_id, found.generation, found.reason) == (second.event_id, 2, "changed")
     assert catalog.find_covering_done(TABLE, spec, min_generation=3) is None
     with pytest.raises(InvalidInputError, match="at least 1"):
@@ -352,7 +355,9 @@ def test_a_rule_change_mid_set_judges_the_open_sets_again(catalog: Catalog):
     (*_, announced) = _events(catalog, EventType.SET_RULE)
     body = _validated(announced)
     assert body["rule"]["parts"] == {"region": "us,eu", "hour": "00..23"}
-    assert catalog.sets.rule(TABLE).version == second
+    current = catalog.sets.rule(TABLE)
+    assert current is not None
+    assert current.version == second
     assert [record.version for record in catalog.sets.history(TABLE)] == [first, second]
 
 

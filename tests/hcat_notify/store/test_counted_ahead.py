@@ -209,7 +209,7 @@ def test_an_add_that_leaves_its_set_incomplete_counts_it_without_returning_on_sq
     if rule == "parts":
         catalog.expect(name, set_keys="datestamp", parts=PARTS)
         day = [("1", r, h) for r in ("us", "eu") for h in ("00", "01", "02")]
-        last = (6, 6)
+        last: tuple[int, int | None] = (6, 6)
     else:
         catalog.expect(name, set_keys="datestamp", min_partitions=3)
         day = [("1", "us", h) for h in ("00", "01", "02")]

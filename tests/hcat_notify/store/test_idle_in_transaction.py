@@ -64,7 +64,7 @@ def test_a_relay_bounds_its_catalog_by_its_session_timeout(
     opened: list[float | None] = []
     real_open = Catalog.open
 
-    def recording_open(settings, **kwargs):  # type: ignore[no-untyped-def]
+    def recording_open(settings, **kwargs):
         opened.append(kwargs.get("idle_in_transaction"))
         return real_open(settings, **kwargs)
 

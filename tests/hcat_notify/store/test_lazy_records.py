@@ -61,9 +61,9 @@ def test_records_are_read_only_and_replace_names_a_bad_field(catalog: Catalog):
     event = _events(catalog)[-1]
     notification = from_outbox(event, Source.RETAINED)
     with pytest.raises(AttributeError, match="read-only"):
-        notification.event_id = 1  # type: ignore[misc]
+        notification.event_id = 1
     with pytest.raises(AttributeError, match="read-only"):
-        event.body = "{}"  # type: ignore[misc]
+        event.body = "{}"
     with pytest.raises(TypeError, match="'colour'"):
         notification.replace(colour="red")
     moved = notification.replace(spec=None, event_id=99)

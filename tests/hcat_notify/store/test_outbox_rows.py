@@ -4,13 +4,14 @@ or a page at once (the relay's reads)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from hcat_notify.store.records import outbox_event, outbox_events
 
 
-def _row(event_id: int, headers: object) -> tuple[object, ...]:
+def _row(event_id: int, headers: object) -> tuple[Any, ...]:
     return (
         event_id,
         "hcat.web.clicks",

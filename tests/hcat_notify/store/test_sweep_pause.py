@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hcat_notify.config import load_settings
-from hcat_notify.store import Catalog, dones_view, retention
+from hcat_notify.store import Catalog, retention
 
 BATCHES = 20
 
@@ -54,7 +54,7 @@ def test_a_writer_waiting_during_a_sweep_gets_the_lock_at_the_next_batch(
         writer = threading.Thread(target=write)
         real = retention.delete_expired
 
-        def counted(tx, batch_size):  # type: ignore[no-untyped-def]
+        def counted(tx, batch_size):
             deleted = real(tx, batch_size)
             batches[0] += 1
             if batches[0] == 3:  # the writer asks for the lock while this batch holds it
@@ -62,7 +62,7 @@ def test_a_writer_waiting_during_a_sweep_gets_the_lock_at_the_next_batch(
                 assert asked.wait(10)
             return deleted
 
-        monkeypatch.setattr(dones_view.retention, "delete_expired", counted)
+        monkeypatch.setattr(retention, "delete_expired", counted)
         assert catalog.dones.sweep_expired(batch_size=10) == BATCHES * 10
         writer.join(10)
     assert written, "the writer never wrote"

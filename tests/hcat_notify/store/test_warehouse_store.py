@@ -5,6 +5,7 @@ PostgreSQL)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from hcat_notify.store import Catalog, NewPartition, table_definition
 
 
 @pytest.fixture
-def narrow(db_url: str, tmp_path: Path) -> Catalog:
+def narrow(db_url: str, tmp_path: Path) -> Iterator[Catalog]:
     settings = load_settings(
         home=tmp_path / "home", db_url=db_url, warehouse_roots=[str(tmp_path / "wh")]
     )

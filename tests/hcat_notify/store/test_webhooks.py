@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -56,7 +57,7 @@ def test_add_returns_the_secret_once_and_lists_without_it(catalog: Catalog, sett
     assert _stored(settings) == [("ops", "plain:" + secret)]  # no key configured
 
 
-REFUSALS = [
+REFUSALS: list[tuple[tuple[str, str, str], dict[str, Any], str]] = [
     (("bad name", URL, "web.*"), {}, "invalid webhook name"),
     (("a", "ftp://x/y", "web.*"), {}, "https:// URL"),
     (("a", "not a url", "web.*"), {}, "invalid webhook URL"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -36,12 +37,12 @@ def web_clicks(hcat_settings: Settings) -> Iterator[object]:
         process.finish(timeout=60)
 
 
-def asset_events(home: AirflowHome) -> list[dict]:
+def asset_events(home: AirflowHome) -> list[dict[str, Any]]:
     rows = home.query("SELECT extra FROM asset_event ORDER BY id")
     return [json.loads(extra)["payload"] for (extra,) in rows]
 
 
-def wait_for_events(home: AirflowHome, count: int, timeout: float = 120) -> list[dict]:
+def wait_for_events(home: AirflowHome, count: int, timeout: float = 120) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         events = asset_events(home)

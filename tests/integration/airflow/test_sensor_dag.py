@@ -39,7 +39,9 @@ def mark_done(settings: Settings, table: TableInfo, *spec: str) -> int:
     """``hcat-notify mark-done`` in a process of its own; the event id."""
     done = run_cli(settings, "mark-done", str(table.name), *spec)
     assert done.returncode == 0, done.stderr
-    return int(re.search(r"recorded as event (\d+)", done.stdout).group(1))
+    found = re.search(r"recorded as event (\d+)", done.stdout)
+    assert found is not None, done.stdout
+    return int(found.group(1))
 
 
 def test_deferred_sensor_succeeds_when_the_done_arrives(

@@ -74,7 +74,9 @@ def airflow_connection(monkeypatch, hcat_settings: Settings, broker) -> str:
 
 def rebuilt(trigger: Any) -> Any:
     """What the triggerer runs: the trigger's class built again from its serialized form."""
-    from airflow.sdk.module_loading import import_string
+    from airflow.sdk.module_loading import (  # type: ignore[attr-defined]  # not in its __all__
+        import_string,
+    )
 
     classpath, kwargs = trigger.serialize()
     return import_string(classpath)(**json.loads(json.dumps(kwargs)))

@@ -96,7 +96,7 @@ def new_table(api_catalog: Catalog) -> Callable[..., str]:
 
 
 @pytest.fixture
-def table(new_table) -> str:
+def table(new_table: Callable[..., str]) -> str:
     """A new table of the module's catalog."""
     return new_table()
 

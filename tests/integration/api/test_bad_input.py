@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,10 +16,10 @@ pytestmark = pytest.mark.integration
 PROBLEM = "application/problem+json"
 
 
-def _check(response: httpx.Response, status: int, *words: str) -> dict:
+def _check(response: httpx.Response, status: int, *words: str) -> dict[str, Any]:
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == PROBLEM
-    problem = response.json()
+    problem: dict[str, Any] = response.json()
     assert problem["status"] == status
     assert problem["title"]
     for word in words:
@@ -155,7 +156,9 @@ class TestRejectedWritesChangeNothing:
         (markers_only / "_SUCCESS").write_bytes(b"")
         (markers_only / ".part-0.crc").write_bytes(b"")
 
-        def register(name: str, spec: dict, location: str | None, **extra) -> httpx.Response:
+        def register(
+            name: str, spec: dict[str, str], location: str | None, **extra: Any
+        ) -> httpx.Response:
             item = {"spec": spec} if location is None else {"spec": spec, "location": location}
             return writer.post(
                 f"/v1/tables/{name}/partitions:register", json={"partitions": [item], **extra}

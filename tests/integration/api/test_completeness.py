@@ -79,7 +79,10 @@ def test_sets_report_done_by_generation_and_the_client(
         assert client.sets.expect(table, RULE) == 1
         with pytest.raises(InvalidRuleError, match="not a partition key"):
             client.sets.expect(table, {"set": ["datestamp"], "parts": {"hour": "00..23"}})
-        assert client.sets.rule(table).rule.parts == (("region", "us,eu"),)
+        record = client.sets.rule(table)
+        assert record is not None
+        assert record.rule is not None
+        assert record.rule.parts == (("region", "us,eu"),)
     _add(api_catalog, table, "us")
     sets = reader.get(f"/v1/tables/{table}/sets", params={"datestamp": "20261126"})
     assert sets.status_code == 200, sets.text

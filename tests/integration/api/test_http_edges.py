@@ -7,6 +7,7 @@ server or its HTTP layer answers is the documented problem document."""
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import httpx
 import pytest
@@ -20,11 +21,11 @@ PROBLEM = "application/problem+json"
 PREFIX = "urn:hcat-notify:problem:"
 
 
-def _problem(response: httpx.Response, status: int, *words: str) -> dict:
+def _problem(response: httpx.Response, status: int, *words: str) -> dict[str, Any]:
     """Asserts the documented problem document (docs/api.md, Errors)."""
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == PROBLEM, response.headers
-    problem = response.json()
+    problem: dict[str, Any] = response.json()
     assert problem["type"].startswith(PREFIX), problem
     assert problem["title"], problem
     assert problem["status"] == status, problem
@@ -44,7 +45,9 @@ def _raw(api: ApiServer, request: bytes) -> httpx.Response:
             answer += chunk
     head, _, body = answer.partition(b"\r\n\r\n")
     status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = [tuple(part.strip() for part in line.split(":", 1)) for line in lines]
+    headers = [
+        (name.strip(), value.strip()) for name, _, value in (s.partition(":") for s in lines)
+    ]
     return httpx.Response(int(status_line.split()[1]), headers=headers, content=body)
 
 

@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from hcat_notify import ApiClient, PartitionNotFoundError, register_partitions
+from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.events import EventType
-from hcat_notify.store import Catalog, NewPartition
+from hcat_notify.store import Catalog, NewPartition, OutboxEvent
 from tests.integration.api.support import WRITER, ApiServer
 from tests.wire import validate_message
 
@@ -37,7 +38,7 @@ def _table_at(catalog: Catalog, root: Path, **options) -> str:
     return name
 
 
-def _events(catalog: Catalog, after: int, table: str) -> list:
+def _events(catalog: Catalog, after: int, table: str) -> list[OutboxEvent]:
     """The outbox events of ``table`` after event ``after``, each checked as a message."""
     found = [e for e in catalog.outbox.events(after_event_id=after, limit=1000) if e.table == table]
     for event in found:
@@ -263,7 +264,10 @@ def test_api_client_lifecycle(api: ApiServer, api_catalog: Catalog, tmp_path: Pa
     name = f"t{uuid.uuid4().hex[:10]}.client"
     with ApiClient(api.url, auth=WRITER) as client:
         created = client.create_table(
-            name, location=str(root), partition_keys=["datestamp", "region"], announce="write"
+            name,
+            location=str(root),
+            partition_keys=["datestamp", "region"],
+            announce=AnnounceMode.WRITE,
         )
         assert created.properties["hcat.notify.announce"] == "write"
         landed = _land(tmp_path / "landing", 6)

@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import pytest
@@ -33,7 +34,7 @@ def test_done_long_poll_answered_by_a_done_sent_while_it_waits(
     reader: httpx.Client, writer: httpx.Client, new_table
 ):
     name = new_table()
-    sent: list[dict] = []
+    sent: list[dict[str, Any]] = []
     timer = _later(
         SETTLE,
         lambda: sent.append(

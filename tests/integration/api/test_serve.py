@@ -13,7 +13,8 @@ import pytest
 from hcat_notify.config import load_settings
 from hcat_notify.model.principals import verify_secret
 from hcat_notify.store import Catalog
-from tests.integration.api.support import READER, ApiServer, free_port
+from tests.fixtures.ports import free_port
+from tests.integration.api.support import READER, ApiServer
 from tests.integration.delivery import CLI
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,8 @@ import pytest
 from hcat_notify.api.protocol import BODY_IDLE_TIMEOUT, HEAD_TIMEOUT
 from hcat_notify.config import load_settings
 from hcat_notify.store import Catalog
-from tests.integration.api.support import ApiServer, free_port
+from tests.fixtures.ports import free_port
+from tests.integration.api.support import ApiServer
 
 pytestmark = pytest.mark.integration
 

@@ -11,6 +11,7 @@ import pytest
 from pyarrow import fs as pafs
 
 from hcat_notify import Catalog, PartitionSpec, load_settings
+from spark_output import fs as spark_fs
 from spark_output.commit import moves
 from spark_output.commit.committer import PartitionCommitter, StagedPartition
 from spark_output.commit.moves import apply_moves, moves_done, undo_moves
@@ -139,7 +140,7 @@ def test_two_writers_past_the_check_the_second_rename_fails_and_moves_file_by_fi
     plan, staged, final = _stage(tmp_path)
     final.mkdir()
     (final / "part-00000-other.parquet").write_text("theirs")  # renamed in by the other
-    real_exists = moves.exists
+    real_exists = spark_fs.exists
 
     first = {"seen": False}
 

@@ -104,10 +104,9 @@ def test_an_unusable_location_fails_that_partition_only(settings, tmp_path):
         assert len(summary.errors) == 1
         assert "region=b" in summary.errors[0]
         assert odd in summary.errors[0]
-        assert (
-            catalog.partitions.get("web.odd", {"datestamp": "20110228", "region": "b"}).location
-            == odd
-        )
+        odd_partition = catalog.partitions.get("web.odd", {"datestamp": "20110228", "region": "b"})
+        assert odd_partition is not None
+        assert odd_partition.location == odd
 
 
 def test_partial_spec_and_merge_refused_for_csv(settings, tmp_path):
