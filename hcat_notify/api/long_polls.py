@@ -64,7 +64,7 @@ class _Poll(Waiter):
     """One waiting long poll: the group's answer written to its connection (when the
     server offers that), then its task resumed to count it."""
 
-    __slots__ = ("future", "path", "query", "writer")
+    __slots__ = ("future", "path", "query", "sent", "writer")
 
     def __init__(
         self,
@@ -79,22 +79,32 @@ class _Poll(Waiter):
         self.query = query
         self.path = path
         self.writer = writer
+        self.sent: object = None  # the status written, _GONE, or why it could not be
 
-    def answer(self, outcome: object, shared: dict[str, Any]) -> None:
-        if self.future.done():
-            return
+    def send(self, outcome: object, shared: dict[str, Any]) -> None:
         writer = self.writer
-        if writer is None:  # the task sends the response itself
-            self.future.set_result(outcome)
+        if writer is None or self.sent is not None or self.future.done():
             return
         try:
             encoded: Encoded | None = shared.get("encoded")
             if encoded is None:
                 encoded = shared["encoded"] = _encode(writer, self.response(outcome))
-            self.future.set_result(encoded[0] if writer.write(encoded) else _GONE)
-        except Exception as exc:
-            self.future.set_exception(exc)  # its task answers 500 (the feed logs it)
-            raise
+            self.sent = encoded[0] if writer.write(encoded) else _GONE
+        except Exception as exc:  # noqa: BLE001 - answered in answer(): its task's 500
+            self.sent = exc
+
+    def answer(self, outcome: object, shared: dict[str, Any]) -> None:
+        if self.future.done():
+            return
+        if self.writer is None:  # the task sends the response itself
+            self.future.set_result(outcome)
+            return
+        self.send(outcome, shared)
+        sent = self.sent
+        if isinstance(sent, Exception):
+            self.future.set_exception(sent)  # its task answers 500 (the feed logs it)
+            raise sent
+        self.future.set_result(sent)
 
     def response(self, outcome: object) -> Response:
         """The route's response to ``outcome``."""

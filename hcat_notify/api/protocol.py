@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -101,6 +102,7 @@ class ApiHttpProtocol(HttpToolsProtocol):
     # it a dict of its own (1,584 bytes), per connection: a long poll's, for a minute.
     __slots__ = (
         "_body_pending",
+        "_fd",
         "_field_bytes",
         "_head_bytes",
         "_lingering",
@@ -116,6 +118,7 @@ class ApiHttpProtocol(HttpToolsProtocol):
         self._field_bytes = 0  # of the headers parsed so far
         self._lingering = False  # refused: what still comes is read and dropped
         self._on_lost: Callable[[], object] | None = None  # a waiting long poll's
+        self._fd = -1  # the socket's, if what is written to it goes as it is (no TLS)
 
     # ------------------------------------------------------------------ timers
 
@@ -137,6 +140,7 @@ class ApiHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._fd = _plain_fd(transport)
         self._arm(HEAD_TIMEOUT, f"the request's head did not arrive within {HEAD_TIMEOUT:g} s")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -272,13 +276,16 @@ class ApiHttpProtocol(HttpToolsProtocol):
 class _WholeResponse:
     """:class:`~hcat_notify.api.state.WholeResponse` for one request: what uvicorn's
     ``RequestResponseCycle.send`` does for a response start and its whole body, in one
-    write and without a task."""
+    write and without a task; the bytes first (:meth:`write`), the cycle's bookkeeping
+    from the request's task (:meth:`finish`)."""
 
-    __slots__ = ("_cycle", "_protocol")
+    __slots__ = ("_cycle", "_fd", "_protocol", "_status")
 
     def __init__(self, protocol: ApiHttpProtocol, cycle: RequestResponseCycle) -> None:
         self._protocol = protocol
         self._cycle = cycle
+        self._fd = protocol._fd
+        self._status = 0
 
     def encode(self, status: int, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> Encoded:
         head = [STATUS_LINE[status]]
@@ -288,33 +295,49 @@ class _WholeResponse:
         return status, start + b"\r\n" + body, start + b"connection: close\r\n\r\n" + body
 
     def write(self, encoded: Encoded) -> bool:
-        cycle, protocol = self._cycle, self._protocol
+        # Only what puts the bytes on the wire: a group's loop calls it for each of its
+        # thousands of waiters before the next one's bytes can go.
+        cycle = self._cycle
         if cycle.disconnected or cycle.response_started:
             return False
-        protocol._on_lost = None
         cycle.response_started = True
-        cycle.waiting_for_100_continue = False
-        status, kept, closing = encoded
-        if cycle.access_log:
-            scope = cycle.scope
-            cycle.access_logger.info(
-                '%s - "%s %s HTTP/%s" %d',
-                get_client_addr(scope),
-                scope["method"],
-                get_path_with_query_string(scope),
-                scope["http_version"],
-                status,
-            )
+        self._status = encoded[0]
+        data = encoded[1] if cycle.keep_alive else encoded[2]
         transport = cycle.transport
-        transport.write(kept if cycle.keep_alive else closing)
-        cycle.response_complete = True
-        cycle.message_event.set()
-        if not cycle.keep_alive:
-            transport.close()
+        fd = self._fd
+        if fd < 0 or transport.is_closing() or transport.get_write_buffer_size():
+            transport.write(data)
+            return True
+        # Nothing buffered: straight to the socket, as the transport would first try
+        # (without its buffering's cost per call); what does not go, or an error, the
+        # transport's own write takes on.
+        try:
+            sent = os.write(fd, data)
+        except OSError:
+            sent = 0
+        if sent < len(data):
+            transport.write(data[sent:])
         return True
 
     def finish(self) -> None:
         cycle, protocol = self._cycle, self._protocol
+        if cycle.response_started and not cycle.response_complete:  # written by write()
+            protocol._on_lost = None
+            cycle.waiting_for_100_continue = False
+            cycle.response_complete = True
+            cycle.message_event.set()
+            if cycle.access_log:
+                scope = cycle.scope
+                cycle.access_logger.info(
+                    '%s - "%s %s HTTP/%s" %d',
+                    get_client_addr(scope),
+                    scope["method"],
+                    get_path_with_query_string(scope),
+                    scope["http_version"],
+                    self._status,
+                )
+            if not cycle.keep_alive:
+                cycle.transport.close()
         # What the response's end starts (a request pipelined behind it, or the
         # keep-alive timer), unless the client's next request began meanwhile.
         if cycle.response_complete and (protocol.pipeline or protocol.cycle is cycle):
@@ -328,6 +351,18 @@ class _WholeResponse:
             callback()
             return
         self._protocol._on_lost = callback
+
+
+def _plain_fd(transport: asyncio.Transport) -> int:
+    """The descriptor of the transport's socket if bytes written to it reach the peer as
+    they are (a plain TCP or Unix socket, no TLS); else -1."""
+    if transport.get_extra_info("sslcontext") is not None:
+        return -1
+    sock = transport.get_extra_info("socket")
+    try:
+        return int(sock.fileno()) if sock is not None else -1
+    except (AttributeError, OSError, ValueError):
+        return -1
 
 
 def _body_idle() -> str:

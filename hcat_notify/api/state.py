@@ -64,12 +64,13 @@ class WholeResponse(Protocol):
         for any request of this server."""
 
     def write(self, encoded: Encoded) -> bool:
-        """Write the whole response to this request's connection: it is then complete,
-        as if the application had sent it, but for :meth:`finish`. False (nothing
-        written) if the client went away or a response was started already."""
+        """Write the whole response to this request's connection, and nothing else (a
+        group's loop writes thousands): the response is complete, as if the
+        application had sent it, once :meth:`finish` is called. False (nothing written)
+        if the client went away or a response was started already."""
 
     def finish(self) -> None:
-        """After :meth:`write`, from the request's task: what the end of a response
+        """After :meth:`write`, from the request's task: the response's end, and what it
         starts on the connection (kept out of the loop that writes a group's answers)."""
 
     def on_lost(self, callback: Callable[[], object] | None) -> None:
