@@ -45,6 +45,7 @@ __all__ = [
     "RECHECK_SECONDS",
     "TIMED_OUT",
     "TIMEOUT_SLACK",
+    "WAKE_UP",
     "Batch",
     "ChangeFeed",
     "Waiter",
@@ -58,6 +59,9 @@ TIMEOUT_SLACK = 0.005
 """Seconds a deadline may pass before its waiter is answered, so that waiters whose
 deadlines fall close together are answered by one timer."""
 _WATCH_SLICE = 1.0
+WAKE_UP = "wake-up"
+"""The key of the dict in every group's ``shared`` that the groups of one wake-up share
+(:meth:`Waiter.send`)."""
 GC_HOLD_SECONDS = 1.0
 """The longest the cyclic garbage collector waits for a change's reads and answers."""
 _COMPACT_AT = 1024  # stale heap entries (answered waiters) tolerated before a rebuild
@@ -108,7 +112,10 @@ class Waiter:
         """What of the answer must leave at once (a response's bytes): called before
         :meth:`answer`, in the same turn of the event loop, for every waiter a wake-up
         answers, of every group, so that the rest of answering them (resuming tasks)
-        does not delay the others' bytes. Must not raise; nothing by default."""
+        does not delay the others' bytes. ``shared[WAKE_UP]`` is one dict for every
+        group of the wake-up: a callable it holds under ``"flush"`` is called once,
+        after every send and before any answer (writes collected across the groups,
+        made together). Must not raise; nothing by default."""
 
     def answer(self, outcome: object, shared: dict[str, Any]) -> None:
         """Called once, in the event loop's thread, unless the waiter left first
@@ -336,13 +343,20 @@ class ChangeFeed:
             return
         self._hold_gc()  # until the answers are out (the loop's next turn)
         asyncio.get_running_loop().call_soon(self._release_gc)
-        shared: list[dict[str, Any]] = [{} for _ in answered]
+        wake_up: dict[str, Any] = {}
+        shared: list[dict[str, Any]] = [{WAKE_UP: wake_up} for _ in answered]
         for (waiters, outcome), common in zip(answered, shared, strict=True):
             for waiter in waiters:
                 try:
                     waiter.send(outcome, common)
                 except Exception:  # one waiter's failure must not cost the others theirs
                     logger.exception("api: sending a long poll's answer failed")
+        flush = wake_up.get("flush")
+        if flush is not None:
+            try:
+                flush()
+            except Exception:  # the waiters' answers say what became of theirs
+                logger.exception("api: sending long polls' answers failed")
         for (waiters, outcome), common in zip(answered, shared, strict=True):
             for waiter in waiters:
                 if release:

@@ -9,10 +9,11 @@ It checks the credentials and reads the parameters as the route does
 the spec yet joins the key's group of the change feed (:mod:`hcat_notify.api.feed`)
 with a small :class:`~hcat_notify.api.feed.Waiter`: no request object, no framework
 frames, no timer of its own while it waits. When the group's read finds the done, its
-answer is encoded once and the same bytes are written to every waiter's connection in
-one loop, each in one write (the server's
-:data:`~hcat_notify.api.state.WHOLE_RESPONSE_KEY` extension); the waiters' tasks then
-only count the request. A client that goes away while it waits leaves its group.
+answer is encoded once and the same bytes are written to every waiter's connection,
+each in one write (the server's :data:`~hcat_notify.api.state.WHOLE_RESPONSE_KEY`
+extension), the writes of every group of the wake-up in one batch
+(:meth:`~hcat_notify.api.feed.Waiter.send`), before any waiter's task is resumed; the
+tasks then only count the request. A client that goes away while it waits leaves its group.
 Anything else (a failed check of the credentials, a malformed parameter, a read that
 raised, a server without the extension) goes to the application, which answers it as
 it always has, so status codes, headers, bodies and metrics are the route's.
@@ -30,11 +31,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hcat_notify.api.feed import TIMED_OUT, Waiter, stopping_error
+from hcat_notify.api.feed import TIMED_OUT, WAKE_UP, Waiter, stopping_error
 from hcat_notify.api.params import query_not_utf8
 from hcat_notify.api.problems import error_response
 from hcat_notify.api.routes.dones import DONE_PATH, DoneQuery, done_query
-from hcat_notify.api.state import WHOLE_RESPONSE_KEY, ApiState, Encoded, WholeResponse
+from hcat_notify.api.state import (
+    WHOLE_RESPONSE_KEY,
+    ApiState,
+    Encoded,
+    WholeResponse,
+    WriteBatch,
+)
 
 __all__ = ["LongPolls"]
 
@@ -89,7 +96,14 @@ class _Poll(Waiter):
             encoded: Encoded | None = shared.get("encoded")
             if encoded is None:
                 encoded = shared["encoded"] = _encode(writer, self.response(outcome))
-            self.sent = encoded[0] if writer.write(encoded) else _GONE
+            wake_up: dict[str, Any] | None = shared.get(WAKE_UP)
+            batch: WriteBatch | None = None
+            if wake_up is not None:  # the wake-up's writes are made together
+                batch = wake_up.get("writes")
+                if batch is None:
+                    batch = wake_up["writes"] = writer.batch()
+                    wake_up["flush"] = batch.flush
+            self.sent = encoded[0] if writer.write(encoded, batch) else _GONE
         except Exception as exc:  # noqa: BLE001 - answered in answer(): its task's 500
             self.sent = exc
 
