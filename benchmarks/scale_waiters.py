@@ -252,8 +252,12 @@ def one_round(
         _pause(clients, True)
         paused_id = catalog.mark_set_done(TABLE, {"ds": ds + PAUSED})
         paused_at, paused_wall = time.monotonic(), time.time()
-        while _waiting(http, api):  # answered in the loop's turn that took them out
-            time.sleep(0.01)
+        # Asked only once it should be over (a request to the server meanwhile would
+        # be served between its read and its writes); answered in the loop's turn
+        # that took them out of the gauge.
+        time.sleep(0.5 + n / 10_000)
+        while _waiting(http, api):
+            time.sleep(0.1)
         _pause(clients, False)
         paused = _answers(clients, n, paused_id)
     finally:
