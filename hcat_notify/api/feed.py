@@ -45,6 +45,7 @@ __all__ = [
     "RECHECK_SECONDS",
     "TIMED_OUT",
     "TIMEOUT_SLACK",
+    "WAKE_UP",
     "Batch",
     "ChangeFeed",
     "Waiter",
@@ -58,6 +59,9 @@ TIMEOUT_SLACK = 0.005
 """Seconds a deadline may pass before its waiter is answered, so that waiters whose
 deadlines fall close together are answered by one timer."""
 _WATCH_SLICE = 1.0
+WAKE_UP = "wake-up"
+"""The key of the dict in every group's ``shared`` that the groups of one wake-up share
+(:meth:`Waiter.send`)."""
 GC_HOLD_SECONDS = 1.0
 """The longest the cyclic garbage collector waits for a change's reads and answers."""
 _COMPACT_AT = 1024  # stale heap entries (answered waiters) tolerated before a rebuild
@@ -104,8 +108,18 @@ class Waiter:
         if entry is not None:
             entry[2] = None
 
+    def send(self, outcome: object, shared: dict[str, Any]) -> None:
+        """What of the answer must leave at once (a response's bytes): called before
+        :meth:`answer`, in the same turn of the event loop, for every waiter a wake-up
+        answers, of every group, so that the rest of answering them (resuming tasks)
+        does not delay the others' bytes. ``shared[WAKE_UP]`` is one dict for every
+        group of the wake-up: a callable it holds under ``"flush"`` is called once,
+        after every send and before any answer (writes collected across the groups,
+        made together). Must not raise; nothing by default."""
+
     def answer(self, outcome: object, shared: dict[str, Any]) -> None:
-        """Called once, in the event loop's thread, unless the waiter left first.
+        """Called once, in the event loop's thread, unless the waiter left first
+        (after :meth:`send`, with the same ``shared``).
 
         Args:
             outcome: what the group's check found; an exception (the check raised it, or
@@ -240,7 +254,7 @@ class ChangeFeed:
         batches: dict[Hashable, list[_Group]] = {}
         for group in groups:
             if self._closed.is_set():
-                self._answer(group, stopping_error())
+                self._answer((group, stopping_error()))
             elif group.batch is None or group.reading is not None:
                 self._read(loop, group)
             elif group.members:
@@ -269,10 +283,10 @@ class ChangeFeed:
                 try:
                     found = await group.check()
                 except Exception as exc:  # noqa: BLE001 - every waiter of the key gets it
-                    self._answer(group, exc)
+                    self._answer((group, exc))
                     return
                 if found is not None:
-                    self._answer(group, found)
+                    self._answer((group, found))
                     return
                 if not group.again:
                     return
@@ -296,11 +310,13 @@ class ChangeFeed:
                 except Exception as exc:  # noqa: BLE001 - every waiter of these keys gets it
                     outcomes = [exc] * len(pending)
                 again = []
+                found = []
                 for group, outcome in zip(pending, outcomes, strict=True):
                     if outcome is not None:
-                        self._answer(group, outcome)
+                        found.append((group, outcome))
                     elif group.again:
                         again.append(group)
+                self._answer(*found)
                 pending = again
         finally:
             for group in groups:
@@ -308,25 +324,47 @@ class ChangeFeed:
                     group.reading = None
             asyncio.get_running_loop().call_soon(self._release_gc)
 
-    def _answer(self, group: _Group, outcome: object) -> None:
-        """Answer every waiter of the group with ``outcome``; waiters that come later
-        form a new group."""
-        self._forget(group)
-        members, group.members = group.members, {}
-        for waiter in members:
-            waiter._release()
-        self._went(group, len(members))
-        self._deliver(members, outcome)
+    def _answer(self, *answered: tuple[_Group, object]) -> None:
+        """Answer every waiter of each group with its outcome; waiters that come later
+        form new groups."""
+        delivered = []
+        for group, outcome in answered:
+            self._forget(group)
+            members, group.members = group.members, {}
+            self._went(group, len(members))
+            delivered.append((members, outcome))
+        self._deliver(*delivered, release=True)
 
-    def _deliver(self, waiters: Iterable[Waiter], outcome: object) -> None:
+    def _deliver(self, *answered: tuple[Iterable[Waiter], object], release: bool = False) -> None:
+        """Each waiter its outcome: first every waiter's :meth:`Waiter.send`, then
+        (each out of its group and the deadline heap first, with ``release``) every
+        waiter's :meth:`Waiter.answer`."""
+        if not answered:
+            return
         self._hold_gc()  # until the answers are out (the loop's next turn)
         asyncio.get_running_loop().call_soon(self._release_gc)
-        shared: dict[str, Any] = {}
-        for waiter in waiters:
+        wake_up: dict[str, Any] = {}
+        shared: list[dict[str, Any]] = [{WAKE_UP: wake_up} for _ in answered]
+        for (waiters, outcome), common in zip(answered, shared, strict=True):
+            for waiter in waiters:
+                try:
+                    waiter.send(outcome, common)
+                except Exception:  # one waiter's failure must not cost the others theirs
+                    logger.exception("api: sending a long poll's answer failed")
+        flush = wake_up.get("flush")
+        if flush is not None:
             try:
-                waiter.answer(outcome, shared)
-            except Exception:  # one waiter's failure must not cost the others their answer
-                logger.exception("api: answering a long poll failed")
+                flush()
+            except Exception:  # the waiters' answers say what became of theirs
+                logger.exception("api: sending long polls' answers failed")
+        for (waiters, outcome), common in zip(answered, shared, strict=True):
+            for waiter in waiters:
+                if release:
+                    waiter._release()
+                try:
+                    waiter.answer(outcome, common)
+                except Exception:  # one waiter's failure must not cost the others theirs
+                    logger.exception("api: answering a long poll failed")
 
     # The cyclic garbage collector waits while a change is read and its answers are
     # written: a full collection of the heap ten thousand waiting connections make took
@@ -469,8 +507,7 @@ class ChangeFeed:
             if not group.members:
                 self._forget(group)
         self._count(-sum(len(waiters) for waiters in due.values()))
-        for waiters in due.values():
-            self._deliver(waiters, TIMED_OUT)
+        self._deliver(*((waiters, TIMED_OUT) for waiters in due.values()))
         self._arm(loop, clock)
 
     # ------------------------------------------------------------------ counting

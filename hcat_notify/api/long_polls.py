@@ -9,10 +9,11 @@ It checks the credentials and reads the parameters as the route does
 the spec yet joins the key's group of the change feed (:mod:`hcat_notify.api.feed`)
 with a small :class:`~hcat_notify.api.feed.Waiter`: no request object, no framework
 frames, no timer of its own while it waits. When the group's read finds the done, its
-answer is encoded once and the same bytes are written to every waiter's connection in
-one loop, each in one write (the server's
-:data:`~hcat_notify.api.state.WHOLE_RESPONSE_KEY` extension); the waiters' tasks then
-only count the request. A client that goes away while it waits leaves its group.
+answer is encoded once and the same bytes are written to every waiter's connection,
+each in one write (the server's :data:`~hcat_notify.api.state.WHOLE_RESPONSE_KEY`
+extension), the writes of every group of the wake-up in one batch
+(:meth:`~hcat_notify.api.feed.Waiter.send`), before any waiter's task is resumed; the
+tasks then only count the request. A client that goes away while it waits leaves its group.
 Anything else (a failed check of the credentials, a malformed parameter, a read that
 raised, a server without the extension) goes to the application, which answers it as
 it always has, so status codes, headers, bodies and metrics are the route's.
@@ -30,11 +31,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hcat_notify.api.feed import TIMED_OUT, Waiter, stopping_error
+from hcat_notify.api.feed import TIMED_OUT, WAKE_UP, Waiter, stopping_error
 from hcat_notify.api.params import query_not_utf8
 from hcat_notify.api.problems import error_response
 from hcat_notify.api.routes.dones import DONE_PATH, DoneQuery, done_query
-from hcat_notify.api.state import WHOLE_RESPONSE_KEY, ApiState, Encoded, WholeResponse
+from hcat_notify.api.state import (
+    WHOLE_RESPONSE_KEY,
+    ApiState,
+    Encoded,
+    WholeResponse,
+    WriteBatch,
+)
 
 __all__ = ["LongPolls"]
 
@@ -64,7 +71,7 @@ class _Poll(Waiter):
     """One waiting long poll: the group's answer written to its connection (when the
     server offers that), then its task resumed to count it."""
 
-    __slots__ = ("future", "path", "query", "writer")
+    __slots__ = ("future", "path", "query", "sent", "writer")
 
     def __init__(
         self,
@@ -79,22 +86,39 @@ class _Poll(Waiter):
         self.query = query
         self.path = path
         self.writer = writer
+        self.sent: object = None  # the status written, _GONE, or why it could not be
 
-    def answer(self, outcome: object, shared: dict[str, Any]) -> None:
-        if self.future.done():
-            return
+    def send(self, outcome: object, shared: dict[str, Any]) -> None:
         writer = self.writer
-        if writer is None:  # the task sends the response itself
-            self.future.set_result(outcome)
+        if writer is None or self.sent is not None or self.future.done():
             return
         try:
             encoded: Encoded | None = shared.get("encoded")
             if encoded is None:
                 encoded = shared["encoded"] = _encode(writer, self.response(outcome))
-            self.future.set_result(encoded[0] if writer.write(encoded) else _GONE)
-        except Exception as exc:
-            self.future.set_exception(exc)  # its task answers 500 (the feed logs it)
-            raise
+            wake_up: dict[str, Any] | None = shared.get(WAKE_UP)
+            batch: WriteBatch | None = None
+            if wake_up is not None:  # the wake-up's writes are made together
+                batch = wake_up.get("writes")
+                if batch is None:
+                    batch = wake_up["writes"] = writer.batch()
+                    wake_up["flush"] = batch.flush
+            self.sent = encoded[0] if writer.write(encoded, batch) else _GONE
+        except Exception as exc:  # noqa: BLE001 - answered in answer(): its task's 500
+            self.sent = exc
+
+    def answer(self, outcome: object, shared: dict[str, Any]) -> None:
+        if self.future.done():
+            return
+        if self.writer is None:  # the task sends the response itself
+            self.future.set_result(outcome)
+            return
+        self.send(outcome, shared)
+        sent = self.sent
+        if isinstance(sent, Exception):
+            self.future.set_exception(sent)  # its task answers 500 (the feed logs it)
+            raise sent
+        self.future.set_result(sent)
 
     def response(self, outcome: object) -> Response:
         """The route's response to ``outcome``."""

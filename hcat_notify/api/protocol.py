@@ -25,8 +25,9 @@ protocol, plus what it lacks at the edge of the server.
   :data:`~hcat_notify.api.state.WHOLE_RESPONSE_KEY`): a long poll waiting with ten
   thousand others for the same done is answered by one loop that writes the same
   bytes to each connection, in one write each, instead of ten thousand tasks each
-  sending its response through the ASGI stack; and it learns that its client went away
-  while it waited (it leaves its group instead of waiting out its deadline).
+  sending its response through the ASGI stack; the writes of one wake-up go straight
+  to the sockets, a chunk at a time (:class:`_Writes`); and it learns that its client
+  went away while it waited (it leaves its group instead of waiting out its deadline).
 * **Long polls answered on shutdown**: as uvicorn begins to stop it asks each
   connection to close; the first such call also calls the application's drain
   (:data:`~hcat_notify.api.state.DRAIN_STATE_KEY`), so every waiting long poll answers
@@ -42,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -56,7 +58,7 @@ from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from hcat_notify.api.contract import PROBLEM_JSON
 from hcat_notify.api.problems import problem_body
-from hcat_notify.api.state import DRAIN_STATE_KEY, WHOLE_RESPONSE_KEY, Encoded
+from hcat_notify.api.state import DRAIN_STATE_KEY, WHOLE_RESPONSE_KEY, Encoded, WriteBatch
 
 __all__ = [
     "BODY_IDLE_TIMEOUT",
@@ -80,6 +82,9 @@ MAX_URL_BYTES = 60 * 1024
 LINGER_SECONDS = 2.0
 """After a refusal, the longest the server reads and drops what the client still sends
 before it closes the connection."""
+CHUNK_WRITES = 64
+"""The answers of a wake-up's long polls are written this many at a time, in one tight
+loop."""
 
 
 class _RefusedError(Exception):
@@ -101,6 +106,7 @@ class ApiHttpProtocol(HttpToolsProtocol):
     # it a dict of its own (1,584 bytes), per connection: a long poll's, for a minute.
     __slots__ = (
         "_body_pending",
+        "_fd",
         "_field_bytes",
         "_head_bytes",
         "_lingering",
@@ -116,6 +122,7 @@ class ApiHttpProtocol(HttpToolsProtocol):
         self._field_bytes = 0  # of the headers parsed so far
         self._lingering = False  # refused: what still comes is read and dropped
         self._on_lost: Callable[[], object] | None = None  # a waiting long poll's
+        self._fd = -1  # the socket's, if what is written to it goes as it is (no TLS)
 
     # ------------------------------------------------------------------ timers
 
@@ -137,6 +144,7 @@ class ApiHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._fd = _plain_fd(transport)
         self._arm(HEAD_TIMEOUT, f"the request's head did not arrive within {HEAD_TIMEOUT:g} s")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -272,13 +280,16 @@ class ApiHttpProtocol(HttpToolsProtocol):
 class _WholeResponse:
     """:class:`~hcat_notify.api.state.WholeResponse` for one request: what uvicorn's
     ``RequestResponseCycle.send`` does for a response start and its whole body, in one
-    write and without a task."""
+    write and without a task; the bytes first (:meth:`write`), the cycle's bookkeeping
+    from the request's task (:meth:`finish`)."""
 
-    __slots__ = ("_cycle", "_protocol")
+    __slots__ = ("_cycle", "_fd", "_protocol", "_status")
 
     def __init__(self, protocol: ApiHttpProtocol, cycle: RequestResponseCycle) -> None:
         self._protocol = protocol
         self._cycle = cycle
+        self._fd = protocol._fd
+        self._status = 0
 
     def encode(self, status: int, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> Encoded:
         head = [STATUS_LINE[status]]
@@ -287,34 +298,48 @@ class _WholeResponse:
         start = b"".join(head)
         return status, start + b"\r\n" + body, start + b"connection: close\r\n\r\n" + body
 
-    def write(self, encoded: Encoded) -> bool:
-        cycle, protocol = self._cycle, self._protocol
+    def write(self, encoded: Encoded, batch: WriteBatch | None = None) -> bool:
+        # Only what puts the bytes on the wire: a group's loop calls it for each of its
+        # thousands of waiters before the next one's bytes can go.
+        cycle = self._cycle
         if cycle.disconnected or cycle.response_started:
             return False
-        protocol._on_lost = None
         cycle.response_started = True
-        cycle.waiting_for_100_continue = False
-        status, kept, closing = encoded
-        if cycle.access_log:
-            scope = cycle.scope
-            cycle.access_logger.info(
-                '%s - "%s %s HTTP/%s" %d',
-                get_client_addr(scope),
-                scope["method"],
-                get_path_with_query_string(scope),
-                scope["http_version"],
-                status,
-            )
+        self._status = encoded[0]
+        data = encoded[1] if cycle.keep_alive else encoded[2]
         transport = cycle.transport
-        transport.write(kept if cycle.keep_alive else closing)
-        cycle.response_complete = True
-        cycle.message_event.set()
-        if not cycle.keep_alive:
-            transport.close()
+        fd = self._fd
+        if fd < 0 or transport.is_closing() or transport.get_write_buffer_size():
+            transport.write(data)
+            return True
+        if isinstance(batch, _Writes):
+            batch.add(fd, data, transport)
+        else:
+            _write_through(fd, data, transport)
         return True
+
+    def batch(self) -> WriteBatch:
+        return _Writes()
 
     def finish(self) -> None:
         cycle, protocol = self._cycle, self._protocol
+        if cycle.response_started and not cycle.response_complete:  # written by write()
+            protocol._on_lost = None
+            cycle.waiting_for_100_continue = False
+            cycle.response_complete = True
+            cycle.message_event.set()
+            if cycle.access_log:
+                scope = cycle.scope
+                cycle.access_logger.info(
+                    '%s - "%s %s HTTP/%s" %d',
+                    get_client_addr(scope),
+                    scope["method"],
+                    get_path_with_query_string(scope),
+                    scope["http_version"],
+                    self._status,
+                )
+            if not cycle.keep_alive:
+                cycle.transport.close()
         # What the response's end starts (a request pipelined behind it, or the
         # keep-alive timer), unless the client's next request began meanwhile.
         if cycle.response_complete and (protocol.pipeline or protocol.cycle is cycle):
@@ -328,6 +353,70 @@ class _WholeResponse:
             callback()
             return
         self._protocol._on_lost = callback
+
+
+def _write_through(fd: int, data: bytes, transport: asyncio.Transport) -> None:
+    """``data`` straight to the socket ``fd`` whose transport has nothing buffered, as
+    the transport would first try (without its buffering's cost per call); what does
+    not go, or an error, the transport's own write takes on."""
+    try:
+        sent = os.write(fd, data)
+    except OSError:
+        sent = 0
+    if sent < len(data):
+        transport.write(data[sent:])
+
+
+class _Writes:
+    """:class:`~hcat_notify.api.state.WriteBatch`: whole responses bound straight for
+    their sockets (nothing buffered before them), collected while a wake-up's long
+    polls are answered and written :data:`CHUNK_WRITES` at a time in one tight loop of
+    ``os.write``; what a socket does not take, or refuses, then goes through its
+    transport. Nothing else of the event loop runs meanwhile, so no socket collected
+    closes before its bytes are written."""
+
+    __slots__ = ("data", "fds", "transports")
+
+    def __init__(self) -> None:
+        self.fds: list[int] = []
+        self.data: list[bytes] = []
+        self.transports: list[asyncio.Transport] = []
+
+    def add(self, fd: int, data: bytes, transport: asyncio.Transport) -> None:
+        fds = self.fds
+        fds.append(fd)
+        self.data.append(data)
+        self.transports.append(transport)
+        if len(fds) >= CHUNK_WRITES:
+            self.flush()
+
+    def flush(self) -> None:
+        fds, data, transports = self.fds, self.data, self.transports
+        self.fds, self.data, self.transports = [], [], []
+        sent = [0] * len(fds)
+        for i, fd in enumerate(fds):
+            try:  # noqa: SIM105 - a context manager per write costs more than the rest
+                sent[i] = os.write(fd, data[i])
+            except OSError:
+                pass  # through its transport, which says what went wrong
+        for i, n in enumerate(sent):
+            if n < len(data[i]):
+                try:
+                    transports[i].write(data[i][n:])
+                except Exception:  # the transport reports its connection lost
+                    logger.warning("api: writing a long poll's answer failed", exc_info=True)
+
+
+def _plain_fd(transport: asyncio.Transport) -> int:
+    """The descriptor of the transport's socket if bytes written to it reach the peer as
+    they are (a plain TCP or Unix socket, no TLS); else -1."""
+    if transport.get_extra_info("sslcontext") is not None:
+        return -1
+    sock = transport.get_extra_info("socket")
+    try:
+        return int(sock.fileno()) if sock is not None else -1
+    except (AttributeError, OSError, ValueError):
+        return -1
 
 
 def _body_idle() -> str:

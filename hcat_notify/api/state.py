@@ -32,6 +32,7 @@ __all__ = [
     "ApiState",
     "Encoded",
     "WholeResponse",
+    "WriteBatch",
     "in_thread",
     "state_of",
 ]
@@ -54,6 +55,13 @@ Encoded = tuple[int, bytes, bytes]
 kept alive and on one that closes after it."""
 
 
+class WriteBatch(Protocol):
+    """Whole responses collected by :meth:`WholeResponse.write`, written together."""
+
+    def flush(self) -> None:
+        """Write every response collected (in the event loop's thread)."""
+
+
 class WholeResponse(Protocol):
     """What the server offers under :data:`WHOLE_RESPONSE_KEY`, for one request: a long
     poll answered by a group answers each of its waiters with the same bytes, written
@@ -63,13 +71,19 @@ class WholeResponse(Protocol):
         """The response's bytes as the server writes them now (its own headers first);
         for any request of this server."""
 
-    def write(self, encoded: Encoded) -> bool:
-        """Write the whole response to this request's connection: it is then complete,
-        as if the application had sent it, but for :meth:`finish`. False (nothing
-        written) if the client went away or a response was started already."""
+    def write(self, encoded: Encoded, batch: WriteBatch | None = None) -> bool:
+        """Write the whole response to this request's connection, and nothing else (a
+        group's loop writes thousands): the response is complete, as if the
+        application had sent it, once :meth:`finish` is called. False (nothing written)
+        if the client went away or a response was started already. With ``batch``
+        (from :meth:`batch`), the bytes may wait there for its :meth:`WriteBatch.flush`,
+        to be written with the others'."""
+
+    def batch(self) -> WriteBatch:
+        """A new batch of writes, for any requests of this server."""
 
     def finish(self) -> None:
-        """After :meth:`write`, from the request's task: what the end of a response
+        """After :meth:`write`, from the request's task: the response's end, and what it
         starts on the connection (kept out of the loop that writes a group's answers)."""
 
     def on_lost(self, callback: Callable[[], object] | None) -> None:
