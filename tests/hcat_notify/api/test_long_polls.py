@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVarTuple
 
 import pytest
 
@@ -72,12 +73,21 @@ class _Batch:
         self.pending = []
 
 
+_Ts = TypeVarTuple("_Ts")
+
+
 class _CountingLoop(asyncio.SelectorEventLoop):
     """Counts the timers armed (``call_at``, which ``call_later`` and timeouts use)."""
 
     timers = 0
 
-    def call_at(self, when: float, callback: Any, *args: Any, context: Any = None) -> Any:
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
         _CountingLoop.timers += 1
         return super().call_at(when, callback, *args, context=context)
 
