@@ -18,7 +18,8 @@ from hcat_notify.model.webhooks import (
     validate_webhook_name,
 )
 from hcat_notify.store import outbox, webhooks
-from hcat_notify.store.records import OutboxEvent
+from hcat_notify.store.fast_path import FastPath
+from hcat_notify.store.records import OutboxEvent, outbox_events
 from hcat_notify.store.tx import Tx
 from hcat_notify.store.webhooks import (
     DeliveryFailure,
@@ -37,10 +38,14 @@ class Webhooks:
 
     Args:
         transaction: opens a :class:`Tx` of the catalog (``write=True`` for writers).
+        fast: the catalog's driver-level reads (a relay's page).
     """
 
-    def __init__(self, transaction: Callable[..., AbstractContextManager[Tx]]) -> None:
+    def __init__(
+        self, transaction: Callable[..., AbstractContextManager[Tx]], fast: FastPath
+    ) -> None:
         self._transaction = transaction
+        self._fast = fast
 
     # -- what operators do -------------------------------------------------------------
 
@@ -176,13 +181,16 @@ class Webhooks:
     def page(
         self, in_buckets: Sequence[int], *, after_event_id: int, limit: int
     ) -> tuple[list[OutboxEvent], dict[int, tuple[Any, ...]]]:
-        """A relay's page of its buckets' events (:func:`outbox.events_in_buckets`) and,
-        read after them in the same transaction, each active webhook's stamp: a rotation
-        (or any change) committed before those events were is seen with them."""
+        """A relay's page of its buckets' events, read on the driver as the publisher
+        reads its own (:meth:`FastPath.outbox_page`), and, read after them, each active
+        webhook's stamp: a rotation (or any change) committed before those events were
+        is seen with them (each read sees every commit before it began)."""
+        events = (
+            outbox_events(self._fast.outbox_page(in_buckets, after=after_event_id, limit=limit))
+            if in_buckets
+            else []
+        )
         with self._transaction() as tx:
-            events = outbox.events_in_buckets(
-                tx, in_buckets, after_event_id=after_event_id, limit=limit
-            )
             return events, webhooks.stamps(tx)
 
     def progress(self, webhook_ids: Sequence[int], in_buckets: Sequence[int]) -> list[WebhookTopic]:
