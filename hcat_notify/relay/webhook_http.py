@@ -79,7 +79,7 @@ def requests_for(
     found: list[WebhookRequest] = []
     form = target.info.format
     if form is WebhookFormat.CLOUDEVENTS_BATCH:
-        body = dump_batch([event.message() for event in events], source=source)
+        body = dump_batch(events, source=source)
         first, last = events[0].event_id, events[-1].event_id
         message_id = str(first) if first == last else f"{first}-{last}"
         if len({event.topic for event in events}) > 1:  # which topics' events it holds too
@@ -91,7 +91,7 @@ def requests_for(
     for event in events:
         message_id = str(event.event_id)
         if form is WebhookFormat.CLOUDEVENTS:
-            body = dump_cloudevent(event.message(), source=source)
+            body = dump_cloudevent(event, source=source)
             headers = {"content-type": form.content_type}
         else:
             body = event.body.encode()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
 from typing import Any
@@ -311,6 +311,15 @@ class FastPath:
                 cursor.execute(HORIZON_POSTGRESQL)
                 ((values["bound"],),) = cursor.fetchall()
             cursor.execute(*statement.bind(values))
+            return list(cursor.fetchall())
+
+    def own_rows(self, build: Callable[[str], ClauseElement]) -> list[tuple[Any, ...]]:
+        """The rows of a statement without parameters (``build(dialect name)``, compiled
+        once), on this thread's own connection as :meth:`outbox_page` reads: a small read
+        beside a relay's page without a session's transaction."""
+        statement = compiled(self._engine.dialect, build)
+        with self._read_cursor(own=True) as cursor:
+            cursor.execute(*statement.bind({}))
             return list(cursor.fetchall())
 
     @contextmanager

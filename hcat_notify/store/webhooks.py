@@ -14,11 +14,11 @@ else ``plain:<secret>``: the signature needs the secret itself, so it cannot be 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Executable, bindparam, case, delete, func, select, update
+from sqlalchemy import Executable, Select, bindparam, case, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.errors import ConfigError, InvalidInputError
@@ -36,6 +36,8 @@ __all__ = [
     "WebhookTarget",
     "WebhookTopic",
     "seal_secret",
+    "stamps_of",
+    "stamps_query",
     "unseal_secret",
 ]
 
@@ -369,11 +371,22 @@ _STAMPED = (
 _STAMPS = select(*_STAMPED).where(WebhookRow.state == WebhookState.ACTIVE.value)
 
 
+def stamps_query(dialect: str) -> Select[int, int, str, str, str | None, float | None]:
+    """The statement of :func:`stamps` (a relay reads it on the driver beside its page;
+    the same for every dialect)."""
+    return _STAMPS
+
+
+def stamps_of(rows: Iterable[Sequence[Any]]) -> dict[int, tuple[Any, ...]]:
+    """The stamps of the rows of :func:`stamps_query`."""
+    return {row[0]: tuple(row[1:]) for row in rows}
+
+
 def stamps(tx: Tx) -> dict[int, tuple[Any, ...]]:
     """Each active webhook's :attr:`WebhookTarget.stamp`: plain columns, no decryption
     (a deliverer reads them with each page of events; :func:`targets` again when they
     changed)."""
-    return {row[0]: tuple(row[1:]) for row in tx.rows(_STAMPS)}
+    return stamps_of(tx.rows(_STAMPS))
 
 
 def _topic(row: WebhookProgressRow) -> WebhookTopic:

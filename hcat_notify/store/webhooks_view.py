@@ -28,6 +28,8 @@ from hcat_notify.store.webhooks import (
     WebhookTarget,
     WebhookTopic,
     seal_secret,
+    stamps_of,
+    stamps_query,
 )
 
 __all__ = ["Webhooks"]
@@ -181,17 +183,14 @@ class Webhooks:
     def page(
         self, in_buckets: Sequence[int], *, after_event_id: int, limit: int
     ) -> tuple[list[OutboxEvent], dict[int, tuple[Any, ...]]]:
-        """A relay's page of its buckets' events, read on the driver as the publisher
-        reads its own (:meth:`FastPath.outbox_page`), and, read after them, each active
+        """A relay's page of its buckets' events and, read after them, each active
         webhook's stamp: a rotation (or any change) committed before those events were
-        is seen with them (each read sees every commit before it began)."""
-        events = (
-            outbox_events(self._fast.outbox_page(in_buckets, after=after_event_id, limit=limit))
-            if in_buckets
-            else []
-        )
-        with self._transaction() as tx:
-            return events, webhooks.stamps(tx)
+        is seen with them (each read sees every commit before it began). Both on the
+        driver, on the calling thread's own connection, as the publisher reads its page
+        (:meth:`FastPath.outbox_page`)."""
+        fast = self._fast
+        rows = fast.outbox_page(in_buckets, after=after_event_id, limit=limit) if in_buckets else []
+        return outbox_events(rows), stamps_of(fast.own_rows(stamps_query))
 
     def progress(self, webhook_ids: Sequence[int], in_buckets: Sequence[int]) -> list[WebhookTopic]:
         """The progress rows of some webhooks in some buckets."""
