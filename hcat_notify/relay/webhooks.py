@@ -277,7 +277,10 @@ class WebhookDelivery:
             if targets is self._targets
             else _changed(targets, self._targets, lambda t: t.info.version)
         )
-        changed_buckets = _changed(owned, self._owned, lambda o: o.epoch)
+        # the same Ownership objects while nothing moved: the dicts compare in C
+        changed_buckets = (
+            set() if owned == self._owned else _changed(owned, self._owned, lambda o: o.epoch)
+        )
         first = not self._targets
         self._targets = targets
         self._owned = owned

@@ -217,8 +217,11 @@ class Webhooks:
         ``ok``, ``lost`` or ``changed`` per item."""
         if not items:
             return []
-        with self._transaction(write=True) as tx:
-            return webhooks.record_delivered_many(tx, member_id, items)
+        return self._fast.write(
+            lambda cursor, dialect: webhooks.record_delivered_many(
+                cursor, dialect, member_id, items
+            )
+        )
 
     def record_failure(self, member_id: str, at: LanePosition, failure: DeliveryFailure) -> str:
         """Record a failed attempt (parked once too old), fenced as :meth:`record_delivered`."""
