@@ -126,7 +126,7 @@ class WebhookTarget:
     info: WebhookInfo
     secrets: tuple[str, ...]
     stamp: tuple[Any, ...] = ()
-    """The row as read (:func:`stamps`): whatever changes it (a rotation, a replay, a
+    """The row as read (:func:`stamps_query`): whatever changes it (a rotation, a replay, a
     pause) changes this."""
 
 
@@ -374,21 +374,15 @@ _STAMPS = select(*_STAMPED).where(WebhookRow.state == WebhookState.ACTIVE.value)
 
 
 def stamps_query(dialect: str) -> Select[int, int, str, str, str | None, float | None]:
-    """The statement of :func:`stamps` (a relay reads it on the driver beside its page;
-    the same for every dialect)."""
+    """Each active webhook's :attr:`WebhookTarget.stamp` (plain columns, no decryption):
+    a deliverer reads them on the driver with each page of events, and reads
+    :func:`targets` again when they changed (the same statement for every dialect)."""
     return _STAMPS
 
 
 def stamps_of(rows: Iterable[Sequence[Any]]) -> dict[int, tuple[Any, ...]]:
-    """The stamps of the rows of :func:`stamps_query`."""
+    """The stamps, by webhook id, of the rows of :func:`stamps_query`."""
     return {row[0]: tuple(row[1:]) for row in rows}
-
-
-def stamps(tx: Tx) -> dict[int, tuple[Any, ...]]:
-    """Each active webhook's :attr:`WebhookTarget.stamp`: plain columns, no decryption
-    (a deliverer reads them with each page of events; :func:`targets` again when they
-    changed)."""
-    return stamps_of(tx.rows(_STAMPS))
 
 
 def _topic(row: WebhookProgressRow) -> WebhookTopic:

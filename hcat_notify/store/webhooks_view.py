@@ -176,9 +176,9 @@ class Webhooks:
 
     def stamps(self) -> dict[int, tuple[Any, ...]]:
         """Each active webhook's stamp (:attr:`WebhookTarget.stamp`): a cheap look at
-        whether the webhooks changed since :meth:`targets` was read."""
-        with self._transaction() as tx:
-            return webhooks.stamps(tx)
+        whether the webhooks changed since :meth:`targets` was read (on the driver, on the
+        calling thread's own connection, as :meth:`page` reads them)."""
+        return stamps_of(self._fast.own_rows(stamps_query))
 
     def page(
         self, in_buckets: Sequence[int], *, after_event_id: int, limit: int
