@@ -212,8 +212,10 @@ def _dump(message: WireEvent, source: str) -> str:
     event_id = message.event_id
     headers = message.headers
     names = tuple(headers)
-    template = _TEMPLATES.get((source, message.event_type, names))
-    if template is None:
+    template: _Template | None
+    try:
+        template = _TEMPLATES[(source, message.event_type, names)]
+    except KeyError:
         template = _template(source, message.event_type, names)
     if template is not None:
         text, values_of, subject = template

@@ -94,6 +94,7 @@ def test_headers_an_event_has_not_usually_take_the_general_path_with_the_same_re
         (event,) = _read([done], extra)
         text = dump_cloudevent(event, source=SOURCE)
         assert text.decode() == _dict_text(event, SOURCE)
+        assert dump_cloudevent(event, source=SOURCE) == text  # the plan as kept, again
         _same(parse_cloudevent(text), _sdk_event(event, SOURCE))
 
 
