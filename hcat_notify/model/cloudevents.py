@@ -14,7 +14,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from operator import itemgetter
+from typing import Any, Protocol
 
 from hcat_notify.errors import InvalidInputError
 from hcat_notify.model.cursor import MAX_EVENT_ID
@@ -28,6 +29,7 @@ __all__ = [
     "SEQUENCE_WIDTH",
     "SPEC_VERSION",
     "TYPE_PREFIX",
+    "WireEvent",
     "dump_batch",
     "dump_cloudevent",
     "event_type_name",
@@ -50,6 +52,24 @@ TYPE_PREFIX = "org.apache.hive.hcatalog."
 SEQUENCE_WIDTH = len(str(MAX_EVENT_ID))
 """Digits of ``sequence`` (19): the largest event id the catalog holds, so that every id,
 zero-padded, sorts lexically in numeric order."""
+
+
+class WireEvent(Protocol):
+    """What an event's CloudEvent is made of: a :class:`Message`, or an outbox event as
+    read (a relay's batch builds no message of each)."""
+
+    @property
+    def event_id(self) -> int: ...
+
+    @property
+    def event_type(self) -> EventType: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def body(self) -> str: ...
+
 
 _EXTENSION_NAME = re.compile(r"[a-z0-9]{1,20}")
 _ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
@@ -162,13 +182,13 @@ def to_cloudevent(message: Message, *, source: str) -> dict[str, Any]:
 _TIMESTAMP = re.compile(r'"timestamp":(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)[,}]')
 
 
-def _time_text(message: Message) -> str:
+def _time_text(message: WireEvent) -> str:
     """``time`` of a message: from the body's text when the key occurs once (our bodies
     are compact JSON), else from the body parsed."""
     found = _TIMESTAMP.findall(message.body)
     if len(found) == 1:
         return _time_of_text(found[0])
-    return _time_of(message.body_json(), message.event_id)
+    return _time_of(json.loads(message.body), message.event_id)
 
 
 @lru_cache(maxsize=1024)  # the events of a batch mostly share their second
@@ -184,24 +204,44 @@ def _lead(source: str, kind: EventType) -> tuple[str, str]:
     return f'{{"specversion":"{SPEC_VERSION}","id":"', after
 
 
-def _dump(message: Message, source: str) -> str:
+def _dump(message: WireEvent, source: str) -> str:
     # Encoded as _ENCODER would encode _attributes() (same keys in the same order, the
-    # same escaping), without building the dict, nor parsing the body for its time.
+    # same escaping), without building the dict, nor parsing the body for its time: one
+    # %-format of a template made once per (source, kind, headers), where every
+    # extension has a value (the usual case), else attribute by attribute.
     event_id = message.event_id
+    headers = message.headers
+    names = tuple(headers)
+    template: _Template | None
+    try:
+        template = _TEMPLATES[(source, message.event_type, names)]
+    except KeyError:
+        template = _template(source, message.event_type, names)
+    if template is not None:
+        text, values_of, subject = template
+        values = values_of(headers)
+        if all(values) and 0 <= event_id <= MAX_EVENT_ID:
+            return text % (
+                event_id,
+                _string(subject(values)),
+                _time_text(message),
+                event_id,
+                *map(_string, values),
+                message.body,
+            )
     before, after = _lead(source, message.event_type)
     parts = [
         before,
         str(event_id),
         after,
         ',"subject":',
-        _string(subject_of(message.headers)),
+        _string(subject_of(headers)),
         ',"time":"',
         _time_text(message),
         '","sequence":"',
         sequence_of(event_id),
         f'","datacontenttype":"{DATA_CONTENT_TYPE}"',
     ]
-    headers = message.headers
     plan = _extensions(tuple(headers))
     if plan is None:  # two headers would make one extension: the first with a value wins
         taken = set(_FIXED)
@@ -219,6 +259,59 @@ def _dump(message: Message, source: str) -> str:
     # byte what the broker carries, and no second serialisation.
     parts += (',"data":', message.body, "}")
     return "".join(parts)
+
+
+_Template = tuple[str, Callable[[Mapping[str, str]], tuple[str, ...]], Callable[..., str]]
+_TEMPLATES: dict[tuple[str, EventType, tuple[str, ...]], _Template | None] = {}
+"""(source, kind, header names) -> :func:`_template` (a handful of keys; looked up in a
+plain dict: an ``lru_cache`` of three arguments costs a third of the event)."""
+
+
+def _template(source: str, kind: EventType, headers: tuple[str, ...]) -> _Template | None:
+    """The text of every event of ``kind`` from ``source`` whose headers are ``headers``
+    (names, in order) and all have a value, as a %-format of the id, the encoded subject,
+    the time, the id again (zero-padded), each extension's encoded value, then the body;
+    the headers that travel as extensions (a getter of their values, as a tuple); and
+    the subject of those values. None when two headers would make one extension name
+    (then which travels depends on the values). Kept in :data:`_TEMPLATES`."""
+    plan = _extensions(headers)
+    found: _Template | None = None
+    if plan is not None and plan:
+        before, after = _lead(source, kind)
+        text = "".join(
+            (
+                before.replace("%", "%%"),
+                "%d",
+                after.replace("%", "%%"),
+                ',"subject":%s,"time":"%s","sequence":"%0',
+                str(SEQUENCE_WIDTH),
+                f'd","datacontenttype":"{DATA_CONTENT_TYPE}"',
+                *(prefix + "%s" for _, prefix in plan),
+                ',"data":%s}',
+            )
+        )
+        names = [header for header, _ in plan]
+        getter = itemgetter(*names) if len(names) > 1 else _one(names[0])
+        found = (text, getter, _subject_of(names))
+    if len(_TEMPLATES) >= 256:
+        _TEMPLATES.clear()
+    _TEMPLATES[(source, kind, headers)] = found
+    return found
+
+
+def _one(header: str) -> Callable[[Mapping[str, str]], tuple[str, ...]]:
+    return lambda headers: (headers[header],)
+
+
+def _subject_of(names: list[str]) -> Callable[..., str]:
+    """The subject from the extensions' values (all non-empty), as :func:`subject_of`."""
+    table = names.index(HEADER_TABLE) if HEADER_TABLE in names else None
+    spec = names.index(HEADER_SPEC) if HEADER_SPEC in names else None
+    if spec is None:
+        return (lambda values: "") if table is None else (lambda values: values[table])
+    if table is None:
+        return lambda values: "/" + values[spec]
+    return lambda values: f"{values[table]}/{values[spec]}"
 
 
 _FIXED = frozenset(
@@ -247,7 +340,7 @@ def _extensions(headers: tuple[str, ...]) -> tuple[tuple[str, str], ...] | None:
 _string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
-def dump_cloudevent(message: Message, *, source: str) -> bytes:
+def dump_cloudevent(message: WireEvent, *, source: str) -> bytes:
     """The message as one structured-mode CloudEvent (:data:`CLOUDEVENTS_JSON`), UTF-8.
 
     Raises:
@@ -257,7 +350,7 @@ def dump_cloudevent(message: Message, *, source: str) -> bytes:
     return _dump(message, source).encode()
 
 
-def dump_batch(messages: Sequence[Message], *, source: str) -> bytes:
+def dump_batch(messages: Sequence[WireEvent], *, source: str) -> bytes:
     """The messages as a batch-mode JSON array (:data:`CLOUDEVENTS_BATCH_JSON`), UTF-8,
     in the order given (an empty sequence makes ``[]``).
 

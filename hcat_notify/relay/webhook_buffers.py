@@ -10,7 +10,9 @@ later page). The caller serialises access (the pass's lock).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from hcat_notify.store.records import OutboxEvent
 
@@ -20,6 +22,7 @@ BUFFER_CAP = 20_000
 """Events kept for all lanes together (the same event kept for two webhooks counts twice)."""
 
 LaneKey = tuple[int, str]
+_EVENT_ID = attrgetter("event_id")
 Held = tuple[list[OutboxEvent], int]
 """A lane's next events from its buffer, and the position their delivery reaches."""
 
@@ -64,9 +67,7 @@ class LaneBuffers:
         if buffer is None:
             return
         events = buffer.events
-        done = 0
-        while done < len(events) and events[done].event_id <= cursor:
-            done += 1
+        done = bisect_right(events, cursor, key=_EVENT_ID)
         if done:
             del events[:done]
             self.size -= done
@@ -93,12 +94,10 @@ class LaneBuffers:
         if buffer is None or buffer.start > cursor:
             return None
         whole = min(head, self.read_through)
-        found: list[OutboxEvent] = []
-        for event in buffer.events:
-            if event.event_id > whole or len(found) > limit:
-                break
-            if event.event_id > cursor:
-                found.append(event)
+        events = buffer.events  # in id order: the next after cursor, up to whole
+        after = bisect_right(events, cursor, key=_EVENT_ID)
+        upto = bisect_right(events, whole, lo=after, key=_EVENT_ID)
+        found = events[after : min(upto, after + max(limit, 0) + 1)]
         if len(found) > limit:
             return found[:limit], found[limit - 1].event_id
         if whole <= cursor:

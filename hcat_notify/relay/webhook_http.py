@@ -8,9 +8,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+from urllib.request import getproxies
 
 from hcat_notify.errors import ConfigError
 from hcat_notify.model.cloudevents import dump_batch, dump_cloudevent
@@ -32,6 +34,14 @@ logger = logging.getLogger(__name__)
 ANSWER_CAP = 4096
 """Bytes of an endpoint's answer read (kept for the error it reports); the rest is not."""
 USER_AGENT = "hcat-notify-webhooks"
+_DEFAULT_HEADERS = {
+    "accept": "*/*",
+    "accept-encoding": "gzip, deflate",
+    "connection": "keep-alive",
+    "user-agent": USER_AGENT,
+}
+"""What an ``httpx.Client`` adds to each request (its ``accept-encoding`` names brotli
+and zstd too where their decoders are installed)."""
 _MISSING_EXTRA = (
     "webhook delivery needs the [webhooks] extra: pip install 'hcat-notify[webhooks]' ({error})"
 )
@@ -79,7 +89,7 @@ def requests_for(
     found: list[WebhookRequest] = []
     form = target.info.format
     if form is WebhookFormat.CLOUDEVENTS_BATCH:
-        body = dump_batch([event.message() for event in events], source=source)
+        body = dump_batch(events, source=source)
         first, last = events[0].event_id, events[-1].event_id
         message_id = str(first) if first == last else f"{first}-{last}"
         if len({event.topic for event in events}) > 1:  # which topics' events it holds too
@@ -91,7 +101,7 @@ def requests_for(
     for event in events:
         message_id = str(event.event_id)
         if form is WebhookFormat.CLOUDEVENTS:
-            body = dump_cloudevent(event.message(), source=source)
+            body = dump_cloudevent(event, source=source)
             headers = {"content-type": form.content_type}
         else:
             body = event.body.encode()
@@ -102,7 +112,12 @@ def requests_for(
 
 
 class HttpxPoster:
-    """Posts with one pooled ``httpx.Client``: no redirects, ``timeout`` per request.
+    """Posts with httpx: no redirects, ``timeout`` per request, ``connections`` kept
+    alive. Each request goes straight to one pooled ``httpx.HTTPTransport`` (what an
+    ``httpx.Client`` sends through, without the client's per-request steps: URL
+    merging, cookies, auth and redirect hooks, a third of a 100-event request's CPU);
+    where the environment names a proxy (``HTTPS_PROXY`` and the like), through an
+    ``httpx.Client`` that honours it, as before.
 
     Raises:
         ConfigError: httpx is not installed (the ``[webhooks]`` extra).
@@ -114,17 +129,50 @@ class HttpxPoster:
         except ImportError as exc:
             raise ConfigError(_MISSING_EXTRA.format(error=exc)) from None
         self._httpx = httpx
-        self._client = httpx.Client(
-            timeout=httpx.Timeout(timeout),
-            follow_redirects=False,
-            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-            headers={"user-agent": USER_AGENT},
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        self._client: Any = None
+        self._transport: Any = None
+        if getproxies():
+            self._client = httpx.Client(
+                timeout=httpx.Timeout(timeout),
+                follow_redirects=False,
+                limits=limits,
+                headers={"user-agent": USER_AGENT},
+            )
+        else:
+            self._transport = httpx.HTTPTransport(limits=limits)
+        self._extensions = {"timeout": httpx.Timeout(timeout).as_dict()}
+        self._urls: dict[str, Any] = {}  # url -> httpx.URL, parsed once
+
+    @contextmanager
+    def _answer(self, url: str, body: bytes, headers: dict[str, str]) -> Iterator[Any]:
+        if self._client is not None:
+            with self._client.stream("POST", url, content=body, headers=headers) as answer:
+                yield answer
+            return
+        httpx = self._httpx
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= 4096:
+                self._urls.clear()
+            parsed = self._urls[url] = httpx.URL(url)
+        request = httpx.Request(
+            "POST",
+            parsed,
+            content=body,
+            headers={**_DEFAULT_HEADERS, **headers},
+            extensions=self._extensions,
         )
+        answer = self._transport.handle_request(request)
+        try:
+            yield answer
+        finally:
+            answer.close()
 
     def post(self, url: str, body: bytes, headers: dict[str, str]) -> PostResult:
         httpx = self._httpx
         try:
-            with self._client.stream("POST", url, content=body, headers=headers) as answer:
+            with self._answer(url, body, headers) as answer:
                 head = b""
                 for chunk in answer.iter_bytes():
                     head += chunk
@@ -145,4 +193,7 @@ class HttpxPoster:
         return PostResult(status, retry_after, reason)
 
     def close(self) -> None:
-        self._client.close()
+        if self._client is not None:
+            self._client.close()
+        if self._transport is not None:
+            self._transport.close()

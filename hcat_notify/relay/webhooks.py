@@ -56,10 +56,15 @@ TROUBLED_FOR = 60.0
 """Seconds a webhook counts as failing after its last failed request: one request at a
 time probes it then, as before its first 2xx (a healthy one may have half the pool)."""
 DISCOVERY_PAGES = 5
+"""Pages of the owned buckets read per pass (then the pass runs again at once); one while
+no job runs, so that a backlog's first requests go out after its first page, not its
+fifth (10-20 ms sooner at pages of 500)."""
 WATCH_SLICE = 0.05  # seconds of each wait of the watcher (how soon it sees a stop)
-IDLE_WATCH_GAP = 0.05
+IDLE_WATCH_GAP = 0.01
+"""While no webhook is active, the watcher's pause after a wake: a commit costs a look at
+the webhooks' stamps (a few microseconds on the driver) at most this often, and a webhook
+added or resumed is seen at most this late."""
 DRAIN = 1000  # at most this many signals taken at once (a failing waiter answers True)
-"""Pages of the owned buckets read per pass (then the pass runs again at once)."""
 
 
 class WebhookDelivery:
@@ -277,7 +282,10 @@ class WebhookDelivery:
             if targets is self._targets
             else _changed(targets, self._targets, lambda t: t.info.version)
         )
-        changed_buckets = _changed(owned, self._owned, lambda o: o.epoch)
+        # the same Ownership objects while nothing moved: the dicts compare in C
+        changed_buckets = (
+            set() if owned == self._owned else _changed(owned, self._owned, lambda o: o.epoch)
+        )
         first = not self._targets
         self._targets = targets
         self._owned = owned
@@ -324,7 +332,7 @@ class WebhookDelivery:
         """Note, per lane, the newest event waiting, from pages of the owned buckets."""
         buckets = sorted(self._owned)
         page_size = self._config.batch_size
-        for _ in range(DISCOVERY_PAGES):
+        for _ in range(DISCOVERY_PAGES if self._running else 1):
             start = self._scan
             events, stamps = self._catalog.webhooks.page(
                 buckets, after_event_id=start, limit=page_size

@@ -243,7 +243,7 @@ class Catalog:
     @property
     def webhooks(self) -> Webhooks:
         """Webhook subscriptions: add, list, pause, rotate, replay; their delivery."""
-        return Webhooks(self._transaction)
+        return Webhooks(self._transaction, self._fast)
 
     @property
     def group(self) -> RelayGroup:

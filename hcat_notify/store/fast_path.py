@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, and_, bindparam, insert, select, update
 from sqlalchemy.engine import Dialect
@@ -39,6 +39,8 @@ from hcat_notify.store.records import RetainedDone, as_datetime, table_not_found
 from hcat_notify.store.tx import OUTBOX_CHANNEL
 
 __all__ = ["FastPath"]
+
+T = TypeVar("T")
 
 
 class _Compiled:
@@ -311,6 +313,23 @@ class FastPath:
                 cursor.execute(HORIZON_POSTGRESQL)
                 ((values["bound"],),) = cursor.fetchall()
             cursor.execute(*statement.bind(values))
+            return list(cursor.fetchall())
+
+    def write(self, work: Callable[[Any, Dialect], T]) -> T:
+        """``work(cursor, dialect)`` in one write transaction on a pool's driver
+        connection (SQLite: ``BEGIN IMMEDIATE``), committed when it returns, rolled back
+        when it raises; driver errors mapped as :func:`~hcat_notify.store.tx.transaction`
+        maps them."""
+        with self._cursor(write=True) as cursor:
+            return work(cursor, self._engine.dialect)
+
+    def own_rows(self, build: Callable[[str], ClauseElement]) -> list[tuple[Any, ...]]:
+        """The rows of a statement without parameters (``build(dialect name)``, compiled
+        once), on this thread's own connection as :meth:`outbox_page` reads: a small read
+        beside a relay's page without a session's transaction."""
+        statement = compiled(self._engine.dialect, build)
+        with self._read_cursor(own=True) as cursor:
+            cursor.execute(*statement.bind({}))
             return list(cursor.fetchall())
 
     @contextmanager

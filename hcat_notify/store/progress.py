@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Executable, bindparam, case, func, select, tuple_, update
+from sqlalchemy import Executable, Update, bindparam, case, func, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.store.models import OutboxRow, RelayBucketRow, TopicProgressRow
@@ -22,6 +22,7 @@ __all__ = [
     "BucketProgress",
     "is_published",
     "keep_bucket",
+    "keep_bucket_statement",
     "last_publish_by_topic",
     "move_positions",
     "published_topic_count",
@@ -124,6 +125,13 @@ _KEEP_BUCKET = (
 )
 """A bucket's position moved, only while the member owns it at the epoch (run on the
 connection: the session's ORM bulk update costs more than the statement)."""
+
+
+def keep_bucket_statement(dialect: str) -> Update:
+    """The statement of :func:`keep_bucket` (parameters ``keep_bucket``, ``keep_owner``,
+    ``keep_epoch``, ``keep_through``; the same for every dialect), for a write run on the
+    driver."""
+    return _KEEP_BUCKET
 
 
 def keep_bucket(tx: Tx, member_id: str, bucket: int, epoch: int) -> bool:

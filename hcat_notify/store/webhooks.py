@@ -14,19 +14,21 @@ else ``plain:<secret>``: the signature needs the secret itself, so it cannot be 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Executable, bindparam, case, delete, func, select, update
+from sqlalchemy import Insert, Select, Update, bindparam, case, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
 
 from hcat_notify.errors import ConfigError, InvalidInputError
 from hcat_notify.model.events import EventType
 from hcat_notify.model.webhooks import TablePatterns, WebhookFormat, WebhookState
+from hcat_notify.store.driver import compiled
 from hcat_notify.store.models import OutboxRow, TableRow, WebhookProgressRow, WebhookRow
-from hcat_notify.store.progress import keep_bucket
-from hcat_notify.store.tx import WEBHOOKS_CHANNEL, Tx
+from hcat_notify.store.progress import keep_bucket, keep_bucket_statement
+from hcat_notify.store.tx import WEBHOOKS_CHANNEL, Tx, clock_sql
 
 __all__ = [
     "DeliveryFailure",
@@ -36,6 +38,8 @@ __all__ = [
     "WebhookTarget",
     "WebhookTopic",
     "seal_secret",
+    "stamps_of",
+    "stamps_query",
     "unseal_secret",
 ]
 
@@ -122,7 +126,7 @@ class WebhookTarget:
     info: WebhookInfo
     secrets: tuple[str, ...]
     stamp: tuple[Any, ...] = ()
-    """The row as read (:func:`stamps`): whatever changes it (a rotation, a replay, a
+    """The row as read (:func:`stamps_query`): whatever changes it (a rotation, a replay, a
     pause) changes this."""
 
 
@@ -369,11 +373,16 @@ _STAMPED = (
 _STAMPS = select(*_STAMPED).where(WebhookRow.state == WebhookState.ACTIVE.value)
 
 
-def stamps(tx: Tx) -> dict[int, tuple[Any, ...]]:
-    """Each active webhook's :attr:`WebhookTarget.stamp`: plain columns, no decryption
-    (a deliverer reads them with each page of events; :func:`targets` again when they
-    changed)."""
-    return {row[0]: tuple(row[1:]) for row in tx.rows(_STAMPS)}
+def stamps_query(dialect: str) -> Select[int, int, str, str, str | None, float | None]:
+    """Each active webhook's :attr:`WebhookTarget.stamp` (plain columns, no decryption):
+    a deliverer reads them on the driver with each page of events, and reads
+    :func:`targets` again when they changed (the same statement for every dialect)."""
+    return _STAMPS
+
+
+def stamps_of(rows: Iterable[Sequence[Any]]) -> dict[int, tuple[Any, ...]]:
+    """The stamps, by webhook id, of the rows of :func:`stamps_query`."""
+    return {row[0]: tuple(row[1:]) for row in rows}
 
 
 def _topic(row: WebhookProgressRow) -> WebhookTopic:
@@ -461,41 +470,68 @@ def record_delivered(tx: Tx, member_id: str, at: LanePosition) -> str:
     return "ok"
 
 
-def record_delivered_many(tx: Tx, member_id: str, items: Sequence[LanePosition]) -> list[str]:
+def record_delivered_many(
+    cursor: Any, dialect: Dialect, member_id: str, items: Sequence[LanePosition]
+) -> list[str]:
     """Record several 2xx in one transaction, each fenced as :func:`record_delivered`
     (the fence read once per bucket and per webhook): ``ok``, ``lost`` or ``changed`` per
     item, in order. A topic's position only moves forward here, and its failure count is
     cleared only when it does: a failure recorded meanwhile (at a later position, by the
-    same member) is kept. The rows are written by one statement, built once."""
+    same member) is kept. The rows are written by one statement, built once.
+
+    Run on the driver's ``cursor`` in a write transaction the caller opened and ends
+    (:meth:`~hcat_notify.store.fast_path.FastPath.write`): the relay's recorder writes
+    one for every few requests, and a session's steps cost more than its statements.
+    """
+    keep = compiled(dialect, keep_bucket_statement)
+    same_version = compiled(dialect, _same_version_statement)
+    clock = compiled(dialect, _clock_statement)
     buckets: dict[tuple[int, int], bool] = {}
     hooks: dict[tuple[int, int], bool] = {}
     found: list[str] = []
     rows: list[dict[str, Any]] = []
-    connection = tx.session.connection()
-    now = tx.clock()
+    cursor.execute(*clock.bind({}))
+    now = float(cursor.fetchone()[0])
     for item in items:
         owned = buckets.get((item.bucket, item.epoch))
         if owned is None:
-            owned = buckets[(item.bucket, item.epoch)] = keep_bucket(
-                tx, member_id, item.bucket, item.epoch
+            cursor.execute(
+                *keep.bind(
+                    {
+                        "keep_bucket": item.bucket,
+                        "keep_owner": member_id,
+                        "keep_epoch": item.epoch,
+                        "keep_through": -1,
+                    }
+                )
             )
+            owned = buckets[(item.bucket, item.epoch)] = cursor.rowcount > 0
         if not owned:
             found.append("lost")
             continue
         same = hooks.get((item.webhook_id, item.version))
         if same is None:
-            touched = connection.execute(
-                _SAME_VERSION, {"same_id": item.webhook_id, "same_version": item.version}
+            cursor.execute(
+                *same_version.bind({"same_id": item.webhook_id, "same_version": item.version})
             )
-            same = hooks[(item.webhook_id, item.version)] = bool(touched.rowcount)
+            same = hooks[(item.webhook_id, item.version)] = cursor.rowcount > 0
         if not same:
             found.append("changed")
             continue
         rows.append({**_position(item, now), "parked_at": None, **_CLEARED})
         found.append("ok")
     if rows:
-        connection.execute(_forward_upsert(tx.dialect), rows)
+        upsert = compiled(dialect, _forward_upsert)
+        cursor.executemany(upsert.sql, [upsert.bind(row)[1] for row in rows])
     return found
+
+
+def _same_version_statement(dialect: str) -> Update:
+    return _SAME_VERSION
+
+
+def _clock_statement(dialect: str) -> Select[tuple[float]]:
+    return select(clock_sql(dialect))
 
 
 _SAME_VERSION = (
@@ -508,7 +544,7 @@ PostgreSQL it stays locked until the write commits)."""
 
 
 @functools.cache
-def _forward_upsert(dialect: str) -> Executable:
+def _forward_upsert(dialect: str) -> Insert:
     """The upsert of 2xx progress rows (executed with many rows): a topic's position only
     moves forward, and its failure columns are cleared only when it does."""
     table = WebhookProgressRow.__table__
@@ -516,7 +552,7 @@ def _forward_upsert(dialect: str) -> Executable:
     excluded = statement.excluded
     moved = excluded.last_event_id > table.c.last_event_id
     later = func.max if dialect == "sqlite" else func.greatest
-    upsert: Executable = statement.on_conflict_do_update(
+    upsert: Insert = statement.on_conflict_do_update(
         index_elements=[table.c.webhook_id, table.c.topic],
         set_={
             "last_event_id": later(excluded.last_event_id, table.c.last_event_id),

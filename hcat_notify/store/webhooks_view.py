@@ -18,7 +18,8 @@ from hcat_notify.model.webhooks import (
     validate_webhook_name,
 )
 from hcat_notify.store import outbox, webhooks
-from hcat_notify.store.records import OutboxEvent
+from hcat_notify.store.fast_path import FastPath
+from hcat_notify.store.records import OutboxEvent, outbox_events
 from hcat_notify.store.tx import Tx
 from hcat_notify.store.webhooks import (
     DeliveryFailure,
@@ -27,6 +28,8 @@ from hcat_notify.store.webhooks import (
     WebhookTarget,
     WebhookTopic,
     seal_secret,
+    stamps_of,
+    stamps_query,
 )
 
 __all__ = ["Webhooks"]
@@ -37,10 +40,14 @@ class Webhooks:
 
     Args:
         transaction: opens a :class:`Tx` of the catalog (``write=True`` for writers).
+        fast: the catalog's driver-level reads (a relay's page).
     """
 
-    def __init__(self, transaction: Callable[..., AbstractContextManager[Tx]]) -> None:
+    def __init__(
+        self, transaction: Callable[..., AbstractContextManager[Tx]], fast: FastPath
+    ) -> None:
         self._transaction = transaction
+        self._fast = fast
 
     # -- what operators do -------------------------------------------------------------
 
@@ -169,21 +176,21 @@ class Webhooks:
 
     def stamps(self) -> dict[int, tuple[Any, ...]]:
         """Each active webhook's stamp (:attr:`WebhookTarget.stamp`): a cheap look at
-        whether the webhooks changed since :meth:`targets` was read."""
-        with self._transaction() as tx:
-            return webhooks.stamps(tx)
+        whether the webhooks changed since :meth:`targets` was read (on the driver, on the
+        calling thread's own connection, as :meth:`page` reads them)."""
+        return stamps_of(self._fast.own_rows(stamps_query))
 
     def page(
         self, in_buckets: Sequence[int], *, after_event_id: int, limit: int
     ) -> tuple[list[OutboxEvent], dict[int, tuple[Any, ...]]]:
-        """A relay's page of its buckets' events (:func:`outbox.events_in_buckets`) and,
-        read after them in the same transaction, each active webhook's stamp: a rotation
-        (or any change) committed before those events were is seen with them."""
-        with self._transaction() as tx:
-            events = outbox.events_in_buckets(
-                tx, in_buckets, after_event_id=after_event_id, limit=limit
-            )
-            return events, webhooks.stamps(tx)
+        """A relay's page of its buckets' events and, read after them, each active
+        webhook's stamp: a rotation (or any change) committed before those events were
+        is seen with them (each read sees every commit before it began). Both on the
+        driver, on the calling thread's own connection, as the publisher reads its page
+        (:meth:`FastPath.outbox_page`)."""
+        fast = self._fast
+        rows = fast.outbox_page(in_buckets, after=after_event_id, limit=limit) if in_buckets else []
+        return outbox_events(rows), stamps_of(fast.own_rows(stamps_query))
 
     def progress(self, webhook_ids: Sequence[int], in_buckets: Sequence[int]) -> list[WebhookTopic]:
         """The progress rows of some webhooks in some buckets."""
@@ -210,8 +217,11 @@ class Webhooks:
         ``ok``, ``lost`` or ``changed`` per item."""
         if not items:
             return []
-        with self._transaction(write=True) as tx:
-            return webhooks.record_delivered_many(tx, member_id, items)
+        return self._fast.write(
+            lambda cursor, dialect: webhooks.record_delivered_many(
+                cursor, dialect, member_id, items
+            )
+        )
 
     def record_failure(self, member_id: str, at: LanePosition, failure: DeliveryFailure) -> str:
         """Record a failed attempt (parked once too old), fenced as :meth:`record_delivered`."""

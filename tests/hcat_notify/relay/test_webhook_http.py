@@ -1,0 +1,77 @@
+"""The relays' HTTP transport against a real receiver on loopback: what it sends, what it
+makes of each answer, no redirects followed, a timeout per request; and a proxy the
+environment names is used."""
+
+from __future__ import annotations
+
+import pytest
+
+from hcat_notify.relay.webhook_http import ANSWER_CAP, USER_AGENT, HttpxPoster
+from tests.fixtures.webhook_receiver import Receiver
+
+
+@pytest.fixture
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+
+
+@pytest.mark.usefixtures("no_proxy")
+def test_each_answer_becomes_a_result_and_the_request_arrives_as_sent():
+    fates = ["200", "201", "500", "429", "410", "302", "close"]
+    receiver = Receiver(answer=lambda n: fates[n], retry_after=7)
+    poster = HttpxPoster(timeout=5.0, connections=2)
+    try:
+        results = [
+            poster.post(receiver.url, b'{"n":%d}' % n, {"content-type": "application/json"})
+            for n in range(len(fates))
+        ]
+    finally:
+        poster.close()
+        receiver.close()
+    assert [r.status for r in results] == [200, 201, 500, 429, 410, 302, None]
+    assert [r.ok for r in results] == [True, True, False, False, False, False, False]
+    assert results[3].retry_after == "7"
+    assert results[2].error == "HTTP 500: no"
+    assert results[5].error == "HTTP 302: no (redirects are not followed)"
+    assert results[6].error is not None
+    # one request each (the 302 not followed), each as sent
+    assert [r.body for r in receiver.received] == [b'{"n":%d}' % n for n in range(len(fates))]
+    first = receiver.received[0]
+    assert first.path == "/hook"
+    assert first.headers["content-type"] == "application/json"
+    assert first.headers["user-agent"] == USER_AGENT
+    assert first.headers["content-length"] == "7"
+    assert ANSWER_CAP == 4096
+
+
+@pytest.mark.usefixtures("no_proxy")
+def test_a_request_without_an_answer_times_out():
+    receiver = Receiver(answer=lambda _n: "hang")
+    poster = HttpxPoster(timeout=0.3, connections=1)
+    try:
+        result = poster.post(receiver.url, b"{}", {})
+    finally:
+        poster.close()
+        receiver.close()
+    assert result.status is None
+    assert result.error is not None
+    assert result.error.startswith("timeout")
+
+
+def test_a_proxy_the_environment_names_carries_the_requests(monkeypatch: pytest.MonkeyPatch):
+    proxy = Receiver()  # answers 200 to whatever comes: the request in absolute form
+    monkeypatch.setenv("HTTP_PROXY", proxy.url.rsplit("/", 1)[0])
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    target = "http://127.0.0.1:9/hook"  # a closed port: reached only through the proxy
+    poster = HttpxPoster(timeout=5.0, connections=1)
+    try:
+        result = poster.post(target, b"{}", {"content-type": "application/json"})
+    finally:
+        poster.close()
+        proxy.close()
+    assert result.ok
+    (request,) = proxy.received
+    assert request.path == target
