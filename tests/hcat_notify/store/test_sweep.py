@@ -3,6 +3,7 @@ between them (issue 31: writers keep their latency while a sweep runs)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from hcat_notify.config import Settings, load_settings
 from hcat_notify.store import Catalog, sweep
@@ -100,7 +101,7 @@ def test_sqlite_batches_grow_while_rows_are_cheap_but_never_past_the_batch_size(
 ):
     catalog, statements = swept
     assert catalog.dones.sweep_expired(batch_size=150, timer=lambda: 0.0) == EXPIRED
-    assert statements.deleted == [100, 150, 50]
+    assert statements.deleted == [100, 150, 50, 0]  # the sweep ends at an empty batch
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
@@ -136,7 +137,7 @@ def test_the_sweep_checkpoints_sqlites_log_between_batches(tmp_path: Path):
     deletes = [n for n, s in enumerate(traced) if s.startswith("DELETE FROM hcat_mark_set_done")]
     checkpoints = [n for n, s in enumerate(traced) if s == "PRAGMA wal_checkpoint(PASSIVE)"]
     assert len(deletes) == 4  # 20 + 20 + 20 + none left
-    # one after each batch but the last (which found fewer rows than it asked for)
+    # one after each batch but the last (which found nothing)
     assert len(checkpoints) == 3, traced
     assert deletes[0] < checkpoints[0] < deletes[1] < checkpoints[1] < deletes[2], traced
 
@@ -209,3 +210,57 @@ def test_a_batch_reads_expired_rows_only_not_older_live_ones(tmp_path: Path):
         assert len(catalog.retained_dones(["web.kept"])) == LIVE_OLDER
     # about 860 steps of 10 instructions; walking the primary key, 2,260
     assert steps[0] < 1_500, steps[0]
+
+
+BOTH = 400  # expired rows two sweeps share
+BOTH_BATCH = 10
+
+
+def test_two_sweeps_at_once_delete_every_expired_row_once_and_neither_stops_early(
+    settings: Settings,
+):
+    # On PostgreSQL a batch that found its rows taken by the other sweep's batch (it
+    # waited for them, then they were gone) deleted fewer than it asked for, and that
+    # sweep stopped with most of the rows still there; the two could also deadlock
+    clock = _Clock()
+    with Catalog.open(settings) as opened:
+        catalog = Catalog(opened._engine, settings, clock=clock)
+        for name, retention in (("web.old", timedelta(days=1)), ("web.kept", timedelta(days=30))):
+            catalog.create_table(
+                name, location=f"/data/{name}", partition_keys=["ds"], retention=retention
+            )
+        for n in range(BOTH):
+            catalog.mark_set_done("web.old", {"ds": str(n)})
+        for n in range(LIVE):
+            catalog.mark_set_done("web.kept", {"ds": str(n)})
+        clock.now += timedelta(days=2)
+
+        def expired_left() -> int:
+            with opened._engine.connect() as conn:
+                rows = conn.execute(text("SELECT count(*) FROM hcat_mark_set_done")).scalar()
+            return int(rows or 0) - LIVE
+
+        start = threading.Barrier(2)
+        removed: dict[int, int] = {}
+        left_at_return: dict[int, int] = {}
+        errors: list[BaseException] = []
+
+        def run(n: int) -> None:
+            try:
+                start.wait(10)
+                removed[n] = catalog.dones.sweep_expired(batch_size=BOTH_BATCH)
+                left_at_return[n] = expired_left()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        sweeps = [threading.Thread(target=run, args=(n,)) for n in range(2)]
+        for thread in sweeps:
+            thread.start()
+        for thread in sweeps:
+            thread.join(60)
+        assert not errors, errors
+        assert sum(removed.values()) == BOTH, removed
+        # a sweep returns only when what is left is the other's batch under way, at most
+        assert all(left <= BOTH_BATCH for left in left_at_return.values()), left_at_return
+        assert expired_left() == 0
+        assert len(catalog.retained_dones(["web.kept"])) == LIVE
