@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,22 +49,29 @@ class _Statements:
             self.deleted.append(cursor.rowcount)
 
 
+def _expired_and_live(opened: Catalog, settings: Settings, expired: int) -> Catalog:
+    """``opened`` with ``expired`` expired dones (of web.old) and LIVE live ones (of
+    web.kept), seen through a clock two days later."""
+    clock = _Clock()
+    catalog = Catalog(opened._engine, settings, clock=clock)
+    for name, retention in (("web.old", timedelta(days=1)), ("web.kept", timedelta(days=30))):
+        catalog.create_table(
+            name, location=f"/data/{name}", partition_keys=["ds"], retention=retention
+        )
+    for n in range(expired):
+        catalog.mark_set_done("web.old", {"ds": str(n)})
+    for n in range(LIVE):
+        catalog.mark_set_done("web.kept", {"ds": str(n)})
+    clock.now += timedelta(days=2)
+    return catalog
+
+
 @pytest.fixture
 def swept(settings: Settings) -> Iterator[tuple[Catalog, _Statements]]:
     """A catalog holding EXPIRED expired dones and LIVE live ones, its statements
     recorded from then on."""
-    clock = _Clock()
     with Catalog.open(settings) as opened:
-        catalog = Catalog(opened._engine, settings, clock=clock)
-        for name, retention in (("web.old", timedelta(days=1)), ("web.kept", timedelta(days=30))):
-            catalog.create_table(
-                name, location=f"/data/{name}", partition_keys=["ds"], retention=retention
-            )
-        for n in range(EXPIRED):
-            catalog.mark_set_done("web.old", {"ds": str(n)})
-        for n in range(LIVE):
-            catalog.mark_set_done("web.kept", {"ds": str(n)})
-        clock.now += timedelta(days=2)
+        catalog = _expired_and_live(opened, settings, EXPIRED)
         statements = _Statements()
         event.listen(opened._engine, "after_cursor_execute", statements.after)
         yield catalog, statements
@@ -222,18 +230,8 @@ def test_two_sweeps_at_once_delete_every_expired_row_once_and_neither_stops_earl
     # On PostgreSQL a batch that found its rows taken by the other sweep's batch (it
     # waited for them, then they were gone) deleted fewer than it asked for, and that
     # sweep stopped with most of the rows still there; the two could also deadlock
-    clock = _Clock()
     with Catalog.open(settings) as opened:
-        catalog = Catalog(opened._engine, settings, clock=clock)
-        for name, retention in (("web.old", timedelta(days=1)), ("web.kept", timedelta(days=30))):
-            catalog.create_table(
-                name, location=f"/data/{name}", partition_keys=["ds"], retention=retention
-            )
-        for n in range(BOTH):
-            catalog.mark_set_done("web.old", {"ds": str(n)})
-        for n in range(LIVE):
-            catalog.mark_set_done("web.kept", {"ds": str(n)})
-        clock.now += timedelta(days=2)
+        catalog = _expired_and_live(opened, settings, BOTH)
 
         def expired_left() -> int:
             with opened._engine.connect() as conn:
@@ -241,26 +239,17 @@ def test_two_sweeps_at_once_delete_every_expired_row_once_and_neither_stops_earl
             return int(rows or 0) - LIVE
 
         start = threading.Barrier(2)
-        removed: dict[int, int] = {}
-        left_at_return: dict[int, int] = {}
-        errors: list[BaseException] = []
 
-        def run(n: int) -> None:
-            try:
-                start.wait(10)
-                removed[n] = catalog.dones.sweep_expired(batch_size=BOTH_BATCH)
-                left_at_return[n] = expired_left()
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
+        def run(_: int) -> tuple[int, int]:
+            """The rows this sweep removed, and the expired ones left when it ended."""
+            start.wait(10)
+            removed = catalog.dones.sweep_expired(batch_size=BOTH_BATCH)
+            return removed, expired_left()
 
-        sweeps = [threading.Thread(target=run, args=(n,)) for n in range(2)]
-        for thread in sweeps:
-            thread.start()
-        for thread in sweeps:
-            thread.join(60)
-        assert not errors, errors
-        assert sum(removed.values()) == BOTH, removed
-        # a sweep returns only when what is left is the other's batch under way, at most
-        assert all(left <= BOTH_BATCH for left in left_at_return.values()), left_at_return
+        with ThreadPoolExecutor(2) as pool:  # an error in either is raised here
+            ended = list(pool.map(run, range(2), timeout=60))
+        assert sum(removed for removed, _ in ended) == BOTH, ended
+        # a sweep ends only when what is left is the other's batch under way, at most
+        assert all(left <= BOTH_BATCH for _, left in ended), ended
         assert expired_left() == 0
         assert len(catalog.retained_dones(["web.kept"])) == LIVE
