@@ -121,14 +121,10 @@ def autovacuums(engine: Engine) -> int:
     SQLite)."""
     if engine.dialect.name != "postgresql":
         return 0
+    query = "SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = %s"
     with engine.connect() as conn:
-        row = conn.execute(
-            text(
-                "SELECT autovacuum_count FROM pg_stat_user_tables "
-                "WHERE relname = 'hcat_mark_set_done'"
-            )
-        ).scalar()
-    return int(row or 0)
+        count = conn.exec_driver_sql(query, ("hcat_mark_set_done",)).scalar()
+    return int(count or 0)
 
 
 def _remaining(url: str) -> tuple[int, int]:
