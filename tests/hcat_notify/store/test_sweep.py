@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import event, text
 
 from hcat_notify.config import Settings, load_settings
+from hcat_notify.errors import InvalidInputError
 from hcat_notify.store import Catalog, sweep
 from hcat_notify.store.sweep import SWEEP_BATCH_SECONDS, SweepPace
 
@@ -175,16 +176,32 @@ class TestPace:
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
-def test_the_pause_after_a_batch_is_twice_the_batch_at_least(
-    swept: tuple[Catalog, _Statements], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("duty", "idle"), [(None, 2.0), (0.2, 4.0), (1.0, 0.0)])
+def test_the_pause_after_a_batch_keeps_the_sweep_within_its_duty(
+    swept: tuple[Catalog, _Statements],
+    monkeypatch: pytest.MonkeyPatch,
+    duty: float | None,
+    idle: float,
 ):
-    # The sweep keeps at most a third of a core busy (PostgreSQL's writers wait for the
-    # CPU, not for its rows): 150 rows "take" 7.5 ms by the timer, so 15 ms of pause
+    # By default the sweep keeps at most a third of a core busy (PostgreSQL's writers
+    # wait for the CPU, not for its rows): 150 rows "take" 7.5 ms by the timer, so 15 ms
+    # of pause; at a duty of 0.2, 30 ms; at 1, the least pause (SWEEP_PAUSE_SECONDS)
     catalog, statements = swept
     pauses: list[float] = []
     monkeypatch.setattr(sweep.time, "sleep", pauses.append)
-    assert catalog.dones.sweep_expired(batch_size=150, timer=statements.timer) == EXPIRED
-    assert pauses == [pytest.approx(2 * 150 * PER_ROW)] * 2
+    removed = catalog.dones.sweep_expired(batch_size=150, max_duty=duty, timer=statements.timer)
+    assert removed == EXPIRED
+    wanted = max(sweep.SWEEP_PAUSE_SECONDS, idle * 150 * PER_ROW)
+    assert pauses == [pytest.approx(wanted)] * 2
+
+
+@pytest.mark.parametrize("duty", [0.0, -0.1, 1.5, float("nan")])
+def test_a_duty_not_above_0_and_at_most_1_is_refused_before_any_batch(duty: float):
+    def transaction(**_: Any) -> Any:
+        raise AssertionError("no batch may run")
+
+    with pytest.raises(InvalidInputError, match="duty must be above 0 and at most 1"):
+        sweep.sweep_expired(transaction, None, batch_size=10, max_duty=duty)
 
 
 def test_a_batch_reads_expired_rows_only_not_older_live_ones(tmp_path: Path):
