@@ -168,9 +168,10 @@ class Writer(threading.Thread):
         return self.latencies[first : first + calls]
 
 
-def sweep_process(settings: Settings, batch: int) -> tuple[float, int, str]:
+def sweep_process(settings: Settings, batch: int, duty: float | None) -> tuple[float, int, str]:
     """``hcat-notify sweep`` as a process: wall seconds, peak RSS (sampled), output."""
-    return command_with_peak(["sweep", "--batch-size", str(batch)], settings)
+    duty_option = [] if duty is None else ["--max-duty", str(duty)]
+    return command_with_peak(["sweep", "--batch-size", str(batch), *duty_option], settings)
 
 
 def run_backend(
@@ -179,6 +180,7 @@ def run_backend(
     sizes: list[int],
     admin_url: str | None,
     batch: int,
+    duty: float | None,
     quick: bool,
 ) -> list[Series]:
     took = Series("sweep wall time", "s", XLABEL, linear)
@@ -202,7 +204,7 @@ def run_backend(
                 TABLE, location="/data/scale/swept", partition_keys=["ds", "region"]
             )
             catalog.create_table(WRITTEN, location="/data/scale/written", partition_keys=["ds"])
-            idle, _, _ = sweep_process(settings, batch)  # the command's start, nothing to do
+            idle, _, _ = sweep_process(settings, batch, duty)  # the command's start, nothing to do
         for size in sizes:
             with Catalog.open(settings) as catalog:
                 started = time.perf_counter()
@@ -216,7 +218,7 @@ def run_backend(
                     before = writer.for_calls(around)
                     first = len(writer.latencies)
                     vacuumed = autovacuums(engine)
-                    seconds, peak, out = sweep_process(settings, batch)
+                    seconds, peak, out = sweep_process(settings, batch, duty)
                     during = writer.latencies[first:]
                     vacuumed = autovacuums(engine) - vacuumed
                     settle(engine, "VACUUM")
@@ -265,12 +267,19 @@ def run_backend(
 def main() -> None:
     p = growth_parser(__doc__, "comma-separated M, e.g. 10000,100000,1000000,10000000")
     p.add_argument("--batch-size", type=int, default=1000, help="sweep --batch-size")
+    p.add_argument("--max-duty", type=float, default=None, help="sweep --max-duty")
     args = p.parse_args()
     sizes = sizes_of(args.sizes, args.quick, SIZES, QUICK_SIZES)
     with growth_run(args, "how sweep grows", "sweep") as (workdir, panels):
         for backend in backends_of(args):
             series = run_backend(
-                backend, workdir, sizes, args.postgresql_admin_url, args.batch_size, args.quick
+                backend,
+                workdir,
+                sizes,
+                args.postgresql_admin_url,
+                args.batch_size,
+                args.max_duty,
+                args.quick,
             )
             report(f"{backend}: how sweep grows, M = {sizes}", series, [load_text()])
             panels[f"sweep, {backend}"] = series
