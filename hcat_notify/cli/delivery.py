@@ -455,11 +455,21 @@ def _reader(obj: CliContext, subscriber: str | None) -> AbstractContextManager[C
     help="The most rows one batch (one transaction) deletes; on SQLite batches are "
     "also cut to about 1 ms each, so that writers wait little for the lock.",
 )
+@click.option(
+    "--max-duty",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=None,
+    help="The most of its time the sweep spends deleting, pausing the rest (default "
+    "1/3): lower leaves the writers beside it more of the machine, and the sweep takes "
+    "longer.",
+)
 @output_option
 @click.pass_obj
 @handle_errors
-def sweep(obj: CliContext, batch_size: int) -> None:
+def sweep(obj: CliContext, batch_size: int, max_duty: float | None) -> None:
     """Delete expired mark-set-done retention rows, in batches."""
+    if max_duty is not None and max_duty != max_duty:  # NaN passes the range's test
+        raise click.BadParameter("nan is not in the range 0<x<=1.", param_hint="'--max-duty'")
     shown = obj.output == "text" and sys.stderr.isatty()
 
     def progress(done: int) -> None:
@@ -468,7 +478,9 @@ def sweep(obj: CliContext, batch_size: int) -> None:
     with obj.catalog() as catalog:
         try:
             removed = catalog.dones.sweep_expired(
-                batch_size=batch_size, progress=progress if shown else None
+                batch_size=batch_size,
+                progress=progress if shown else None,
+                max_duty=max_duty,
             )
         finally:
             if shown:

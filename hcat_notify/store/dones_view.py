@@ -173,22 +173,26 @@ class Dones:
         self,
         *,
         batch_size: int = 1000,
+        max_duty: float | None = None,
         max_batches: int | None = None,
         progress: Callable[[int], None] | None = None,
         timer: Callable[[], float] = time.monotonic,
     ) -> int:
         """Delete expired retention rows in batches of about
         :data:`~hcat_notify.store.sweep.SWEEP_BATCH_SECONDS` each and at most
-        ``batch_size`` rows, one transaction each; return how many
-        (:func:`hcat_notify.store.sweep.sweep_expired` describes the arguments).
+        ``batch_size`` rows, one transaction each, busy at most ``max_duty`` of the
+        time (None: :data:`~hcat_notify.store.sweep.SWEEP_MAX_DUTY`); return how
+        many (:func:`hcat_notify.store.sweep.sweep_expired` describes the arguments).
 
         Raises:
-            InvalidInputError: ``batch_size`` is below 1.
+            InvalidInputError: ``batch_size`` is below 1, or ``max_duty`` not above 0
+                and at most 1.
         """
         return sweep.sweep_expired(
             self._transaction,
             self._checkpoint,
             batch_size=batch_size,
+            max_duty=sweep.SWEEP_MAX_DUTY if max_duty is None else max_duty,
             max_batches=max_batches,
             progress=progress,
             timer=timer,

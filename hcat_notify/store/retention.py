@@ -127,11 +127,15 @@ def delete_expired(tx: Tx, batch_size: int) -> int:
     # the sweep more CPU than the database's delete). The expiry index walks only
     # expired rows; a walk of the primary key would pass every older live row of a
     # table with a longer retention, batch after batch.
+    # SKIP LOCKED (PostgreSQL; SQLite has one writer and no row locks): two sweeps at
+    # once each take rows the other does not hold, instead of one waiting for the
+    # other's batch and then finding its rows gone.
     expired = (
         select(_RETENTION.c.event_id)
         .where(_RETENTION.c.expires_at <= tx.now)
         .order_by(_RETENTION.c.expires_at)
         .limit(batch_size)
+        .with_for_update(skip_locked=True)
     )
     result = tx.session.connection().execute(
         delete(_RETENTION).where(_RETENTION.c.event_id.in_(expired))

@@ -17,7 +17,7 @@ from hcat_notify.store.tx import Tx
 
 __all__ = [
     "SWEEP_BATCH_SECONDS",
-    "SWEEP_IDLE_SHARE",
+    "SWEEP_MAX_DUTY",
     "SWEEP_PAUSE_SECONDS",
     "SweepPace",
     "sweep_expired",
@@ -29,10 +29,11 @@ SWEEP_PAUSE_SECONDS = 0.005
 """The pause between two batches: longer than a waiting SQLite writer's poll interval
 (2 ms, :func:`hcat_notify.store.engine.begin_immediate`)."""
 
-SWEEP_IDLE_SHARE = 2.0
-"""The pause after a batch lasts at least this many times the batch: the sweep keeps at
-most a third of one core (and on PostgreSQL, of its server process) busy, and the
-writers running beside it find the CPU they need."""
+SWEEP_MAX_DUTY = 1 / 3
+"""The most of its wall time the sweep spends in its batches (the pause after a batch
+lasts at least ``(1 - duty) / duty`` times the batch): a third keeps at most a third of
+one core (and on PostgreSQL, of its server process) busy, and the writers running
+beside it find the CPU they need (``hcat-notify sweep --max-duty``)."""
 
 SWEEP_BATCH_SECONDS = 0.001
 """How long one batch (one transaction) should take: on SQLite, the longest a writer
@@ -86,6 +87,7 @@ def sweep_expired(
     checkpoint: Callable[[], None] | None,
     *,
     batch_size: int,
+    max_duty: float = SWEEP_MAX_DUTY,
     max_batches: int | None = None,
     progress: Callable[[int], None] | None = None,
     timer: Callable[[], float] = time.monotonic,
@@ -99,15 +101,26 @@ def sweep_expired(
             batch). None on PostgreSQL, whose writers never wait for the sweep's rows:
             every batch is then ``batch_size`` rows, as one statement does them best.
         batch_size: the most rows one batch deletes.
+        max_duty: the most of its wall time the sweep spends in its batches, above 0
+            and at most 1 (:data:`SWEEP_MAX_DUTY`).
         max_batches: stop after this many batches.
         progress: called after each batch with the rows deleted so far.
         timer: the seconds clock that times the batches.
 
+    The sweep ends at a batch that finds nothing to delete, not at one that deletes
+    fewer rows than it asked for: with two sweeps at once, each batch takes the rows
+    the other's batch does not hold (``FOR UPDATE SKIP LOCKED`` on PostgreSQL,
+    :func:`hcat_notify.store.retention.delete_expired`).
+
     Raises:
-        InvalidInputError: ``batch_size`` is below 1.
+        InvalidInputError: ``batch_size`` is below 1, or ``max_duty`` not above 0 and
+            at most 1.
     """
     if batch_size < 1:
         raise InvalidInputError("batch size must be at least 1")
+    if not 0 < max_duty <= 1:
+        raise InvalidInputError(f"the sweep's duty must be above 0 and at most 1, not {max_duty}")
+    idle_share = (1 - max_duty) / max_duty
     if checkpoint is None:
         pace = SweepPace(batch_size, target=math.inf, size=batch_size)
     else:
@@ -125,7 +138,7 @@ def sweep_expired(
         batches += 1
         if progress is not None:
             progress(removed)
-        if deleted < asked:
+        if deleted == 0:
             break
         # No lock is held here: the checkpoint takes the pause's time, not a writer's.
         # After every batch: the log then starts again from its beginning at the next
@@ -135,7 +148,7 @@ def sweep_expired(
         paused = timer()
         if checkpoint is not None:
             checkpoint()
-        pause = max(SWEEP_PAUSE_SECONDS, SWEEP_IDLE_SHARE * took)
+        pause = max(SWEEP_PAUSE_SECONDS, idle_share * took)
         time.sleep(max(0.0, pause - (timer() - paused)))
     logger.debug("swept %d expired retention rows in %d batches", removed, batches)
     return removed

@@ -288,7 +288,7 @@ def test_status_and_sweep(delivery_settings, delivery_catalog: Catalog, clicks: 
         delivery_catalog.mark_set_done(short.name, {"ds": str(n)})
     time.sleep(1.2)
     assert delivery_catalog.retained_dones([short.name]) == []  # expired: not returned
-    swept = hcat("-o", "json", "sweep", "--batch-size", "2")
+    swept = hcat("-o", "json", "sweep", "--batch-size", "2", "--max-duty", "0.5")
     assert json.loads(swept.stdout) == {"removed": 5}
     assert len(delivery_catalog.retained_dones([clicks.name])) == 1  # unexpired kept
 

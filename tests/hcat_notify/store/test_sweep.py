@@ -3,16 +3,19 @@ between them (issue 31: writers keep their latency while a sweep runs)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from hcat_notify.config import Settings, load_settings
+from hcat_notify.errors import InvalidInputError
 from hcat_notify.store import Catalog, sweep
 from hcat_notify.store.sweep import SWEEP_BATCH_SECONDS, SweepPace
 
@@ -47,22 +50,29 @@ class _Statements:
             self.deleted.append(cursor.rowcount)
 
 
+def _expired_and_live(opened: Catalog, settings: Settings, expired: int) -> Catalog:
+    """``opened`` with ``expired`` expired dones (of web.old) and LIVE live ones (of
+    web.kept), seen through a clock two days later."""
+    clock = _Clock()
+    catalog = Catalog(opened._engine, settings, clock=clock)
+    for name, retention in (("web.old", timedelta(days=1)), ("web.kept", timedelta(days=30))):
+        catalog.create_table(
+            name, location=f"/data/{name}", partition_keys=["ds"], retention=retention
+        )
+    for n in range(expired):
+        catalog.mark_set_done("web.old", {"ds": str(n)})
+    for n in range(LIVE):
+        catalog.mark_set_done("web.kept", {"ds": str(n)})
+    clock.now += timedelta(days=2)
+    return catalog
+
+
 @pytest.fixture
 def swept(settings: Settings) -> Iterator[tuple[Catalog, _Statements]]:
     """A catalog holding EXPIRED expired dones and LIVE live ones, its statements
     recorded from then on."""
-    clock = _Clock()
     with Catalog.open(settings) as opened:
-        catalog = Catalog(opened._engine, settings, clock=clock)
-        for name, retention in (("web.old", timedelta(days=1)), ("web.kept", timedelta(days=30))):
-            catalog.create_table(
-                name, location=f"/data/{name}", partition_keys=["ds"], retention=retention
-            )
-        for n in range(EXPIRED):
-            catalog.mark_set_done("web.old", {"ds": str(n)})
-        for n in range(LIVE):
-            catalog.mark_set_done("web.kept", {"ds": str(n)})
-        clock.now += timedelta(days=2)
+        catalog = _expired_and_live(opened, settings, EXPIRED)
         statements = _Statements()
         event.listen(opened._engine, "after_cursor_execute", statements.after)
         yield catalog, statements
@@ -100,7 +110,7 @@ def test_sqlite_batches_grow_while_rows_are_cheap_but_never_past_the_batch_size(
 ):
     catalog, statements = swept
     assert catalog.dones.sweep_expired(batch_size=150, timer=lambda: 0.0) == EXPIRED
-    assert statements.deleted == [100, 150, 50]
+    assert statements.deleted == [100, 150, 50, 0]  # the sweep ends at an empty batch
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
@@ -136,7 +146,7 @@ def test_the_sweep_checkpoints_sqlites_log_between_batches(tmp_path: Path):
     deletes = [n for n, s in enumerate(traced) if s.startswith("DELETE FROM hcat_mark_set_done")]
     checkpoints = [n for n, s in enumerate(traced) if s == "PRAGMA wal_checkpoint(PASSIVE)"]
     assert len(deletes) == 4  # 20 + 20 + 20 + none left
-    # one after each batch but the last (which found fewer rows than it asked for)
+    # one after each batch but the last (which found nothing)
     assert len(checkpoints) == 3, traced
     assert deletes[0] < checkpoints[0] < deletes[1] < checkpoints[1] < deletes[2], traced
 
@@ -166,16 +176,32 @@ class TestPace:
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
-def test_the_pause_after_a_batch_is_twice_the_batch_at_least(
-    swept: tuple[Catalog, _Statements], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("duty", "idle"), [(None, 2.0), (0.2, 4.0), (1.0, 0.0)])
+def test_the_pause_after_a_batch_keeps_the_sweep_within_its_duty(
+    swept: tuple[Catalog, _Statements],
+    monkeypatch: pytest.MonkeyPatch,
+    duty: float | None,
+    idle: float,
 ):
-    # The sweep keeps at most a third of a core busy (PostgreSQL's writers wait for the
-    # CPU, not for its rows): 150 rows "take" 7.5 ms by the timer, so 15 ms of pause
+    # By default the sweep keeps at most a third of a core busy (PostgreSQL's writers
+    # wait for the CPU, not for its rows): 150 rows "take" 7.5 ms by the timer, so 15 ms
+    # of pause; at a duty of 0.2, 30 ms; at 1, the least pause (SWEEP_PAUSE_SECONDS)
     catalog, statements = swept
     pauses: list[float] = []
-    monkeypatch.setattr(sweep.time, "sleep", pauses.append)
-    assert catalog.dones.sweep_expired(batch_size=150, timer=statements.timer) == EXPIRED
-    assert pauses == [pytest.approx(2 * 150 * PER_ROW)] * 2
+    monkeypatch.setattr("hcat_notify.store.sweep.time.sleep", pauses.append)
+    removed = catalog.dones.sweep_expired(batch_size=150, max_duty=duty, timer=statements.timer)
+    assert removed == EXPIRED
+    wanted = max(sweep.SWEEP_PAUSE_SECONDS, idle * 150 * PER_ROW)
+    assert pauses == [pytest.approx(wanted)] * 2
+
+
+@pytest.mark.parametrize("duty", [0.0, -0.1, 1.5, float("nan")])
+def test_a_duty_not_above_0_and_at_most_1_is_refused_before_any_batch(duty: float):
+    def transaction(**_: Any) -> Any:
+        raise AssertionError("no batch may run")
+
+    with pytest.raises(InvalidInputError, match="duty must be above 0 and at most 1"):
+        sweep.sweep_expired(transaction, None, batch_size=10, max_duty=duty)
 
 
 def test_a_batch_reads_expired_rows_only_not_older_live_ones(tmp_path: Path):
@@ -209,3 +235,38 @@ def test_a_batch_reads_expired_rows_only_not_older_live_ones(tmp_path: Path):
         assert len(catalog.retained_dones(["web.kept"])) == LIVE_OLDER
     # about 860 steps of 10 instructions; walking the primary key, 2,260
     assert steps[0] < 1_500, steps[0]
+
+
+BOTH = 400  # expired rows two sweeps share
+BOTH_BATCH = 10
+
+
+def test_two_sweeps_at_once_delete_every_expired_row_once_and_neither_stops_early(
+    settings: Settings,
+):
+    # On PostgreSQL a batch that found its rows taken by the other sweep's batch (it
+    # waited for them, then they were gone) deleted fewer than it asked for, and that
+    # sweep stopped with most of the rows still there; the two could also deadlock
+    with Catalog.open(settings) as opened:
+        catalog = _expired_and_live(opened, settings, BOTH)
+
+        def expired_left() -> int:
+            with opened._engine.connect() as conn:
+                rows = conn.execute(text("SELECT count(*) FROM hcat_mark_set_done")).scalar()
+            return int(rows or 0) - LIVE
+
+        start = threading.Barrier(2)
+
+        def run(_: int) -> tuple[int, int]:
+            """The rows this sweep removed, and the expired ones left when it ended."""
+            start.wait(10)
+            removed = catalog.dones.sweep_expired(batch_size=BOTH_BATCH)
+            return removed, expired_left()
+
+        with ThreadPoolExecutor(2) as pool:  # an error in either is raised here
+            ended = list(pool.map(run, range(2), timeout=60))
+        assert sum(removed for removed, _ in ended) == BOTH, ended
+        # a sweep ends only when what is left is the other's batch under way, at most
+        assert all(left <= BOTH_BATCH for _, left in ended), ended
+        assert expired_left() == 0
+        assert len(catalog.retained_dones(["web.kept"])) == LIVE
