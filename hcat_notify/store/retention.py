@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import cast
 
 from sqlalchemy import Table, delete, insert, select
@@ -120,9 +121,9 @@ def find_covering_done(
     return _retained(min(rows, key=lambda item: item.event_id), name)
 
 
-def delete_expired(tx: Tx, batch_size: int) -> int:
-    """Delete up to ``batch_size`` expired retention rows, the first to expire first, in
-    one statement; how many."""
+def delete_expired(tx: Tx, batch_size: int, *, expired_at: datetime | None = None) -> int:
+    """Delete up to ``batch_size`` retention rows expired at ``expired_at`` (default: the
+    transaction's time), the first to expire first, in one statement; how many."""
     # One statement: the ids never travel to Python and back (a 1,000-id IN list cost
     # the sweep more CPU than the database's delete). The expiry index walks only
     # expired rows; a walk of the primary key would pass every older live row of a
@@ -132,7 +133,7 @@ def delete_expired(tx: Tx, batch_size: int) -> int:
     # other's batch and then finding its rows gone.
     expired = (
         select(_RETENTION.c.event_id)
-        .where(_RETENTION.c.expires_at <= tx.now)
+        .where(_RETENTION.c.expires_at <= (tx.now if expired_at is None else expired_at))
         .order_by(_RETENTION.c.expires_at)
         .limit(batch_size)
         .with_for_update(skip_locked=True)

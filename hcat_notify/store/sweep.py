@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from hcat_notify.errors import InvalidInputError
 from hcat_notify.store import retention
@@ -17,6 +18,7 @@ from hcat_notify.store.tx import Tx
 
 __all__ = [
     "SWEEP_BATCH_SECONDS",
+    "SWEEP_LEAST_DUTY",
     "SWEEP_MAX_DUTY",
     "SWEEP_PAUSE_SECONDS",
     "SweepPace",
@@ -34,6 +36,11 @@ SWEEP_MAX_DUTY = 1 / 3
 lasts at least ``(1 - duty) / duty`` times the batch): a third keeps at most a third of
 one core (and on PostgreSQL, of its server process) busy, and the writers running
 beside it find the CPU they need (``hcat-notify sweep --max-duty``)."""
+
+SWEEP_LEAST_DUTY = 0.01
+"""The lowest ``max_duty`` taken: a batch of 1 ms then pauses about 0.1 s (a sweep of a
+million rows at 100 a batch would take some 17 minutes); below it the pauses grow
+without bound (at 1e-300 one overflows the clock)."""
 
 SWEEP_BATCH_SECONDS = 0.001
 """How long one batch (one transaction) should take: on SQLite, the longest a writer
@@ -101,25 +108,29 @@ def sweep_expired(
             batch). None on PostgreSQL, whose writers never wait for the sweep's rows:
             every batch is then ``batch_size`` rows, as one statement does them best.
         batch_size: the most rows one batch deletes.
-        max_duty: the most of its wall time the sweep spends in its batches, above 0
-            and at most 1 (:data:`SWEEP_MAX_DUTY`).
+        max_duty: the most of its wall time the sweep spends in its batches, from
+            :data:`SWEEP_LEAST_DUTY` to 1 (:data:`SWEEP_MAX_DUTY`).
         max_batches: stop after this many batches.
         progress: called after each batch with the rows deleted so far.
         timer: the seconds clock that times the batches.
 
-    The sweep ends at a batch that finds nothing to delete, not at one that deletes
-    fewer rows than it asked for: with two sweeps at once, each batch takes the rows
-    the other's batch does not hold (``FOR UPDATE SKIP LOCKED`` on PostgreSQL,
+    The sweep deletes the rows expired when its first batch began (the catalog's clock
+    then): rows that expire while it runs are the next sweep's, so that it ends however
+    fast dones expire. It ends at a batch that finds nothing to delete, not at one that
+    deletes fewer rows than it asked for: with two sweeps at once, each batch takes the
+    rows the other's batch does not hold (``FOR UPDATE SKIP LOCKED`` on PostgreSQL,
     :func:`hcat_notify.store.retention.delete_expired`).
 
     Raises:
-        InvalidInputError: ``batch_size`` is below 1, or ``max_duty`` not above 0 and
-            at most 1.
+        InvalidInputError: ``batch_size`` is below 1, or ``max_duty`` below
+            :data:`SWEEP_LEAST_DUTY` or above 1.
     """
     if batch_size < 1:
         raise InvalidInputError("batch size must be at least 1")
-    if not 0 < max_duty <= 1:
-        raise InvalidInputError(f"the sweep's duty must be above 0 and at most 1, not {max_duty}")
+    if not SWEEP_LEAST_DUTY <= max_duty <= 1:
+        raise InvalidInputError(
+            f"the sweep's duty must be from {SWEEP_LEAST_DUTY:g} to 1, not {max_duty}"
+        )
     idle_share = (1 - max_duty) / max_duty
     if checkpoint is None:
         pace = SweepPace(batch_size, target=math.inf, size=batch_size)
@@ -127,11 +138,14 @@ def sweep_expired(
         pace = SweepPace(batch_size)
     removed = 0
     batches = 0
+    cutoff: datetime | None = None
     while max_batches is None or batches < max_batches:
         asked = pace.size
         started = timer()
         with transaction(write=True) as tx:
-            deleted = retention.delete_expired(tx, asked)
+            if cutoff is None:
+                cutoff = tx.now
+            deleted = retention.delete_expired(tx, asked, expired_at=cutoff)
         took = timer() - started
         pace.took(took)
         removed += deleted

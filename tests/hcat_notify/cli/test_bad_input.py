@@ -342,7 +342,8 @@ _COMMANDS = st.one_of(
     st.builds(lambda i: ["outbox", "drop", i], st.sampled_from(["0", "-1", "x", "99", "1"])),
     st.builds(lambda b: ["sweep", "--batch-size", b], _bad_numbers),
     st.builds(
-        lambda d: ["sweep", "--max-duty", d], _bad_numbers | st.sampled_from(["-0.5", "1.5"])
+        lambda d: ["sweep", "--max-duty", d],
+        _bad_numbers | st.sampled_from(["-0.5", "1.5", "1e-300", "0.001"]),
     ),
     st.builds(lambda b: ["relay", "--batch-size", b], _bad_numbers),
     st.builds(lambda t: ["relay", "--timed-interval", t], _bad_numbers),

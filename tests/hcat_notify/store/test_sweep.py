@@ -50,10 +50,12 @@ class _Statements:
             self.deleted.append(cursor.rowcount)
 
 
-def _expired_and_live(opened: Catalog, settings: Settings, expired: int) -> Catalog:
+def _expired_and_live(
+    opened: Catalog, settings: Settings, expired: int, clock: _Clock | None = None
+) -> Catalog:
     """``opened`` with ``expired`` expired dones (of web.old) and LIVE live ones (of
-    web.kept), seen through a clock two days later."""
-    clock = _Clock()
+    web.kept), seen through a clock (``clock``, else a new one) two days later."""
+    clock = _Clock() if clock is None else clock
     catalog = Catalog(opened._engine, settings, clock=clock)
     for name, retention in (("web.old", timedelta(days=1)), ("web.kept", timedelta(days=30))):
         catalog.create_table(
@@ -195,12 +197,12 @@ def test_the_pause_after_a_batch_keeps_the_sweep_within_its_duty(
     assert pauses == [pytest.approx(wanted)] * 2
 
 
-@pytest.mark.parametrize("duty", [0.0, -0.1, 1.5, float("nan")])
-def test_a_duty_not_above_0_and_at_most_1_is_refused_before_any_batch(duty: float):
+@pytest.mark.parametrize("duty", [0.0, -0.1, 1e-300, 0.009, 1.5, float("nan")])
+def test_a_duty_below_the_least_or_above_1_is_refused_before_any_batch(duty: float):
     def transaction(**_: Any) -> Any:
         raise AssertionError("no batch may run")
 
-    with pytest.raises(InvalidInputError, match="duty must be above 0 and at most 1"):
+    with pytest.raises(InvalidInputError, match=r"duty must be from 0\.01 to 1"):
         sweep.sweep_expired(transaction, None, batch_size=10, max_duty=duty)
 
 
@@ -270,3 +272,19 @@ def test_two_sweeps_at_once_delete_every_expired_row_once_and_neither_stops_earl
         assert all(left <= BOTH_BATCH for _, left in ended), ended
         assert expired_left() == 0
         assert len(catalog.retained_dones(["web.kept"])) == LIVE
+
+
+def test_rows_that_expire_while_the_sweep_runs_are_left_to_the_next_sweep(settings: Settings):
+    """The sweep deletes what had expired when it began: dones that keep expiring under
+    it (here the clock jumps past every live row's expiry after the first batch) do not
+    keep it going, so it ends however fast they expire; the next sweep takes them."""
+    with Catalog.open(settings) as opened:
+        clock = _Clock()
+        catalog = _expired_and_live(opened, settings, EXPIRED, clock)
+
+        def later(done: int) -> None:  # after each batch: a month on
+            clock.now += timedelta(days=31)
+
+        swept = catalog.dones.sweep_expired(batch_size=100, max_duty=1, progress=later)
+        assert swept == EXPIRED  # not the LIVE rows that expired meanwhile
+        assert catalog.dones.sweep_expired(batch_size=100, max_duty=1) == LIVE

@@ -54,8 +54,8 @@ def test_a_writer_waiting_during_a_sweep_gets_the_lock_at_the_next_batch(
         writer = threading.Thread(target=write)
         real = retention.delete_expired
 
-        def counted(tx, batch_size):
-            deleted = real(tx, batch_size)
+        def counted(tx, batch_size, **kwargs):
+            deleted = real(tx, batch_size, **kwargs)
             batches[0] += 1
             if batches[0] == 3:  # the writer asks for the lock while this batch holds it
                 writer.start()
