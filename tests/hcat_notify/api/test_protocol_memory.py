@@ -27,6 +27,6 @@ def test_the_protocol_instance_is_no_larger_than_uvicorns():
             cls(config=config, server_state=ServerState(), app_state={}, _loop=loop)
             for cls in (ApiHttpProtocol, HttpToolsProtocol)
         )
-        assert sys.getsizeof(ours.__dict__) == sys.getsizeof(theirs.__dict__)
+        assert sys.getsizeof(ours.__dict__) <= sys.getsizeof(theirs.__dict__)
     finally:
         loop.close()
