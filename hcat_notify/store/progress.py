@@ -22,6 +22,7 @@ __all__ = [
     "BucketProgress",
     "is_published",
     "keep_bucket",
+    "keep_bucket_params",
     "keep_bucket_statement",
     "last_publish_by_topic",
     "move_positions",
@@ -134,13 +135,26 @@ def keep_bucket_statement(dialect: str) -> Update:
     return _KEEP_BUCKET
 
 
+def keep_bucket_params(
+    member_id: str, bucket: int, epoch: int, through: int = -1
+) -> dict[str, Any]:
+    """The parameters of :func:`keep_bucket_statement`: ``bucket`` kept while
+    ``member_id`` owns it at ``epoch``, its position moved up to ``through`` (-1: not
+    moved, the fence alone)."""
+    return {
+        "keep_bucket": bucket,
+        "keep_owner": member_id,
+        "keep_epoch": epoch,
+        "keep_through": through,
+    }
+
+
 def keep_bucket(tx: Tx, member_id: str, bucket: int, epoch: int) -> bool:
     """The fence of a write for ``bucket``: whether ``member_id`` still owns it at
     ``epoch`` (the statement :func:`record_progress` starts with, moving nothing; on
     PostgreSQL it locks the row against a move until ``tx`` ends)."""
     kept = tx.session.connection().execute(
-        _KEEP_BUCKET,
-        {"keep_bucket": bucket, "keep_owner": member_id, "keep_epoch": epoch, "keep_through": -1},
+        _KEEP_BUCKET, keep_bucket_params(member_id, bucket, epoch)
     )
     return bool(kept.rowcount)
 
@@ -160,12 +174,7 @@ def record_progress(tx: Tx, member_id: str, updates: Mapping[int, BucketProgress
     for bucket, progress in sorted(updates.items()):
         kept = connection.execute(
             _KEEP_BUCKET,
-            {
-                "keep_bucket": bucket,
-                "keep_owner": member_id,
-                "keep_epoch": progress.epoch,
-                "keep_through": progress.published_through,
-            },
+            keep_bucket_params(member_id, bucket, progress.epoch, progress.published_through),
         )
         if kept.rowcount == 0:
             lost.add(bucket)

@@ -27,7 +27,7 @@ from hcat_notify.model.events import EventType
 from hcat_notify.model.webhooks import TablePatterns, WebhookFormat, WebhookState
 from hcat_notify.store.driver import compiled
 from hcat_notify.store.models import OutboxRow, TableRow, WebhookProgressRow, WebhookRow
-from hcat_notify.store.progress import keep_bucket, keep_bucket_statement
+from hcat_notify.store.progress import keep_bucket, keep_bucket_params, keep_bucket_statement
 from hcat_notify.store.tx import WEBHOOKS_CHANNEL, Tx, clock_sql
 
 __all__ = [
@@ -495,16 +495,7 @@ def record_delivered_many(
     for item in items:
         owned = buckets.get((item.bucket, item.epoch))
         if owned is None:
-            cursor.execute(
-                *keep.bind(
-                    {
-                        "keep_bucket": item.bucket,
-                        "keep_owner": member_id,
-                        "keep_epoch": item.epoch,
-                        "keep_through": -1,
-                    }
-                )
-            )
+            cursor.execute(*keep.bind(keep_bucket_params(member_id, item.bucket, item.epoch)))
             owned = buckets[(item.bucket, item.epoch)] = cursor.rowcount > 0
         if not owned:
             found.append("lost")

@@ -190,7 +190,7 @@ class Webhooks:
         (:meth:`FastPath.outbox_page`)."""
         fast = self._fast
         rows = fast.outbox_page(in_buckets, after=after_event_id, limit=limit) if in_buckets else []
-        return outbox_events(rows), stamps_of(fast.own_rows(stamps_query))
+        return outbox_events(rows), self.stamps()
 
     def progress(self, webhook_ids: Sequence[int], in_buckets: Sequence[int]) -> list[WebhookTopic]:
         """The progress rows of some webhooks in some buckets."""
