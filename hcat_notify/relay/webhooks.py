@@ -275,8 +275,9 @@ class WebhookDelivery:
         self._targets, self._owned, self._scan = targets, owned, 0
 
     def _take(self, targets: dict[int, WebhookTarget], owned: dict[int, Ownership]) -> None:
-        """Take in the webhooks and buckets as now read: forget lanes of what changed, and
-        read the progress of what is new (a new webhook, a gained bucket)."""
+        """Take in the webhooks and buckets as now read: forget lanes of what changed (a
+        lane's progress is read again with its next events, :meth:`_open`), and read
+        again from where what is new starts (a new webhook, a gained bucket)."""
         changed_hooks = (
             set()
             if targets is self._targets
@@ -298,26 +299,6 @@ class WebhookDelivery:
             self._buffers.clear()  # the pass reads again from further back
         reload_hooks = [hook for hook in targets if hook in changed_hooks]
         reload_buckets = [bucket for bucket in owned if bucket in changed_buckets]
-        rows: list[WebhookTopic] = []
-        if reload_hooks:
-            rows += self._catalog.webhooks.progress(reload_hooks, list(owned))
-        if reload_buckets:
-            rest = [hook for hook in targets if hook not in changed_hooks]
-            rows += self._catalog.webhooks.progress(rest, reload_buckets)
-        with self._lock:
-            for row in rows:
-                if row.bucket in owned:
-                    self._lanes[(row.webhook_id, row.topic)] = Lane(
-                        row.webhook_id,
-                        row.topic,
-                        row.bucket,
-                        owned[row.bucket].epoch,
-                        row.last_event_id,
-                        attempts=row.attempts,
-                        retry_at=row.retry_at or 0.0,
-                        failing_since=row.failing_since,
-                        parked=row.parked_at is not None,
-                    )
         # read again from where the earliest of the webhooks read again starts (their
         # events may lie behind); the others' lanes stand (their jobs read what their
         # cleared buffers held), so a webhook added from now reads nothing again however
@@ -350,42 +331,89 @@ class WebhookDelivery:
                     return True  # read again from where the changed webhooks start
             if not events:
                 return False
+            wanted, last = self._wanted(events)
+            opened = self._open(last)
             with self._lock:
-                self._note(events, start)
+                self._note(wanted, last, opened, start)
                 self._buffers.read_through = events[-1].event_id
             self._scan = events[-1].event_id
             if len(events) < page_size:
                 return False
         return True
 
-    def _note(self, events: list[OutboxEvent], start: int) -> None:
-        """Keep each wanted event of a page (read after ``start``) for its lane, and move
-        each lane's head to the last of them (once per page: lanes are immutable)."""
-        wanted: dict[tuple[int, str, EventType], bool] = {}  # whether a webhook wants
+    def _wanted(
+        self, events: list[OutboxEvent]
+    ) -> tuple[list[tuple[tuple[int, str], OutboxEvent]], dict[tuple[int, str], OutboxEvent]]:
+        """Each event of a page with each lane that wants it, in id order, and each lane's
+        last event of the page."""
+        wants_of: dict[tuple[int, str, EventType], bool] = {}  # whether a webhook wants
+        wanted: list[tuple[tuple[int, str], OutboxEvent]] = []
         last: dict[tuple[int, str], OutboxEvent] = {}  # lane -> its last event here
-        keep = self._buffers.keep
         targets = [target.info for target in self._targets.values()]
         for event in events:
             for info in targets:
                 if event.event_id <= info.start_after:
                     continue
                 kind = (info.id, event.table, event.event_type)
-                wants = wanted.get(kind)
+                wants = wants_of.get(kind)
                 if wants is None:
-                    wants = wanted[kind] = info.wants(event.table, event.event_type)
+                    wants = wants_of[kind] = info.wants(event.table, event.event_type)
                 if wants:
                     key = (info.id, event.topic)
                     last[key] = event
-                    keep(key, start, event)
+                    wanted.append((key, event))
+        return wanted, last
+
+    def _open(self, last: dict[tuple[int, str], OutboxEvent]) -> dict[tuple[int, str], Lane]:
+        """The lanes of a page that the pass does not hold yet, opened where their
+        progress stands (one read for all of them): a lane is held from its first events
+        after its bucket was gained or its webhook changed, so that what the pass keeps
+        grows with the topics that have events, not with every topic ever delivered."""
+        with self._lock:
+            new = [key for key in last if key not in self._lanes]
+        if not new:
+            return {}
+        rows = {(row.webhook_id, row.topic): row for row in self._catalog.webhooks.progress(new)}
+        opened = {}
+        for key in new:
+            hook, topic = key
+            bucket = last[key].bucket
+            epoch = self._owned[bucket].epoch
+            row = rows.get(key)
+            if row is None:
+                start_after = self._targets[hook].info.start_after
+                opened[key] = Lane(hook, topic, bucket, epoch, start_after)
+            else:
+                opened[key] = _lane_of(row, bucket, epoch)
+        return opened
+
+    def _note(
+        self,
+        wanted: list[tuple[tuple[int, str], OutboxEvent]],
+        last: dict[tuple[int, str], OutboxEvent],
+        opened: dict[tuple[int, str], Lane],
+        start: int,
+    ) -> None:
+        """Keep each wanted event of a page (read after ``start``) for its lane, and move
+        each lane's head to the last of them (once per page: lanes are immutable). A lane
+        opened for the page whose progress is past the page's events (a bucket's history
+        read again) is not held: nothing of it waits."""
+        behind = {key for key, lane in opened.items() if last[key].event_id <= lane.cursor}
+        keep = self._buffers.keep
+        for key, event in wanted:
+            if key not in behind:
+                keep(key, start, event)
         for key, event in last.items():
-            lane = self._lanes.get(key)
-            if lane is None:
-                start_after = self._targets[key[0]].info.start_after
-                epoch = self._owned[event.bucket].epoch
-                lane = Lane(key[0], event.topic, event.bucket, epoch, start_after)
+            if key in behind:
+                continue
+            lane = self._lanes.get(key) or opened.get(key)
+            if lane is None:  # dropped while the page was read: opened again next time
+                continue
             if event.event_id > lane.head:
                 self._lanes[key] = replace(lane, head=event.event_id)
                 self._waiting.add(key)
+            elif key not in self._lanes:
+                self._lanes[key] = lane
 
     def _dispatch(self) -> None:
         """Start a job for each lane with events waiting, due, not running, within the
@@ -614,3 +642,18 @@ def _changed(new: Mapping[K, V], old: Mapping[K, V], stamp: Callable[[V], int]) 
         for key in new.keys() | old.keys()
         if key not in new or key not in old or stamp(new[key]) != stamp(old[key])
     }
+
+
+def _lane_of(row: WebhookTopic, bucket: int, epoch: int) -> Lane:
+    """A lane opened where its progress row stands (the bucket's epoch as now owned)."""
+    return Lane(
+        row.webhook_id,
+        row.topic,
+        bucket,
+        epoch,
+        row.last_event_id,
+        attempts=row.attempts,
+        retry_at=row.retry_at or 0.0,
+        failing_since=row.failing_since,
+        parked=row.parked_at is not None,
+    )

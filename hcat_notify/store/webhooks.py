@@ -431,6 +431,21 @@ def topics(
     return [topic_of(row) for row in tx.session.scalars(query.order_by(WebhookProgressRow.topic))]
 
 
+def topics_of(tx: Tx, keys: Sequence[tuple[int, str]]) -> list[WebhookTopic]:
+    """The progress rows of some (webhook id, topic) pairs, those that have one (probes
+    of the primary key)."""
+    wanted = set(keys)
+    if not wanted:
+        return []
+    progress = WebhookProgressRow
+    query = select(progress).where(
+        progress.webhook_id.in_(sorted({hook for hook, _ in wanted})),
+        progress.topic.in_(sorted({topic for _, topic in wanted})),
+    )
+    found = tx.session.scalars(query)
+    return [topic_of(row) for row in found if (row.webhook_id, row.topic) in wanted]
+
+
 def _fenced(tx: Tx, member_id: str, at: LanePosition) -> str:
     """The fence of a progress write: ``lost`` (the bucket is not the member's at that
     epoch), ``changed`` (the webhook changed or went), else ``ok``; on PostgreSQL both

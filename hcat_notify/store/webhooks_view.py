@@ -216,10 +216,10 @@ class Webhooks:
         rows = fast.outbox_page(in_buckets, after=after_event_id, limit=limit) if in_buckets else []
         return outbox_events(rows), self.stamps()
 
-    def progress(self, webhook_ids: Sequence[int], in_buckets: Sequence[int]) -> list[WebhookTopic]:
-        """The progress rows of some webhooks in some buckets."""
+    def progress(self, keys: Sequence[tuple[int, str]]) -> list[WebhookTopic]:
+        """The progress rows of some (webhook id, topic) lanes, those that have one."""
         with self._transaction() as tx:
-            return webhooks.topics(tx, webhook_ids, in_buckets)
+            return webhooks.topics_of(tx, keys)
 
     def topic_events(
         self, topic: str, *, after_event_id: int, through: int, limit: int

@@ -1,0 +1,81 @@
+"""A relay's webhook pass holds the lanes of the topics that have events, not of every
+topic ever delivered (issue 31): it read, at its first pass and at every gained bucket,
+the progress row of every (webhook, topic) of its buckets and kept a lane of each, so
+that its memory and that read grew with every topic the webhooks ever got."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import cast
+
+from hcat_notify.config import Settings
+from hcat_notify.model.topics import topic_bucket
+from hcat_notify.relay import Relay, RelayConfig
+from hcat_notify.store import Catalog
+from hcat_notify.store.models import WebhookProgressRow
+from tests.fakes.broker import FakeBroker
+from tests.fixtures.catalog_rows import bulk_insert
+from tests.fixtures.counted_webhooks import CountedWebhooks
+from tests.fixtures.webhook_receiver import Receiver, event_ids
+
+IDLE = 400  # topics each webhook was delivered once, with no events now
+
+
+def test_the_pass_reads_and_holds_the_progress_of_the_topics_with_events_only(
+    settings: Settings, broker: FakeBroker
+):
+    settings = dataclasses.replace(settings, webhook_allow=("127.0.0.1",), webhook_timeout=5.0)
+    receiver = Receiver()
+    try:
+        with Catalog.open(settings) as catalog:
+            catalog.create_table("web.clicks", location="/w/clicks", partition_keys=["ds"])
+            catalog.create_table("web.views", location="/w/views", partition_keys=["ds"])
+            before = catalog.mark_set_done("web.clicks", {"ds": "0"})
+            hooks = {}
+            for name in ("a", "b"):
+                # from the done on (the tables' creation went to the database's topic)
+                catalog.webhooks.add(name, f"{receiver.url}/{name}", "web.*", from_event=before)
+                hooks[name] = catalog.webhooks.get(name).id
+            clicks = catalog.get_table("web.clicks").topic
+            buckets = catalog.group.info().bucket_count
+            idle = [f"hcat.web.idle{n:04d}" for n in range(IDLE)]
+            bulk_insert(
+                settings.database_url,
+                WebhookProgressRow,
+                [
+                    {
+                        "webhook_id": hook,
+                        "topic": topic,
+                        "bucket": topic_bucket(topic, buckets),
+                        "last_event_id": position,
+                        "epoch": 1,
+                        "updated_at": 1.0,
+                    }
+                    for hook in hooks.values()
+                    for topic, position in [*((t, 1) for t in idle), (clicks, before)]
+                ],
+            )
+            fresh = [catalog.mark_set_done("web.clicks", {"ds": str(n)}) for n in (1, 2)]
+            views = catalog.mark_set_done("web.views", {"ds": "1"})
+            counted = CountedWebhooks(catalog, "progress", len)
+            with Relay(
+                settings,
+                config=RelayConfig(webhook_interval=60.0, batch_size=50),
+                catalog=cast(Catalog, counted),
+                connection_factory=broker.connection,
+                member_id="solo",
+            ) as relay:
+                relay.drain()
+                # the two topics with events, per webhook: not the 800 idle lanes
+                assert counted.total == 2, counted.total
+            shown = {t.topic: t.last_event_id for t in catalog.webhooks.topics("a")}
+    finally:
+        receiver.close()
+    got: dict[str, list[int]] = {}
+    for request in receiver.ok():
+        got.setdefault(request.path, []).extend(event_ids(request))
+    # each webhook got what came after its progress: not the done its progress is at
+    for name in ("a", "b"):
+        assert sorted(got[f"/hook/{name}"]) == sorted([*fresh, views])
+    assert shown[clicks] == fresh[-1]
+    assert len(shown) == IDLE + 2
