@@ -26,10 +26,20 @@ ratio at the largest T is at most 1.5. ``webhooks list`` reads the W webhooks' r
 only: it is flat in T by construction and measured as a control. ``--unchecked`` skips
 the checks, to measure a build whose answers differ (one from before the pages and the
 counts: ``PYTHONPATH=<its checkout>``).
+
+The relay (``--parts b``; needs a broker: a private one, or ``--broker-url``): the
+webhooks point at a receiver on loopback (``tests/fixtures/webhook_receiver.py``, a
+process); per round, 20 dones of one table (``hooks.zz``, one topic) are written on each
+catalog, then ``hcat-notify relay --once`` (a process) publishes them and delivers them
+to the W webhooks: its wall time and peak RSS (sampled every 20 ms), alternating base
+and grown, median of the rounds; every webhook's progress of that topic checked at the
+last done. Its first pass over buckets it gains holds the W x T idle lanes or not: what
+the relay keeps must grow with the topics that have events only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import signal
@@ -41,12 +51,21 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _receivers import Receivers
 from _scale_dbs import catalog_urls
 from _scale_load import LOAD_CHUNK, Loader
-from _scale_main import backends_of, growth_parser, growth_run, rounds_of, sizes_of
+from _scale_main import (
+    backends_of,
+    command_with_peak,
+    growth_parser,
+    growth_run,
+    rounds_of,
+    sizes_of,
+)
 from _scale_report import Series, flat, report
 from _scale_serve import cli, serve
-from _support import HOST, free_port, load_text, log, make_settings, run_main
+from _support import HOST, Broker, free_port, free_ports, load_text, log, make_settings, run_main
+from sqlalchemy import create_engine, text
 
 from hcat_notify.config import Settings
 from hcat_notify.model.topics import DEFAULT_BUCKETS, topic_bucket
@@ -60,6 +79,8 @@ XLABEL = "topics per webhook (T)"
 WRITER = ("hcat-publisher", "hcat-publisher-dev")
 URL = "https://hooks.example.com/in"
 SHOWN = "hook00"
+ACTIVE = "hooks.zz"  # the table with events: its topic sorts after every idle one
+DONES = 20  # written before each relay run
 COLUMNS = (
     "webhook_id",
     "topic",
@@ -87,13 +108,43 @@ def parked(n: int) -> bool:
     return n % 1000 == 999
 
 
-def prepare(settings: Settings, webhooks: int) -> dict[str, int]:
-    """The webhooks (and the table their pattern needs), added the ordinary way."""
+def prepare(settings: Settings, webhooks: int, url: str) -> dict[str, int]:
+    """The webhooks to ``url`` (and the table their pattern needs), added the ordinary
+    way."""
+    settings = dataclasses.replace(settings, webhook_allow=(HOST,))
     with Catalog.open(settings) as catalog:
-        catalog.create_table("hooks.t", location="/data/hooks/t", partition_keys=["ds"])
+        catalog.create_table(ACTIVE, location="/data/hooks/zz", partition_keys=["ds"])
         for w in range(webhooks):
-            catalog.webhooks.add(f"hook{w:02d}", URL, "hooks.*", from_event=1)
+            # from now: the table's creation (on the catalog's own topics) goes to none
+            catalog.webhooks.add(f"hook{w:02d}", url, "hooks.*")
         return {info.name: info.id for info in catalog.webhooks.every()}
+
+
+def relay_round(settings: Settings, hooks: dict[str, int], round_: int) -> tuple[float, int]:
+    """Write the dones, run ``relay --once``: its seconds and peak RSS; check that every
+    webhook got the last done."""
+    with Catalog.open(settings) as catalog:
+        for n in range(DONES):
+            last = catalog.mark_set_done(ACTIVE, {"ds": f"r{round_:03d}-{n:02d}"})
+        topic_name = catalog.get_table(ACTIVE).topic
+    seconds, peak, _ = command_with_peak(["relay", "--once"], settings)
+    engine = create_engine(settings.database_url)
+    try:
+        with engine.connect() as conn:
+            found: dict[int, int] = dict(
+                conn.execute(
+                    text(
+                        "SELECT webhook_id, last_event_id FROM hcat_webhook_progress"
+                        " WHERE topic = :topic"
+                    ),
+                    {"topic": topic_name},
+                ).all()
+            )
+    finally:
+        engine.dispose()
+    if found != {hook: last for hook in hooks.values()}:
+        raise RuntimeError(f"relay --once: the webhooks are at {found}, not at {last}")
+    return seconds, peak
 
 
 def grow(url: str, hooks: dict[str, int], have: int, size: int) -> float:
@@ -208,6 +259,57 @@ def _timed(call: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
+def measure(
+    series: dict[str, Series],
+    size: int,
+    rounds: int,
+    calls: dict[str, dict[str, Callable[[], object]]],
+) -> None:
+    """Each cost's calls on both catalogs, alternating a call at a time: the median of
+    the rounds' medians, grown beside base."""
+    for name, of_role in calls.items():
+        for call in of_role.values():  # warm: caches, plans
+            call()
+        medians: dict[str, list[float]] = {"base": [], "grown": []}
+        for _ in range(rounds):
+            times: dict[str, list[float]] = {"base": [], "grown": []}
+            for _ in range(SLICES):
+                for role, call in of_role.items():
+                    times[role].append(_timed(call))
+            for role in of_role:
+                medians[role].append(statistics.median(times[role]))
+        series[name].add(
+            size,
+            statistics.median(medians["grown"]) * 1000,
+            statistics.median(medians["base"]) * 1000,
+        )
+
+
+def measure_relay(
+    series: dict[str, Series],
+    size: int,
+    rounds: int,
+    settings: dict[str, Settings],
+    hooks: dict[str, dict[str, int]],
+    done: list[int],
+) -> None:
+    """``relay --once`` on both catalogs, alternating, ``rounds`` times: the median wall
+    time and peak RSS, grown beside base (``done``: the rounds each catalog ran so far)."""
+    figures: dict[str, list[tuple[float, int]]] = {"base": [], "grown": []}
+    for _ in range(rounds):
+        for role in ("base", "grown"):
+            done[0] += 1
+            figures[role].append(relay_round(settings[role], hooks[role], done[0]))
+    wall = {role: statistics.median(s for s, _ in found) for role, found in figures.items()}
+    rss = {role: statistics.median(p for _, p in found) for role, found in figures.items()}
+    series[RELAY_WALL].add(size, wall["grown"], wall["base"])
+    series[RELAY_RSS].add(size, rss["grown"] / 2**20, rss["base"] / 2**20)
+
+
+RELAY_WALL = f"relay --once, {DONES} dones to each webhook, wall"
+RELAY_RSS = f"relay --once, {DONES} dones to each webhook, peak RSS"
+
+
 def run_backend(
     backend: str,
     workdir: Path,
@@ -215,26 +317,43 @@ def run_backend(
     rounds: int,
     webhooks: int,
     admin_url: str | None,
+    relay: tuple[str, str] | None,
     checked: bool = True,
 ) -> list[Series]:
+    """The costs at each size; with ``relay`` (a broker's URL, a receiver's) also the
+    relay's."""
     series = {name: Series(f"{name}, median", "ms", XLABEL, flat) for name in COSTS}
-    broker = f"stomp://{HOST}:{free_port()}"  # none: nothing here publishes
+    if relay is not None:
+        series[RELAY_WALL] = Series(f"{RELAY_WALL}, median", "s", XLABEL, flat)
+        series[RELAY_RSS] = Series(f"{RELAY_RSS}, median", "MiB", XLABEL, flat)
+    # without the relay, no broker: nothing publishes
+    broker, url = relay if relay is not None else (f"stomp://{HOST}:{free_port()}", URL)
     servers: list[subprocess.Popen[bytes]] = []
     with catalog_urls(backend, workdir, ["hooks_base", "hooks_grown"], admin_url) as urls:
         roles = ("base", "grown")
         settings = {
-            role: make_settings(workdir / f"{backend}-{role}", broker, url)
-            for role, url in zip(roles, urls, strict=True)
+            role: make_settings(workdir / f"{backend}-{role}", broker, db_url)
+            for role, db_url in zip(roles, urls, strict=True)
         }
-        hooks = {role: prepare(s, webhooks) for role, s in settings.items()}
+        hooks = {role: prepare(s, webhooks, url) for role, s in settings.items()}
         seconds = grow(urls[0], hooks["base"], 0, sizes[0])
         log(f"{backend}: base catalog at T = {sizes[0]:,} in {seconds:.1f} s")
         clients = {role: httpx.Client(auth=WRITER, timeout=60) for role in roles}
+        relay_rounds = [0]
         try:
             apis = {}
             for role, s in settings.items():
                 proc, apis[role] = serve(workdir, s, f"hooks-{backend}-{role}")
                 servers.append(proc)
+            if relay is not None:  # the tables' creation published and delivered: not timed
+                measure_relay(
+                    {k: Series(k, "", "") for k in (RELAY_WALL, RELAY_RSS)},
+                    0,
+                    1,
+                    settings,
+                    hooks,
+                    relay_rounds,
+                )
             have = 0
             for size in sizes:
                 seconds = grow(urls[1], hooks["grown"], have, size)
@@ -247,22 +366,17 @@ def run_backend(
                     said = verify(urls[1], apis["grown"], clients["grown"], hooks["grown"], size)
                     verify(urls[0], apis["base"], clients["base"], hooks["base"], sizes[0])
                     print(f"# {backend} T = {size:,}: checked {said}", flush=True)
-                for name, cost in COSTS.items():
-                    calls = {r: cost(settings[r].database_url, apis[r], clients[r]) for r in roles}
-                    for role in roles:  # warm: caches, plans
-                        calls[role]()
-                    medians: dict[str, list[float]] = {"base": [], "grown": []}
-                    for _ in range(rounds):
-                        times: dict[str, list[float]] = {"base": [], "grown": []}
-                        for _ in range(SLICES):
-                            for role in roles:
-                                times[role].append(_timed(calls[role]))
-                        for role in roles:
-                            medians[role].append(statistics.median(times[role]))
-                    series[name].add(
-                        size,
-                        statistics.median(medians["grown"]) * 1000,
-                        statistics.median(medians["base"]) * 1000,
+                calls = {
+                    name: {r: cost(settings[r].database_url, apis[r], clients[r]) for r in roles}
+                    for name, cost in COSTS.items()
+                }
+                measure(series, size, rounds, calls)
+                if relay is not None:
+                    measure_relay(series, size, rounds, settings, hooks, relay_rounds)
+                    print(
+                        f"# {backend} T = {size:,}: relay --once delivered every done to "
+                        f"every webhook, {rounds} round(s) a catalog",
+                        flush=True,
                     )
                 log(f"{backend} T = {size:,} measured; {load_text()}")
         finally:
@@ -281,29 +395,54 @@ def main() -> None:
     p = growth_parser(__doc__, "comma-separated T, e.g. 1000,10000,100000", rounds=True)
     p.add_argument("--webhooks", type=int, default=WEBHOOKS, help="W, the webhooks")
     p.add_argument("--unchecked", action="store_true", help="do not check the answers")
+    p.add_argument("--parts", default="a,b", help="a (the overviews), b (the relay)")
+    p.add_argument(
+        "--broker-url",
+        help="(b): a running broker (STOMP URL, the default publisher's credentials) instead "
+        "of starting a private one",
+    )
     args = p.parse_args()
     sizes = sizes_of(args.sizes, args.quick, SIZES, QUICK_SIZES)
     rounds = rounds_of(args)
+    parts = {part.strip() for part in args.parts.split(",")}
     title = f"how the webhooks' overviews grow: {args.webhooks} webhooks, {rounds} rounds"
     with growth_run(args, title, "webhooks") as (workdir, panels):
-        for backend in backends_of(args):
-            series = run_backend(
-                backend,
-                workdir,
-                sizes,
-                rounds,
-                args.webhooks,
-                args.postgresql_admin_url,
-                not args.unchecked,
-            )
-            report(
-                f"{backend}: how the webhooks' overviews grow, {args.webhooks} webhooks x "
-                f"T = {', '.join(f'{s:,}' for s in sizes)} topics each, against the same at "
-                f"T = {sizes[0]:,} (same rounds)",
-                series,
-                [load_text()],
-            )
-            panels[f"webhooks' overviews, {backend}"] = series
+        broker = None
+        if "b" in parts and args.broker_url is None:
+            stomp_port, openwire_port = free_ports(2)
+            broker = Broker(workdir, stomp_port, openwire_port, java_opts=args.broker_java_opts)
+        receiver = Receivers() if "b" in parts else None
+        try:
+            if broker is not None:
+                broker.start()
+            broker_url = args.broker_url or (broker.url if broker is not None else None)
+            relay = (broker_url, receiver.url("all")) if receiver and broker_url else None
+            for backend in backends_of(args):
+                series = run_backend(
+                    backend,
+                    workdir,
+                    sizes,
+                    rounds,
+                    args.webhooks,
+                    args.postgresql_admin_url,
+                    relay,
+                    not args.unchecked,
+                )
+                if "a" not in parts:
+                    series = [s for s in series if s.name.startswith("relay")]
+                report(
+                    f"{backend}: how the webhooks' overviews grow, {args.webhooks} webhooks x "
+                    f"T = {', '.join(f'{s:,}' for s in sizes)} topics each, against the same "
+                    f"at T = {sizes[0]:,} (same rounds)",
+                    series,
+                    [load_text()],
+                )
+                panels[f"webhooks' overviews, {backend}"] = series
+        finally:
+            if receiver is not None:
+                receiver.close()
+            if broker is not None:
+                broker.stop()
 
 
 if __name__ == "__main__":
