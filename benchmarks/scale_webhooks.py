@@ -12,8 +12,9 @@ epoch; every 500th topic failing and retried, every 1,000th parked, as
 ``record_failure`` leaves them), by ``executemany`` on SQLite and ``COPY`` on
 PostgreSQL, in transactions of 50,000 rows; PostgreSQL is then vacuumed and analyzed
 (what autovacuum does within a minute), SQLite is not (nothing in hcat-notify runs
-``ANALYZE``: the plans are those of a catalog in use). A real ``hcat-notify serve``
-runs on each catalog.
+``ANALYZE``: the plans are those of a catalog in use), and both SQLite catalogs' files
+are read through once after each load (the page cache a catalog in use has, as
+``scale.py`` does). A real ``hcat-notify serve`` runs on each catalog.
 
 At each T every cost runs on both catalogs for 3 rounds (``--rounds``), each round
 alternating base and grown a call at a time (so that both meet the same load); a
@@ -53,7 +54,7 @@ from typing import Any
 import httpx
 from _receivers import Receivers
 from _scale_dbs import catalog_urls
-from _scale_load import LOAD_CHUNK, Loader
+from _scale_load import LOAD_CHUNK, Loader, warm
 from _scale_main import (
     backends_of,
     command_with_peak,
@@ -358,9 +359,11 @@ def run_backend(
             for size in sizes:
                 seconds = grow(urls[1], hooks["grown"], have, size)
                 have = size
+                warmed = sum(warm(db_url) for db_url in urls)
                 log(
                     f"{backend}: grown catalog at T = {size:,} ({size * webhooks:,} progress "
-                    f"rows) loaded in {seconds:.1f} s; {load_text()}"
+                    f"rows) loaded in {seconds:.1f} s, read into the page cache in "
+                    f"{warmed:.1f} s; {load_text()}"
                 )
                 if checked:
                     said = verify(urls[1], apis["grown"], clients["grown"], hooks["grown"], size)
