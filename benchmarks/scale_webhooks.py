@@ -320,10 +320,12 @@ def run_backend(
     admin_url: str | None,
     relay: tuple[str, str] | None,
     checked: bool = True,
+    overviews: bool = True,
 ) -> list[Series]:
-    """The costs at each size; with ``relay`` (a broker's URL, a receiver's) also the
-    relay's."""
-    series = {name: Series(f"{name}, median", "ms", XLABEL, flat) for name in COSTS}
+    """The overviews' costs at each size (unless not ``overviews``); with ``relay`` (a
+    broker's URL, a receiver's) also the relay's."""
+    costs = COSTS if overviews else {}
+    series = {name: Series(f"{name}, median", "ms", XLABEL, flat) for name in costs}
     if relay is not None:
         series[RELAY_WALL] = Series(f"{RELAY_WALL}, median", "s", XLABEL, flat)
         series[RELAY_RSS] = Series(f"{RELAY_RSS}, median", "MiB", XLABEL, flat)
@@ -365,13 +367,13 @@ def run_backend(
                     f"rows) loaded in {seconds:.1f} s, read into the page cache in "
                     f"{warmed:.1f} s; {load_text()}"
                 )
-                if checked:
+                if checked and overviews:
                     said = verify(urls[1], apis["grown"], clients["grown"], hooks["grown"], size)
                     verify(urls[0], apis["base"], clients["base"], hooks["base"], sizes[0])
                     print(f"# {backend} T = {size:,}: checked {said}", flush=True)
                 calls = {
                     name: {r: cost(settings[r].database_url, apis[r], clients[r]) for r in roles}
-                    for name, cost in COSTS.items()
+                    for name, cost in costs.items()
                 }
                 measure(series, size, rounds, calls)
                 if relay is not None:
@@ -430,9 +432,8 @@ def main() -> None:
                     args.postgresql_admin_url,
                     relay,
                     not args.unchecked,
+                    "a" in parts,
                 )
-                if "a" not in parts:
-                    series = [s for s in series if s.name.startswith("relay")]
                 report(
                     f"{backend}: how the webhooks' overviews grow, {args.webhooks} webhooks x "
                     f"T = {', '.join(f'{s:,}' for s in sizes)} topics each, against the same "
