@@ -6,7 +6,11 @@ that its memory and that read grew with every topic the webhooks ever got."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
+from pathlib import Path
 from typing import cast
+
+import pytest
 
 from hcat_notify.config import Settings
 from hcat_notify.model.topics import topic_bucket
@@ -19,6 +23,18 @@ from tests.fixtures.counted_webhooks import CountedWebhooks
 from tests.fixtures.webhook_receiver import Receiver, event_ids
 
 IDLE = 400  # topics each webhook was delivered once, with no events now
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path, _sqlite_catalog_template: Path) -> str:
+    """Both backends (the relay's tests are SQLite's): the read of the lanes' progress is
+    a statement of each."""
+    if request.param == "postgresql":
+        url: str = request.getfixturevalue("fresh_postgres_catalog_url")
+        return url
+    path = tmp_path / "catalog.db"
+    shutil.copyfile(_sqlite_catalog_template, path)
+    return f"sqlite:///{path}"
 
 
 def test_the_pass_reads_and_holds_the_progress_of_the_topics_with_events_only(
