@@ -65,6 +65,13 @@ IDLE_WATCH_GAP = 0.01
 the webhooks' stamps (a few microseconds on the driver) at most this often, and a webhook
 added or resumed is seen at most this late."""
 DRAIN = 1000  # at most this many signals taken at once (a failing waiter answers True)
+LANES_HELD = 10_000
+"""Lanes the pass holds before it lets go of the idle ones (delivered through their last
+event, nothing under way or unrecorded, not failing, not parked), at most every
+:data:`RELEASE_EVERY` seconds (a look at every lane held): a lane let go is opened again,
+its progress read, with its next events. What the pass holds stays within this, the
+lanes with work, and those opened since the last look."""
+RELEASE_EVERY = 1.0
 
 
 class WebhookDelivery:
@@ -126,6 +133,7 @@ class WebhookDelivery:
         self._poked = False  # a webhook may have changed (the watcher saw a commit)
         self._more = False  # the last look stopped short of the end
         self._looked_at = 0.0  # monotonic time of the last look
+        self._released_at = 0.0  # monotonic time of the last look for idle lanes
         self._lock = threading.Lock()
         self._watching = threading.Event()  # set: the watcher stops
         self._watcher: threading.Thread | None = None
@@ -217,6 +225,11 @@ class WebhookDelivery:
         with self._lock:
             return [key for key, lane in self._lanes.items() if lane.parked]
 
+    @property
+    def lanes_held(self) -> int:
+        """The (webhook, topic) lanes the pass holds now."""
+        return len(self._lanes)
+
     # -- the pass ------------------------------------------------------------------------
 
     def _step(self) -> bool:
@@ -240,6 +253,9 @@ class WebhookDelivery:
             self._forget_all(targets, owned)
             return False
         self._take(targets, owned)
+        if len(self._lanes) > LANES_HELD and now - self._released_at >= RELEASE_EVERY:
+            self._released_at = now
+            self._release_idle()
         # The outbox is read when there may be something new in it: new events, more of a
         # page, a change taken in, or the interval; not when woken by a finished request.
         if self._fresh or self._more or now - self._looked_at >= self._config.webhook_interval:
@@ -340,6 +356,26 @@ class WebhookDelivery:
             if len(events) < page_size:
                 return False
         return True
+
+    def _release_idle(self) -> None:
+        """Let go of the idle lanes (:data:`LANES_HELD`): a lane is idle when its progress,
+        as recorded, is all there is of it (so that opening it again from its row loses
+        nothing)."""
+        busy = self._running.keys() | self._pending.keys() | self._unrecorded.keys()
+        with self._lock:
+            idle = [
+                key
+                for key, lane in self._lanes.items()
+                if lane.head <= lane.cursor
+                and not lane.attempts
+                and not lane.parked
+                and key not in busy
+            ]
+            for key in idle:
+                del self._lanes[key]
+                self._waiting.discard(key)
+                self._buffers.drop(key)
+        self._sender.stats.released += len(idle)
 
     def _wanted(
         self, events: list[OutboxEvent]

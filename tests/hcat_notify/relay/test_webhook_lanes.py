@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -15,6 +18,7 @@ import pytest
 from hcat_notify.config import Settings
 from hcat_notify.model.topics import topic_bucket
 from hcat_notify.relay import Relay, RelayConfig
+from hcat_notify.relay import webhooks as webhooks_module
 from hcat_notify.store import Catalog
 from hcat_notify.store.models import WebhookProgressRow
 from tests.fakes.broker import FakeBroker
@@ -95,3 +99,60 @@ def test_the_pass_reads_and_holds_the_progress_of_the_topics_with_events_only(
         assert sorted(got[f"/hook/{name}"]) == sorted([*fresh, views])
     assert shown[clicks] == fresh[-1]
     assert len(shown) == IDLE + 2
+
+
+def test_idle_lanes_are_let_go_and_opened_again_where_their_progress_stands(
+    settings: Settings, broker: FakeBroker, monkeypatch: pytest.MonkeyPatch
+):
+    """Past ``LANES_HELD`` lanes a running relay's pass lets go of the idle ones: what it
+    holds stays bounded however many topics have had events (it held every lane it had
+    opened), and a lane opened again reads its progress: nothing is delivered twice."""
+    monkeypatch.setattr(webhooks_module, "LANES_HELD", 5)
+    monkeypatch.setattr(webhooks_module, "RELEASE_EVERY", 0.05)
+    settings = dataclasses.replace(settings, webhook_allow=("127.0.0.1",), webhook_timeout=5.0)
+    receiver = Receiver()
+    tables = [f"web.t{n:02d}" for n in range(30)]
+    with Catalog.open(settings) as catalog:
+        for table in tables:
+            catalog.create_table(table, location=f"/w/{table}", partition_keys=["ds"])
+        catalog.webhooks.add("all", receiver.url, "web.*")
+        counted = CountedWebhooks(catalog, "progress", len)
+        relay = Relay(
+            settings,
+            catalog=cast(Catalog, counted),
+            connection_factory=broker.connection,
+            member_id="solo",
+        )
+        thread = threading.Thread(target=relay.run, daemon=True)
+        thread.start()
+
+        def got() -> list[int]:
+            return [event_id for request in receiver.ok() for event_id in event_ids(request)]
+
+        def recorded() -> dict[str, int]:
+            return {t.topic: t.last_event_id for t in catalog.webhooks.topics("all")}
+
+        try:
+            written = [catalog.mark_set_done(table, {"ds": "1"}) for table in tables]
+            _wait(lambda: len(recorded()) == 30 and set(got()) == set(written), "30 delivered")
+            assert counted.total == 0  # new lanes: no progress to read
+            # a pass lets go of the 30 idle lanes
+            _wait(lambda: relay.webhooks.stats.released == 30, "the idle lanes let go")
+            assert relay.webhooks.lanes_held == 0
+            written += [catalog.mark_set_done(table, {"ds": "2"}) for table in tables]
+            _wait(lambda: sorted(got()) == sorted(written), "each event delivered")
+            assert counted.total == 30  # each opened again where its progress stood
+        finally:
+            relay.stop()
+            thread.join(30)
+            relay.close()
+            receiver.close()
+    assert not thread.is_alive()
+    assert sorted(got()) == sorted(written)  # each once
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out: {what}"
+        time.sleep(0.01)
