@@ -65,7 +65,7 @@ IDLE_WATCH_GAP = 0.01
 the webhooks' stamps (a few microseconds on the driver) at most this often, and a webhook
 added or resumed is seen at most this late."""
 DRAIN = 1000  # at most this many signals taken at once (a failing waiter answers True)
-LANES_HELD = 10_000
+LANES_HELD = 50_000
 """Lanes the pass holds before it lets go of the idle ones (delivered through their last
 event, nothing under way or unrecorded, not failing, not parked), at most every
 :data:`RELEASE_EVERY` seconds (a look at every lane held): a lane let go is opened again,
