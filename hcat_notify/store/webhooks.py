@@ -516,21 +516,20 @@ def record_delivered_many(
     rows: list[dict[str, Any]] = []
     cursor.execute(*clock.bind({}))
     now = float(cursor.fetchone()[0])
+    # the fences first, buckets in bucket order (as the publisher's progress takes them:
+    # two writers locking bucket rows in two orders deadlock on PostgreSQL), then webhooks
+    for bucket, epoch in sorted({(item.bucket, item.epoch) for item in items}):
+        cursor.execute(*keep.bind(keep_bucket_params(member_id, bucket, epoch)))
+        buckets[(bucket, epoch)] = cursor.rowcount > 0
+    owned = [item for item in items if buckets[(item.bucket, item.epoch)]]
+    for hook, version in sorted({(item.webhook_id, item.version) for item in owned}):
+        cursor.execute(*same_version.bind({"same_id": hook, "same_version": version}))
+        hooks[(hook, version)] = cursor.rowcount > 0
     for item in items:
-        owned = buckets.get((item.bucket, item.epoch))
-        if owned is None:
-            cursor.execute(*keep.bind(keep_bucket_params(member_id, item.bucket, item.epoch)))
-            owned = buckets[(item.bucket, item.epoch)] = cursor.rowcount > 0
-        if not owned:
+        if not buckets[(item.bucket, item.epoch)]:
             found.append("lost")
             continue
-        same = hooks.get((item.webhook_id, item.version))
-        if same is None:
-            cursor.execute(
-                *same_version.bind({"same_id": item.webhook_id, "same_version": item.version})
-            )
-            same = hooks[(item.webhook_id, item.version)] = cursor.rowcount > 0
-        if not same:
+        if not hooks[(item.webhook_id, item.version)]:
             found.append("changed")
             continue
         rows.append({**_position(item, now), "parked_at": None, **_CLEARED})
