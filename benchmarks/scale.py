@@ -32,15 +32,12 @@ most 1.5. A PNG of the curves goes next to the record
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import math
-import os
 import random
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -63,6 +60,7 @@ from _scale_load import (
     tables_at,
     warm,
 )
+from _scale_serve import cli, serve
 from _support import (
     HOST,
     Broker,
@@ -84,7 +82,6 @@ from _support import (
 )
 from sqlalchemy import URL, make_url, text
 
-from hcat_notify.cli import main as cli_main
 from hcat_notify.config import Settings
 from hcat_notify.store import Catalog, NewPartition
 from hcat_notify.writer import send_mark_set_done
@@ -97,29 +94,6 @@ READER = ("hcat-reader", "hcat-reader-dev")
 
 
 # --------------------------------------------------------------------------- the costs
-
-
-class _Head(io.StringIO):
-    """A stdout that breaks after ``lines`` lines, as ``| head -N`` does."""
-
-    def __init__(self, lines: int) -> None:
-        super().__init__()
-        self.lines = lines
-
-    def write(self, s: str) -> int:
-        if self.getvalue().count("\n") >= self.lines:
-            raise BrokenPipeError
-        return super().write(s)
-
-
-def cli(url: str, *args: str, head: int | None = None) -> str:
-    """``hcat-notify --db-url URL ARGS`` in this process (``| head -N`` with ``head``)."""
-    out = _Head(head) if head is not None else io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = cli_main(["--db-url", url, *args])
-    if code not in (0, 141):
-        raise RuntimeError(f"hcat-notify {' '.join(args)} exited {code}: {out.getvalue()[-500:]}")
-    return out.getvalue()
 
 
 @dataclass
@@ -306,37 +280,6 @@ COSTS = (
 
 def statistic(values: list[float], which: str) -> float:
     return percentile(values, 99) if which == "p99" else statistics.median(values)
-
-
-# --------------------------------------------------------------------------- servers
-
-
-def serve(workdir: Path, settings: Settings, name: str) -> tuple[subprocess.Popen[bytes], str]:
-    """A real ``hcat-notify serve`` on the catalog (one worker)."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
-    env.update(
-        HCAT_NOTIFY_HOME=str(workdir),
-        HCAT_NOTIFY_DB_URL=settings.database_url,
-        HCAT_NOTIFY_BROKER_URL=settings.broker_url,
-        HCAT_NOTIFY_WAREHOUSE_ROOTS=f"{workdir},/data",
-    )
-    out = (workdir / f"serve-{name}.log").open("wb")
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("hcat-notify")), "serve", "--port", str(port)],
-        env=env,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://{HOST}:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return proc, url
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"serve did not start: {(workdir / f'serve-{name}.log').read_text()}")
 
 
 # --------------------------------------------------------------------------- a backend

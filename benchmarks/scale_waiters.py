@@ -62,6 +62,7 @@ import httpx
 from _scale_dbs import catalog_urls, raise_open_files, rss_bytes
 from _scale_main import backends_of, growth_parser, growth_run, rounds_of, sizes_of
 from _scale_report import Series, at_most, at_most_beside, flat, report
+from _scale_serve import serve
 from _support import (
     HOST,
     Row,
@@ -72,7 +73,7 @@ from _support import (
     percentile,
     run_main,
 )
-from scale import READER, serve
+from scale import READER
 
 from hcat_notify.store import Catalog
 

@@ -157,16 +157,14 @@ class CatalogCollector(Collector):
             "The highest event id a webhook's endpoint answered 2xx for (its start before).",
             labels=["webhook"],
         )
-        for info in catalog.webhooks.every():
-            topics = catalog.webhooks.topics(info.name)
-            state.add_metric([info.name, info.state.value.lower()], 1)
-            failing.add_metric(
-                [info.name], sum(1 for t in topics if t.attempts and t.parked_at is None)
-            )
-            parked.add_metric([info.name], sum(1 for t in topics if t.parked_at is not None))
-            delivered.add_metric(
-                [info.name], max([info.start_after, *(t.last_event_id for t in topics)])
-            )
+        # one statement: the counts from the failing and parked rows' partial indexes,
+        # the position from the (webhook, position) index, never every topic's row
+        for item in catalog.webhooks.figures():
+            name = item.info.name
+            state.add_metric([name, item.info.state.value.lower()], 1)
+            failing.add_metric([name], item.failing)
+            parked.add_metric([name], item.parked)
+            delivered.add_metric([name], item.delivered)
         yield state
         yield failing
         yield parked

@@ -119,4 +119,10 @@ class WebhookDetail(_Model):
     """``webhooks show``: the webhook and its delivery per topic."""
 
     webhook: Webhook
-    topics: list[WebhookTopicModel]
+    failing_topics: int = Field(description="Its topics failing (retried), counted.")
+    parked_topics: int = Field(description="Its topics parked, counted.")
+    delivered_through: int = Field(
+        description="The highest event id its endpoint answered 2xx for (its start before)."
+    )
+    topics: list[WebhookTopicModel] = Field(description="A page of its topics, by name.")
+    next: str | None = Field(description="Pass as after= for the next page; null on the last page.")

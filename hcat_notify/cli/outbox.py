@@ -20,6 +20,9 @@ __all__ = ["outbox", "status"]
 
 MAX_TOPIC_LINES = 20
 """Topics ``status`` shows, those published last (it counts the rest)."""
+MAX_PARKED_WEBHOOK_LINES = 20
+"""Parked (webhook, topic) pairs ``status`` shows, by webhook and topic (it counts the
+rest; ``webhooks show NAME --only parked`` pages through them)."""
 
 
 def _actor() -> str:
@@ -65,7 +68,12 @@ def status(obj: CliContext, member_id: str | None, session_timeout: float | None
         refused = catalog.outbox.refused()
         per_topic = catalog.outbox.last_published_by_topic(MAX_TOPIC_LINES)
         topic_count = catalog.outbox.published_topics()
-        hooks_parked = catalog.webhooks.parked()
+        hooks_parked = catalog.webhooks.parked(MAX_PARKED_WEBHOOK_LINES)
+        hooks_parked_count = (
+            catalog.webhooks.parked_count()
+            if len(hooks_parked) == MAX_PARKED_WEBHOOK_LINES
+            else len(hooks_parked)
+        )
     group, members = relays.info, relays.members
     if member_id is not None and member_id not in {m.member_id for m in members}:
         known = ", ".join(m.member_id for m in members) or "none"
@@ -115,6 +123,7 @@ def status(obj: CliContext, member_id: str | None, session_timeout: float | None
             }
             for name, t in hooks_parked
         ],
+        "webhooks_parked_count": hooks_parked_count,
     }
 
     def text() -> str:
@@ -151,6 +160,11 @@ def status(obj: CliContext, member_id: str | None, session_timeout: float | None
             )
         if parked:
             lines.append("retry or drop parked events with: hcat-notify outbox retry|drop ID...")
+        if hooks_parked_count > len(hooks_parked):
+            lines.append(
+                f"{hooks_parked_count} webhook topics parked; the first {len(hooks_parked)} "
+                "(hcat-notify webhooks show NAME --only parked):"
+            )
         for item in data["webhooks_parked"]:
             lines.append(
                 f"parked webhook {item['webhook']} topic {item['topic']} after event "

@@ -123,22 +123,54 @@ def webhooks_list(obj: CliContext) -> None:
     emit(obj, found, lambda: "\n".join(_line(item) for item in found) or "no webhooks")
 
 
+SHOW_LIMIT = 100
+"""Topics ``webhooks show`` lists at a time (``--limit``): a page, never every topic."""
+
+
 @webhooks.command("show")
 @click.argument("name")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 10_000),
+    default=SHOW_LIMIT,
+    show_default=True,
+    help="Topics to list, by name (the next ones with --after).",
+)
+@click.option("--after", metavar="TOPIC", help="List the topics after this one (a page's next).")
+@click.option(
+    "--only",
+    type=click.Choice(["failing", "parked"]),
+    help="Only the topics failing (retried) or parked.",
+)
 @output_option
 @click.pass_obj
 @handle_errors
-def webhooks_show(obj: CliContext, name: str) -> None:
-    """A webhook and its delivery per topic: how far, failures, parked."""
+def webhooks_show(
+    obj: CliContext, name: str, limit: int, after: str | None, only: str | None
+) -> None:
+    """A webhook, how many of its topics fail or are parked, and its delivery per topic
+    (how far, failures, parked) a page at a time."""
     with obj.catalog(write=False) as catalog:
-        info = catalog.webhooks.get(name)
-        topics = [_topic_dict(topic) for topic in catalog.webhooks.topics(name)]
-    data = {**_info_dict(info), "topics": topics}
+        (figures,) = catalog.webhooks.figures(name)
+        info, page = catalog.webhooks.topics_page(name, after=after, limit=limit + 1, only=only)
+    topics = [_topic_dict(topic) for topic in page[:limit]]
+    data = {
+        **_info_dict(info),
+        "failing_topics": figures.failing,
+        "parked_topics": figures.parked,
+        "delivered_through": figures.delivered,
+        "topics": topics,
+        "next": topics[-1]["topic"] if len(page) > limit else None,
+    }
 
     def text() -> str:
         lines = [_line(data)]
         if data["previous_secret_signs_until"]:
             lines.append(f"previous secret signs too until {data['previous_secret_signs_until']}")
+        lines.append(
+            f"delivered through event {figures.delivered}; topics failing: "
+            f"{figures.failing}, parked: {figures.parked}"
+        )
         for item in topics:
             line = f"  {item['topic']}: delivered through event {item['delivered_through']}"
             if item["parked_at"]:
@@ -148,7 +180,12 @@ def webhooks_show(obj: CliContext, name: str) -> None:
             if item["last_error"]:
                 line += f": {item['last_error']}"
             lines.append(line)
-        if any(item["parked_at"] for item in topics):
+        if data["next"] is not None:
+            more = f" --only {only}" if only else ""
+            lines.append(
+                f"more topics: hcat-notify webhooks show {name}{more} --after {data['next']}"
+            )
+        if figures.parked:
             lines.append(f"release parked topics with: hcat-notify webhooks retry|drop {name}")
         return "\n".join(lines)
 

@@ -38,6 +38,7 @@ class WebhookStats:
     parked: int = 0
     disabled: int = 0
     fenced: int = 0  # jobs whose record found the bucket (or the webhook) changed
+    released: int = 0  # idle lanes let go (opened again, their progress read, with events)
 
 
 @dataclass(frozen=True)

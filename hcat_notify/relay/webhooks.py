@@ -65,6 +65,13 @@ IDLE_WATCH_GAP = 0.01
 the webhooks' stamps (a few microseconds on the driver) at most this often, and a webhook
 added or resumed is seen at most this late."""
 DRAIN = 1000  # at most this many signals taken at once (a failing waiter answers True)
+LANES_HELD = 50_000
+"""Lanes the pass holds before it lets go of the idle ones (delivered through their last
+event, nothing under way or unrecorded, not failing, not parked), at most every
+:data:`RELEASE_EVERY` seconds (a look at every lane held): a lane let go is opened again,
+its progress read, with its next events. What the pass holds stays within this, the
+lanes with work, and those opened since the last look."""
+RELEASE_EVERY = 1.0
 
 
 class WebhookDelivery:
@@ -126,6 +133,7 @@ class WebhookDelivery:
         self._poked = False  # a webhook may have changed (the watcher saw a commit)
         self._more = False  # the last look stopped short of the end
         self._looked_at = 0.0  # monotonic time of the last look
+        self._released_at = 0.0  # monotonic time of the last look for idle lanes
         self._lock = threading.Lock()
         self._watching = threading.Event()  # set: the watcher stops
         self._watcher: threading.Thread | None = None
@@ -217,6 +225,11 @@ class WebhookDelivery:
         with self._lock:
             return [key for key, lane in self._lanes.items() if lane.parked]
 
+    @property
+    def lanes_held(self) -> int:
+        """The (webhook, topic) lanes the pass holds now."""
+        return len(self._lanes)
+
     # -- the pass ------------------------------------------------------------------------
 
     def _step(self) -> bool:
@@ -240,6 +253,9 @@ class WebhookDelivery:
             self._forget_all(targets, owned)
             return False
         self._take(targets, owned)
+        if len(self._lanes) > LANES_HELD and now - self._released_at >= RELEASE_EVERY:
+            self._released_at = now
+            self._release_idle()
         # The outbox is read when there may be something new in it: new events, more of a
         # page, a change taken in, or the interval; not when woken by a finished request.
         if self._fresh or self._more or now - self._looked_at >= self._config.webhook_interval:
@@ -275,8 +291,9 @@ class WebhookDelivery:
         self._targets, self._owned, self._scan = targets, owned, 0
 
     def _take(self, targets: dict[int, WebhookTarget], owned: dict[int, Ownership]) -> None:
-        """Take in the webhooks and buckets as now read: forget lanes of what changed, and
-        read the progress of what is new (a new webhook, a gained bucket)."""
+        """Take in the webhooks and buckets as now read: forget lanes of what changed (a
+        lane's progress is read again with its next events, :meth:`_open`), and read
+        again from where what is new starts (a new webhook, a gained bucket)."""
         changed_hooks = (
             set()
             if targets is self._targets
@@ -298,26 +315,6 @@ class WebhookDelivery:
             self._buffers.clear()  # the pass reads again from further back
         reload_hooks = [hook for hook in targets if hook in changed_hooks]
         reload_buckets = [bucket for bucket in owned if bucket in changed_buckets]
-        rows: list[WebhookTopic] = []
-        if reload_hooks:
-            rows += self._catalog.webhooks.progress(reload_hooks, list(owned))
-        if reload_buckets:
-            rest = [hook for hook in targets if hook not in changed_hooks]
-            rows += self._catalog.webhooks.progress(rest, reload_buckets)
-        with self._lock:
-            for row in rows:
-                if row.bucket in owned:
-                    self._lanes[(row.webhook_id, row.topic)] = Lane(
-                        row.webhook_id,
-                        row.topic,
-                        row.bucket,
-                        owned[row.bucket].epoch,
-                        row.last_event_id,
-                        attempts=row.attempts,
-                        retry_at=row.retry_at or 0.0,
-                        failing_since=row.failing_since,
-                        parked=row.parked_at is not None,
-                    )
         # read again from where the earliest of the webhooks read again starts (their
         # events may lie behind); the others' lanes stand (their jobs read what their
         # cleared buffers held), so a webhook added from now reads nothing again however
@@ -350,42 +347,109 @@ class WebhookDelivery:
                     return True  # read again from where the changed webhooks start
             if not events:
                 return False
+            wanted, last = self._wanted(events)
+            opened = self._open(last)
             with self._lock:
-                self._note(events, start)
+                self._note(wanted, last, opened, start)
                 self._buffers.read_through = events[-1].event_id
             self._scan = events[-1].event_id
             if len(events) < page_size:
                 return False
         return True
 
-    def _note(self, events: list[OutboxEvent], start: int) -> None:
-        """Keep each wanted event of a page (read after ``start``) for its lane, and move
-        each lane's head to the last of them (once per page: lanes are immutable)."""
-        wanted: dict[tuple[int, str, EventType], bool] = {}  # whether a webhook wants
+    def _release_idle(self) -> None:
+        """Let go of the idle lanes (:data:`LANES_HELD`): a lane is idle when its progress,
+        as recorded, is all there is of it (so that opening it again from its row loses
+        nothing)."""
+        busy = self._running.keys() | self._pending.keys() | self._unrecorded.keys()
+        with self._lock:
+            idle = [
+                key
+                for key, lane in self._lanes.items()
+                if lane.head <= lane.cursor
+                and not lane.attempts
+                and not lane.parked
+                and key not in busy
+            ]
+            for key in idle:
+                del self._lanes[key]
+                self._waiting.discard(key)
+                self._buffers.drop(key)
+        self._sender.stats.released += len(idle)
+
+    def _wanted(
+        self, events: list[OutboxEvent]
+    ) -> tuple[list[tuple[tuple[int, str], OutboxEvent]], dict[tuple[int, str], OutboxEvent]]:
+        """Each event of a page with each lane that wants it, in id order, and each lane's
+        last event of the page."""
+        wants_of: dict[tuple[int, str, EventType], bool] = {}  # whether a webhook wants
+        wanted: list[tuple[tuple[int, str], OutboxEvent]] = []
         last: dict[tuple[int, str], OutboxEvent] = {}  # lane -> its last event here
-        keep = self._buffers.keep
         targets = [target.info for target in self._targets.values()]
         for event in events:
             for info in targets:
                 if event.event_id <= info.start_after:
                     continue
                 kind = (info.id, event.table, event.event_type)
-                wants = wanted.get(kind)
+                wants = wants_of.get(kind)
                 if wants is None:
-                    wants = wanted[kind] = info.wants(event.table, event.event_type)
+                    wants = wants_of[kind] = info.wants(event.table, event.event_type)
                 if wants:
                     key = (info.id, event.topic)
                     last[key] = event
-                    keep(key, start, event)
+                    wanted.append((key, event))
+        return wanted, last
+
+    def _open(self, last: dict[tuple[int, str], OutboxEvent]) -> dict[tuple[int, str], Lane]:
+        """The lanes of a page that the pass does not hold yet, opened where their
+        progress stands (one read for all of them): a lane is held from its first events
+        after its bucket was gained or its webhook changed, so that what the pass keeps
+        grows with the topics that have events, not with every topic ever delivered."""
+        with self._lock:
+            new = [key for key in last if key not in self._lanes]
+        if not new:
+            return {}
+        rows = {(row.webhook_id, row.topic): row for row in self._catalog.webhooks.progress(new)}
+        opened = {}
+        for key in new:
+            hook, topic = key
+            bucket = last[key].bucket
+            epoch = self._owned[bucket].epoch
+            row = rows.get(key)
+            if row is None:
+                start_after = self._targets[hook].info.start_after
+                opened[key] = Lane(hook, topic, bucket, epoch, start_after)
+            else:
+                opened[key] = _lane_of(row, bucket, epoch)
+        return opened
+
+    def _note(
+        self,
+        wanted: list[tuple[tuple[int, str], OutboxEvent]],
+        last: dict[tuple[int, str], OutboxEvent],
+        opened: dict[tuple[int, str], Lane],
+        start: int,
+    ) -> None:
+        """Keep each wanted event of a page (read after ``start``) for its lane, and move
+        each lane's head to the last of them (once per page: lanes are immutable). A lane
+        opened for the page whose progress is past the page's events (a bucket's history
+        read again) is not held: nothing of it waits."""
+        behind = {key for key, lane in opened.items() if last[key].event_id <= lane.cursor}
+        keep = self._buffers.keep
+        for key, event in wanted:
+            if key not in behind:
+                keep(key, start, event)
         for key, event in last.items():
-            lane = self._lanes.get(key)
-            if lane is None:
-                start_after = self._targets[key[0]].info.start_after
-                epoch = self._owned[event.bucket].epoch
-                lane = Lane(key[0], event.topic, event.bucket, epoch, start_after)
+            if key in behind:
+                continue
+            lane = self._lanes.get(key) or opened.get(key)
+            if lane is None:  # dropped while the page was read: opened again next time
+                continue
             if event.event_id > lane.head:
                 self._lanes[key] = replace(lane, head=event.event_id)
                 self._waiting.add(key)
+            elif key not in self._lanes:
+                self._lanes[key] = lane
 
     def _dispatch(self) -> None:
         """Start a job for each lane with events waiting, due, not running, within the
@@ -614,3 +678,18 @@ def _changed(new: Mapping[K, V], old: Mapping[K, V], stamp: Callable[[V], int]) 
         for key in new.keys() | old.keys()
         if key not in new or key not in old or stamp(new[key]) != stamp(old[key])
     }
+
+
+def _lane_of(row: WebhookTopic, bucket: int, epoch: int) -> Lane:
+    """A lane opened where its progress row stands (the bucket's epoch as now owned)."""
+    return Lane(
+        row.webhook_id,
+        row.topic,
+        bucket,
+        epoch,
+        row.last_event_id,
+        attempts=row.attempts,
+        retry_at=row.retry_at or 0.0,
+        failing_since=row.failing_since,
+        parked=row.parked_at is not None,
+    )

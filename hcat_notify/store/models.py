@@ -31,6 +31,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, MappedAsDataclass, mapped_co
 
 __all__ = [
     "REFUSED_CONDITION",
+    "WEBHOOK_FAILING_CONDITION",
+    "WEBHOOK_PARKED_CONDITION",
     "Base",
     "CommitJournalRow",
     "EventCounterRow",
@@ -261,6 +263,10 @@ class SetStateRow(Base):
 
 REFUSED_CONDITION = "attempts > 0 AND parked_at IS NULL AND dropped_at IS NULL"
 """Outbox rows the broker refused that are still tried (not parked, not dropped)."""
+WEBHOOK_FAILING_CONDITION = "attempts > 0 AND parked_at IS NULL"
+"""A webhook progress row whose next events fail and are retried (not parked)."""
+WEBHOOK_PARKED_CONDITION = "parked_at IS NOT NULL"
+"""A webhook progress row parked after failing too long."""
 
 
 class OutboxRow(Base):
@@ -506,7 +512,26 @@ class WebhookProgressRow(Base):
     the failures of the events after it."""
 
     __tablename__ = "hcat_webhook_progress"
-    __table_args__ = (Index("ix_hcat_webhook_progress_bucket", "bucket"),)
+    __table_args__ = (
+        Index("ix_hcat_webhook_progress_bucket", "bucket"),
+        # a webhook's highest position (/metrics): the last entry of its part
+        Index("ix_hcat_webhook_progress_delivered", "webhook_id", "last_event_id"),
+        # its failing and its parked topics (/metrics, status, webhooks show): rare rows
+        Index(
+            "ix_hcat_webhook_progress_failing",
+            "webhook_id",
+            "topic",
+            sqlite_where=text(WEBHOOK_FAILING_CONDITION),
+            postgresql_where=text(WEBHOOK_FAILING_CONDITION),
+        ),
+        Index(
+            "ix_hcat_webhook_progress_parked",
+            "webhook_id",
+            "topic",
+            sqlite_where=text(WEBHOOK_PARKED_CONDITION),
+            postgresql_where=text(WEBHOOK_PARKED_CONDITION),
+        ),
+    )
 
     webhook_id: Mapped[int] = mapped_column(
         ForeignKey("hcat_webhooks.id", ondelete="CASCADE"), primary_key=True

@@ -18,7 +18,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Insert, Select, Update, bindparam, case, delete, func, select, update
+from sqlalchemy import (
+    Insert,
+    Select,
+    Update,
+    bindparam,
+    case,
+    delete,
+    func,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 
@@ -26,7 +37,13 @@ from hcat_notify.errors import ConfigError, InvalidInputError
 from hcat_notify.model.events import EventType
 from hcat_notify.model.webhooks import TablePatterns, WebhookFormat, WebhookState
 from hcat_notify.store.driver import compiled
-from hcat_notify.store.models import OutboxRow, TableRow, WebhookProgressRow, WebhookRow
+from hcat_notify.store.models import (
+    WEBHOOK_PARKED_CONDITION,
+    OutboxRow,
+    TableRow,
+    WebhookProgressRow,
+    WebhookRow,
+)
 from hcat_notify.store.progress import keep_bucket, keep_bucket_params, keep_bucket_statement
 from hcat_notify.store.tx import WEBHOOKS_CHANNEL, Tx, clock_sql
 
@@ -37,10 +54,13 @@ __all__ = [
     "WebhookNotFoundError",
     "WebhookTarget",
     "WebhookTopic",
+    "info_of",
     "seal_secret",
     "stamps_of",
     "stamps_query",
+    "topic_of",
     "unseal_secret",
+    "webhook_row",
 ]
 
 _FERNET = "fernet:"
@@ -169,7 +189,7 @@ class DeliveryFailure:
     parked: bool
 
 
-def _info(row: WebhookRow, now: float) -> WebhookInfo:
+def info_of(row: WebhookRow, now: float) -> WebhookInfo:
     rotating = row.previous_until if row.previous_secret and row.previous_until else None
     return WebhookInfo(
         id=row.id,
@@ -187,7 +207,7 @@ def _info(row: WebhookRow, now: float) -> WebhookInfo:
     )
 
 
-def _row(tx: Tx, name: str) -> WebhookRow:
+def webhook_row(tx: Tx, name: str) -> WebhookRow:
     row = tx.session.scalars(select(WebhookRow).where(WebhookRow.name == name)).one_or_none()
     if row is None:
         raise WebhookNotFoundError(f"no webhook named {name!r} (hcat-notify webhooks list)")
@@ -243,30 +263,30 @@ def add(
     tx.session.add(row)
     tx.session.flush()
     tx.notify(WEBHOOKS_CHANNEL)
-    return _info(row, now)
+    return info_of(row, now)
 
 
 def every(tx: Tx) -> list[WebhookInfo]:
     now = tx.clock()
     rows = tx.session.scalars(select(WebhookRow).order_by(WebhookRow.name))
-    return [_info(row, now) for row in rows]
+    return [info_of(row, now) for row in rows]
 
 
 def one(tx: Tx, name: str) -> WebhookInfo:
-    return _info(_row(tx, name), tx.clock())
+    return info_of(webhook_row(tx, name), tx.clock())
 
 
 def set_state(tx: Tx, name: str, state: WebhookState) -> WebhookInfo:
-    row = _row(tx, name)
+    row = webhook_row(tx, name)
     row.state = state.value
     row.disabled_reason = None
     tx.session.flush()
     tx.notify(WEBHOOKS_CHANNEL)
-    return _info(row, tx.clock())
+    return info_of(row, tx.clock())
 
 
 def remove(tx: Tx, name: str) -> None:
-    row = _row(tx, name)
+    row = webhook_row(tx, name)
     tx.session.execute(delete(WebhookProgressRow).where(WebhookProgressRow.webhook_id == row.id))
     tx.session.delete(row)
     tx.notify(WEBHOOKS_CHANNEL)
@@ -274,29 +294,29 @@ def remove(tx: Tx, name: str) -> None:
 
 def rotate(tx: Tx, name: str, stored_secret: str, overlap: float) -> WebhookInfo:
     """Make ``stored_secret`` the secret; the current one signs too for ``overlap`` s."""
-    row = _row(tx, name)
+    row = webhook_row(tx, name)
     now = tx.clock()
     row.previous_secret, row.previous_until = row.secret, now + overlap
     row.secret = stored_secret
     tx.session.flush()
     tx.notify(WEBHOOKS_CHANNEL)
-    return _info(row, now)
+    return info_of(row, now)
 
 
 def replay(tx: Tx, name: str, from_event: int) -> WebhookInfo:
     """Deliver again from ``from_event``: every topic starts after ``from_event - 1``."""
-    row = _row(tx, name)
+    row = webhook_row(tx, name)
     tx.session.execute(delete(WebhookProgressRow).where(WebhookProgressRow.webhook_id == row.id))
     row.start_after = from_event - 1
     row.version += 1
     tx.session.flush()
     tx.notify(WEBHOOKS_CHANNEL)
-    return _info(row, tx.clock())
+    return info_of(row, tx.clock())
 
 
 def _parked_rows(tx: Tx, row: WebhookRow, topic: str | None) -> list[WebhookProgressRow]:
     query = select(WebhookProgressRow).where(
-        WebhookProgressRow.webhook_id == row.id, WebhookProgressRow.parked_at.is_not(None)
+        WebhookProgressRow.webhook_id == row.id, text(WEBHOOK_PARKED_CONDITION)
     )
     if topic is not None:
         query = query.where(WebhookProgressRow.topic == topic)
@@ -307,7 +327,7 @@ def release_parked(tx: Tx, name: str, topic: str | None, *, drop: bool) -> list[
     """Release a webhook's parked topics (all, or ``topic``): tried again from their
     first undelivered event, or with ``drop`` given up up to the topic's last event now.
     Returns the topics released."""
-    row = _row(tx, name)
+    row = webhook_row(tx, name)
     parked = _parked_rows(tx, row, topic)
     bound = tx.last_event_id()
     for item in parked:
@@ -356,7 +376,7 @@ def targets(tx: Tx, key: str | None, webhook_id: int | None = None) -> list[Webh
         if row.previous_secret and row.previous_until and row.previous_until > now:
             keys.append(unseal_secret(row.previous_secret, key))
         stamp = tuple(getattr(row, column.key) for column in _STAMPED[1:])
-        found.append(WebhookTarget(_info(row, now), tuple(keys), stamp))
+        found.append(WebhookTarget(info_of(row, now), tuple(keys), stamp))
     return found
 
 
@@ -385,7 +405,7 @@ def stamps_of(rows: Iterable[Sequence[Any]]) -> dict[int, tuple[Any, ...]]:
     return {row[0]: tuple(row[1:]) for row in rows}
 
 
-def _topic(row: WebhookProgressRow) -> WebhookTopic:
+def topic_of(row: WebhookProgressRow) -> WebhookTopic:
     return WebhookTopic(
         row.webhook_id,
         row.topic,
@@ -408,18 +428,22 @@ def topics(
     query = select(WebhookProgressRow).where(WebhookProgressRow.webhook_id.in_(list(webhook_ids)))
     if in_buckets is not None:
         query = query.where(WebhookProgressRow.bucket.in_(list(in_buckets)))
-    return [_topic(row) for row in tx.session.scalars(query.order_by(WebhookProgressRow.topic))]
+    return [topic_of(row) for row in tx.session.scalars(query.order_by(WebhookProgressRow.topic))]
 
 
-def parked(tx: Tx) -> list[tuple[str, WebhookTopic]]:
-    """Every parked (webhook name, topic), by name and topic."""
-    rows = tx.session.execute(
-        select(WebhookRow.name, WebhookProgressRow)
-        .join(WebhookRow, WebhookRow.id == WebhookProgressRow.webhook_id)
-        .where(WebhookProgressRow.parked_at.is_not(None))
-        .order_by(WebhookRow.name, WebhookProgressRow.topic)
+def topics_of(tx: Tx, keys: Sequence[tuple[int, str]]) -> list[WebhookTopic]:
+    """The progress rows of some (webhook id, topic) pairs, those that have one (probes
+    of the primary key)."""
+    wanted = set(keys)
+    if not wanted:
+        return []
+    progress = WebhookProgressRow
+    query = select(progress).where(
+        progress.webhook_id.in_(sorted({hook for hook, _ in wanted})),
+        progress.topic.in_(sorted({topic for _, topic in wanted})),
     )
-    return [(name, _topic(row)) for name, row in rows]
+    found = tx.session.scalars(query)
+    return [topic_of(row) for row in found if (row.webhook_id, row.topic) in wanted]
 
 
 def _fenced(tx: Tx, member_id: str, at: LanePosition) -> str:
@@ -492,21 +516,20 @@ def record_delivered_many(
     rows: list[dict[str, Any]] = []
     cursor.execute(*clock.bind({}))
     now = float(cursor.fetchone()[0])
+    # the fences first, buckets in bucket order (as the publisher's progress takes them:
+    # two writers locking bucket rows in two orders deadlock on PostgreSQL), then webhooks
+    for bucket, epoch in sorted({(item.bucket, item.epoch) for item in items}):
+        cursor.execute(*keep.bind(keep_bucket_params(member_id, bucket, epoch)))
+        buckets[(bucket, epoch)] = cursor.rowcount > 0
+    owned = [item for item in items if buckets[(item.bucket, item.epoch)]]
+    for hook, version in sorted({(item.webhook_id, item.version) for item in owned}):
+        cursor.execute(*same_version.bind({"same_id": hook, "same_version": version}))
+        hooks[(hook, version)] = cursor.rowcount > 0
     for item in items:
-        owned = buckets.get((item.bucket, item.epoch))
-        if owned is None:
-            cursor.execute(*keep.bind(keep_bucket_params(member_id, item.bucket, item.epoch)))
-            owned = buckets[(item.bucket, item.epoch)] = cursor.rowcount > 0
-        if not owned:
+        if not buckets[(item.bucket, item.epoch)]:
             found.append("lost")
             continue
-        same = hooks.get((item.webhook_id, item.version))
-        if same is None:
-            cursor.execute(
-                *same_version.bind({"same_id": item.webhook_id, "same_version": item.version})
-            )
-            same = hooks[(item.webhook_id, item.version)] = cursor.rowcount > 0
-        if not same:
+        if not hooks[(item.webhook_id, item.version)]:
             found.append("changed")
             continue
         rows.append({**_position(item, now), "parked_at": None, **_CLEARED})

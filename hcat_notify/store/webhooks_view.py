@@ -17,10 +17,11 @@ from hcat_notify.model.webhooks import (
     parse_event_kinds,
     validate_webhook_name,
 )
-from hcat_notify.store import outbox, webhooks
+from hcat_notify.store import outbox, webhook_figures, webhooks
 from hcat_notify.store.fast_path import FastPath
 from hcat_notify.store.records import OutboxEvent, outbox_events
 from hcat_notify.store.tx import Tx
+from hcat_notify.store.webhook_figures import WebhookFigures
 from hcat_notify.store.webhooks import (
     DeliveryFailure,
     LanePosition,
@@ -114,10 +115,33 @@ class Webhooks:
         with self._transaction() as tx:
             return webhooks.topics(tx, [webhooks.one(tx, name).id])
 
-    def parked(self) -> list[tuple[str, WebhookTopic]]:
-        """Every parked (webhook name, topic)."""
+    def topics_page(
+        self, name: str, *, after: str | None = None, limit: int = 100, only: str | None = None
+    ) -> tuple[WebhookInfo, list[WebhookTopic]]:
+        """The webhook and a page of its topics by name: at most ``limit`` after the topic
+        ``after``, only the ``failing`` or the ``parked`` ones if ``only`` says so (one
+        index range, however many topics it delivers)."""
+        if limit < 1:
+            raise InvalidInputError(f"--limit must be at least 1, not {limit}")
         with self._transaction() as tx:
-            return webhooks.parked(tx)
+            return webhook_figures.topics_page(tx, name, after=after, limit=limit, only=only)
+
+    def figures(self, name: str | None = None) -> list[WebhookFigures]:
+        """Every webhook (or the one named, WebhookNotFoundError if none) by name, with
+        its failing and parked topics counted and the highest event id delivered to it,
+        each read from an index."""
+        with self._transaction() as tx:
+            return webhook_figures.figures(tx, name)
+
+    def parked(self, limit: int | None = None) -> list[tuple[str, WebhookTopic]]:
+        """The parked (webhook name, topic) pairs by name and topic (the first ``limit``)."""
+        with self._transaction() as tx:
+            return webhook_figures.parked(tx, limit)
+
+    def parked_count(self) -> int:
+        """How many (webhook, topic) pairs are parked."""
+        with self._transaction() as tx:
+            return webhook_figures.parked_count(tx)
 
     def pause(self, name: str) -> WebhookInfo:
         """Stop delivering to it (what is in flight finishes)."""
@@ -192,10 +216,10 @@ class Webhooks:
         rows = fast.outbox_page(in_buckets, after=after_event_id, limit=limit) if in_buckets else []
         return outbox_events(rows), self.stamps()
 
-    def progress(self, webhook_ids: Sequence[int], in_buckets: Sequence[int]) -> list[WebhookTopic]:
-        """The progress rows of some webhooks in some buckets."""
+    def progress(self, keys: Sequence[tuple[int, str]]) -> list[WebhookTopic]:
+        """The progress rows of some (webhook id, topic) lanes, those that have one."""
         with self._transaction() as tx:
-            return webhooks.topics(tx, webhook_ids, in_buckets)
+            return webhooks.topics_of(tx, keys)
 
     def topic_events(
         self, topic: str, *, after_event_id: int, through: int, limit: int

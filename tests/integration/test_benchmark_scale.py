@@ -84,6 +84,11 @@ def test_the_growth_rows_of_waiters_sweep_subscribers_and_relays_run_quick_on_bo
     * ``scale_subscribers.py``: 10, then 100 durable subscribers, each 100 events behind
       on each of 10 topics: the lag read for every one is 1,000, and ``hcat-notify
       subscribers`` lists them all;
+    * ``scale_webhooks.py``: 10 webhooks x 300, then 3,000 topics each: ``/metrics``
+      counts each webhook's failing and parked topics and gives its position, ``webhooks
+      show`` and ``GET /v1/webhooks/{name}?limit=100`` their first page and its next,
+      ``status`` the parked pairs counted; ``relay --once`` on the session's broker
+      delivers 20 dones to every webhook;
     * ``scale_relay.py`` on the session's broker: ``relay --once`` against 1,000, then
       4,000 topics publishes every pending event; in-process relay members joining and
       leaving (1, 2, 4, 2) settle with every bucket owned, balanced.
@@ -93,6 +98,9 @@ def test_the_growth_rows_of_waiters_sweep_subscribers_and_relays_run_quick_on_bo
         name: _Quick(f"scale_{name}.py", tmp_path, postgres_admin_url)
         for name in ("waiters", "sweep", "subscribers")
     }
+    runs["webhooks"] = _Quick(
+        "scale_webhooks.py", tmp_path, postgres_admin_url, "--broker-url", broker.url
+    )
     runs["relay"] = _Quick(
         "scale_relay.py", tmp_path, postgres_admin_url, "--broker-url", broker.url
     )
@@ -109,6 +117,13 @@ def test_the_growth_rows_of_waiters_sweep_subscribers_and_relays_run_quick_on_bo
             assert wanted in out["subscribers"], out["subscribers"][-3000:]
         for size in ("1,000", "4,000"):
             assert f"# {backend} T = {size}: every event published" in out["relay"]
+        for size, parked in (("300", 0), ("3,000", 30)):
+            wanted = f"# {backend} T = {size}: checked /metrics failing"
+            assert wanted in out["webhooks"], out["webhooks"][-3000:]
+            assert f"status's {parked} parked pairs counted" in out["webhooks"]
+            wanted = f"# {backend} T = {size}: relay --once delivered every done to every webhook"
+            assert wanted in out["webhooks"], out["webhooks"][-3000:]
+        assert f"== {backend}: how the webhooks' overviews grow" in out["webhooks"]
         for members, each in (("1", "256-256"), ("2", "128-128"), ("4", "64-64")):
             wanted = f"# {backend} {members} member(s): settled, every bucket owned, {each} each"
             assert wanted in out["relay"], out["relay"][-3000:]

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Response
+from fastapi import APIRouter, Depends, Path, Query, Response
 
 from hcat_notify.api.auth import require_writer
+from hcat_notify.api.contract import MAX_PAGE
 from hcat_notify.api.problems import PROBLEM_RESPONSES, problem_doc
 from hcat_notify.api.routes.tables import WRITE_ERRORS, State
 from hcat_notify.api.routing import ApiRoute
@@ -67,15 +68,34 @@ async def add_webhook(body: NewWebhook, state: State) -> WebhookSecret:
 
 
 @router.get("/{name}", responses=_NOT_FOUND)
-async def show_webhook(name: NamePath, state: State) -> WebhookDetail:
-    """The webhook and its delivery per topic (how far, failures, parked):
-    ``hcat-notify webhooks show``."""
+async def show_webhook(
+    name: NamePath,
+    state: State,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1000,
+    after: Annotated[
+        str | None, Query(description="The next of the previous page (a topic).")
+    ] = None,
+    only: Annotated[
+        Literal["failing", "parked"] | None,
+        Query(description="Only the topics failing (retried) or parked."),
+    ] = None,
+) -> WebhookDetail:
+    """The webhook, its failing and parked topics counted, and a page of its delivery per
+    topic by name (how far, failures, parked): ``hcat-notify webhooks show``."""
 
     def show() -> WebhookDetail:
         webhooks = state.catalog().webhooks
-        info = webhooks.get(name)
-        topics = [WebhookTopicModel.of(topic) for topic in webhooks.topics(name)]
-        return WebhookDetail(webhook=Webhook.of(info), topics=topics)
+        (figures,) = webhooks.figures(name)
+        info, found = webhooks.topics_page(name, after=after, limit=limit + 1, only=only)
+        page = found[:limit]
+        return WebhookDetail(
+            webhook=Webhook.of(info),
+            failing_topics=figures.failing,
+            parked_topics=figures.parked,
+            delivered_through=figures.delivered,
+            topics=[WebhookTopicModel.of(topic) for topic in page],
+            next=page[-1].topic if len(found) > limit else None,
+        )
 
     return await in_thread(show)
 

@@ -6,42 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, cast
+from typing import cast
 
 from hcat_notify.config import Settings
 from hcat_notify.relay import Relay, RelayConfig
 from hcat_notify.store import Catalog
 from tests.fakes.broker import FakeBroker
+from tests.fixtures.counted_webhooks import CountedWebhooks
 from tests.fixtures.webhook_receiver import Receiver, event_ids
-
-
-class CountedPages:
-    """Stands for the relay's catalog; counts the events the webhook pass's pages
-    return."""
-
-    def __init__(self, catalog: Catalog) -> None:
-        self._catalog = catalog
-        self.events = 0
-
-    @property
-    def webhooks(self) -> Any:
-        return CountedWebhooks(self)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._catalog, name)
-
-
-class CountedWebhooks:
-    def __init__(self, counted: CountedPages) -> None:
-        self._counted = counted
-
-    def page(self, *args: Any, **kwargs: Any) -> Any:
-        events, stamps = self._counted._catalog.webhooks.page(*args, **kwargs)
-        self._counted.events += len(events)
-        return events, stamps
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._counted._catalog.webhooks, name)
 
 
 def test_a_webhook_added_from_now_reads_no_history_again(settings: Settings, broker: FakeBroker):
@@ -53,7 +25,7 @@ def test_a_webhook_added_from_now_reads_no_history_again(settings: Settings, bro
             first = catalog.outbox.last_event_id() + 1
             catalog.webhooks.add("old", receiver.url + "/old", "web.*", from_event=first)
             history = [catalog.mark_set_done("web.clicks", {"ds": str(n)}) for n in range(40)]
-            counted = CountedPages(catalog)
+            counted = CountedWebhooks(catalog, "page", lambda answer: len(answer[0]))
             with Relay(
                 settings,
                 config=RelayConfig(webhook_interval=60.0, batch_size=10),
@@ -62,14 +34,14 @@ def test_a_webhook_added_from_now_reads_no_history_again(settings: Settings, bro
                 member_id="solo",
             ) as relay:
                 relay.drain()
-                assert counted.events >= len(history)  # the old webhook's history, once
-                read = counted.events
+                assert counted.total >= len(history)  # the old webhook's history, once
+                read = counted.total
                 for n in range(3):
                     catalog.webhooks.add(f"new{n}", receiver.url + f"/new{n}", "web.*")
                     latest = catalog.mark_set_done("web.clicks", {"ds": f"new{n}"})
                     relay.drain()
                 # each added webhook's pass read what came after it, not the history
-                assert counted.events - read <= 3 * 2, counted.events - read
+                assert counted.total - read <= 3 * 2, counted.total - read
     finally:
         receiver.close()
     got: dict[str, list[int]] = {}

@@ -22,6 +22,7 @@ from hcat_notify.store import Catalog, NewPartition
 from hcat_notify.store import paging as paging_module
 from hcat_notify.store.models import OutboxRow, RetentionRow, TableRow, TopicProgressRow
 from tests.fixtures.catalog_rows import bulk_insert as _bulk
+from tests.fixtures.plans import plans_without_seqscan
 from tests.fixtures.sqlite_work import sqlite_work as _work
 
 SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -233,21 +234,6 @@ def test_status_and_metrics_reads_stay_flat_with_topics_and_outbox(catalog: Cata
     assert catalog.outbox.published_topics() == 5100
 
 
-def _plans(db_url: str, statements: list[tuple[str, Any]]) -> list[str]:
-    engine = create_engine(db_url)
-    try:
-        with engine.begin() as connection:
-            connection.execute(text("SET LOCAL enable_seqscan = off"))
-            found = []
-            for statement, parameters in statements:
-                cursor = connection.connection.cursor()
-                cursor.execute("EXPLAIN " + statement, parameters)
-                found.append("\n".join(row[0] for row in cursor.fetchall()))
-            return found
-    finally:
-        engine.dispose()
-
-
 @contextlib.contextmanager
 def _captured(statements: list[tuple[str, Any]], jit: set[str]) -> Iterator[None]:
     def capture(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
@@ -288,7 +274,7 @@ def test_postgresql_serves_every_page_and_overview_query_from_an_index(
     assert jit == {"jit=off", "plan_cache_mode=force_custom_plan"}
     wanted = [s for s in statements if re.search(r"hcat_(tables|topic_progress|outbox)\b", s[0])]
     assert len(wanted) >= 6, statements
-    for plan in _plans(db_url, wanted):
+    for plan in plans_without_seqscan(db_url, wanted):
         # a scan of the 256 relay buckets is fixed work; of a growing table, never
         assert not re.search(r"Seq Scan on hcat_(?!relay_buckets)", plan), plan
 

@@ -17,6 +17,7 @@ from hcat_notify.model.topics import topic_bucket
 from hcat_notify.model.webhooks import WebhookFormat, WebhookState
 from hcat_notify.store import Catalog
 from hcat_notify.store.group import MemberReport
+from hcat_notify.store.progress import keep_bucket_params
 from hcat_notify.store.webhooks import DeliveryFailure, LanePosition, WebhookNotFoundError
 from tests.revisions import catalog_at
 
@@ -226,6 +227,34 @@ def test_progress_recorded_together_is_fenced_per_item_and_only_moves_forward(
     catalog.webhooks.replay("ops", 3)
     assert catalog.webhooks.record_delivered_many("a", [mine]) == ["changed"]
     assert catalog.webhooks.topics("ops") == []
+
+
+@pytest.mark.usefixtures("tables")
+def test_a_record_fences_its_buckets_in_bucket_order(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+):
+    """As the publisher's progress takes them: the recorder took them in its lanes' order,
+    and the two writers deadlocked on PostgreSQL (issue 31's lanes test saw it, retried)."""
+    info, _ = catalog.webhooks.add("ops", URL, "web.*", from_event=1)
+    buckets = [200, 7, 50, 3]
+    epochs = {bucket: _own(catalog, "a", bucket) for bucket in buckets}
+    taken: list[int] = []
+
+    def recorded(member_id: str, bucket: int, epoch: int, through: int = -1) -> dict[str, Any]:
+        taken.append(bucket)
+        return keep_bucket_params(member_id, bucket, epoch, through)
+
+    monkeypatch.setattr("hcat_notify.store.webhooks.keep_bucket_params", recorded)
+    items = [
+        LanePosition(info.id, info.version, f"hcat.web.t{b}", b, epochs[b], 5) for b in buckets
+    ]
+    stale = dataclasses.replace(items[0], topic="hcat.web.old", epoch=epochs[200] - 1)
+    found = catalog.webhooks.record_delivered_many("a", [*items, stale])
+    assert found == ["ok", "ok", "ok", "ok", "lost"]
+    assert taken == [3, 7, 50, 200, 200]  # (200, its old epoch) then (200, its epoch)
+    assert sorted(t.topic for t in catalog.webhooks.topics("ops")) == sorted(
+        item.topic for item in items
+    )
 
 
 @pytest.mark.usefixtures("tables")

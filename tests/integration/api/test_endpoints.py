@@ -11,6 +11,8 @@ import pytest
 from hcat_notify.api.client import ApiClient
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog, NewPartition
+from hcat_notify.store.models import WebhookProgressRow
+from tests.fixtures.catalog_rows import bulk_insert
 from tests.integration.api.support import READER, ApiServer
 from tests.wire import parse_cloudevent_batch, validate_cloudevent, validate_message
 
@@ -335,6 +337,35 @@ def test_webhooks_managed_by_writers(
         "cloudevents",
         "application/cloudevents+json",
     )
+    # its topics a page at a time, the failing and parked ones counted (issue 31)
+    hook_info = api_catalog.webhooks.get(hook)
+    bulk_insert(
+        api_catalog.settings.database_url,
+        WebhookProgressRow,
+        [
+            {
+                "webhook_id": hook_info.id,
+                "topic": f"hcat.t{n}",
+                "bucket": n,
+                "last_event_id": 10 + n,
+                "epoch": 1,
+                "updated_at": 1.0,
+                "attempts": 2 if n >= 3 else 0,
+                "parked_at": 1.5 if n == 4 else None,
+            }
+            for n in range(5)
+        ],
+    )
+    first = writer.get(f"/v1/webhooks/{hook}", params={"limit": 2}).json()
+    assert [t["topic"] for t in first["topics"]] == ["hcat.t0", "hcat.t1"]
+    assert (first["next"], first["failingTopics"], first["parkedTopics"]) == ("hcat.t1", 1, 1)
+    assert first["deliveredThrough"] == max(14, hook_info.start_after)  # added from now
+    rest = writer.get(f"/v1/webhooks/{hook}", params={"limit": 5, "after": first["next"]})
+    assert [t["topic"] for t in rest.json()["topics"]] == ["hcat.t2", "hcat.t3", "hcat.t4"]
+    assert rest.json()["next"] is None
+    only = writer.get(f"/v1/webhooks/{hook}", params={"only": "parked"}).json()
+    assert [t["topic"] for t in only["topics"]] == ["hcat.t4"]
+    assert writer.get(f"/v1/webhooks/{hook}", params={"limit": 0}).status_code == 400
     batched = writer.post(
         "/v1/webhooks", json={**body, "name": f"{hook}b", "format": "cloudevents-batch"}
     )
