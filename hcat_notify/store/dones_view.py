@@ -188,8 +188,13 @@ class Dones:
             InvalidInputError: ``batch_size`` is below 1, or ``max_duty`` not above 0
                 and at most 1.
         """
+        if self._checkpoint is None:
+            batch = sweep.session_batch(self._transaction, timer)
+        else:
+            batch = sweep.driver_batch(self._fast.write, timer)
         return sweep.sweep_expired(
-            self._transaction,
+            batch,
+            self._clock,
             self._checkpoint,
             batch_size=batch_size,
             max_duty=sweep.SWEEP_MAX_DUTY if max_duty is None else max_duty,

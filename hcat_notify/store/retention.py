@@ -4,18 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import Table, delete, insert, select
+from sqlalchemy import Delete, Dialect, Table, bindparam, delete, insert, literal_column, select
+from sqlalchemy.sql.elements import ColumnElement
 
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.store.driver import compiled
 from hcat_notify.store.event_rows import done_rows
 from hcat_notify.store.models import OutboxRow, RetentionRow, TableRow
 from hcat_notify.store.records import RetainedDone, TableInfo
 from hcat_notify.store.tx import Tx
 
-__all__ = ["add_mark_set_done", "delete_expired", "find_covering_done", "retained_dones"]
+__all__ = [
+    "add_mark_set_done",
+    "delete_expired",
+    "delete_expired_on_driver",
+    "find_covering_done",
+    "retained_dones",
+]
 
 
 def _retained(row: RetentionRow, name: TableName) -> RetainedDone:
@@ -142,3 +150,31 @@ def delete_expired(tx: Tx, batch_size: int, *, expired_at: datetime | None = Non
         delete(_RETENTION).where(_RETENTION.c.event_id.in_(expired))
     )
     return result.rowcount
+
+
+def _expired_rowids_delete(dialect: str) -> Delete:
+    """SQLite's batch (:func:`delete_expired_on_driver`): rows by ``rowid``, which the
+    expiry index holds, so the inner walk reads no table row."""
+    rowid: ColumnElement[int] = literal_column("rowid")
+    expired = (
+        select(rowid)
+        .select_from(_RETENTION)
+        .where(_RETENTION.c.expires_at <= bindparam("expired_at"))
+        .order_by(_RETENTION.c.expires_at)
+        .limit(bindparam("batch"))
+    )
+    return delete(_RETENTION).where(rowid.in_(expired))
+
+
+def delete_expired_on_driver(
+    cursor: Any, dialect: Dialect, batch_size: int, expired_at: datetime
+) -> int:
+    """:func:`delete_expired` on a SQLite driver cursor inside its write transaction
+    (:meth:`hcat_notify.store.fast_path.FastPath.write`), one statement as there; how
+    many. A sweep's batch holds the writers' lock only for this statement and the commit,
+    with none of a session's steps in between (docs/operations.md, "Sizing")."""
+    statement = compiled(dialect, _expired_rowids_delete)
+    at = _RETENTION.c.expires_at.type.bind_processor(dialect)
+    values = {"expired_at": expired_at if at is None else at(expired_at), "batch": batch_size}
+    cursor.execute(*statement.bind(values))
+    return int(cursor.rowcount)

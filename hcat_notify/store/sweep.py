@@ -11,6 +11,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Dialect
 
 from hcat_notify.errors import InvalidInputError
 from hcat_notify.store import retention
@@ -21,7 +24,10 @@ __all__ = [
     "SWEEP_LEAST_DUTY",
     "SWEEP_MAX_DUTY",
     "SWEEP_PAUSE_SECONDS",
+    "SweepBatch",
     "SweepPace",
+    "driver_batch",
+    "session_batch",
     "sweep_expired",
 ]
 
@@ -89,8 +95,50 @@ class SweepPace:
         return self.size
 
 
+SweepBatch = Callable[[int, datetime], tuple[int, float]]
+"""One batch of a sweep: ``(rows asked, cutoff)`` to ``(rows deleted, seconds it held
+its rows)``, in one transaction (:func:`session_batch`, :func:`driver_batch`)."""
+
+
+def session_batch(
+    transaction: Callable[..., AbstractContextManager[Tx]], timer: Callable[[], float]
+) -> SweepBatch:
+    """Batches in a session's write transaction (PostgreSQL: its row locks skip the
+    rows another sweep's batch holds); held: the whole transaction."""
+
+    def batch(asked: int, cutoff: datetime) -> tuple[int, float]:
+        started = timer()
+        with transaction(write=True) as tx:
+            deleted = retention.delete_expired(tx, asked, expired_at=cutoff)
+        return deleted, timer() - started
+
+    return batch
+
+
+def driver_batch(
+    write: Callable[[Callable[[Any, Dialect], int]], int], timer: Callable[[], float]
+) -> SweepBatch:
+    """Batches on the driver's connection (SQLite, :meth:`FastPath.write
+    <hcat_notify.store.fast_path.FastPath.write>`): the writers' lock is held for the
+    statement and the commit only, with no session's steps in between; held: from the
+    lock taken to the commit's end, the time a writer may wait for it."""
+
+    def batch(asked: int, cutoff: datetime) -> tuple[int, float]:
+        locked: list[float] = []
+
+        def work(cursor: Any, dialect: Dialect) -> int:
+            locked.append(timer())
+            return retention.delete_expired_on_driver(cursor, dialect, asked, cutoff)
+
+        deleted = write(work)
+        return deleted, timer() - locked[0]
+
+    return batch
+
+
 def sweep_expired(
-    transaction: Callable[..., AbstractContextManager[Tx]],
+    batch: SweepBatch,
+    clock: Callable[[], datetime],
     checkpoint: Callable[[], None] | None,
     *,
     batch_size: int,
@@ -103,7 +151,8 @@ def sweep_expired(
     (:meth:`hcat_notify.store.dones_view.Dones.sweep_expired`).
 
     Args:
-        transaction: opens a transaction of the catalog (``write=True``).
+        batch: deletes one batch (:func:`session_batch`, :func:`driver_batch`).
+        clock: the catalog's clock.
         checkpoint: on SQLite, checkpoints its log without waiting (after every
             batch). None on PostgreSQL, whose writers never wait for the sweep's rows:
             every batch is then ``batch_size`` rows, as one statement does them best.
@@ -114,12 +163,15 @@ def sweep_expired(
         progress: called after each batch with the rows deleted so far.
         timer: the seconds clock that times the batches.
 
-    The sweep deletes the rows expired when its first batch began (the catalog's clock
-    then): rows that expire while it runs are the next sweep's, so that it ends however
+    The sweep deletes the rows expired when its first batch began (``clock()`` then):
+    rows that expire while it runs are the next sweep's, so that it ends however
     fast dones expire. It ends at a batch that finds nothing to delete, not at one that
     deletes fewer rows than it asked for: with two sweeps at once, each batch takes the
     rows the other's batch does not hold (``FOR UPDATE SKIP LOCKED`` on PostgreSQL,
     :func:`hcat_notify.store.retention.delete_expired`).
+
+    On SQLite the batches are sized by the time they hold the writers' lock (what a
+    writer waits for), the pauses by the whole batch's (what the sweep costs the CPU).
 
     Raises:
         InvalidInputError: ``batch_size`` is below 1, or ``max_duty`` below
@@ -142,12 +194,11 @@ def sweep_expired(
     while max_batches is None or batches < max_batches:
         asked = pace.size
         started = timer()
-        with transaction(write=True) as tx:
-            if cutoff is None:
-                cutoff = tx.now
-            deleted = retention.delete_expired(tx, asked, expired_at=cutoff)
+        if cutoff is None:
+            cutoff = clock()
+        deleted, held = batch(asked, cutoff)
         took = timer() - started
-        pace.took(took)
+        pace.took(held)
         removed += deleted
         batches += 1
         if progress is not None:

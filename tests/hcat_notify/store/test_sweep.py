@@ -3,8 +3,10 @@ between them (issue 31: writers keep their latency while a sweep runs)."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -12,17 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import create_engine, event, text
 
 from hcat_notify.config import Settings, load_settings
 from hcat_notify.errors import InvalidInputError
 from hcat_notify.store import Catalog, sweep
+from hcat_notify.store.quick import sqlite_file
 from hcat_notify.store.sweep import SWEEP_BATCH_SECONDS, SweepPace
 
 EXPIRED = 300
 LIVE = 20
 PER_ROW = 50e-6  # seconds a row "takes" by the fake timer: 20 rows fit in a batch
 LIVE_OLDER = 500
+WAITED = 0.05  # seconds a batch waits for a writer's lock, by the fake timer
 
 
 class _Clock:
@@ -35,19 +39,34 @@ class _Clock:
 
 @dataclass
 class _Statements:
-    """The statements a catalog's engine runs, and a timer that advances only as rows
-    are deleted (PER_ROW each): the batches' time without a wall clock."""
+    """What a sweep does: the statements it runs (a session's by SQLAlchemy's events, the
+    driver's on SQLite by its trace), the rows each batch deleted (by its progress), and
+    a timer that advances only as rows leave the table (PER_ROW each) or as ``waited``
+    says: the batches' time without a wall clock."""
 
+    count: Callable[[], int]
     seen: list[str] = field(default_factory=list)
-    deleted: list[int] = field(default_factory=list)
+    removed: list[int] = field(default_factory=list)
+    waited: float = 0.0
+    first: int = -1
+
+    def __post_init__(self) -> None:
+        self.first = self.count()
 
     def timer(self) -> float:
-        return sum(self.deleted) * PER_ROW
+        return (self.first - self.count()) * PER_ROW + self.waited
+
+    def progress(self, removed: int) -> None:
+        self.removed.append(removed)
+
+    @property
+    def deleted(self) -> list[int]:
+        """The rows each batch deleted."""
+        before = [0, *self.removed[:-1]]
+        return [after - was for was, after in zip(before, self.removed, strict=True)]
 
     def after(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         self.seen.append(statement)
-        if statement.lstrip().upper().startswith("DELETE FROM HCAT_MARK_SET_DONE"):
-            self.deleted.append(cursor.rowcount)
 
 
 def _expired_and_live(
@@ -72,24 +91,40 @@ def _expired_and_live(
 @pytest.fixture
 def swept(settings: Settings) -> Iterator[tuple[Catalog, _Statements]]:
     """A catalog holding EXPIRED expired dones and LIVE live ones, its statements
-    recorded from then on."""
-    with Catalog.open(settings) as opened:
-        catalog = _expired_and_live(opened, settings, EXPIRED)
-        statements = _Statements()
-        event.listen(opened._engine, "after_cursor_execute", statements.after)
-        yield catalog, statements
+    recorded from then on (counted apart, by another engine)."""
+    counting = create_engine(settings.database_url)
+
+    def count() -> int:
+        with counting.connect() as conn:
+            return int(conn.execute(text("SELECT count(*) FROM hcat_mark_set_done")).scalar_one())
+
+    try:
+        with Catalog.open(settings) as opened:
+            catalog = _expired_and_live(opened, settings, EXPIRED)
+            statements = _Statements(count)
+            if opened._engine.dialect.name != "sqlite":
+                event.listen(opened._engine, "after_cursor_execute", statements.after)
+            else:  # every statement, a session's or the driver's
+                event.listen(
+                    opened._engine,
+                    "connect",
+                    lambda dbapi, _record: dbapi.set_trace_callback(statements.seen.append),
+                )
+                opened._engine.dispose()  # the connections from now on are traced
+            yield catalog, statements
+    finally:
+        counting.dispose()
 
 
 def test_each_batch_is_one_delete_statement(swept: tuple[Catalog, _Statements]):
     catalog, statements = swept
-    progress: list[int] = []
-    assert catalog.dones.sweep_expired(batch_size=100, progress=progress.append) == EXPIRED
+    assert catalog.dones.sweep_expired(batch_size=100, progress=statements.progress) == EXPIRED
     assert sum(statements.deleted) == EXPIRED
+    assert statements.deleted[-1] == 0
     # The ids are not read into the process and sent back: one statement a batch.
     reads = [s for s in statements.seen if "FROM hcat_mark_set_done" in s]
     assert len(reads) == len(statements.deleted)
     assert all(s.lstrip().upper().startswith("DELETE") for s in reads), reads
-    assert progress == [sum(statements.deleted[: n + 1]) for n in range(len(progress))]
     assert len(catalog.retained_dones(["web.kept"])) == LIVE
     assert catalog.dones.sweep_expired() == 0
 
@@ -98,7 +133,10 @@ def test_each_batch_is_one_delete_statement(swept: tuple[Catalog, _Statements]):
 def test_sqlite_batches_hold_the_rows_that_fit_their_time(swept: tuple[Catalog, _Statements]):
     # SQLite has one writer at a time: a writer waits for the batch that holds the lock
     catalog, statements = swept
-    assert catalog.dones.sweep_expired(batch_size=1000, timer=statements.timer) == EXPIRED
+    removed = catalog.dones.sweep_expired(
+        batch_size=1000, timer=statements.timer, progress=statements.progress
+    )
+    assert removed == EXPIRED
     fit = int(SWEEP_BATCH_SECONDS / PER_ROW)
     first, *rest = statements.deleted
     assert first <= 100  # a first guess, then by time
@@ -107,11 +145,44 @@ def test_sqlite_batches_hold_the_rows_that_fit_their_time(swept: tuple[Catalog, 
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_sqlite_batch_is_sized_by_the_time_it_held_the_lock_not_by_its_wait_for_it(
+    swept: tuple[Catalog, _Statements], settings: Settings, monkeypatch: pytest.MonkeyPatch
+):
+    # The first batch finds a writer holding the lock and waits for it (WAITED by the
+    # timer): the wait was the writer's time, not the batch's rows'. A batch sized by
+    # it would ask for fewer rows than fit (10, not 20), the sweep slower for nothing.
+    catalog, statements = swept
+    path = sqlite_file(settings.database_url)
+    assert path is not None
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+
+    def sleep(_: float) -> None:  # the sweep's poll for the lock, then its pauses
+        if writer.in_transaction:
+            statements.waited += WAITED
+            writer.execute("COMMIT")
+
+    monkeypatch.setattr("hcat_notify.store.engine.time.sleep", sleep)
+    try:
+        removed = catalog.dones.sweep_expired(
+            batch_size=1000, timer=statements.timer, progress=statements.progress
+        )
+    finally:
+        writer.close()
+    assert removed == EXPIRED
+    assert statements.waited == WAITED  # the first batch waited, once
+    assert statements.deleted[:2] == [100, int(SWEEP_BATCH_SECONDS / PER_ROW)]
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_sqlite_batches_grow_while_rows_are_cheap_but_never_past_the_batch_size(
     swept: tuple[Catalog, _Statements],
 ):
     catalog, statements = swept
-    assert catalog.dones.sweep_expired(batch_size=150, timer=lambda: 0.0) == EXPIRED
+    removed = catalog.dones.sweep_expired(
+        batch_size=150, timer=lambda: 0.0, progress=statements.progress
+    )
+    assert removed == EXPIRED
     assert statements.deleted == [100, 150, 50, 0]  # the sweep ends at an empty batch
 
 
@@ -120,7 +191,10 @@ def test_postgresql_batches_are_the_batch_size(swept: tuple[Catalog, _Statements
     # PostgreSQL's writers never wait for the rows a sweep deletes: fewer, larger
     # statements cost its CPU the least
     catalog, statements = swept
-    assert catalog.dones.sweep_expired(batch_size=150, timer=statements.timer) == EXPIRED
+    removed = catalog.dones.sweep_expired(
+        batch_size=150, timer=statements.timer, progress=statements.progress
+    )
+    assert removed == EXPIRED
     assert statements.deleted == [150, 150, 0]
 
 
@@ -202,8 +276,9 @@ def test_a_duty_below_the_least_or_above_1_is_refused_before_any_batch(duty: flo
     def transaction(**_: Any) -> Any:
         raise AssertionError("no batch may run")
 
+    batch = sweep.session_batch(transaction, time.monotonic)
     with pytest.raises(InvalidInputError, match=r"duty must be from 0\.01 to 1"):
-        sweep.sweep_expired(transaction, None, batch_size=10, max_duty=duty)
+        sweep.sweep_expired(batch, _Clock(), None, batch_size=10, max_duty=duty)
 
 
 def test_a_batch_reads_expired_rows_only_not_older_live_ones(tmp_path: Path):

@@ -52,17 +52,17 @@ def test_a_writer_waiting_during_a_sweep_gets_the_lock_at_the_next_batch(
             written.append(batches[0])
 
         writer = threading.Thread(target=write)
-        real = retention.delete_expired
+        real = retention.delete_expired_on_driver  # SQLite's batches
 
-        def counted(tx, batch_size, **kwargs):
-            deleted = real(tx, batch_size, **kwargs)
+        def counted(cursor, dialect, batch_size, expired_at):
+            deleted = real(cursor, dialect, batch_size, expired_at)
             batches[0] += 1
             if batches[0] == 3:  # the writer asks for the lock while this batch holds it
                 writer.start()
                 assert asked.wait(10)
             return deleted
 
-        monkeypatch.setattr(retention, "delete_expired", counted)
+        monkeypatch.setattr(retention, "delete_expired_on_driver", counted)
         assert catalog.dones.sweep_expired(batch_size=10) == BATCHES * 10
         writer.join(10)
     assert written, "the writer never wrote"
