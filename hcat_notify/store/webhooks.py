@@ -285,8 +285,17 @@ def set_state(tx: Tx, name: str, state: WebhookState) -> WebhookInfo:
     return info_of(row, tx.clock())
 
 
+def _bump(tx: Tx, row: WebhookRow) -> None:
+    """A new version of ``row``, written now: on PostgreSQL it locks the webhook's row
+    before any of its progress rows, the order the recorder takes them in (the other
+    order deadlocked a replay with a delivery being recorded)."""
+    row.version += 1
+    tx.session.flush()
+
+
 def remove(tx: Tx, name: str) -> None:
     row = webhook_row(tx, name)
+    _bump(tx, row)
     tx.session.execute(delete(WebhookProgressRow).where(WebhookProgressRow.webhook_id == row.id))
     tx.session.delete(row)
     tx.notify(WEBHOOKS_CHANNEL)
@@ -306,9 +315,9 @@ def rotate(tx: Tx, name: str, stored_secret: str, overlap: float) -> WebhookInfo
 def replay(tx: Tx, name: str, from_event: int) -> WebhookInfo:
     """Deliver again from ``from_event``: every topic starts after ``from_event - 1``."""
     row = webhook_row(tx, name)
+    _bump(tx, row)
     tx.session.execute(delete(WebhookProgressRow).where(WebhookProgressRow.webhook_id == row.id))
     row.start_after = from_event - 1
-    row.version += 1
     tx.session.flush()
     tx.notify(WEBHOOKS_CHANNEL)
     return info_of(row, tx.clock())
@@ -329,6 +338,8 @@ def release_parked(tx: Tx, name: str, topic: str | None, *, drop: bool) -> list[
     Returns the topics released."""
     row = webhook_row(tx, name)
     parked = _parked_rows(tx, row, topic)
+    if parked:
+        _bump(tx, row)
     bound = tx.last_event_id()
     for item in parked:
         if drop:
@@ -341,7 +352,6 @@ def release_parked(tx: Tx, name: str, topic: str | None, *, drop: bool) -> list[
         item.parked_at = item.retry_at = item.failing_since = item.last_error = None
         item.attempts = 0
     if parked:
-        row.version += 1
         tx.notify(WEBHOOKS_CHANNEL)
     tx.session.flush()
     return [item.topic for item in parked]

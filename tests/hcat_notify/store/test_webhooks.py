@@ -331,3 +331,56 @@ def test_metrics_give_each_webhooks_state_failing_parked_topics_and_position(cat
         ("hcat_notify_webhook_delivered_event_id", (("webhook", "ops"),)): 7,
         ("hcat_notify_webhook_delivered_event_id", (("webhook", "idle"),)): 3,
     }
+
+
+def _writes(statements: list[str]) -> list[str]:
+    """The webhook tables each write statement changes, in order."""
+    found = []
+    for statement in statements:
+        words = statement.split()
+        verb = words[0].upper()
+        if verb in ("UPDATE", "DELETE", "INSERT"):
+            table = (words[2] if verb in ("DELETE", "INSERT") else words[1]).strip('"')
+            if table.startswith("hcat_webhook"):
+                found.append(f"{verb} {table}")
+    return found
+
+
+@pytest.mark.usefixtures("tables")
+def test_replay_release_and_remove_write_the_webhook_before_its_progress(catalog: Catalog):
+    """The recorder locks a webhook's row, then its progress rows; a replay that deleted
+    the progress first and then updated the webhook could deadlock with it (PostgreSQL
+    aborts one: the operator's command failed)."""
+    from sqlalchemy import Engine, event
+
+    info, _ = catalog.webhooks.add("ops", URL, "web.*", from_event=1)
+    catalog.mark_set_done("web.clicks", {"ds": "1"})
+    bucket = topic_bucket(TOPIC, catalog.group.info().bucket_count)
+    epoch = _own(catalog, "a", bucket)
+    position = LanePosition(info.id, info.version, TOPIC, bucket, epoch, 0)
+    failure = DeliveryFailure(7, 1e12, 1.0, "HTTP 500: boom", parked=True)
+    assert catalog.webhooks.record_failure("a", position, failure) == "ok"
+    statements: list[str] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", capture)
+    try:
+        assert catalog.webhooks.retry_parked("ops") == [TOPIC]
+        released = _writes(statements)
+        statements.clear()
+        catalog.webhooks.replay("ops", from_event=1)
+        replayed = _writes(statements)
+        statements.clear()
+        catalog.webhooks.remove("ops")
+        removed = _writes(statements)
+    finally:
+        event.remove(Engine, "before_cursor_execute", capture)
+    assert released == ["UPDATE hcat_webhooks", "UPDATE hcat_webhook_progress"]
+    assert replayed[:2] == ["UPDATE hcat_webhooks", "DELETE hcat_webhook_progress"]
+    assert removed == [
+        "UPDATE hcat_webhooks",
+        "DELETE hcat_webhook_progress",
+        "DELETE hcat_webhooks",
+    ]
