@@ -181,7 +181,7 @@ def webhooks_show(
                 line += f": {item['last_error']}"
             lines.append(line)
         if data["next"] is not None:
-            more = f" --only {only}" if only else ""
+            more = f" --limit {limit}" + (f" --only {only}" if only else "")
             lines.append(
                 f"more topics: hcat-notify webhooks show {name}{more} --after {data['next']}"
             )

@@ -220,11 +220,6 @@ class WebhookDelivery:
         self._fresh = True
         self._loop.wake()
 
-    def parked(self) -> list[tuple[int, str]]:
-        """The (webhook id, topic) lanes parked here now."""
-        with self._lock:
-            return [key for key, lane in self._lanes.items() if lane.parked]
-
     @property
     def lanes_held(self) -> int:
         """The (webhook, topic) lanes the pass holds now."""

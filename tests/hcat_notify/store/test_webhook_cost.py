@@ -158,7 +158,7 @@ def test_webhooks_show_pages_through_every_topic_and_status_shows_the_first_park
     assert main(["--db-url", db_url, "webhooks", "show", "gamma", "--limit", "2"]) == 0
     out = capsys.readouterr().out
     assert "topics failing: 42, parked: 21" in out
-    assert "more topics: hcat-notify webhooks show gamma --after hcat.web.t000001" in out
+    assert "more topics: hcat-notify webhooks show gamma --limit 2 --after hcat.web.t000001" in out
     assert "release parked topics with: hcat-notify webhooks retry|drop gamma" in out
     status = _status(db_url, capsys)
     assert status["webhooks_parked_count"] == 21
