@@ -191,7 +191,7 @@ class LaneSender:
         return Outcome(
             replace(lane, cursor=through, attempts=0, retry_at=0.0, failing_since=None),
             delivered=LanePosition(
-                info.id, info.version, lane.topic, lane.bucket, lane.epoch, through
+                info.id, info.version, lane.topic, lane.bucket, lane.epoch, through, info.created_at
             ),
             sent=sent,
         )
@@ -247,7 +247,9 @@ class LaneSender:
     ) -> Outcome:
         webhooks = self._catalog.webhooks
         info = target.info
-        at = LanePosition(info.id, info.version, lane.topic, lane.bucket, lane.epoch, through)
+        at = LanePosition(
+            info.id, info.version, lane.topic, lane.bucket, lane.epoch, through, info.created_at
+        )
         member_id = self._member.member_id
         if through > lane.cursor:
             fence = webhooks.record_delivered(member_id, at)
@@ -314,7 +316,8 @@ class LaneSender:
         if outcome is not None and outcome.lane is None:
             return outcome
         info = target.info
-        if self._catalog.webhooks.disable(info.id, info.version, failure.error or "HTTP 410"):
+        reason = failure.error or "HTTP 410"
+        if self._catalog.webhooks.disable(info.id, info.version, info.created_at, reason):
             self.stats.disabled += 1
             logger.error(
                 "relay webhook disabled webhook=%s url=%s: the endpoint answered 410 Gone "

@@ -292,7 +292,7 @@ class WebhookDelivery:
         changed_hooks = (
             set()
             if targets is self._targets
-            else _changed(targets, self._targets, lambda t: t.info.version)
+            else _changed(targets, self._targets, lambda t: (t.info.version, t.info.created_at))
         )
         # the same Ownership objects while nothing moved: the dicts compare in C
         changed_buckets = (
@@ -666,7 +666,7 @@ class WebhookDelivery:
             )
 
 
-def _changed(new: Mapping[K, V], old: Mapping[K, V], stamp: Callable[[V], int]) -> set[K]:
+def _changed(new: Mapping[K, V], old: Mapping[K, V], stamp: Callable[[V], object]) -> set[K]:
     """The keys that came, went, or whose ``stamp`` (a version, an epoch) moved."""
     return {
         key

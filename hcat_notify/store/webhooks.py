@@ -168,7 +168,9 @@ class WebhookTopic:
 @dataclass(frozen=True)
 class LanePosition:
     """Where a (webhook, topic) lane's delivery stands, with the fences a write of it
-    passes: the bucket's owner at ``epoch`` and the webhook at ``version``."""
+    passes: the bucket's owner at ``epoch`` and the webhook at ``version``, the one
+    created at ``created_at`` (SQLite gives a removed webhook's id to the next one added
+    when it was the highest, and the new one starts at version 1 too)."""
 
     webhook_id: int
     version: int
@@ -176,6 +178,7 @@ class LanePosition:
     bucket: int
     epoch: int
     last_event_id: int
+    created_at: float
 
 
 @dataclass(frozen=True)
@@ -357,11 +360,16 @@ def release_parked(tx: Tx, name: str, topic: str | None, *, drop: bool) -> list[
     return [item.topic for item in parked]
 
 
-def disable(tx: Tx, webhook_id: int, version: int, reason: str) -> bool:
-    """Disable a webhook (410 Gone) unless it changed since ``version``; whether it did."""
+def disable(tx: Tx, webhook_id: int, version: int, created_at: float, reason: str) -> bool:
+    """Disable a webhook (410 Gone) unless it changed since ``version`` (or is another
+    one, created at another time, of the same id); whether it did."""
     changed = tx.session.execute(
         update(WebhookRow)
-        .where(WebhookRow.id == webhook_id, WebhookRow.version == version)
+        .where(
+            WebhookRow.id == webhook_id,
+            WebhookRow.version == version,
+            WebhookRow.created_at == created_at,
+        )
         .values(state=WebhookState.DISABLED.value, disabled_reason=reason, version=version + 1)
     )
     if changed.rowcount:  # type: ignore[attr-defined]
@@ -464,7 +472,11 @@ def _fenced(tx: Tx, member_id: str, at: LanePosition) -> str:
         return "lost"
     same = tx.session.execute(
         update(WebhookRow)
-        .where(WebhookRow.id == at.webhook_id, WebhookRow.version == at.version)
+        .where(
+            WebhookRow.id == at.webhook_id,
+            WebhookRow.version == at.version,
+            WebhookRow.created_at == at.created_at,
+        )
         .values(version=WebhookRow.version)
     )
     return "ok" if same.rowcount else "changed"  # type: ignore[attr-defined]
@@ -521,7 +533,7 @@ def record_delivered_many(
     same_version = compiled(dialect, _same_version_statement)
     clock = compiled(dialect, _clock_statement)
     buckets: dict[tuple[int, int], bool] = {}
-    hooks: dict[tuple[int, int], bool] = {}
+    hooks: dict[tuple[int, int, float], bool] = {}
     found: list[str] = []
     rows: list[dict[str, Any]] = []
     cursor.execute(*clock.bind({}))
@@ -532,14 +544,15 @@ def record_delivered_many(
         cursor.execute(*keep.bind(keep_bucket_params(member_id, bucket, epoch)))
         buckets[(bucket, epoch)] = cursor.rowcount > 0
     owned = [item for item in items if buckets[(item.bucket, item.epoch)]]
-    for hook, version in sorted({(item.webhook_id, item.version) for item in owned}):
-        cursor.execute(*same_version.bind({"same_id": hook, "same_version": version}))
-        hooks[(hook, version)] = cursor.rowcount > 0
+    for hook in sorted({(item.webhook_id, item.version, item.created_at) for item in owned}):
+        identity = dict(zip(("same_id", "same_version", "same_created"), hook, strict=True))
+        cursor.execute(*same_version.bind(identity))
+        hooks[hook] = cursor.rowcount > 0
     for item in items:
         if not buckets[(item.bucket, item.epoch)]:
             found.append("lost")
             continue
-        if not hooks[(item.webhook_id, item.version)]:
+        if not hooks[(item.webhook_id, item.version, item.created_at)]:
             found.append("changed")
             continue
         rows.append({**_position(item, now), "parked_at": None, **_CLEARED})
@@ -560,7 +573,11 @@ def _clock_statement(dialect: str) -> Select[tuple[float]]:
 
 _SAME_VERSION = (
     update(WebhookRow)
-    .where(WebhookRow.id == bindparam("same_id"), WebhookRow.version == bindparam("same_version"))
+    .where(
+        WebhookRow.id == bindparam("same_id"),
+        WebhookRow.version == bindparam("same_version"),
+        WebhookRow.created_at == bindparam("same_created"),
+    )
     .values(version=WebhookRow.version)
 )
 """The webhook fence of a progress write: touches the row only at the version given (on

@@ -252,7 +252,7 @@ class Webhooks:
         with self._transaction(write=True) as tx:
             return webhooks.record_failure(tx, member_id, at, failure)
 
-    def disable(self, webhook_id: int, version: int, reason: str) -> bool:
+    def disable(self, webhook_id: int, version: int, created_at: float, reason: str) -> bool:
         """Disable a webhook whose endpoint is gone (410), unless it changed meanwhile."""
         with self._transaction(write=True) as tx:
-            return webhooks.disable(tx, webhook_id, version, reason)
+            return webhooks.disable(tx, webhook_id, version, created_at, reason)

@@ -184,7 +184,7 @@ def test_progress_is_fenced_by_the_buckets_epoch_and_the_webhooks_version(catalo
     epoch = _own(catalog, "a", bucket)
 
     def at(version: int, epoch: int, last_event_id: int) -> LanePosition:
-        return LanePosition(info.id, version, TOPIC, bucket, epoch, last_event_id)
+        return LanePosition(info.id, version, TOPIC, bucket, epoch, last_event_id, info.created_at)
 
     assert catalog.webhooks.record_delivered("a", at(info.version, epoch, 5)) == "ok"
     # another member, or an older epoch: nothing written
@@ -206,7 +206,7 @@ def test_progress_recorded_together_is_fenced_per_item_and_only_moves_forward(
     info, _ = catalog.webhooks.add("ops", URL, "web.*", from_event=1)
     bucket = topic_bucket(TOPIC, catalog.group.info().bucket_count)
     epoch = _own(catalog, "a", bucket)
-    mine = LanePosition(info.id, info.version, TOPIC, bucket, epoch, 9)
+    mine = LanePosition(info.id, info.version, TOPIC, bucket, epoch, 9, info.created_at)
     stale = dataclasses.replace(mine, topic="hcat.sales.orders", epoch=epoch - 1)
     assert catalog.webhooks.record_delivered_many("a", [mine, stale]) == ["ok", "lost"]
     assert [(r.topic, r.last_event_id) for r in catalog.webhooks.topics("ops")] == [(TOPIC, 9)]
@@ -246,7 +246,8 @@ def test_a_record_fences_its_buckets_in_bucket_order(
 
     monkeypatch.setattr("hcat_notify.store.webhooks.keep_bucket_params", recorded)
     items = [
-        LanePosition(info.id, info.version, f"hcat.web.t{b}", b, epochs[b], 5) for b in buckets
+        LanePosition(info.id, info.version, f"hcat.web.t{b}", b, epochs[b], 5, info.created_at)
+        for b in buckets
     ]
     stale = dataclasses.replace(items[0], topic="hcat.web.old", epoch=epochs[200] - 1)
     found = catalog.webhooks.record_delivered_many("a", [*items, stale])
@@ -267,7 +268,9 @@ def test_parked_topics_are_retried_or_dropped(catalog: Catalog):
     failure = DeliveryFailure(7, 1e12, 1.0, "HTTP 500: boom", parked=True)
     assert (
         catalog.webhooks.record_failure(
-            "a", LanePosition(info.id, info.version, TOPIC, bucket, epoch, 0), failure
+            "a",
+            LanePosition(info.id, info.version, TOPIC, bucket, epoch, 0, info.created_at),
+            failure,
         )
         == "ok"
     )
@@ -280,7 +283,7 @@ def test_parked_topics_are_retried_or_dropped(catalog: Catalog):
     version = catalog.webhooks.get("ops").version
     assert version > info.version
     catalog.webhooks.record_failure(
-        "a", LanePosition(info.id, version, TOPIC, bucket, epoch, 0), failure
+        "a", LanePosition(info.id, version, TOPIC, bucket, epoch, 0, info.created_at), failure
     )
     assert catalog.webhooks.drop_parked("ops", TOPIC) == [TOPIC]
     (row,) = catalog.webhooks.topics("ops")
@@ -310,7 +313,7 @@ def test_metrics_give_each_webhooks_state_failing_parked_topics_and_position(cat
     catalog.webhooks.pause("idle")
     bucket = topic_bucket(TOPIC, catalog.group.info().bucket_count)
     epoch = _own(catalog, "a", bucket)
-    delivered = LanePosition(info.id, info.version, TOPIC, bucket, epoch, 7)
+    delivered = LanePosition(info.id, info.version, TOPIC, bucket, epoch, 7, info.created_at)
     assert catalog.webhooks.record_delivered_many("a", [delivered]) == ["ok"]
     failure = DeliveryFailure(3, 1e12, 1.0, "HTTP 500", parked=True)
     other = dataclasses.replace(delivered, topic="hcat.web.other", last_event_id=2)
@@ -357,7 +360,7 @@ def test_replay_release_and_remove_write_the_webhook_before_its_progress(catalog
     catalog.mark_set_done("web.clicks", {"ds": "1"})
     bucket = topic_bucket(TOPIC, catalog.group.info().bucket_count)
     epoch = _own(catalog, "a", bucket)
-    position = LanePosition(info.id, info.version, TOPIC, bucket, epoch, 0)
+    position = LanePosition(info.id, info.version, TOPIC, bucket, epoch, 0, info.created_at)
     failure = DeliveryFailure(7, 1e12, 1.0, "HTTP 500: boom", parked=True)
     assert catalog.webhooks.record_failure("a", position, failure) == "ok"
     statements: list[str] = []
@@ -384,3 +387,26 @@ def test_replay_release_and_remove_write_the_webhook_before_its_progress(catalog
         "DELETE hcat_webhook_progress",
         "DELETE hcat_webhooks",
     ]
+
+
+@pytest.mark.usefixtures("tables")
+def test_a_removed_webhooks_late_record_or_410_does_not_touch_the_next_one_of_its_id(
+    catalog: Catalog, settings: Settings
+):
+    """SQLite gives a removed webhook's id to the next one added when it was the highest,
+    and the new one starts at version 1 too: a 2xx of the removed one recorded late
+    passed the fence and moved the new one's topic past events it never sent."""
+    old, _ = catalog.webhooks.add("old", URL, "web.*", from_event=1)
+    catalog.mark_set_done("web.clicks", {"ds": "1"})
+    bucket = topic_bucket(TOPIC, catalog.group.info().bucket_count)
+    epoch = _own(catalog, "a", bucket)
+    late = LanePosition(old.id, old.version, TOPIC, bucket, epoch, 1, old.created_at)
+    catalog.webhooks.remove("old")
+    new, _ = catalog.webhooks.add("new", URL, "web.*", from_event=1)
+    if settings.database_url.startswith("sqlite"):
+        assert (new.id, new.version) == (old.id, old.version)  # the case itself
+    assert catalog.webhooks.record_delivered_many("a", [late]) == ["changed"]
+    assert catalog.webhooks.record_delivered("a", late) == "changed"
+    assert not catalog.webhooks.disable(old.id, old.version, old.created_at, "HTTP 410")
+    assert catalog.webhooks.topics("new") == []
+    assert catalog.webhooks.get("new").state is WebhookState.ACTIVE
