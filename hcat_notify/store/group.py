@@ -438,6 +438,16 @@ def assign(
     )
     if fenced.rowcount == 0:  # type: ignore[attr-defined]
         return False
+    if changes and tx.dialect == "postgresql":
+        # lock the moved buckets' rows in bucket order, as the publisher's and the webhook
+        # recorder's fences take them; the updates below, one per kind of move, would take
+        # them in another (a deadlock at a rebalance, retried by both, but a lost round)
+        tx.session.execute(
+            select(RelayBucketRow.bucket)
+            .where(RelayBucketRow.bucket.in_(sorted(changes)))
+            .order_by(RelayBucketRow.bucket)
+            .with_for_update()
+        )
     balancing = set(rebalanced)
     groups: dict[tuple[str | None, bool], list[int]] = {}
     for bucket, owner in changes.items():

@@ -184,3 +184,39 @@ def test_a_leaving_member_gives_everything_up(catalog: Catalog):
     assert catalog.group.members() == []
     assert catalog.group.info().controller_id is None
     assert {b.owner for b in catalog.group.buckets()} == {None}
+
+
+def test_a_reassignment_locks_its_buckets_in_bucket_order(catalog: Catalog, settings: Settings):
+    """As the publisher's and the webhook recorder's fences take them: one update per kind
+    of move took them in another order, and on PostgreSQL a rebalance could deadlock with
+    a publisher (both retried; the round was lost)."""
+    from typing import Any
+
+    from sqlalchemy import Engine, event
+
+    _member(catalog, "a")
+    _member(catalog, "b")
+    epoch = catalog.group.claim_controller("a", ttl=30)
+    assert epoch is not None
+    statements: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if "hcat_relay_buckets" in statement:
+            statements.append((statement, parameters))
+
+    event.listen(Engine, "before_cursor_execute", capture)
+    try:
+        assert catalog.group.assign("a", epoch, {200: "a", 3: "b", 50: "a", 7: "b"})
+    finally:
+        event.remove(Engine, "before_cursor_execute", capture)
+    owners = {b.bucket: (b.owner, b.epoch) for b in catalog.group.buckets()}
+    assert [owners[b] for b in (3, 7, 50, 200)] == [("b", 1), ("b", 1), ("a", 1), ("a", 1)]
+    verbs = [statement.split()[0].upper() for statement, _ in statements]
+    if settings.database_url.startswith("postgresql"):
+        assert verbs == ["SELECT", "UPDATE", "UPDATE"]
+        locking, parameters = statements[0]
+        assert "ORDER BY" in locking
+        assert locking.rstrip().endswith("FOR UPDATE")
+        assert list(parameters.values()) == [3, 7, 50, 200]
+    else:
+        assert verbs == ["UPDATE", "UPDATE"]  # one writer at a time: nothing to order
