@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from hcat_notify.config import Settings
-from hcat_notify.relay import Relay
+from hcat_notify.relay import Relay, RelayConfig
 from hcat_notify.store import Catalog, TableInfo
 from hcat_notify.store.records import OutboxEvent
 from hcat_notify.writer import send_mark_set_done
 from tests.fakes.broker import FakeBroker
+from tests.fixtures.webhook_receiver import Receiver
 
 
 @pytest.fixture
@@ -64,3 +66,35 @@ def stray(catalog: Catalog, broker: FakeBroker, clicks: TableInfo) -> TableInfo:
     table = catalog.create_table("web.stray", location="/w/stray", partition_keys=["datestamp"])
     broker.refused_topics.add(f"/topic/{table.topic}")
     return table
+
+
+@pytest.fixture
+def hook_settings(settings: Settings) -> Settings:
+    """``settings`` with webhooks to loopback allowed (where :func:`receiver` listens) and
+    a 5 s request timeout."""
+    return dataclasses.replace(settings, webhook_allow=("127.0.0.1",), webhook_timeout=5.0)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A webhook receiver on loopback answering 200, closed after the test."""
+    found = Receiver()
+    yield found
+    found.close()
+
+
+@pytest.fixture
+def solo_relay(hook_settings: Settings, broker: FakeBroker) -> Callable[..., Relay]:
+    """``solo_relay(catalog, config=None)``: a relay of ``hook_settings`` on ``catalog``,
+    member "solo", publishing to ``broker``."""
+
+    def make(catalog: Catalog, config: RelayConfig | None = None) -> Relay:
+        return Relay(
+            hook_settings,
+            config=config,
+            catalog=catalog,
+            connection_factory=broker.connection,
+            member_id="solo",
+        )
+
+    return make

@@ -5,7 +5,6 @@ that its memory and that read grew with every topic the webhooks ever got."""
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import threading
 import time
@@ -21,7 +20,6 @@ from hcat_notify.relay import Relay, RelayConfig
 from hcat_notify.relay import webhooks as webhooks_module
 from hcat_notify.store import Catalog
 from hcat_notify.store.models import WebhookProgressRow
-from tests.fakes.broker import FakeBroker
 from tests.fixtures.catalog_rows import bulk_insert
 from tests.fixtures.counted_webhooks import CountedWebhooks
 from tests.fixtures.webhook_receiver import Receiver, event_ids
@@ -42,55 +40,46 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path, _sqlite_catalog_templ
 
 
 def test_the_pass_reads_and_holds_the_progress_of_the_topics_with_events_only(
-    settings: Settings, broker: FakeBroker
+    hook_settings: Settings, solo_relay: Callable[..., Relay], receiver: Receiver
 ):
-    settings = dataclasses.replace(settings, webhook_allow=("127.0.0.1",), webhook_timeout=5.0)
-    receiver = Receiver()
-    try:
-        with Catalog.open(settings) as catalog:
-            catalog.create_table("web.clicks", location="/w/clicks", partition_keys=["ds"])
-            catalog.create_table("web.views", location="/w/views", partition_keys=["ds"])
-            before = catalog.mark_set_done("web.clicks", {"ds": "0"})
-            hooks = {}
-            for name in ("a", "b"):
-                # from the done on (the tables' creation went to the database's topic)
-                catalog.webhooks.add(name, f"{receiver.url}/{name}", "web.*", from_event=before)
-                hooks[name] = catalog.webhooks.get(name).id
-            clicks = catalog.get_table("web.clicks").topic
-            buckets = catalog.group.info().bucket_count
-            idle = [f"hcat.web.idle{n:04d}" for n in range(IDLE)]
-            bulk_insert(
-                settings.database_url,
-                WebhookProgressRow,
-                [
-                    {
-                        "webhook_id": hook,
-                        "topic": topic,
-                        "bucket": topic_bucket(topic, buckets),
-                        "last_event_id": position,
-                        "epoch": 1,
-                        "updated_at": 1.0,
-                    }
-                    for hook in hooks.values()
-                    for topic, position in [*((t, 1) for t in idle), (clicks, before)]
-                ],
-            )
-            fresh = [catalog.mark_set_done("web.clicks", {"ds": str(n)}) for n in (1, 2)]
-            views = catalog.mark_set_done("web.views", {"ds": "1"})
-            counted = CountedWebhooks(catalog, "progress", len)
-            with Relay(
-                settings,
-                config=RelayConfig(webhook_interval=60.0, batch_size=50),
-                catalog=cast(Catalog, counted),
-                connection_factory=broker.connection,
-                member_id="solo",
-            ) as relay:
-                relay.drain()
-                # the two topics with events, per webhook: not the 800 idle lanes
-                assert counted.total == 2, counted.total
-            shown = {t.topic: t.last_event_id for t in catalog.webhooks.topics("a")}
-    finally:
-        receiver.close()
+    with Catalog.open(hook_settings) as catalog:
+        catalog.create_table("web.clicks", location="/w/clicks", partition_keys=["ds"])
+        catalog.create_table("web.views", location="/w/views", partition_keys=["ds"])
+        before = catalog.mark_set_done("web.clicks", {"ds": "0"})
+        hooks = {}
+        for name in ("a", "b"):
+            # from the done on (the tables' creation went to the database's topic)
+            catalog.webhooks.add(name, f"{receiver.url}/{name}", "web.*", from_event=before)
+            hooks[name] = catalog.webhooks.get(name).id
+        clicks = catalog.get_table("web.clicks").topic
+        buckets = catalog.group.info().bucket_count
+        idle = [f"hcat.web.idle{n:04d}" for n in range(IDLE)]
+        bulk_insert(
+            hook_settings.database_url,
+            WebhookProgressRow,
+            [
+                {
+                    "webhook_id": hook,
+                    "topic": topic,
+                    "bucket": topic_bucket(topic, buckets),
+                    "last_event_id": position,
+                    "epoch": 1,
+                    "updated_at": 1.0,
+                }
+                for hook in hooks.values()
+                for topic, position in [*((t, 1) for t in idle), (clicks, before)]
+            ],
+        )
+        fresh = [catalog.mark_set_done("web.clicks", {"ds": str(n)}) for n in (1, 2)]
+        views = catalog.mark_set_done("web.views", {"ds": "1"})
+        counted = CountedWebhooks(catalog, "progress", len)
+        with solo_relay(
+            cast(Catalog, counted), RelayConfig(webhook_interval=60.0, batch_size=50)
+        ) as relay:
+            relay.drain()
+            # the two topics with events, per webhook: not the 800 idle lanes
+            assert counted.total == 2, counted.total
+        shown = {t.topic: t.last_event_id for t in catalog.webhooks.topics("a")}
     got: dict[str, list[int]] = {}
     for request in receiver.ok():
         got.setdefault(request.path, []).extend(event_ids(request))
@@ -102,27 +91,23 @@ def test_the_pass_reads_and_holds_the_progress_of_the_topics_with_events_only(
 
 
 def test_idle_lanes_are_let_go_and_opened_again_where_their_progress_stands(
-    settings: Settings, broker: FakeBroker, monkeypatch: pytest.MonkeyPatch
+    hook_settings: Settings,
+    solo_relay: Callable[..., Relay],
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
 ):
     """Past ``LANES_HELD`` lanes a running relay's pass lets go of the idle ones: what it
     holds stays bounded however many topics have had events (it held every lane it had
     opened), and a lane opened again reads its progress: nothing is delivered twice."""
     monkeypatch.setattr(webhooks_module, "LANES_HELD", 5)
     monkeypatch.setattr(webhooks_module, "RELEASE_EVERY", 0.05)
-    settings = dataclasses.replace(settings, webhook_allow=("127.0.0.1",), webhook_timeout=5.0)
-    receiver = Receiver()
     tables = [f"web.t{n:02d}" for n in range(30)]
-    with Catalog.open(settings) as catalog:
+    with Catalog.open(hook_settings) as catalog:
         for table in tables:
             catalog.create_table(table, location=f"/w/{table}", partition_keys=["ds"])
         catalog.webhooks.add("all", receiver.url, "web.*")
         counted = CountedWebhooks(catalog, "progress", len)
-        relay = Relay(
-            settings,
-            catalog=cast(Catalog, counted),
-            connection_factory=broker.connection,
-            member_id="solo",
-        )
+        relay = solo_relay(cast(Catalog, counted))
         thread = threading.Thread(target=relay.run, daemon=True)
         thread.start()
 
@@ -146,7 +131,6 @@ def test_idle_lanes_are_let_go_and_opened_again_where_their_progress_stands(
             relay.stop()
             thread.join(30)
             relay.close()
-            receiver.close()
     assert not thread.is_alive()
     assert sorted(got()) == sorted(written)  # each once
 

@@ -3,7 +3,6 @@ up to a batch of events unrecorded in all (what a failover may send again)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 import time
@@ -56,15 +55,13 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> No
 
 
 def test_the_next_events_go_out_while_the_last_record_is_written(
-    settings: Settings, broker: FakeBroker
+    hook_settings: Settings, broker: FakeBroker, receiver: Receiver
 ):
-    settings = dataclasses.replace(settings, webhook_allow=("127.0.0.1",), webhook_timeout=5.0)
-    with Catalog.open(settings) as catalog:
-        _check(settings, broker, catalog)
+    with Catalog.open(hook_settings) as catalog:
+        _check(hook_settings, broker, catalog, receiver)
 
 
-def _check(settings: Settings, broker: FakeBroker, catalog: Catalog) -> None:
-    receiver = Receiver()
+def _check(settings: Settings, broker: FakeBroker, catalog: Catalog, receiver: Receiver) -> None:
     held = HeldRecords(catalog)
     catalog.create_table("web.clicks", location="/w/clicks", partition_keys=["ds"])
     catalog.webhooks.add("rec", receiver.url, "web.*")
@@ -102,7 +99,6 @@ def _check(settings: Settings, broker: FakeBroker, catalog: Catalog) -> None:
         relay.stop()
         thread.join(30)
         relay.close()
-        receiver.close()
     assert not thread.is_alive()
     (last,) = [r for r in receiver.ok() if int(json.loads(r.body)["id"]) == third]
     assert last.at > held.released_at

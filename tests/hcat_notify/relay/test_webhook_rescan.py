@@ -4,46 +4,38 @@ history, each added one would otherwise read the history again."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
+from collections.abc import Callable
 from typing import cast
 
 from hcat_notify.config import Settings
 from hcat_notify.relay import Relay, RelayConfig
 from hcat_notify.store import Catalog
-from tests.fakes.broker import FakeBroker
 from tests.fixtures.counted_webhooks import CountedWebhooks
 from tests.fixtures.webhook_receiver import Receiver, event_ids
 
 
-def test_a_webhook_added_from_now_reads_no_history_again(settings: Settings, broker: FakeBroker):
-    settings = dataclasses.replace(settings, webhook_allow=("127.0.0.1",), webhook_timeout=5.0)
-    receiver = Receiver()
-    try:
-        with Catalog.open(settings) as catalog:
-            catalog.create_table("web.clicks", location="/w/clicks", partition_keys=["ds"])
-            first = catalog.outbox.last_event_id() + 1
-            catalog.webhooks.add("old", receiver.url + "/old", "web.*", from_event=first)
-            history = [catalog.mark_set_done("web.clicks", {"ds": str(n)}) for n in range(40)]
-            counted = CountedWebhooks(catalog, "page", lambda answer: len(answer[0]))
-            with Relay(
-                settings,
-                config=RelayConfig(webhook_interval=60.0, batch_size=10),
-                catalog=cast(Catalog, counted),
-                connection_factory=broker.connection,
-                member_id="solo",
-            ) as relay:
+def test_a_webhook_added_from_now_reads_no_history_again(
+    hook_settings: Settings, solo_relay: Callable[..., Relay], receiver: Receiver
+):
+    with Catalog.open(hook_settings) as catalog:
+        catalog.create_table("web.clicks", location="/w/clicks", partition_keys=["ds"])
+        first = catalog.outbox.last_event_id() + 1
+        catalog.webhooks.add("old", receiver.url + "/old", "web.*", from_event=first)
+        history = [catalog.mark_set_done("web.clicks", {"ds": str(n)}) for n in range(40)]
+        counted = CountedWebhooks(catalog, "page", lambda answer: len(answer[0]))
+        with solo_relay(
+            cast(Catalog, counted), RelayConfig(webhook_interval=60.0, batch_size=10)
+        ) as relay:
+            relay.drain()
+            assert counted.total >= len(history)  # the old webhook's history, once
+            read = counted.total
+            for n in range(3):
+                catalog.webhooks.add(f"new{n}", receiver.url + f"/new{n}", "web.*")
+                latest = catalog.mark_set_done("web.clicks", {"ds": f"new{n}"})
                 relay.drain()
-                assert counted.total >= len(history)  # the old webhook's history, once
-                read = counted.total
-                for n in range(3):
-                    catalog.webhooks.add(f"new{n}", receiver.url + f"/new{n}", "web.*")
-                    latest = catalog.mark_set_done("web.clicks", {"ds": f"new{n}"})
-                    relay.drain()
-                # each added webhook's pass read what came after it, not the history
-                assert counted.total - read <= 3 * 2, counted.total - read
-    finally:
-        receiver.close()
+            # each added webhook's pass read what came after it, not the history
+            assert counted.total - read <= 3 * 2, counted.total - read
     got: dict[str, list[int]] = {}
     for request in receiver.ok():
         got.setdefault(request.path, []).extend(event_ids(request))
