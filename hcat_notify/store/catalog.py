@@ -86,18 +86,15 @@ class Catalog:
         # calls below are the schedulers' and writers' hot paths).
         self._tables = Tables(self._transaction)
         self._partitions = Partitions(self._transaction)
-        self._dones = Dones(
-            self._transaction,
-            self._fast,
-            self._clock,
-            self._bucket_count_now,
-            (
-                functools.partial(engines.checkpoint_passive, engine)
-                if engine.dialect.name == "sqlite"
-                else None
-            ),
+        checkpoint = (
+            functools.partial(engines.checkpoint_passive, engine)
+            if engine.dialect.name == "sqlite"
+            else None
         )
-        self._outbox = Outbox(self._transaction, self._fast)
+        self._dones = Dones(
+            self._transaction, self._fast, self._clock, self._bucket_count_now, checkpoint
+        )
+        self._outbox = Outbox(self._transaction, self._fast, self._clock, checkpoint)
         self._sets = Sets(self._transaction)
 
     @classmethod

@@ -36,7 +36,7 @@ from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.events import EVENT_TYPES
 from hcat_notify.model.names import TableName
 from hcat_notify.model.wire import Message, with_event_id
-from hcat_notify.store import group, progress
+from hcat_notify.store import group, outbox_retention, progress
 from hcat_notify.store.event_rows import outbox_row
 from hcat_notify.store.group import unpublished_filter
 from hcat_notify.store.models import (
@@ -356,7 +356,8 @@ def catch_up(
 
     Without a cursor: the registered tables' unexpired retained dones. With one: every
     event of each table's present life (its scope) after its topic's watermark,
-    whatever its kind. Each source is an ordered index scan (a topic's events by id;
+    whatever its kind (:class:`~hcat_notify.errors.HistoryGoneError` when the outbox's
+    retention deleted some of them). Each source is an ordered index scan (a topic's events by id;
     the retained dones by table and id), merged by event id: a page costs the same
     however much precedes it.
     """
@@ -378,9 +379,11 @@ def catch_up(
                 .order_by(RetentionRow.event_id)
             )
     else:
+        positions: dict[str, int] = {}
         for scope in scopes:
             mark = cursor.get(scope.topic)
             after = max(page_after, mark if mark is not None else 0, scope.after)
+            positions[scope.topic] = min(after, positions.get(scope.topic, after))
             query = select(*_OUTBOX_COLUMNS).where(
                 OutboxRow.topic == scope.topic,
                 OutboxRow.event_id > after,
@@ -389,6 +392,8 @@ def catch_up(
             if scope.through is not None:
                 query = query.where(OutboxRow.event_id <= scope.through)
             queries.append(query.order_by(OutboxRow.event_id))
+        # A position below what the outbox's retention deleted would skip events.
+        outbox_retention.check_complete(tx, positions, cursor)
     bound = tx.id_order_bound()
     queries = [query.where(_in_id_order(bound)) for query in queries]
     if limit is not None:
