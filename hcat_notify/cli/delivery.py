@@ -467,25 +467,67 @@ def _reader(obj: CliContext, subscriber: str | None) -> AbstractContextManager[C
 @click.pass_obj
 @handle_errors
 def sweep(obj: CliContext, batch_size: int, max_duty: float | None) -> None:
-    """Delete expired mark-set-done retention rows, in batches."""
+    """Delete expired mark-set-done retention rows, then the outbox's events older than
+    outbox_retention that nobody still needs, in batches."""
     if max_duty is not None and max_duty != max_duty:  # NaN passes the range's test
         raise click.BadParameter("nan is not in the range 0<x<=1.", param_hint="'--max-duty'")
     shown = obj.output == "text" and sys.stderr.isatty()
 
-    def progress(done: int) -> None:
-        click.echo(f"\rswept {done:,} rows", nl=False, err=True)
+    def progress(what: str) -> Callable[[int], None]:
+        def show(done: int) -> None:
+            click.echo(f"\rswept {done:,} {what}", nl=False, err=True)
 
+        return show
+
+    retention = obj.settings.outbox_retention_period
     with obj.catalog() as catalog:
         try:
             removed = catalog.dones.sweep_expired(
                 batch_size=batch_size,
-                progress=progress if shown else None,
+                progress=progress("rows") if shown else None,
+                max_duty=max_duty,
+            )
+            if shown:
+                click.echo(err=True)
+            pruned = catalog.outbox.sweep(
+                retention,
+                batch_size=batch_size,
+                progress=progress("outbox events") if shown else None,
                 max_duty=max_duty,
             )
         finally:
             if shown:
                 click.echo(err=True)
-    emit(obj, {"removed": removed}, lambda: f"removed {removed} expired retention row(s)")
+    held = pruned.by_kind()
+    data = {
+        "removed": removed,
+        "outbox": {
+            "retention": obj.settings.outbox_retention,
+            "deleted": pruned.deleted,
+            "held_back": pruned.kept,
+            "held_by_kind": held,
+            "held_by": dict(pruned.held),
+        },
+    }
+
+    def text() -> str:
+        lines = [f"removed {removed} expired retention row(s)"]
+        if retention is None:
+            lines.append("outbox: kept forever (outbox_retention = forever)")
+            return "\n".join(lines)
+        line = (
+            f"outbox: deleted {pruned.deleted} event(s) older than {obj.settings.outbox_retention}"
+        )
+        if pruned.kept:
+            kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(held.items()))
+            line += f"; held back {pruned.kept} ({kinds})"
+        lines.append(line)
+        for holder, count in sorted(pruned.held.items()):
+            if holder.startswith(("webhook ", "subscriber ")):
+                lines.append(f"  {holder} holds {count} event(s)")
+        return "\n".join(lines)
+
+    emit(obj, data, text)
 
 
 @click.command()
