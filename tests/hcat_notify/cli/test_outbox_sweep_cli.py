@@ -11,9 +11,8 @@ from datetime import UTC, datetime
 import pytest
 
 from hcat_notify.config import load_settings
-from hcat_notify.model.topics import topic_bucket
 from hcat_notify.store import Catalog
-from hcat_notify.store.group import BucketProgress, MemberReport
+from tests.fixtures.published import publish
 
 Run = Callable[..., tuple[int, str, str]]
 TOPIC = "hcat.web.clicks"
@@ -29,13 +28,7 @@ def old_events(db_url: str, tmp_path) -> Iterator[list[int]]:
         past = Catalog(opened._engine, settings, clock=lambda: start)
         past.create_table("web.clicks", location="/data/c", partition_keys=["ds"])
         ids = [past.mark_set_done("web.clicks", {"ds": str(n)}) for n in range(4)]
-        bucket = topic_bucket(TOPIC, past.group.info().bucket_count)
-        past.group.heartbeat(MemberReport("a", "host", 1))
-        epoch = past.group.claim_controller("a", ttl=30)
-        assert epoch is not None
-        assert past.group.assign("a", epoch, {bucket: "a"}, [])
-        mine = past.group.owned("a")[bucket].epoch
-        past.group.record_progress("a", {bucket: BucketProgress(mine, ids[2], {TOPIC: ids[2]})})
+        publish(past, TOPIC, ids[2])
         past.subscriptions.claim("etl", "host:1")
         past.subscriptions.advance("etl", "host:1", {TOPIC: ids[0]})
         yield ids

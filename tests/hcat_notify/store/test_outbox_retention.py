@@ -12,8 +12,8 @@ from hcat_notify.config import Settings
 from hcat_notify.errors import HistoryGoneError
 from hcat_notify.model.topics import topic_bucket
 from hcat_notify.store import Catalog
-from hcat_notify.store.group import BucketProgress, MemberReport
 from hcat_notify.store.webhooks import LanePosition
+from tests.fixtures.published import publish
 
 CLICKS = "hcat.web.clicks"
 VIEWS = "hcat.web.views"
@@ -51,31 +51,16 @@ def _events(catalog: Catalog, table: str, count: int) -> list[int]:
     return [catalog.mark_set_done(table, {"ds": f"d{n}"}) for n in range(count)]
 
 
-def _publish(catalog: Catalog, topic: str, through: int) -> None:
-    """The relay member ``a`` owns the topic's bucket and published it through ``through``."""
-    bucket = topic_bucket(topic, catalog.group.info().bucket_count)
-    catalog.group.heartbeat(MemberReport("a", "host", 1))
-    owned = catalog.group.owned("a")
-    if bucket not in owned:
-        epoch = catalog.group.claim_controller("a", ttl=30)
-        assert epoch is not None
-        assert catalog.group.assign("a", epoch, {b: "a" for b in [*owned, bucket]}, [])
-        owned = catalog.group.owned("a")
-    catalog.group.record_progress(
-        "a", {bucket: BucketProgress(owned[bucket].epoch, through, {topic: through})}
-    )
-
-
 def _kept(catalog: Catalog, topic: str) -> list[int]:
     return [e.event_id for e in catalog.outbox.events(limit=10_000) if e.topic == topic]
 
 
 def test_old_published_events_go_young_and_unpublished_ones_stay(cat: Catalog, clock: _Clock):
     old = _events(cat, "web.clicks", 4)
-    _publish(cat, CLICKS, old[2])
+    publish(cat, CLICKS, old[2])
     clock.now += 2 * DAY
     young = _events(cat, "web.clicks", 1)
-    _publish(cat, CLICKS, young[0])  # published, but younger than the retention
+    publish(cat, CLICKS, young[0])  # published, but younger than the retention
     done = cat.outbox.sweep(DAY)
     # old[3] is below the topic's progress now: published, it goes too
     assert _kept(cat, CLICKS) == young
@@ -91,7 +76,7 @@ def test_old_published_events_go_young_and_unpublished_ones_stay(cat: Catalog, c
 
 def test_an_unpublished_event_is_kept(cat: Catalog, clock: _Clock):
     old = _events(cat, "web.clicks", 3)
-    _publish(cat, CLICKS, old[0])
+    publish(cat, CLICKS, old[0])
     clock.now += 2 * DAY
     done = cat.outbox.sweep(DAY)
     assert _kept(cat, CLICKS) == old[1:]
@@ -103,7 +88,7 @@ def test_a_parked_event_is_kept_a_dropped_one_goes(cat: Catalog, clock: _Clock):
     for event_id in old[:2]:
         assert cat.outbox.record_refusal(event_id, "too big", limit=1, actor="a")
     cat.outbox.drop_parked([old[1]], actor="ops")
-    _publish(cat, CLICKS, old[2])  # the relay went on past the parked ones
+    publish(cat, CLICKS, old[2])  # the relay went on past the parked ones
     clock.now += 2 * DAY
     cat.outbox.sweep(DAY)
     assert _kept(cat, CLICKS) == [old[0]]
@@ -111,7 +96,7 @@ def test_a_parked_event_is_kept_a_dropped_one_goes(cat: Catalog, clock: _Clock):
 
 def test_nothing_goes_before_its_time_or_with_forever(cat: Catalog, clock: _Clock):
     old = _events(cat, "web.clicks", 2)
-    _publish(cat, CLICKS, old[1])
+    publish(cat, CLICKS, old[1])
     clock.now += 2 * DAY
     assert cat.outbox.sweep(3 * DAY).deleted == 0
     assert cat.outbox.sweep(None).deleted == 0
@@ -131,8 +116,8 @@ def test_a_webhook_behind_holds_exactly_its_undelivered_events(cat: Catalog, clo
     cat.webhooks.add("behind", URL, "web.clicks", from_event=1)
     old = _events(cat, "web.clicks", 4)
     views = _events(cat, "web.views", 2)
-    _publish(cat, CLICKS, old[3])
-    _publish(cat, VIEWS, views[1])
+    publish(cat, CLICKS, old[3])
+    publish(cat, VIEWS, views[1])
     _lane(cat, "behind", CLICKS, old[1])
     clock.now += 2 * DAY
     done = cat.outbox.sweep(DAY)
@@ -154,8 +139,8 @@ def test_a_paused_webhook_holds_its_lanes_never_opened_a_disabled_or_other_one_n
     assert cat.webhooks.disable(gone.id, gone.version, gone.created_at, "410 Gone")
     cat.webhooks.add("removed", URL, "web.*", from_event=1)
     cat.webhooks.remove("removed")
-    _publish(cat, CLICKS, old[1])
-    _publish(cat, VIEWS, views[1])
+    publish(cat, CLICKS, old[1])
+    publish(cat, VIEWS, views[1])
     clock.now += 2 * DAY
     done = cat.outbox.sweep(DAY)
     assert _kept(cat, CLICKS) == []
@@ -170,8 +155,8 @@ def test_a_durable_subscriber_behind_holds_its_topics(cat: Catalog, clock: _Cloc
     cat.subscriptions.advance("etl", "me", {CLICKS: old[0]})
     cat.subscriptions.claim("late", "me", takeover=False)
     cat.subscriptions.advance("late", "me", {"*": views[0]})  # its floor: every topic
-    _publish(cat, CLICKS, old[2])
-    _publish(cat, VIEWS, views[1])
+    publish(cat, CLICKS, old[2])
+    publish(cat, VIEWS, views[1])
     clock.now += 2 * DAY
     done = cat.outbox.sweep(DAY)
     assert _kept(cat, CLICKS) == old[1:]
@@ -183,7 +168,7 @@ def test_a_durable_subscriber_behind_holds_its_topics(cat: Catalog, clock: _Cloc
 def test_an_unexpired_retained_done_is_kept(settings: Settings, cat: Catalog, clock: _Clock):
     cat.create_table("web.kept", location="/data/kept", partition_keys=["ds"], retention=3 * DAY)
     kept = _events(cat, "web.kept", 2)
-    _publish(cat, "hcat.web.kept", kept[1])
+    publish(cat, "hcat.web.kept", kept[1])
     clock.now += 2 * DAY
     done = cat.outbox.sweep(DAY)
     assert _kept(cat, "hcat.web.kept") == kept
@@ -196,7 +181,7 @@ def test_an_unexpired_retained_done_is_kept(settings: Settings, cat: Catalog, cl
 def test_a_held_event_does_not_stop_later_ones_and_batches_are_bounded(cat: Catalog, clock: _Clock):
     old = _events(cat, "web.clicks", 9)
     assert cat.outbox.record_refusal(old[0], "too big", limit=1, actor="a")  # held for good
-    _publish(cat, CLICKS, old[-1])
+    publish(cat, CLICKS, old[-1])
     clock.now += 2 * DAY
     removed: list[int] = []
     done = cat.outbox.sweep(DAY, batch_size=2, progress=removed.append)
@@ -212,7 +197,7 @@ def test_a_cursor_below_what_was_deleted_is_refused_an_idle_topics_is_not(
 ):
     old = _events(cat, "web.clicks", 3)
     views = _events(cat, "web.views", 1)
-    _publish(cat, CLICKS, old[2])
+    publish(cat, CLICKS, old[2])
     clock.now += 2 * DAY
     fresh = _events(cat, "web.clicks", 1)
     cat.outbox.sweep(DAY)
@@ -228,7 +213,7 @@ def test_a_webhook_replay_or_add_from_deleted_history_is_refused_and_changes_not
     cat: Catalog, clock: _Clock
 ):
     old = _events(cat, "web.clicks", 3)
-    _publish(cat, CLICKS, old[2])
+    publish(cat, CLICKS, old[2])
     clock.now += 2 * DAY
     cat.outbox.sweep(DAY)
     cat.webhooks.add("ops", URL, "web.clicks")

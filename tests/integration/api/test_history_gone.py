@@ -10,9 +10,8 @@ import httpx
 import pytest
 
 from hcat_notify.config import Settings
-from hcat_notify.model.topics import topic_bucket
 from hcat_notify.store import Catalog
-from hcat_notify.store.group import BucketProgress, MemberReport
+from tests.fixtures.published import publish
 
 pytestmark = pytest.mark.integration
 
@@ -26,13 +25,7 @@ def test_a_cursor_below_the_pruned_mark_is_410_gone(
     past.create_table("old.clicks", location="/data/old/clicks", partition_keys=["ds"])
     ids = [past.mark_set_done("old.clicks", {"ds": str(n)}) for n in range(3)]
     topic = "hcat.old.clicks"
-    bucket = topic_bucket(topic, past.group.info().bucket_count)
-    past.group.heartbeat(MemberReport("a", "host", 1))
-    epoch = past.group.claim_controller("a", ttl=30)
-    assert epoch is not None
-    assert past.group.assign("a", epoch, {bucket: "a"}, [])
-    owned = past.group.owned("a")[bucket].epoch
-    past.group.record_progress("a", {bucket: BucketProgress(owned, ids[1], {topic: ids[1]})})
+    publish(past, topic, ids[1])
     assert api_catalog.outbox.sweep(timedelta(days=1)).deleted == 2
     gone = reader.get("/v1/events", params={"table": "old.clicks", "cursor": f"{topic}:{ids[0]}"})
     assert gone.status_code == 410, gone.text
