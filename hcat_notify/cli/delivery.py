@@ -29,7 +29,7 @@ from hcat_notify.cli.common import (
     json_default,
     output_option,
 )
-from hcat_notify.errors import BrokerCredentialsError
+from hcat_notify.errors import BrokerCredentialsError, InvalidInputError
 from hcat_notify.relay.config import RelayConfig
 
 if TYPE_CHECKING:
@@ -531,11 +531,22 @@ def sweep(obj: CliContext, batch_size: int, max_duty: float | None) -> None:
 
 
 @click.command()
+@click.option(
+    "--remove",
+    "remove",
+    multiple=True,
+    metavar="NAME",
+    help="Forget this durable subscriber and its watermarks (repeatable): one that is gone "
+    "for good holds the outbox back from its watermarks (hcat-notify status).",
+)
 @output_option
 @click.pass_obj
 @handle_errors
-def subscribers(obj: CliContext) -> None:
+def subscribers(obj: CliContext, remove: tuple[str, ...]) -> None:
     """Durable subscribers: who consumes under each name, watermarks, lag."""
+    if remove:
+        _remove_subscribers(obj, list(dict.fromkeys(remove)))
+        return
     with obj.catalog(write=False) as catalog:
         found = catalog.subscriptions.every()
         lags = {item.name: catalog.subscriptions.lag(item.cursor.watermarks) for item in found}
@@ -565,3 +576,16 @@ def subscribers(obj: CliContext) -> None:
         return "\n".join(lines)
 
     emit(obj, data, text)
+
+
+def _remove_subscribers(obj: CliContext, names: list[str]) -> None:
+    """Forget ``names`` (all known, else nothing is removed)."""
+    with obj.catalog() as catalog:
+        known = {item.name for item in catalog.subscriptions.every()}
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise InvalidInputError(
+                f"no durable subscriber named {unknown[0]!r} (hcat-notify subscribers)"
+            )
+        removed = catalog.subscriptions.remove(names)
+    emit(obj, {"removed": removed}, lambda: f"removed durable subscriber(s) {', '.join(removed)}")

@@ -53,10 +53,14 @@ def test_sweep_prunes_the_outbox_and_names_what_holds_it(run: Run, old_events: l
 
 
 def test_a_start_below_what_was_deleted_is_one_line_and_writes_nothing(
-    run: Run, old_events: list[int], db_url: str, tmp_path
+    run: Run, old_events: list[int]
 ):
-    with Catalog.open(load_settings(home=tmp_path / "home", db_url=db_url)) as catalog:
-        assert catalog.subscriptions.remove(["etl"]) == ["etl"]
+    code, _, err = run("subscribers", "--remove", "gone")
+    assert (code, err.count("\n")) == (2, 1)
+    assert "no durable subscriber named 'gone'" in err
+    code, out, err = run("subscribers", "--remove", "etl")  # it held the outbox back
+    assert code == 0, err
+    assert "removed durable subscriber(s) etl" in out
     assert run("sweep")[0] == 0
     assert run("webhooks", "add", "ops", URL, "--tables", "web.clicks")[0] == 0
     before = run("-o", "json", "webhooks", "list")[1]
