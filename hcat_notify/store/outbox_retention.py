@@ -324,6 +324,16 @@ def _holders(tx: Tx, events: Sequence[_Candidate], now: datetime) -> dict[int, l
         ).where(SubscriberWatermarkRow.topic.in_([*topics, FLOOR_KEY]))
     ):
         marks.setdefault(row.subscriber, {})[row.topic] = row.last_event_id
+    # Per topic, each subscriber's position on it, lowest first: its own watermark of the
+    # topic, else its floor (where it would resume); an event is held by those below it.
+    positions: dict[str, list[tuple[int, str]]] = {
+        topic: sorted(
+            (mark, name)
+            for name, watermarks in marks.items()
+            if (mark := watermarks.get(topic, watermarks.get(FLOOR_KEY))) is not None
+        )
+        for topic in topics
+    }
     found: dict[int, list[str]] = {}
     for event in events:
         holders: list[str] = []
@@ -339,11 +349,10 @@ def _holders(tx: Tx, events: Sequence[_Candidate], now: datetime) -> dict[int, l
                     position = lanes.get((hook.id, event.topic), hook.start_after)
                     if position < event.event_id:
                         holders.append(_WEBHOOK + hook.name)
-        for name, watermarks in sorted(marks.items()):
-            # its own watermark of the topic, else its floor (where it would resume)
-            mark = watermarks.get(event.topic, watermarks.get(FLOOR_KEY))
-            if mark is not None and mark < event.event_id:
-                holders.append(_SUBSCRIBER + name)
+        for mark, name in positions[event.topic]:
+            if mark >= event.event_id:
+                break
+            holders.append(_SUBSCRIBER + name)
         found[event.event_id] = holders
     return found
 
