@@ -131,7 +131,7 @@ def _lock_marks(tx: Tx, *, share: bool) -> int:
     query = select(OutboxPrunedRow.pruned_through).where(OutboxPrunedRow.topic == ALL_TOPICS)
     if tx.dialect == "postgresql":
         query = query.with_for_update(read=share)
-    found = tx.session.execute(query).scalar_one_or_none()
+    found = tx.connection().execute(query).scalar_one_or_none()
     if found is None:  # a catalog whose row was removed by hand: start again from 0
         _move_marks(tx, {ALL_TOPICS: 0})
         return 0
@@ -141,9 +141,11 @@ def _lock_marks(tx: Tx, *, share: bool) -> int:
 def pruned_through(tx: Tx) -> int:
     """The highest event id the sweep deleted (0: none): every topic's history is
     complete after it."""
-    found = tx.session.execute(
-        select(OutboxPrunedRow.pruned_through).where(OutboxPrunedRow.topic == ALL_TOPICS)
-    ).scalar_one_or_none()
+    found = (
+        tx.connection()
+        .execute(select(OutboxPrunedRow.pruned_through).where(OutboxPrunedRow.topic == ALL_TOPICS))
+        .scalar_one_or_none()
+    )
     return int(found or 0)
 
 
@@ -151,7 +153,7 @@ def _topic_marks(tx: Tx, topics: Iterable[str]) -> dict[str, int]:
     wanted = sorted(set(topics))
     found: dict[str, int] = {}
     for start in range(0, len(wanted), 500):
-        rows = tx.session.execute(
+        rows = tx.connection().execute(
             select(OutboxPrunedRow.topic, OutboxPrunedRow.pruned_through).where(
                 OutboxPrunedRow.topic.in_(wanted[start : start + 500])
             )
@@ -208,7 +210,7 @@ def check_replay_from(tx: Tx, from_event: int) -> None:
 def _move_marks(tx: Tx, marks: Mapping[str, int]) -> None:
     rows = [{"topic": topic, "pruned_through": mark} for topic, mark in sorted(marks.items())]
     if rows:
-        tx.session.connection().execute(_marks_upsert(tx.dialect), rows)
+        tx.connection().execute(_marks_upsert(tx.dialect), rows)
 
 
 @functools.cache
@@ -254,14 +256,14 @@ def _candidates(tx: Tx, after: int, limit: int) -> list[_Candidate]:
             parked=row.parked_at is not None,
             dropped=row.dropped_at is not None,
         )
-        for row in tx.session.execute(query)
+        for row in tx.connection().execute(query)
     ]
 
 
 def _hooks(tx: Tx) -> list[_Hook]:
     """The webhooks that still want events: active and paused (they deliver on resume);
     not disabled ones (an endpoint that answered 410 Gone)."""
-    rows = tx.session.execute(
+    rows = tx.connection().execute(
         select(
             WebhookRow.id,
             WebhookRow.name,
@@ -288,23 +290,25 @@ def _holders(tx: Tx, events: Sequence[_Candidate], now: datetime) -> dict[int, l
     ids = [event.event_id for event in events]
     published = {
         row.topic: row.last_event_id
-        for row in tx.session.execute(
+        for row in tx.connection().execute(
             select(TopicProgressRow.topic, TopicProgressRow.last_event_id).where(
                 TopicProgressRow.topic.in_(topics)
             )
         )
     }
     retained = set(
-        tx.session.scalars(
+        tx.connection()
+        .execute(
             select(RetentionRow.event_id).where(
                 RetentionRow.event_id.in_(ids), RetentionRow.expires_at > now
             )
         )
+        .scalars()
     )
     hooks = _hooks(tx)
     lanes: dict[tuple[int, str], int] = {}
     if hooks:
-        rows = tx.session.execute(
+        rows = tx.connection().execute(
             select(
                 WebhookProgressRow.webhook_id,
                 WebhookProgressRow.topic,
@@ -316,7 +320,7 @@ def _holders(tx: Tx, events: Sequence[_Candidate], now: datetime) -> dict[int, l
         )
         lanes = {(row.webhook_id, row.topic): row.last_event_id for row in rows}
     marks: dict[str, dict[str, int]] = {}
-    for row in tx.session.execute(
+    for row in tx.connection().execute(
         select(
             SubscriberWatermarkRow.subscriber,
             SubscriberWatermarkRow.topic,
@@ -383,7 +387,7 @@ def prune_batch(
         outcome.held.update(holders[event.event_id])
     outcome.kept = len(old) - len(going)
     if going:
-        result = tx.session.connection().execute(
+        result = tx.connection().execute(
             delete(OutboxRow).where(OutboxRow.event_id.in_([event.event_id for event in going]))
         )
         outcome.deleted = int(result.rowcount)
