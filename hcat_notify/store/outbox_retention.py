@@ -45,8 +45,9 @@ __all__ = [
     "PruneBatch",
     "check_complete",
     "check_replay_from",
+    "delete_judged",
     "holder_kind",
-    "prune_batch",
+    "judge_batch",
     "pruned_through",
     "record_sweep",
     "retention_status",
@@ -118,6 +119,10 @@ class PruneBatch:
     """Events held back, by holder (one event counts for each of its holders)."""
     kept: int = 0
     """Old events held back (each once)."""
+    going: list[tuple[int, str]] = field(default_factory=list)
+    """The (event id, topic) of the old events nobody holds back."""
+    stamp: _Stamp = ()
+    """The webhooks' stamp they were judged with (:func:`delete_judged` checks it)."""
 
 
 def _aware(value: datetime) -> datetime:
@@ -260,19 +265,28 @@ def _candidates(tx: Tx, after: int, limit: int) -> list[_Candidate]:
     ]
 
 
-def _hooks(tx: Tx) -> list[_Hook]:
+_Stamp = tuple[tuple[Any, ...], ...]
+
+
+def _hooks(tx: Tx) -> tuple[list[_Hook], _Stamp]:
     """The webhooks that still want events: active and paused (they deliver on resume);
-    not disabled ones (an endpoint that answered 410 Gone)."""
-    rows = tx.connection().execute(
-        select(
-            WebhookRow.id,
-            WebhookRow.name,
-            WebhookRow.tables,
-            WebhookRow.events,
-            WebhookRow.start_after,
-        ).where(WebhookRow.state != WebhookState.DISABLED.value)
+    not disabled ones (an endpoint that answered 410 Gone). And the stamp of every
+    webhook's row: whatever can make a webhook want an event again (a replay, an add, a
+    resume of a disabled one) changes it."""
+    rows = list(
+        tx.connection().execute(
+            select(
+                WebhookRow.id,
+                WebhookRow.name,
+                WebhookRow.tables,
+                WebhookRow.events,
+                WebhookRow.start_after,
+                WebhookRow.version,
+                WebhookRow.state,
+            ).order_by(WebhookRow.id)
+        )
     )
-    return [
+    hooks = [
         _Hook(
             id=row.id,
             name=row.name,
@@ -281,10 +295,14 @@ def _hooks(tx: Tx) -> list[_Hook]:
             start_after=row.start_after,
         )
         for row in rows
+        if row.state != WebhookState.DISABLED.value
     ]
+    return hooks, tuple((row.id, row.version, row.state, row.start_after) for row in rows)
 
 
-def _holders(tx: Tx, events: Sequence[_Candidate], now: datetime) -> dict[int, list[str]]:
+def _holders(
+    tx: Tx, events: Sequence[_Candidate], now: datetime, hooks: Sequence[_Hook]
+) -> dict[int, list[str]]:
     """Who holds each of ``events`` back at ``now`` (an empty list: nobody; it may go)."""
     topics = sorted({event.topic for event in events})
     ids = [event.event_id for event in events]
@@ -305,7 +323,6 @@ def _holders(tx: Tx, events: Sequence[_Candidate], now: datetime) -> dict[int, l
         )
         .scalars()
     )
-    hooks = _hooks(tx)
     lanes: dict[tuple[int, str], int] = {}
     if hooks:
         rows = tx.connection().execute(
@@ -361,42 +378,55 @@ def _holders(tx: Tx, events: Sequence[_Candidate], now: datetime) -> dict[int, l
     return found
 
 
-def prune_batch(
+def judge_batch(
     tx: Tx, *, after: int, limit: int, now: datetime, retention: timedelta
 ) -> PruneBatch:
-    """One batch of the outbox's sweep, in ``tx`` (a write transaction): look at the next
-    ``limit`` events after ``after`` in id order, and delete those created before
-    ``now - retention`` that nobody holds back at ``now``.
-
-    The batch first locks the row of the highest mark (PostgreSQL), so that a webhook's
-    replay or a second sweep waits for it, and it for them.
-    """
-    _lock_marks(tx, share=False)
+    """Judge the next ``limit`` events after ``after`` in id order (reads only): which of
+    those created before ``now - retention`` nobody holds back at ``now``
+    (:attr:`PruneBatch.going`), and who holds the others."""
     events = _candidates(tx, after, limit)
     if not events:
         return PruneBatch(walked_to=None)
-    outcome = PruneBatch(walked_to=events[-1].event_id)
     cutoff = now - retention
     old = [event for event in events if event.created_at < cutoff]
-    outcome.old = len(old)
     if not old:
-        return outcome
-    holders = _holders(tx, old, now)
-    going = [event for event in old if not holders[event.event_id]]
+        return PruneBatch(walked_to=events[-1].event_id)
+    hooks, stamp = _hooks(tx)
+    holders = _holders(tx, old, now, hooks)
+    judged = PruneBatch(walked_to=events[-1].event_id, old=len(old), stamp=stamp)
     for event in old:
-        outcome.held.update(holders[event.event_id])
-    outcome.kept = len(old) - len(going)
-    if going:
-        result = tx.connection().execute(
-            delete(OutboxRow).where(OutboxRow.event_id.in_([event.event_id for event in going]))
-        )
-        outcome.deleted = int(result.rowcount)
-        marks: dict[str, int] = {}
-        for event in going:
-            marks[event.topic] = max(marks.get(event.topic, 0), event.event_id)
-        marks[ALL_TOPICS] = max(marks.values())
-        _move_marks(tx, marks)
-    return outcome
+        judged.held.update(holders[event.event_id])
+        if not holders[event.event_id]:
+            judged.going.append((event.event_id, event.topic))
+    judged.kept = len(old) - len(judged.going)
+    return judged
+
+
+def delete_judged(tx: Tx, judged: PruneBatch) -> bool:
+    """Delete what :func:`judge_batch` found may go, in ``tx`` (a write transaction, short:
+    the judging took no lock), and move the marks; False, deleting nothing, when a
+    webhook changed since (judge again).
+
+    Only a webhook can want an event again once it did not (a replay, an add from an
+    event, a resume of a disabled one: each changes the webhooks' stamp); progress,
+    lanes and watermarks only move forward, and a retained done never comes back. The
+    batch locks the row of the highest mark first (PostgreSQL), as a replay's check does.
+    """
+    _lock_marks(tx, share=False)
+    if _hooks(tx)[1] != judged.stamp:
+        return False
+    if not judged.going:
+        return True
+    result = tx.connection().execute(
+        delete(OutboxRow).where(OutboxRow.event_id.in_([event_id for event_id, _ in judged.going]))
+    )
+    judged.deleted = int(result.rowcount)
+    marks: dict[str, int] = {}
+    for event_id, topic in judged.going:
+        marks[topic] = max(marks.get(topic, 0), event_id)
+    marks[ALL_TOPICS] = max(marks.values())
+    _move_marks(tx, marks)
+    return True
 
 
 def record_sweep(tx: Tx, held: Mapping[str, int]) -> None:
@@ -466,7 +496,8 @@ def retention_status(tx: Tx, now: datetime, retention: timedelta | None) -> Outb
     if first is not None:
         (candidate,) = _candidates(tx, first - 1, 1)
         oldest = candidate.created_at
-        held = tuple(_holders(tx, [candidate], now)[candidate.event_id])
+        hooks, _ = _hooks(tx)
+        held = tuple(_holders(tx, [candidate], now, hooks)[candidate.event_id])
         if not held and retention is None:
             held = (HELD_FOREVER,)
         elif not held and retention is not None and oldest >= now - retention:

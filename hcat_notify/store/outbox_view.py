@@ -191,18 +191,21 @@ class Outbox:
         walked = {"after": 0, "kept": 0}
 
         def batch(asked: int, now: datetime) -> tuple[int, float, bool]:
-            started = timer()
-            with self._transaction(write=True) as tx:
-                done = outbox_retention.prune_batch(
+            with self._transaction() as tx:  # judged without a lock
+                judged = outbox_retention.judge_batch(
                     tx, after=walked["after"], limit=asked, now=now, retention=retention
                 )
-            took = timer() - started
-            held.update(done.held)
-            walked["kept"] += done.kept
-            if done.walked_to is None or done.old == 0:
-                return done.deleted, took, False  # the end, or only young events left
-            walked["after"] = done.walked_to
-            return done.deleted, took, True
+            if judged.walked_to is None or judged.old == 0:
+                return 0, 0.0, False  # the end, or only young events left
+            locked = timer()
+            if judged.going:
+                with self._transaction(write=True) as tx:
+                    if not outbox_retention.delete_judged(tx, judged):
+                        return 0, timer() - locked, True  # a webhook changed: judge again
+            held.update(judged.held)
+            walked["kept"] += judged.kept
+            walked["after"] = judged.walked_to
+            return judged.deleted, timer() - locked, True
 
         deleted, batches = sweep.run_paced(
             batch,

@@ -11,7 +11,7 @@ import pytest
 from hcat_notify.config import Settings
 from hcat_notify.errors import HistoryGoneError
 from hcat_notify.model.topics import topic_bucket
-from hcat_notify.store import Catalog
+from hcat_notify.store import Catalog, outbox_retention
 from hcat_notify.store.webhooks import LanePosition
 from tests.fixtures.published import publish
 
@@ -225,3 +225,22 @@ def test_a_webhook_replay_or_add_from_deleted_history_is_refused_and_changes_not
         cat.webhooks.add("new", URL, "web.clicks", from_event=old[0])
     assert [h.name for h in cat.webhooks.every()] == ["ops"]
     assert cat.webhooks.replay("ops", old[2] + 1).start_after == old[2]
+
+
+def test_a_replay_between_a_batchs_judging_and_its_delete_sends_it_back_to_judge(
+    cat: Catalog, clock: _Clock
+):
+    old = _events(cat, "web.clicks", 3)
+    publish(cat, CLICKS, old[-1])
+    cat.webhooks.add("ops", URL, "web.clicks")  # after the events: it wants none of them
+    clock.now += 2 * DAY
+    with cat._transaction() as tx:
+        judged = outbox_retention.judge_batch(tx, after=0, limit=100, now=clock.now, retention=DAY)
+    assert {event_id for event_id, _ in judged.going} >= set(old)
+    cat.webhooks.replay("ops", old[0])  # it wants them again
+    with cat._transaction(write=True) as tx:
+        assert outbox_retention.delete_judged(tx, judged) is False
+    assert _kept(cat, CLICKS) == old
+    done = cat.outbox.sweep(DAY)  # judged again: the webhook holds them
+    assert _kept(cat, CLICKS) == old
+    assert done.held["webhook ops"] == len(old)
