@@ -357,11 +357,12 @@ def catch_up(
     Without a cursor: the registered tables' unexpired retained dones. With one: every
     event of each table's present life (its scope) after its topic's watermark,
     whatever its kind (:class:`~hcat_notify.errors.HistoryGoneError` when the outbox's
-    retention deleted some of them). Each source is an ordered index scan (a topic's events by id;
-    the retained dones by table and id), merged by event id: a page costs the same
-    however much precedes it.
+    retention deleted some of them). Each source is an ordered index scan (a topic's
+    events by id; the retained dones by table and id), merged by event id: a page costs
+    the same however much precedes it.
     """
     queries = []
+    positions: dict[str, int] = {}
     if cursor is None or not cursor:
         table_ids = [scope.table_id for scope in scopes if scope.table_id is not None]
         if table_ids:
@@ -379,7 +380,6 @@ def catch_up(
                 .order_by(RetentionRow.event_id)
             )
     else:
-        positions: dict[str, int] = {}
         for scope in scopes:
             mark = cursor.get(scope.topic)
             after = max(page_after, mark if mark is not None else 0, scope.after)
@@ -392,14 +392,18 @@ def catch_up(
             if scope.through is not None:
                 query = query.where(OutboxRow.event_id <= scope.through)
             queries.append(query.order_by(OutboxRow.event_id))
-        # A position below what the outbox's retention deleted would skip events.
-        outbox_retention.check_complete(tx, positions, cursor)
     bound = tx.id_order_bound()
     queries = [query.where(_in_id_order(bound)) for query in queries]
     if limit is not None:
         queries = [query.limit(limit) for query in queries]
     # The driver's own row tuples (the page builds each event when it is handed out).
     streams = [_plain_rows(tx, query) for query in queries]
+    if cursor:
+        # A position below what the outbox's retention deleted skipped events. Read after
+        # the events: a sweep that deleted some of them before they were read (each
+        # statement sees what was committed when it began, on PostgreSQL) moved the
+        # marks in the same commit.
+        outbox_retention.check_complete(tx, positions, cursor)
     if len(streams) == 1:  # one ordered, limited stream already
         return OutboxPage(streams[0])
     merged = heapq.merge(*streams, key=operator.itemgetter(0))  # by event id
