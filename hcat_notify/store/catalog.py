@@ -489,7 +489,12 @@ class Catalog:
         limit: int | None = None,
     ) -> Sequence[OutboxEvent]:
         """What a subscriber that starts now may have missed, as the events that said it
-        (:meth:`Outbox.catch_up`)."""
+        (:meth:`Outbox.catch_up`).
+
+        Raises:
+            TableNotFoundError: a table was never registered.
+            HistoryGoneError: the outbox's retention deleted events after the cursor.
+        """
         return self.outbox.catch_up(tables, cursor=cursor, page_after=page_after, limit=limit)
 
     def last_event_id(self) -> int:
