@@ -24,6 +24,9 @@ process records one MARK_SET_DONE of another table every 20 ms. Measured:
   before nor during the sweep, nor the one the sweep's dead rows call for in the calls
   after it (autovacuum's runs on the table during the sweep are printed);
 * checked: every expired row gone, every live one kept (printed).
+
+Then the outbox's row (``_scale_outbox.py``): D simulated days of steady writes, swept
+daily; the outbox's rows stay within the retention's days of writes.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from pathlib import Path
 from _scale_dbs import catalog_urls
 from _scale_load import LOAD_CHUNK, Loader, day
 from _scale_main import backends_of, command_with_peak, growth_parser, growth_run, sizes_of
+from _scale_outbox import DAYS, QUICK_DAYS, run_outbox
 from _scale_report import Series, flat, linear, report
 from _support import (
     HOST,
@@ -268,23 +272,36 @@ def main() -> None:
     p = growth_parser(__doc__, "comma-separated M, e.g. 10000,100000,1000000,10000000")
     p.add_argument("--batch-size", type=int, default=1000, help="sweep --batch-size")
     p.add_argument("--max-duty", type=float, default=None, help="sweep --max-duty")
+    p.add_argument("--rows", default="dones,outbox", help="dones, outbox or both")
     args = p.parse_args()
     sizes = sizes_of(args.sizes, args.quick, SIZES, QUICK_SIZES)
+    rows = {row.strip() for row in args.rows.split(",") if row.strip()}
     with growth_run(args, "how sweep grows", "sweep") as (workdir, panels):
         for backend in backends_of(args):
-            series = run_backend(
-                backend,
-                workdir,
-                sizes,
-                args.postgresql_admin_url,
-                args.batch_size,
-                args.max_duty,
-                args.quick,
-            )
-            report(f"{backend}: how sweep grows, M = {sizes}", series, [load_text()])
-            panels[f"sweep, {backend}"] = series
-            for path in workdir.glob("*.db*"):
-                path.unlink()
+            if "dones" in rows:
+                series = run_backend(
+                    backend,
+                    workdir,
+                    sizes,
+                    args.postgresql_admin_url,
+                    args.batch_size,
+                    args.max_duty,
+                    args.quick,
+                )
+                report(f"{backend}: how sweep grows, M = {sizes}", series, [load_text()])
+                panels[f"sweep, {backend}"] = series
+                for path in workdir.glob("*.db*"):
+                    path.unlink()
+            if "outbox" in rows:
+                days = list(QUICK_DAYS if args.quick else DAYS)
+                admin = args.postgresql_admin_url
+                with catalog_urls(backend, workdir, ["outbox"], admin) as urls:
+                    settings = make_settings(
+                        workdir / f"{backend}-outbox", f"stomp://{HOST}:{free_port()}", urls[0]
+                    )
+                    kept = run_outbox(backend, settings, days, args.quick)
+                report(f"{backend}: how the outbox grows, D = {days}", kept, [load_text()])
+                panels[f"outbox, {backend}"] = kept
 
 
 if __name__ == "__main__":

@@ -19,11 +19,13 @@ import os
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import Enum
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from hcat_notify.durations import parse_duration
 from hcat_notify.errors import ConfigError, InvalidIdentifierError, InvalidInputError
 from hcat_notify.model.cloudevents import validate_source
 from hcat_notify.model.principals import Principal, Role, parse_principals
@@ -44,10 +46,12 @@ __all__ = [
     "DEFAULT_CONSUMER_USER",
     "DEFAULT_HOME",
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_OUTBOX_RETENTION",
     "DEFAULT_PUBLISHER_PASSWORD",
     "DEFAULT_PUBLISHER_USER",
     "DEFAULT_TOPIC_PREFIX",
     "DEFAULT_WAREHOUSE_DIR",
+    "KEEP_FOREVER",
     "BrokerAddress",
     "Settings",
     "TopicStrategy",
@@ -100,6 +104,12 @@ DEFAULT_WEBHOOK_TIMEOUT = 10.0
 DEFAULT_WEBHOOK_MAX_AGE = 24 * 3600.0
 """Seconds a webhook's failing events are retried before they are parked."""
 DEFAULT_WEBHOOK_ROTATION_OVERLAP = 24 * 3600.0
+DEFAULT_OUTBOX_RETENTION = "7d"
+"""How long outbox events are kept at least (``outbox_retention``): the default retention
+of a table's dones, so that a consumer that was away as long as a late subscriber may be
+still catches up by cursor (docs/operations.md, "The outbox's retention")."""
+KEEP_FOREVER = "forever"
+"""The ``outbox_retention`` that keeps every event (the outbox is never pruned)."""
 DEFAULT_CLOUDEVENTS_SOURCE_PREFIX = "urn:hcat-notify:"
 """The default CloudEvents ``source`` is this plus the topic prefix (``urn:hcat-notify:hcat``):
 the same for every process of a catalog, and different for two catalogs on one broker,
@@ -268,6 +278,16 @@ def _webhook_hosts(value: tuple[str, ...]) -> tuple[str, ...]:
     return hosts
 
 
+def _outbox_retention(value: str) -> str:
+    if value.strip().lower() == KEEP_FOREVER:
+        return KEEP_FOREVER
+    try:
+        parse_duration(value)
+    except InvalidInputError as exc:
+        raise ValueError(f"{exc} (or {KEEP_FOREVER!r})") from None
+    return value.strip()
+
+
 def _check(func: Callable[[Any], Any]) -> dict[str, Any]:
     return {"check": func}
 
@@ -316,6 +336,11 @@ class Settings:
         default=DEFAULT_WEBHOOK_ROTATION_OVERLAP, metadata=_check(_positive)
     )
     """Seconds the previous secret still signs after ``webhooks rotate-secret``."""
+    outbox_retention: str = field(
+        default=DEFAULT_OUTBOX_RETENTION, metadata=_check(_outbox_retention)
+    )
+    """How long the outbox keeps an event at least: a duration (``7d``, ``12h``) or
+    ``forever``; ``hcat-notify sweep`` prunes older events nobody still needs."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).expanduser())
@@ -326,6 +351,13 @@ class Settings:
         if self.db_url:
             return self.db_url
         return f"sqlite:///{self.home / 'catalog.db'}"
+
+    @property
+    def outbox_retention_period(self) -> timedelta | None:
+        """:attr:`outbox_retention` as a period (None: ``forever``)."""
+        if self.outbox_retention == KEEP_FOREVER:
+            return None
+        return parse_duration(self.outbox_retention)
 
     @property
     def warehouse(self) -> tuple[str, ...]:

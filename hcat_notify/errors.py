@@ -13,6 +13,7 @@ pydantic) are mapped to these at one boundary each and chained with ``from``.
     │   ├── LocationNotFoundError   a location does not exist or holds no data files
     │   ├── LocationOutsideWarehouseError  a managed location outside the warehouse roots
     │   ├── PartitionNotFoundError  no registered partition matches the spec (a drop)
+    │   ├── HistoryGoneError    events after a position were pruned from the outbox
     │   └── InvalidRuleError        a completeness rule does not fit the table or is malformed
     ├── TableNotFoundError          no such table in the catalog
     │   └── TableDroppedError       the table was dropped (its DROP_TABLE names the event)
@@ -51,6 +52,7 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "HcatNotifyError",
+    "HistoryGoneError",
     "InvalidIdentifierError",
     "InvalidInputError",
     "InvalidRuleError",
@@ -106,6 +108,17 @@ class LocationOutsideWarehouseError(InvalidInputError):
 
 class PartitionNotFoundError(InvalidInputError, LookupError):
     """No registered partition of the table matches the spec (of a drop)."""
+
+
+class HistoryGoneError(InvalidInputError):
+    """Events after the position asked for were pruned from the outbox (its retention,
+    docs/operations.md): reading on would skip them. ``oldest`` is the lowest position
+    from which the history is still complete (None: not known, as from the HTTP API,
+    whose message names it)."""
+
+    def __init__(self, message: str, *, oldest: int | None = None) -> None:
+        super().__init__(message)
+        self.oldest = oldest
 
 
 class InvalidRuleError(InvalidInputError):

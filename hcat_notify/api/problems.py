@@ -34,6 +34,7 @@ from hcat_notify.errors import (
     ConfigError,
     ConflictError,
     HcatNotifyError,
+    HistoryGoneError,
     InvalidIdentifierError,
     InvalidInputError,
     InvalidSpecError,
@@ -69,6 +70,7 @@ logger = logging.getLogger(__name__)
 
 STATUS: dict[type[HcatNotifyError], int] = {
     UnknownPartitionKeyError: 422,
+    HistoryGoneError: 410,
     LocationNotFoundError: 422,
     PartitionNotFoundError: 404,
     InvalidIdentifierError: 400,

@@ -29,7 +29,7 @@ from hcat_notify.cli.common import (
     json_default,
     output_option,
 )
-from hcat_notify.errors import BrokerCredentialsError
+from hcat_notify.errors import BrokerCredentialsError, InvalidInputError
 from hcat_notify.relay.config import RelayConfig
 
 if TYPE_CHECKING:
@@ -467,33 +467,86 @@ def _reader(obj: CliContext, subscriber: str | None) -> AbstractContextManager[C
 @click.pass_obj
 @handle_errors
 def sweep(obj: CliContext, batch_size: int, max_duty: float | None) -> None:
-    """Delete expired mark-set-done retention rows, in batches."""
+    """Delete expired mark-set-done retention rows, then the outbox's events older than
+    outbox_retention that nobody still needs, in batches."""
     if max_duty is not None and max_duty != max_duty:  # NaN passes the range's test
         raise click.BadParameter("nan is not in the range 0<x<=1.", param_hint="'--max-duty'")
     shown = obj.output == "text" and sys.stderr.isatty()
 
-    def progress(done: int) -> None:
-        click.echo(f"\rswept {done:,} rows", nl=False, err=True)
+    def progress(what: str) -> Callable[[int], None]:
+        def show(done: int) -> None:
+            click.echo(f"\rswept {done:,} {what}", nl=False, err=True)
 
+        return show
+
+    retention = obj.settings.outbox_retention_period
     with obj.catalog() as catalog:
         try:
             removed = catalog.dones.sweep_expired(
                 batch_size=batch_size,
-                progress=progress if shown else None,
+                progress=progress("rows") if shown else None,
+                max_duty=max_duty,
+            )
+            if shown:
+                click.echo(err=True)
+            pruned = catalog.outbox.sweep(
+                retention,
+                batch_size=batch_size,
+                progress=progress("outbox events") if shown else None,
                 max_duty=max_duty,
             )
         finally:
             if shown:
                 click.echo(err=True)
-    emit(obj, {"removed": removed}, lambda: f"removed {removed} expired retention row(s)")
+    held = pruned.by_kind()
+    data = {
+        "removed": removed,
+        "outbox": {
+            "retention": obj.settings.outbox_retention,
+            "deleted": pruned.deleted,
+            "held_back": pruned.kept,
+            "held_by_kind": held,
+            "held_by": dict(pruned.held),
+        },
+    }
+
+    def text() -> str:
+        lines = [f"removed {removed} expired retention row(s)"]
+        if retention is None:
+            lines.append("outbox: kept forever (outbox_retention = forever)")
+            return "\n".join(lines)
+        line = (
+            f"outbox: deleted {pruned.deleted} event(s) older than {obj.settings.outbox_retention}"
+        )
+        if pruned.kept:
+            kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(held.items()))
+            line += f"; held back {pruned.kept} ({kinds})"
+        lines.append(line)
+        for holder, count in sorted(pruned.held.items()):
+            if holder.startswith(("webhook ", "subscriber ")):
+                lines.append(f"  {holder} holds {count} event(s)")
+        return "\n".join(lines)
+
+    emit(obj, data, text)
 
 
 @click.command()
+@click.option(
+    "--remove",
+    "remove",
+    multiple=True,
+    metavar="NAME",
+    help="Forget this durable subscriber and its watermarks (repeatable): one that is gone "
+    "for good holds the outbox back from its watermarks (hcat-notify status).",
+)
 @output_option
 @click.pass_obj
 @handle_errors
-def subscribers(obj: CliContext) -> None:
+def subscribers(obj: CliContext, remove: tuple[str, ...]) -> None:
     """Durable subscribers: who consumes under each name, watermarks, lag."""
+    if remove:
+        _remove_subscribers(obj, list(dict.fromkeys(remove)))
+        return
     with obj.catalog(write=False) as catalog:
         found = catalog.subscriptions.every()
         lags = {item.name: catalog.subscriptions.lag(item.cursor.watermarks) for item in found}
@@ -523,3 +576,16 @@ def subscribers(obj: CliContext) -> None:
         return "\n".join(lines)
 
     emit(obj, data, text)
+
+
+def _remove_subscribers(obj: CliContext, names: list[str]) -> None:
+    """Forget ``names`` (all known, else nothing is removed)."""
+    with obj.catalog() as catalog:
+        known = {item.name for item in catalog.subscriptions.every()}
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise InvalidInputError(
+                f"no durable subscriber named {unknown[0]!r} (hcat-notify subscribers)"
+            )
+        removed = catalog.subscriptions.remove(names)
+    emit(obj, {"removed": removed}, lambda: f"removed durable subscriber(s) {', '.join(removed)}")

@@ -49,6 +49,25 @@ def _age(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f} s"
 
 
+def _retention_lines(kept: dict[str, Any], now: datetime) -> list[str]:
+    """What ``status`` says of the outbox's size and what holds it back."""
+    if kept["oldest_event_id"] is None:
+        return [f"outbox: empty (retention {kept['retention']})"]
+    age = (now - kept["oldest_created_at"]).total_seconds() / 86400
+    size = f", about {kept['rows_estimate']:,} rows" if kept["rows_estimate"] is not None else ""
+    lines = [
+        f"outbox: events {kept['oldest_event_id']} to {kept['newest_event_id']}{size}, "
+        f"oldest {age:.1f} days old (retention {kept['retention']}); "
+        f"deleted through event {kept['pruned_through']}",
+        "oldest event held by: " + (", ".join(kept["oldest_held_by"]) or "nobody"),
+    ]
+    holders = kept["last_sweep_held_by"]
+    if holders:
+        shown = ", ".join(f"{name} {count}" for name, count in sorted(holders.items()))
+        lines.append(f"last sweep held back: {shown}")
+    return lines
+
+
 @click.command()
 @click.option("--member", "member_id", help="Only this relay member.")
 @click.option(
@@ -68,6 +87,7 @@ def status(obj: CliContext, member_id: str | None, session_timeout: float | None
         refused = catalog.outbox.refused()
         per_topic = catalog.outbox.last_published_by_topic(MAX_TOPIC_LINES)
         topic_count = catalog.outbox.published_topics()
+        kept = catalog.outbox.retention(obj.settings.outbox_retention_period)
         hooks_parked = catalog.webhooks.parked(MAX_PARKED_WEBHOOK_LINES)
         hooks_parked_count = (
             catalog.webhooks.parked_count()
@@ -124,6 +144,16 @@ def status(obj: CliContext, member_id: str | None, session_timeout: float | None
             for name, t in hooks_parked
         ],
         "webhooks_parked_count": hooks_parked_count,
+        "outbox": {
+            "retention": obj.settings.outbox_retention,
+            "oldest_event_id": kept.oldest_event_id,
+            "oldest_created_at": kept.oldest_created_at,
+            "newest_event_id": kept.newest_event_id,
+            "rows_estimate": kept.rows_estimate,
+            "pruned_through": kept.pruned_through,
+            "oldest_held_by": list(kept.oldest_held_by),
+            "last_sweep_held_by": dict(kept.last_sweep_held),
+        },
     }
 
     def text() -> str:
@@ -144,6 +174,7 @@ def status(obj: CliContext, member_id: str | None, session_timeout: float | None
                 f"oldest unpublished {_age(item['oldest_unpublished_age_seconds'])}"
             )
         lines.append(f"outbox backlog: {backlog} event(s)")
+        lines.extend(_retention_lines(data["outbox"], now))
         if age is not None:
             lines.append(f"oldest unpublished: {age:.1f} s ago")
         for event in parked:

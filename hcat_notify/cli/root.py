@@ -52,7 +52,11 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
         "wait",
         "Exit 0 once a mark-set-done covers K=V..., 1 on timeout.",
     ),
-    "sweep": ("hcat_notify.cli.delivery", "sweep", "Delete expired retention rows."),
+    "sweep": (
+        "hcat_notify.cli.delivery",
+        "sweep",
+        "Delete expired retention rows and old outbox events.",
+    ),
     "completeness": (
         "hcat_notify.cli.completeness",
         "completeness",

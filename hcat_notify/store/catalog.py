@@ -86,18 +86,15 @@ class Catalog:
         # calls below are the schedulers' and writers' hot paths).
         self._tables = Tables(self._transaction)
         self._partitions = Partitions(self._transaction)
-        self._dones = Dones(
-            self._transaction,
-            self._fast,
-            self._clock,
-            self._bucket_count_now,
-            (
-                functools.partial(engines.checkpoint_passive, engine)
-                if engine.dialect.name == "sqlite"
-                else None
-            ),
+        checkpoint = (
+            functools.partial(engines.checkpoint_passive, engine)
+            if engine.dialect.name == "sqlite"
+            else None
         )
-        self._outbox = Outbox(self._transaction, self._fast)
+        self._dones = Dones(
+            self._transaction, self._fast, self._clock, self._bucket_count_now, checkpoint
+        )
+        self._outbox = Outbox(self._transaction, self._fast, self._clock, checkpoint)
         self._sets = Sets(self._transaction)
 
     @classmethod
@@ -492,7 +489,12 @@ class Catalog:
         limit: int | None = None,
     ) -> Sequence[OutboxEvent]:
         """What a subscriber that starts now may have missed, as the events that said it
-        (:meth:`Outbox.catch_up`)."""
+        (:meth:`Outbox.catch_up`).
+
+        Raises:
+            TableNotFoundError: a table was never registered.
+            HistoryGoneError: the outbox's retention deleted events after the cursor.
+        """
         return self.outbox.catch_up(tables, cursor=cursor, page_after=page_after, limit=limit)
 
     def last_event_id(self) -> int:

@@ -37,6 +37,7 @@ __all__ = [
     "CommitJournalRow",
     "EventCounterRow",
     "OutboxActionRow",
+    "OutboxPrunedRow",
     "OutboxRow",
     "PartitionRow",
     "RelayBucketRow",
@@ -327,6 +328,24 @@ class OutboxActionRow(Base):
     at: Mapped[datetime]
     reason: Mapped[str | None] = mapped_column(Text, default=None)
     new_event_id: Mapped[int | None] = mapped_column(BigInteger, default=None)
+
+
+class OutboxPrunedRow(Base):
+    """How far the outbox's retention sweep deleted a topic's events: the highest event
+    id of the topic it deleted (a reader after a lower position would miss events).
+
+    The row of topic ``*`` holds the highest of all (the oldest position from which
+    every topic's history is complete) and the last sweep's figures; a sweep's batch
+    and a webhook's replay lock it, so that neither misses what the other wrote.
+    """
+
+    __tablename__ = "hcat_outbox_pruned"
+
+    topic: Mapped[str] = mapped_column(String(255), primary_key=True)
+    pruned_through: Mapped[int] = mapped_column(BigInteger)
+    # topic "*" only: when the last sweep ended (DB clock) and what it held back, by why
+    swept_at: Mapped[float | None] = mapped_column(Float, default=None)
+    held: Mapped[dict[str, Any] | None] = mapped_column(JSON(), default=None)
 
 
 class EventCounterRow(Base):

@@ -36,7 +36,7 @@ from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.events import EVENT_TYPES
 from hcat_notify.model.names import TableName
 from hcat_notify.model.wire import Message, with_event_id
-from hcat_notify.store import group, progress
+from hcat_notify.store import group, outbox_retention, progress
 from hcat_notify.store.event_rows import outbox_row
 from hcat_notify.store.group import unpublished_filter
 from hcat_notify.store.models import (
@@ -356,11 +356,13 @@ def catch_up(
 
     Without a cursor: the registered tables' unexpired retained dones. With one: every
     event of each table's present life (its scope) after its topic's watermark,
-    whatever its kind. Each source is an ordered index scan (a topic's events by id;
-    the retained dones by table and id), merged by event id: a page costs the same
-    however much precedes it.
+    whatever its kind (:class:`~hcat_notify.errors.HistoryGoneError` when the outbox's
+    retention deleted some of them). Each source is an ordered index scan (a topic's
+    events by id; the retained dones by table and id), merged by event id: a page costs
+    the same however much precedes it.
     """
     queries = []
+    positions: dict[str, int] = {}
     if cursor is None or not cursor:
         table_ids = [scope.table_id for scope in scopes if scope.table_id is not None]
         if table_ids:
@@ -381,6 +383,7 @@ def catch_up(
         for scope in scopes:
             mark = cursor.get(scope.topic)
             after = max(page_after, mark if mark is not None else 0, scope.after)
+            positions[scope.topic] = min(after, positions.get(scope.topic, after))
             query = select(*_OUTBOX_COLUMNS).where(
                 OutboxRow.topic == scope.topic,
                 OutboxRow.event_id > after,
@@ -395,6 +398,12 @@ def catch_up(
         queries = [query.limit(limit) for query in queries]
     # The driver's own row tuples (the page builds each event when it is handed out).
     streams = [_plain_rows(tx, query) for query in queries]
+    if cursor:
+        # A position below what the outbox's retention deleted skipped events. Read after
+        # the events: a sweep that deleted some of them before they were read (each
+        # statement sees what was committed when it began, on PostgreSQL) moved the
+        # marks in the same commit.
+        outbox_retention.check_complete(tx, positions, cursor)
     if len(streams) == 1:  # one ordered, limited stream already
         return OutboxPage(streams[0])
     merged = heapq.merge(*streams, key=operator.itemgetter(0))  # by event id

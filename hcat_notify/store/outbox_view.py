@@ -4,14 +4,17 @@ ones the broker refused (a thin view over :mod:`hcat_notify.store.outbox`)."""
 from __future__ import annotations
 
 import logging
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.names import TableName
-from hcat_notify.store import outbox, progress
+from hcat_notify.store import outbox, outbox_retention, progress, sweep
 from hcat_notify.store.fast_path import FastPath
+from hcat_notify.store.outbox_retention import OutboxRetention, OutboxSweep
 from hcat_notify.store.records import OutboxEvent, RefusedEvent, as_table_name, outbox_events
 from hcat_notify.store.tx import Tx
 
@@ -26,13 +29,22 @@ class Outbox:
     Args:
         transaction: opens a :class:`Tx` of the catalog (``write=True`` for writers).
         fast: the catalog's driver-level reads (a relay's page).
+        clock: the catalog's clock.
+        checkpoint: on SQLite, checkpoints the catalog's log between two batches of a
+            sweep; None on PostgreSQL.
     """
 
     def __init__(
-        self, transaction: Callable[..., AbstractContextManager[Tx]], fast: FastPath
+        self,
+        transaction: Callable[..., AbstractContextManager[Tx]],
+        fast: FastPath,
+        clock: Callable[[], datetime] | None = None,
+        checkpoint: Callable[[], None] | None = None,
     ) -> None:
         self._transaction = transaction
         self._fast = fast
+        self._clock = clock if clock is not None else (lambda: datetime.now(UTC))
+        self._checkpoint = checkpoint
 
     def pending(
         self,
@@ -127,6 +139,8 @@ class Outbox:
         Raises:
             TableNotFoundError: a table was never registered.
             InvalidInputError: the cursor does not parse.
+            HistoryGoneError: the outbox's retention deleted events after the cursor's
+                position of a topic (its message names the oldest complete cursor).
         """
         names = [as_table_name(table) for table in tables]
         parsed = cursor if isinstance(cursor, Cursor) else Cursor.parse(cursor)
@@ -138,6 +152,89 @@ class Outbox:
                 page_after=page_after,
                 limit=limit,
             )
+
+    def pruned_through(self) -> int:
+        """The highest event id the outbox's retention deleted (0: none): every topic's
+        history is complete after it."""
+        with self._transaction() as tx:
+            return outbox_retention.pruned_through(tx)
+
+    def _now(self) -> datetime:
+        """The earlier of the database's clock and the catalog's: a host whose clock runs
+        ahead deletes nothing early."""
+        with self._transaction() as tx:
+            database = datetime.fromtimestamp(tx.clock(), UTC)
+        return min(database, self._clock())
+
+    def sweep(
+        self,
+        retention: timedelta | None,
+        *,
+        batch_size: int = 1000,
+        max_duty: float | None = None,
+        max_batches: int | None = None,
+        progress: Callable[[int], None] | None = None,
+        timer: Callable[[], float] = time.monotonic,
+    ) -> OutboxSweep:
+        """Delete the events older than ``retention`` that nobody holds back, walking the
+        outbox in event-id order in batches of at most ``batch_size`` events, one write
+        transaction each, sized and paced as the dones' sweep
+        (:func:`hcat_notify.store.sweep.run_paced`); a held event is skipped, never a
+        stop. ``retention`` None (``forever``) deletes nothing.
+
+        Raises:
+            InvalidInputError: ``batch_size`` is below 1, or ``max_duty`` out of range.
+        """
+        if retention is None:
+            return OutboxSweep(deleted=0, kept=0, held={}, retention=None)
+        held: Counter[str] = Counter()
+        walked = {"after": 0, "kept": 0}
+
+        def batch(asked: int, now: datetime) -> tuple[int, float, bool]:
+            with self._transaction() as tx:  # judged without a lock
+                judged = outbox_retention.judge_batch(
+                    tx, after=walked["after"], limit=asked, now=now, retention=retention
+                )
+            if judged.walked_to is None or judged.old == 0:
+                return 0, 0.0, False  # the end, or only young events left
+            locked = timer()
+            if judged.going:
+                with self._transaction(write=True) as tx:
+                    if not outbox_retention.delete_judged(tx, judged):
+                        return 0, timer() - locked, True  # a webhook changed: judge again
+            held.update(judged.held)
+            walked["kept"] += judged.kept
+            walked["after"] = judged.walked_to
+            return judged.deleted, timer() - locked, True
+
+        deleted, batches = sweep.run_paced(
+            batch,
+            self._now,
+            self._checkpoint,
+            batch_size=batch_size,
+            max_duty=sweep.SWEEP_MAX_DUTY if max_duty is None else max_duty,
+            max_batches=max_batches,
+            progress=progress,
+            timer=timer,
+        )
+        with self._transaction(write=True) as tx:
+            outbox_retention.record_sweep(tx, held)
+        logger.info(
+            "outbox sweep: %d events deleted in %d batches, %d held back",
+            deleted,
+            batches,
+            walked["kept"],
+        )
+        return OutboxSweep(
+            deleted=deleted, kept=walked["kept"], held=dict(held), retention=retention
+        )
+
+    def retention(self, retention: timedelta | None) -> OutboxRetention:
+        """The outbox's oldest and newest events, its size, and who holds it back
+        (``status``), judged by ``retention``."""
+        now = self._now()
+        with self._transaction() as tx:
+            return outbox_retention.retention_status(tx, now, retention)
 
     def record_refusal(self, event_id: int, reason: str, *, limit: int, actor: str) -> bool:
         """Count one refusal of an event by the broker; park it at the ``limit``-th.

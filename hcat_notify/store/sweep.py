@@ -24,9 +24,11 @@ __all__ = [
     "SWEEP_LEAST_DUTY",
     "SWEEP_MAX_DUTY",
     "SWEEP_PAUSE_SECONDS",
+    "PacedBatch",
     "SweepBatch",
     "SweepPace",
     "driver_batch",
+    "run_paced",
     "session_batch",
     "sweep_expired",
 ]
@@ -136,6 +138,70 @@ def driver_batch(
     return batch
 
 
+PacedBatch = Callable[[int, datetime], tuple[int, float, bool]]
+"""One batch of a paced run: ``(rows asked, cutoff)`` to ``(rows done, seconds it held its
+rows, whether to go on)`` (:func:`run_paced`)."""
+
+
+def run_paced(
+    batch: PacedBatch,
+    clock: Callable[[], datetime],
+    checkpoint: Callable[[], None] | None,
+    *,
+    batch_size: int,
+    max_duty: float = SWEEP_MAX_DUTY,
+    max_batches: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    timer: Callable[[], float] = time.monotonic,
+) -> tuple[int, int]:
+    """Run ``batch`` until it says to stop, sized and paced as :func:`sweep_expired`
+    describes; (rows done in all, batches).
+
+    Raises:
+        InvalidInputError: ``batch_size`` is below 1, or ``max_duty`` below
+            :data:`SWEEP_LEAST_DUTY` or above 1.
+    """
+    if batch_size < 1:
+        raise InvalidInputError("batch size must be at least 1")
+    if not SWEEP_LEAST_DUTY <= max_duty <= 1:
+        raise InvalidInputError(
+            f"the sweep's duty must be from {SWEEP_LEAST_DUTY:g} to 1, not {max_duty}"
+        )
+    idle_share = (1 - max_duty) / max_duty
+    if checkpoint is None:
+        pace = SweepPace(batch_size, target=math.inf, size=batch_size)
+    else:
+        pace = SweepPace(batch_size)
+    removed = 0
+    batches = 0
+    cutoff: datetime | None = None
+    while max_batches is None or batches < max_batches:
+        asked = pace.size
+        started = timer()
+        if cutoff is None:
+            cutoff = clock()
+        done, held, more = batch(asked, cutoff)
+        took = timer() - started
+        pace.took(held)
+        removed += done
+        batches += 1
+        if progress is not None:
+            progress(removed)
+        if not more:
+            break
+        # No lock is held here: the checkpoint takes the pause's time, not a writer's.
+        # After every batch: the log then starts again from its beginning at the next
+        # write (30 to 90 pages at most, measured), where checkpoints every ~250 pages
+        # let it grow to 1,000 pages whenever a writer's commit came between a
+        # checkpoint and the next batch, and the writers' commits checkpointed it.
+        paused = timer()
+        if checkpoint is not None:
+            checkpoint()
+        pause = max(SWEEP_PAUSE_SECONDS, idle_share * took)
+        time.sleep(max(0.0, pause - (timer() - paused)))
+    return removed, batches
+
+
 def sweep_expired(
     batch: SweepBatch,
     clock: Callable[[], datetime],
@@ -177,43 +243,20 @@ def sweep_expired(
         InvalidInputError: ``batch_size`` is below 1, or ``max_duty`` below
             :data:`SWEEP_LEAST_DUTY` or above 1.
     """
-    if batch_size < 1:
-        raise InvalidInputError("batch size must be at least 1")
-    if not SWEEP_LEAST_DUTY <= max_duty <= 1:
-        raise InvalidInputError(
-            f"the sweep's duty must be from {SWEEP_LEAST_DUTY:g} to 1, not {max_duty}"
-        )
-    idle_share = (1 - max_duty) / max_duty
-    if checkpoint is None:
-        pace = SweepPace(batch_size, target=math.inf, size=batch_size)
-    else:
-        pace = SweepPace(batch_size)
-    removed = 0
-    batches = 0
-    cutoff: datetime | None = None
-    while max_batches is None or batches < max_batches:
-        asked = pace.size
-        started = timer()
-        if cutoff is None:
-            cutoff = clock()
+
+    def paced(asked: int, cutoff: datetime) -> tuple[int, float, bool]:
         deleted, held = batch(asked, cutoff)
-        took = timer() - started
-        pace.took(held)
-        removed += deleted
-        batches += 1
-        if progress is not None:
-            progress(removed)
-        if deleted == 0:
-            break
-        # No lock is held here: the checkpoint takes the pause's time, not a writer's.
-        # After every batch: the log then starts again from its beginning at the next
-        # write (30 to 90 pages at most, measured), where checkpoints every ~250 pages
-        # let it grow to 1,000 pages whenever a writer's commit came between a
-        # checkpoint and the next batch, and the writers' commits checkpointed it.
-        paused = timer()
-        if checkpoint is not None:
-            checkpoint()
-        pause = max(SWEEP_PAUSE_SECONDS, idle_share * took)
-        time.sleep(max(0.0, pause - (timer() - paused)))
+        return deleted, held, deleted > 0
+
+    removed, batches = run_paced(
+        paced,
+        clock,
+        checkpoint,
+        batch_size=batch_size,
+        max_duty=max_duty,
+        max_batches=max_batches,
+        progress=progress,
+        timer=timer,
+    )
     logger.debug("swept %d expired retention rows in %d batches", removed, batches)
     return removed

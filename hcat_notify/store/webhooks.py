@@ -44,6 +44,7 @@ from hcat_notify.store.models import (
     WebhookProgressRow,
     WebhookRow,
 )
+from hcat_notify.store.outbox_retention import check_replay_from
 from hcat_notify.store.progress import keep_bucket, keep_bucket_params, keep_bucket_statement
 from hcat_notify.store.tx import WEBHOOKS_CHANNEL, Tx, clock_sql
 
@@ -247,10 +248,13 @@ def add(
 
     Raises:
         InvalidInputError: the name is taken, or a table pattern matches no table.
+        HistoryGoneError: the outbox's retention deleted events after ``start_after``.
     """
     if tx.session.scalars(select(WebhookRow.id).where(WebhookRow.name == name)).first():
         raise InvalidInputError(f"a webhook named {name!r} exists already")
     check_tables_exist(tx, tables)
+    if start_after is not None:
+        check_replay_from(tx, start_after + 1)
     now = tx.clock()
     row = WebhookRow(
         name=name,
@@ -316,8 +320,14 @@ def rotate(tx: Tx, name: str, stored_secret: str, overlap: float) -> WebhookInfo
 
 
 def replay(tx: Tx, name: str, from_event: int) -> WebhookInfo:
-    """Deliver again from ``from_event``: every topic starts after ``from_event - 1``."""
+    """Deliver again from ``from_event``: every topic starts after ``from_event - 1``.
+
+    Raises:
+        WebhookNotFoundError: no such webhook.
+        HistoryGoneError: the outbox's retention deleted events from ``from_event`` on.
+    """
     row = webhook_row(tx, name)
+    check_replay_from(tx, from_event)
     _bump(tx, row)
     tx.session.execute(delete(WebhookProgressRow).where(WebhookProgressRow.webhook_id == row.id))
     row.start_after = from_event - 1

@@ -80,7 +80,9 @@ def test_the_growth_rows_of_waiters_sweep_subscribers_and_relays_run_quick_on_bo
     * ``scale_waiters.py``: 100, then 1,000 long polls on one real ``hcat-notify serve``,
       one done: every waiter answered once, 200, with that done's event id;
     * ``scale_sweep.py``: ``hcat-notify sweep`` of 1,000, then 4,000 expired rows while a
-      writer writes: every expired row gone, every live and every written one kept;
+      writer writes: every expired row gone, every live and every written one kept; then
+      4, then 8 simulated days of steady writes swept daily: the outbox's rows within
+      the retention's days of writes, nothing held back;
     * ``scale_subscribers.py``: 10, then 100 durable subscribers, each 100 events behind
       on each of 10 topics: the lag read for every one is 1,000, and ``hcat-notify
       subscribers`` lists them all;
@@ -129,4 +131,8 @@ def test_the_growth_rows_of_waiters_sweep_subscribers_and_relays_run_quick_on_bo
             assert wanted in out["relay"], out["relay"][-3000:]
         assert f"== {backend}: how long polls grow" in out["waiters"]
         assert f"== {backend}: how sweep grows" in out["sweep"]
+        for days in ("4", "8"):
+            wanted = f"# {backend} outbox D = {days}: 1,000 rows of "
+            assert wanted in out["sweep"], out["sweep"][-3000:]
+        assert f"== {backend}: how the outbox grows" in out["sweep"]
         assert f"== {backend}: how durable subscribers grow" in out["subscribers"]

@@ -145,7 +145,14 @@ _CLOUDEVENTS_RESPONSE: dict[int | str, dict[str, Any]] = {
     "",
     dependencies=[Depends(require_reader)],
     response_model=EventPage,
-    responses={404: problem_doc("No such table."), **_CLOUDEVENTS_RESPONSE},
+    responses={
+        404: problem_doc("No such table."),
+        410: problem_doc(
+            "The outbox's retention deleted events after the cursor's position of a topic "
+            "(HistoryGoneError); the detail names the oldest complete cursor."
+        ),
+        **_CLOUDEVENTS_RESPONSE,
+    },
 )
 async def events(
     state: State,

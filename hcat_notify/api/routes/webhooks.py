@@ -39,6 +39,12 @@ _BAD_INPUT: dict[int | str, dict[str, Any]] = {
     **WRITE_ERRORS,
     400: problem_doc("A bad name, URL, pattern or kind, or a name in use (nothing written)."),
 }
+_GONE: dict[int | str, dict[str, Any]] = {
+    410: problem_doc(
+        "The outbox's retention deleted events from fromEvent on (HistoryGoneError); the "
+        "detail names the oldest event to start from."
+    )
+}
 
 
 @router.get("")
@@ -48,7 +54,7 @@ async def list_webhooks(state: State) -> list[Webhook]:
     return [Webhook.of(info) for info in found]
 
 
-@router.post("", status_code=201, responses=_BAD_INPUT)
+@router.post("", status_code=201, responses={**_BAD_INPUT, **_GONE})
 async def add_webhook(body: NewWebhook, state: State) -> WebhookSecret:
     """Add a webhook: ``hcat-notify webhooks add``. The answer holds its signing secret,
     shown this once only."""
@@ -124,7 +130,7 @@ async def rotate_secret(name: NamePath, state: State) -> WebhookSecret:
     return await in_thread(rotate)
 
 
-@router.post("/{name}/replay", responses={**_NOT_FOUND, **_BAD_INPUT})
+@router.post("/{name}/replay", responses={**_NOT_FOUND, **_BAD_INPUT, **_GONE})
 async def replay_webhook(name: NamePath, body: Replay, state: State) -> Webhook:
     """Deliver again from an event id: ``webhooks replay --from-event``."""
     info = await in_thread(lambda: state.catalog().webhooks.replay(name, body.from_event))

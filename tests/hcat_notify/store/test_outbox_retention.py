@@ -1,0 +1,246 @@
+"""The outbox's retention (issue 31): old events nobody needs go, in bounded batches;
+whatever a consumer path still needs stays; a read of deleted history is an error."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from hcat_notify.config import Settings
+from hcat_notify.errors import HistoryGoneError
+from hcat_notify.model.topics import topic_bucket
+from hcat_notify.store import Catalog, outbox_retention
+from hcat_notify.store.webhooks import LanePosition
+from tests.fixtures.published import publish
+
+CLICKS = "hcat.web.clicks"
+VIEWS = "hcat.web.views"
+URL = "https://hooks.example/in"
+DAY = timedelta(days=1)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> _Clock:
+    return _Clock()
+
+
+@pytest.fixture
+def cat(settings: Settings, clock: _Clock) -> Iterator[Catalog]:
+    """A catalog on a clock of its own (in the past: the database's clock is later), with
+    web.clicks and web.views whose dones expire after an hour."""
+    with Catalog.open(settings) as opened:
+        catalog = Catalog(opened._engine, settings, clock=clock)
+        for name in ("web.clicks", "web.views"):
+            catalog.create_table(
+                name, location=f"/data/{name}", partition_keys=["ds"], retention=timedelta(hours=1)
+            )
+        yield catalog
+
+
+def _events(catalog: Catalog, table: str, count: int) -> list[int]:
+    return [catalog.mark_set_done(table, {"ds": f"d{n}"}) for n in range(count)]
+
+
+def _kept(catalog: Catalog, topic: str) -> list[int]:
+    return [e.event_id for e in catalog.outbox.events(limit=10_000) if e.topic == topic]
+
+
+def test_old_published_events_go_young_and_unpublished_ones_stay(cat: Catalog, clock: _Clock):
+    old = _events(cat, "web.clicks", 4)
+    publish(cat, CLICKS, old[2])
+    clock.now += 2 * DAY
+    young = _events(cat, "web.clicks", 1)
+    publish(cat, CLICKS, young[0])  # published, but younger than the retention
+    done = cat.outbox.sweep(DAY)
+    # old[3] is below the topic's progress now: published, it goes too
+    assert _kept(cat, CLICKS) == young
+    assert done.deleted >= 4
+    assert cat.outbox.pruned_through() >= old[3]
+    # the prefix topic's CREATE_TABLEs were never published: they stay
+    assert done.held.get("unpublished", 0) == 2
+    assert [e.event_type.value for e in cat.outbox.events() if e.topic == "hcat"] == [
+        "CREATE_TABLE",
+        "CREATE_TABLE",
+    ]
+
+
+def test_an_unpublished_event_is_kept(cat: Catalog, clock: _Clock):
+    old = _events(cat, "web.clicks", 3)
+    publish(cat, CLICKS, old[0])
+    clock.now += 2 * DAY
+    done = cat.outbox.sweep(DAY)
+    assert _kept(cat, CLICKS) == old[1:]
+    assert done.by_kind()["unpublished"] == 2 + 2  # and the two CREATE_TABLEs
+
+
+def test_a_parked_event_is_kept_a_dropped_one_goes(cat: Catalog, clock: _Clock):
+    old = _events(cat, "web.clicks", 3)
+    for event_id in old[:2]:
+        assert cat.outbox.record_refusal(event_id, "too big", limit=1, actor="a")
+    cat.outbox.drop_parked([old[1]], actor="ops")
+    publish(cat, CLICKS, old[2])  # the relay went on past the parked ones
+    clock.now += 2 * DAY
+    cat.outbox.sweep(DAY)
+    assert _kept(cat, CLICKS) == [old[0]]
+
+
+def test_nothing_goes_before_its_time_or_with_forever(cat: Catalog, clock: _Clock):
+    old = _events(cat, "web.clicks", 2)
+    publish(cat, CLICKS, old[1])
+    clock.now += 2 * DAY
+    assert cat.outbox.sweep(3 * DAY).deleted == 0
+    assert cat.outbox.sweep(None).deleted == 0
+    assert _kept(cat, CLICKS) == old
+
+
+def _lane(catalog: Catalog, name: str, topic: str, through: int) -> None:
+    """``name`` has had ``topic`` delivered through ``through`` (member ``a``)."""
+    info = catalog.webhooks.get(name)
+    bucket = topic_bucket(topic, catalog.group.info().bucket_count)
+    epoch = catalog.group.owned("a")[bucket].epoch
+    at = LanePosition(info.id, info.version, topic, bucket, epoch, through, info.created_at)
+    assert catalog.webhooks.record_delivered("a", at) == "ok"
+
+
+def test_a_webhook_behind_holds_exactly_its_undelivered_events(cat: Catalog, clock: _Clock):
+    cat.webhooks.add("behind", URL, "web.clicks", from_event=1)
+    old = _events(cat, "web.clicks", 4)
+    views = _events(cat, "web.views", 2)
+    publish(cat, CLICKS, old[3])
+    publish(cat, VIEWS, views[1])
+    _lane(cat, "behind", CLICKS, old[1])
+    clock.now += 2 * DAY
+    done = cat.outbox.sweep(DAY)
+    assert _kept(cat, CLICKS) == old[2:]
+    assert _kept(cat, VIEWS) == []  # not a table it wants
+    # and web.clicks's CREATE_TABLE, on the prefix topic, whose lane it never opened
+    assert done.held["webhook behind"] == 2 + 1
+
+
+def test_a_paused_webhook_holds_its_lanes_never_opened_a_disabled_or_other_one_nothing(
+    cat: Catalog, clock: _Clock
+):
+    old = _events(cat, "web.clicks", 2)
+    views = _events(cat, "web.views", 2)
+    cat.webhooks.add("paused", URL, "web.views", from_event=1)
+    cat.webhooks.pause("paused")
+    cat.webhooks.add("kinds", URL, "web.*", events="ADD_PARTITION", from_event=1)
+    gone, _ = cat.webhooks.add("gone", URL, "web.*", from_event=1)
+    assert cat.webhooks.disable(gone.id, gone.version, gone.created_at, "410 Gone")
+    cat.webhooks.add("removed", URL, "web.*", from_event=1)
+    cat.webhooks.remove("removed")
+    publish(cat, CLICKS, old[1])
+    publish(cat, VIEWS, views[1])
+    clock.now += 2 * DAY
+    done = cat.outbox.sweep(DAY)
+    assert _kept(cat, CLICKS) == []
+    assert _kept(cat, VIEWS) == views
+    assert {h for h in done.held if h.startswith("webhook")} == {"webhook paused"}
+
+
+def test_a_durable_subscriber_behind_holds_its_topics(cat: Catalog, clock: _Clock):
+    old = _events(cat, "web.clicks", 3)
+    views = _events(cat, "web.views", 2)
+    cat.subscriptions.claim("etl", "me", takeover=False)
+    cat.subscriptions.advance("etl", "me", {CLICKS: old[0]})
+    cat.subscriptions.claim("late", "me", takeover=False)
+    cat.subscriptions.advance("late", "me", {"*": views[0]})  # its floor: every topic
+    publish(cat, CLICKS, old[2])
+    publish(cat, VIEWS, views[1])
+    clock.now += 2 * DAY
+    done = cat.outbox.sweep(DAY)
+    assert _kept(cat, CLICKS) == old[1:]
+    assert _kept(cat, VIEWS) == views[1:]
+    assert done.held["subscriber etl"] == 2
+    assert done.held["subscriber late"] == 1  # views[1]: every clicks event is older
+
+
+def test_an_unexpired_retained_done_is_kept(settings: Settings, cat: Catalog, clock: _Clock):
+    cat.create_table("web.kept", location="/data/kept", partition_keys=["ds"], retention=3 * DAY)
+    kept = _events(cat, "web.kept", 2)
+    publish(cat, "hcat.web.kept", kept[1])
+    clock.now += 2 * DAY
+    done = cat.outbox.sweep(DAY)
+    assert _kept(cat, "hcat.web.kept") == kept
+    assert done.held["retained done"] == 2
+    clock.now += 2 * DAY  # expired now
+    cat.outbox.sweep(DAY)
+    assert _kept(cat, "hcat.web.kept") == []
+
+
+def test_a_held_event_does_not_stop_later_ones_and_batches_are_bounded(cat: Catalog, clock: _Clock):
+    old = _events(cat, "web.clicks", 9)
+    assert cat.outbox.record_refusal(old[0], "too big", limit=1, actor="a")  # held for good
+    publish(cat, CLICKS, old[-1])
+    clock.now += 2 * DAY
+    removed: list[int] = []
+    done = cat.outbox.sweep(DAY, batch_size=2, progress=removed.append)
+    assert _kept(cat, CLICKS) == [old[0]]
+    assert done.deleted == 8
+    steps = [after - before for before, after in zip([0, *removed], removed, strict=False)]
+    assert max(steps) <= 2  # no batch deleted more than it may look at
+    assert len(steps) >= 8 // 2 + 1
+
+
+def test_a_cursor_below_what_was_deleted_is_refused_an_idle_topics_is_not(
+    cat: Catalog, clock: _Clock
+):
+    old = _events(cat, "web.clicks", 3)
+    views = _events(cat, "web.views", 1)
+    publish(cat, CLICKS, old[2])
+    clock.now += 2 * DAY
+    fresh = _events(cat, "web.clicks", 1)
+    cat.outbox.sweep(DAY)
+    with pytest.raises(HistoryGoneError, match=f"oldest complete cursor is .*{CLICKS}:{old[2]}"):
+        cat.outbox.catch_up(["web.clicks"], cursor=f"{CLICKS}:{old[0]}")
+    got = cat.outbox.catch_up(["web.clicks"], cursor=f"{CLICKS}:{old[2]}")
+    assert [e.event_id for e in got] == fresh
+    # views[0] was never published: nothing of web.views is gone, an old cursor reads on
+    assert [e.event_id for e in cat.outbox.catch_up(["web.views"], cursor=f"{VIEWS}:0")] == views
+
+
+def test_a_webhook_replay_or_add_from_deleted_history_is_refused_and_changes_nothing(
+    cat: Catalog, clock: _Clock
+):
+    old = _events(cat, "web.clicks", 3)
+    publish(cat, CLICKS, old[2])
+    clock.now += 2 * DAY
+    cat.outbox.sweep(DAY)
+    cat.webhooks.add("ops", URL, "web.clicks")
+    before = cat.webhooks.get("ops")
+    with pytest.raises(HistoryGoneError, match=f"oldest event to deliver from is {old[2] + 1}"):
+        cat.webhooks.replay("ops", old[1])
+    assert cat.webhooks.get("ops") == before
+    with pytest.raises(HistoryGoneError):
+        cat.webhooks.add("new", URL, "web.clicks", from_event=old[0])
+    assert [h.name for h in cat.webhooks.every()] == ["ops"]
+    assert cat.webhooks.replay("ops", old[2] + 1).start_after == old[2]
+
+
+def test_a_replay_between_a_batchs_judging_and_its_delete_sends_it_back_to_judge(
+    cat: Catalog, clock: _Clock
+):
+    old = _events(cat, "web.clicks", 3)
+    publish(cat, CLICKS, old[-1])
+    cat.webhooks.add("ops", URL, "web.clicks")  # after the events: it wants none of them
+    clock.now += 2 * DAY
+    with cat._transaction() as tx:
+        judged = outbox_retention.judge_batch(tx, after=0, limit=100, now=clock.now, retention=DAY)
+    assert {event_id for event_id, _ in judged.going} >= set(old)
+    cat.webhooks.replay("ops", old[0])  # it wants them again
+    with cat._transaction(write=True) as tx:
+        assert outbox_retention.delete_judged(tx, judged) is False
+    assert _kept(cat, CLICKS) == old
+    done = cat.outbox.sweep(DAY)  # judged again: the webhook holds them
+    assert _kept(cat, CLICKS) == old
+    assert done.held["webhook ops"] == len(old)

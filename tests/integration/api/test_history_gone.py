@@ -1,0 +1,42 @@
+"""``GET /v1/events`` below what the outbox's retention deleted: 410 Gone naming the
+oldest complete cursor, never a page with a silent gap (issue 31). A module of its own:
+its sweep moves the catalog's pruned-through mark, which other modules' replays meet."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from hcat_notify.api.client import ApiClient
+from hcat_notify.config import Settings
+from hcat_notify.errors import HistoryGoneError
+from hcat_notify.store import Catalog
+from tests.fixtures.published import publish
+from tests.integration.api.support import READER, ApiServer
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_cursor_below_the_pruned_mark_is_410_gone(
+    reader: httpx.Client, api: ApiServer, api_settings: Settings, api_catalog: Catalog
+):
+    past = Catalog(
+        api_catalog._engine, api_settings, clock=lambda: datetime(2026, 1, 1, tzinfo=UTC)
+    )
+    past.create_table("old.clicks", location="/data/old/clicks", partition_keys=["ds"])
+    ids = [past.mark_set_done("old.clicks", {"ds": str(n)}) for n in range(3)]
+    topic = "hcat.old.clicks"
+    publish(past, topic, ids[1])
+    assert api_catalog.outbox.sweep(timedelta(days=1)).deleted == 2
+    gone = reader.get("/v1/events", params={"table": "old.clicks", "cursor": f"{topic}:{ids[0]}"})
+    assert gone.status_code == 410, gone.text
+    problem = gone.json()
+    assert problem["error"] == "HistoryGoneError"
+    assert f"oldest complete cursor is {topic}:{ids[1]}" in problem["detail"]
+    page = reader.get("/v1/events", params={"table": "old.clicks", "cursor": f"{topic}:{ids[1]}"})
+    assert [e["eventId"] for e in page.json()["events"]] == [ids[2]]
+    # the consumer library's reader over HTTP raises the same error as the database's
+    with ApiClient(api.url, auth=READER) as client, pytest.raises(HistoryGoneError):
+        client.catch_up(["old.clicks"], cursor=f"{topic}:{ids[0]}")
