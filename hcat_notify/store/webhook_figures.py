@@ -82,12 +82,11 @@ _COUNTED = (
 
 @functools.cache
 def _figures_query(dialect: str) -> Select[Any]:
-    """Each webhook with its failing and parked topics counted on their partial indexes
-    and its highest position the last entry of its part of the (webhook, position) index:
-    one statement, a few index seeks per webhook."""
-    progress = WebhookProgressRow
+    """Each webhook (with its highest delivered event id, a column of its own row) and
+    its failing and parked topics counted on their partial indexes: one statement, two
+    index seeks per webhook."""
     # SQLite plans without statistics (nothing runs ANALYZE here) and, told nothing,
-    # counts through every row of the webhook by the position index
+    # counts through every row of the webhook
     counts: list[Any] = [
         literal_column(
             f"(SELECT count(*) FROM hcat_webhook_progress"
@@ -96,12 +95,7 @@ def _figures_query(dialect: str) -> Select[Any]:
         )
         for condition, index in _COUNTED
     ]
-    highest = (
-        select(func.max(progress.last_event_id))
-        .where(progress.webhook_id == WebhookRow.id)
-        .scalar_subquery()
-    )
-    return select(WebhookRow, *counts, highest).order_by(WebhookRow.name)
+    return select(WebhookRow, *counts).order_by(WebhookRow.name)
 
 
 def figures(tx: Tx, name: str | None = None) -> list[WebhookFigures]:
@@ -116,15 +110,9 @@ def figures(tx: Tx, name: str | None = None) -> list[WebhookFigures]:
     now = tx.clock()
     found = [
         WebhookFigures(
-            info,
-            failing,
-            parked,
-            info.start_after if highest is None else max(highest, info.start_after),
+            info_of(row, now), failing, parked, max(row.delivered_event_id, row.start_after)
         )
-        for info, failing, parked, highest in (
-            (info_of(row, now), failing, parked, highest)
-            for row, failing, parked, highest in tx.session.execute(query)
-        )
+        for row, failing, parked in tx.session.execute(query)
     ]
     if name is not None and not found:
         raise WebhookNotFoundError(f"no webhook named {name!r} (hcat-notify webhooks list)")
