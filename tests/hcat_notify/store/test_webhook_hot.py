@@ -1,7 +1,7 @@
 """Recording webhook deliveries keeps the progress table's indexes still on PostgreSQL: a
 2xx moves a topic's position (``last_event_id``) and nothing that an index of
 ``hcat_webhook_progress`` holds or filters on, so each such update is a heap-only (HOT)
-update, which writes no index entry (docs/architecture.md, "Webhook figures")."""
+update, which writes no index entry (docs/architecture.md, "Hot paths")."""
 
 from __future__ import annotations
 
