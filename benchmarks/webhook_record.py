@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -247,51 +248,39 @@ def main() -> None:
     def series(build: str, key: str) -> list[float]:
         return [float(found[key]) for found in results[build]]
 
-    def growth(build: str) -> list[float]:
-        return [(f["indexes_after"] - f["indexes_before"]) / 2**20 for f in results[build]]
-
-    def table_growth(build: str) -> list[float]:
-        return [(f["table_after"] - f["table_before"]) / 2**20 for f in results[build]]
-
-    def hot_share(build: str) -> list[float]:
-        return [100.0 * f["hot"] / f["updates"] if f["updates"] else 0.0 for f in results[build]]
-
-    median = statistics.median
-    rows = [
-        *ratio_rows(
-            f"{args.calls:,} record_delivered_many calls of {args.record} lanes, s",
-            series("ours", "seconds"),
-            series("reference", "seconds"),
-            unit="s",
-            target=("<=", 1.0),
-            higher_is_better=False,
-            digits=2,
+    figures: dict[str, tuple[str, Callable[[dict[str, Any]], float]]] = {
+        "indexes of hcat_webhook_progress: growth, median": (
+            "MiB",
+            lambda f: (f["indexes_after"] - f["indexes_before"]) / 2**20,
         ),
-        Row(
-            "indexes of hcat_webhook_progress: growth, median",
-            median(growth("ours")),
-            median(growth("reference")),
-            unit="MiB",
-            digits=2,
-            rounds=rounds,
+        "the table itself: growth, median": (
+            "MiB",
+            lambda f: (f["table_after"] - f["table_before"]) / 2**20,
         ),
-        Row(
-            "the table itself: growth, median",
-            median(table_growth("ours")),
-            median(table_growth("reference")),
-            unit="MiB",
-            digits=2,
-            rounds=rounds,
-        ),
-    ]
+    }
     if args.backend == "postgresql":
+        figures["updates that were HOT, median"] = (
+            "%",
+            lambda f: 100.0 * f["hot"] / f["updates"] if f["updates"] else 0.0,
+        )
+    rows = ratio_rows(
+        f"{args.calls:,} record_delivered_many calls of {args.record} lanes, s",
+        series("ours", "seconds"),
+        series("reference", "seconds"),
+        unit="s",
+        target=("<=", 1.0),
+        higher_is_better=False,
+        digits=2,
+    )
+    for metric, (unit, of) in figures.items():
+        ours_, reference_ = ([of(f) for f in results[b]] for b in builds)
         rows.append(
             Row(
-                "updates that were HOT, median",
-                median(hot_share("ours")),
-                median(hot_share("reference")),
-                unit="%",
-                digits=1,
+                metric,
+                statistics.median(ours_),
+                statistics.median(reference_),
+                unit=unit,
+                digits=2,
                 rounds=rounds,
             )
         )
