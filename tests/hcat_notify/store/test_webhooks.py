@@ -388,6 +388,14 @@ def test_the_delivered_figure_is_the_highest_position_after_every_kind_of_write(
     assert _delivered(catalog, "ops") == (2, 2)
 
 
+def _progress_options(connection: Any) -> object:
+    """The progress table's storage options on PostgreSQL (``sqlite`` on SQLite)."""
+    if connection.dialect.name == "sqlite":
+        return "sqlite"
+    query = "SELECT reloptions FROM pg_class WHERE relname = 'hcat_webhook_progress'"
+    return connection.execute(text(query)).scalar()
+
+
 def test_0020_moves_each_webhooks_delivered_position_to_its_row_and_back(empty_db_url: str):
     """Upgrading keeps ``/metrics``'s figure (the highest position, or the start) and
     drops the (webhook, position) index; downgrading restores the index."""
@@ -424,15 +432,19 @@ def test_0020_moves_each_webhooks_delivered_position_to_its_row_and_back(empty_d
                 connection.execute(text("SELECT name, delivered_event_id FROM hcat_webhooks")).all()
             )
             indexes = {i["name"] for i in inspect(connection).get_indexes("hcat_webhook_progress")}
+            options = _progress_options(connection)
         assert found == {"busy": 30, "idle": 40, "behind": 50}
         assert "ix_hcat_webhook_progress_delivered" not in indexes
+        assert options in ("sqlite", ["fillfactor=90"])  # room on each page for HOT updates
         with engine.begin() as connection:
             command.downgrade(alembic_config(connection, None), "0018")
         with engine.connect() as connection:
             columns = {c["name"] for c in inspect(connection).get_columns("hcat_webhooks")}
             indexes = {i["name"] for i in inspect(connection).get_indexes("hcat_webhook_progress")}
+            options = _progress_options(connection)
         assert "delivered_event_id" not in columns
         assert "ix_hcat_webhook_progress_delivered" in indexes
+        assert options in ("sqlite", None)
         with engine.connect() as connection:
             kept = connection.execute(text("SELECT count(*) FROM hcat_webhook_progress"))
             assert kept.scalar() == 3
