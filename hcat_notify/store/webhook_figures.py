@@ -1,7 +1,7 @@
 """What operators read of the webhooks' delivery: each webhook's figures (its failing and
 parked topics counted, the highest event id delivered to it), a page of its topics, the
-parked (webhook, topic) pairs; each from an index, never every progress row
-(docs/webhooks.md; the delivery itself is :mod:`hcat_notify.store.webhooks`)."""
+parked (webhook, topic) pairs; each from an index or the webhook's own row, never every
+progress row (docs/webhooks.md; the delivery itself is :mod:`hcat_notify.store.webhooks`)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ __all__ = ["TOPIC_STATES", "WebhookFigures", "figures", "parked", "parked_count"
 @dataclass(frozen=True)
 class WebhookFigures:
     """A webhook with the figures ``/metrics`` and ``webhooks show`` give of it, each
-    read from an index (never from every progress row)."""
+    read from an index or its own row (never from every progress row)."""
 
     info: WebhookInfo
     failing: int
@@ -42,7 +42,8 @@ class WebhookFigures:
     parked: int
     """Topics parked after failing too long."""
     delivered: int
-    """The highest event id its endpoint answered 2xx for (its start before any)."""
+    """The highest event id its endpoint answered 2xx for (its start before any), as the
+    writes of its progress leave it on its row."""
 
 
 TOPIC_STATES = {"failing": WEBHOOK_FAILING_CONDITION, "parked": WEBHOOK_PARKED_CONDITION}
