@@ -524,6 +524,9 @@ class WebhookRow(Base):
     previous_until: Mapped[float | None] = mapped_column(Float, default=None)
     disabled_reason: Mapped[str | None] = mapped_column(Text, default=None)
     version: Mapped[int] = mapped_column(Integer, default=1)
+    # the highest event id delivered (its start before any): /metrics reads it here, and
+    # the recorder's fence, which updates this row anyway, moves it forward
+    delivered_event_id: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
 
 class WebhookProgressRow(Base):
@@ -533,8 +536,6 @@ class WebhookProgressRow(Base):
     __tablename__ = "hcat_webhook_progress"
     __table_args__ = (
         Index("ix_hcat_webhook_progress_bucket", "bucket"),
-        # a webhook's highest position (/metrics): the last entry of its part
-        Index("ix_hcat_webhook_progress_delivered", "webhook_id", "last_event_id"),
         # its failing and its parked topics (/metrics, status, webhooks show): rare rows
         Index(
             "ix_hcat_webhook_progress_failing",

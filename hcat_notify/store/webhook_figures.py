@@ -1,7 +1,7 @@
 """What operators read of the webhooks' delivery: each webhook's figures (its failing and
 parked topics counted, the highest event id delivered to it), a page of its topics, the
-parked (webhook, topic) pairs; each from an index, never every progress row
-(docs/webhooks.md; the delivery itself is :mod:`hcat_notify.store.webhooks`)."""
+parked (webhook, topic) pairs; each from an index or the webhook's own row, never every
+progress row (docs/webhooks.md; the delivery itself is :mod:`hcat_notify.store.webhooks`)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ __all__ = ["TOPIC_STATES", "WebhookFigures", "figures", "parked", "parked_count"
 @dataclass(frozen=True)
 class WebhookFigures:
     """A webhook with the figures ``/metrics`` and ``webhooks show`` give of it, each
-    read from an index (never from every progress row)."""
+    read from an index or its own row (never from every progress row)."""
 
     info: WebhookInfo
     failing: int
@@ -42,7 +42,8 @@ class WebhookFigures:
     parked: int
     """Topics parked after failing too long."""
     delivered: int
-    """The highest event id its endpoint answered 2xx for (its start before any)."""
+    """The highest event id its endpoint answered 2xx for (its start before any), as the
+    writes of its progress leave it on its row."""
 
 
 TOPIC_STATES = {"failing": WEBHOOK_FAILING_CONDITION, "parked": WEBHOOK_PARKED_CONDITION}
@@ -82,12 +83,11 @@ _COUNTED = (
 
 @functools.cache
 def _figures_query(dialect: str) -> Select[Any]:
-    """Each webhook with its failing and parked topics counted on their partial indexes
-    and its highest position the last entry of its part of the (webhook, position) index:
-    one statement, a few index seeks per webhook."""
-    progress = WebhookProgressRow
+    """Each webhook (with its highest delivered event id, a column of its own row) and
+    its failing and parked topics counted on their partial indexes: one statement, two
+    index seeks per webhook."""
     # SQLite plans without statistics (nothing runs ANALYZE here) and, told nothing,
-    # counts through every row of the webhook by the position index
+    # counts through every row of the webhook
     counts: list[Any] = [
         literal_column(
             f"(SELECT count(*) FROM hcat_webhook_progress"
@@ -96,12 +96,7 @@ def _figures_query(dialect: str) -> Select[Any]:
         )
         for condition, index in _COUNTED
     ]
-    highest = (
-        select(func.max(progress.last_event_id))
-        .where(progress.webhook_id == WebhookRow.id)
-        .scalar_subquery()
-    )
-    return select(WebhookRow, *counts, highest).order_by(WebhookRow.name)
+    return select(WebhookRow, *counts).order_by(WebhookRow.name)
 
 
 def figures(tx: Tx, name: str | None = None) -> list[WebhookFigures]:
@@ -116,15 +111,9 @@ def figures(tx: Tx, name: str | None = None) -> list[WebhookFigures]:
     now = tx.clock()
     found = [
         WebhookFigures(
-            info,
-            failing,
-            parked,
-            info.start_after if highest is None else max(highest, info.start_after),
+            info_of(row, now), failing, parked, max(row.delivered_event_id, row.start_after)
         )
-        for info, failing, parked, highest in (
-            (info_of(row, now), failing, parked, highest)
-            for row, failing, parked, highest in tx.session.execute(query)
-        )
+        for row, failing, parked in tx.session.execute(query)
     ]
     if name is not None and not found:
         raise WebhookNotFoundError(f"no webhook named {name!r} (hcat-notify webhooks list)")

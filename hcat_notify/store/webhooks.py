@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Insert,
     Select,
     Update,
@@ -267,6 +268,7 @@ def add(
         start_after=tx.last_event_id() if start_after is None else start_after,
         created_at=now,
     )
+    row.delivered_event_id = row.start_after
     tx.session.add(row)
     tx.session.flush()
     tx.notify(WEBHOOKS_CHANNEL)
@@ -330,7 +332,7 @@ def replay(tx: Tx, name: str, from_event: int) -> WebhookInfo:
     check_replay_from(tx, from_event)
     _bump(tx, row)
     tx.session.execute(delete(WebhookProgressRow).where(WebhookProgressRow.webhook_id == row.id))
-    row.start_after = from_event - 1
+    row.start_after = row.delivered_event_id = from_event - 1
     tx.session.flush()
     tx.notify(WEBHOOKS_CHANNEL)
     return info_of(row, tx.clock())
@@ -362,6 +364,7 @@ def release_parked(tx: Tx, name: str, topic: str | None, *, drop: bool) -> list[
                 )
             )
             item.last_event_id = max(item.last_event_id, last or 0)
+            row.delivered_event_id = max(row.delivered_event_id, item.last_event_id)
         item.parked_at = item.retry_at = item.failing_since = item.last_error = None
         item.attempts = 0
     if parked:
@@ -476,18 +479,19 @@ def topics_of(tx: Tx, keys: Sequence[tuple[int, str]]) -> list[WebhookTopic]:
 
 def _fenced(tx: Tx, member_id: str, at: LanePosition) -> str:
     """The fence of a progress write: ``lost`` (the bucket is not the member's at that
-    epoch), ``changed`` (the webhook changed or went), else ``ok``; on PostgreSQL both
-    rows are locked until ``tx`` ends."""
+    epoch), ``changed`` (the webhook changed or went), else ``ok``, and the webhook's
+    highest delivered event id moved to ``at``'s position; on PostgreSQL both rows are
+    locked until ``tx`` ends."""
     if not keep_bucket(tx, member_id, at.bucket, at.epoch):
         return "lost"
     same = tx.session.execute(
-        update(WebhookRow)
-        .where(
-            WebhookRow.id == at.webhook_id,
-            WebhookRow.version == at.version,
-            WebhookRow.created_at == at.created_at,
-        )
-        .values(version=WebhookRow.version)
+        _SAME_VERSION,
+        {
+            "same_id": at.webhook_id,
+            "same_version": at.version,
+            "same_created": at.created_at,
+            "same_through": at.last_event_id,
+        },
     )
     return "ok" if same.rowcount else "changed"  # type: ignore[attr-defined]
 
@@ -553,10 +557,14 @@ def record_delivered_many(
     for bucket, epoch in sorted({(item.bucket, item.epoch) for item in items}):
         cursor.execute(*keep.bind(keep_bucket_params(member_id, bucket, epoch)))
         buckets[(bucket, epoch)] = cursor.rowcount > 0
-    owned = [item for item in items if buckets[(item.bucket, item.epoch)]]
-    for hook in sorted({(item.webhook_id, item.version, item.created_at) for item in owned}):
+    through: dict[tuple[int, int, float], int] = {}
+    for item in items:
+        if buckets[(item.bucket, item.epoch)]:
+            hook = (item.webhook_id, item.version, item.created_at)
+            through[hook] = max(through.get(hook, item.last_event_id), item.last_event_id)
+    for hook in sorted(through):
         identity = dict(zip(("same_id", "same_version", "same_created"), hook, strict=True))
-        cursor.execute(*same_version.bind(identity))
+        cursor.execute(*same_version.bind({**identity, "same_through": through[hook]}))
         hooks[hook] = cursor.rowcount > 0
     for item in items:
         if not buckets[(item.bucket, item.epoch)]:
@@ -581,6 +589,7 @@ def _clock_statement(dialect: str) -> Select[tuple[float]]:
     return select(clock_sql(dialect))
 
 
+_THROUGH = bindparam("same_through", type_=BigInteger)
 _SAME_VERSION = (
     update(WebhookRow)
     .where(
@@ -588,10 +597,17 @@ _SAME_VERSION = (
         WebhookRow.version == bindparam("same_version"),
         WebhookRow.created_at == bindparam("same_created"),
     )
-    .values(version=WebhookRow.version)
+    .values(
+        delivered_event_id=case(
+            (WebhookRow.delivered_event_id < _THROUGH, _THROUGH),
+            else_=WebhookRow.delivered_event_id,
+        )
+    )
 )
-"""The webhook fence of a progress write: touches the row only at the version given (on
-PostgreSQL it stays locked until the write commits)."""
+"""The webhook fence of a progress write: updates the row only at the version given (on
+PostgreSQL it stays locked until the write commits), moving its highest delivered event
+id forward to the write's (``same_through``): kept there, not read from the progress
+rows, so that no index of theirs holds their position (docs/architecture.md)."""
 
 
 @functools.cache

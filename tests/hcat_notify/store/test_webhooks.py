@@ -336,6 +336,122 @@ def test_metrics_give_each_webhooks_state_failing_parked_topics_and_position(cat
     }
 
 
+def _delivered(catalog: Catalog, name: str) -> tuple[int, int]:
+    """A webhook's delivered figure, and the highest position of its progress rows (its
+    start before any): what the figure was read from before 0020."""
+    (figures,) = catalog.webhooks.figures(name)
+    rows = [t.last_event_id for t in catalog.webhooks.topics(name)]
+    return figures.delivered, max([figures.info.start_after, *rows])
+
+
+@pytest.mark.usefixtures("tables")
+def test_the_delivered_figure_is_the_highest_position_after_every_kind_of_write(
+    catalog: Catalog,
+):
+    """It is kept on the webhook's row by the writes of progress (0020), no longer read
+    from the progress rows: each write leaves it at their highest position."""
+    info, _ = catalog.webhooks.add("ops", URL, "web.*", from_event=4)
+    assert _delivered(catalog, "ops") == (3, 3)
+    for n in range(12):
+        catalog.mark_set_done("web.clicks", {"ds": str(n)})
+    bucket = topic_bucket(TOPIC, catalog.group.info().bucket_count)
+    epoch = _own(catalog, "a", bucket)
+    at = LanePosition(info.id, info.version, TOPIC, bucket, epoch, 5, info.created_at)
+    other = dataclasses.replace(at, topic="hcat.web.other", last_event_id=8)
+    stale = dataclasses.replace(at, topic="hcat.web.stale", epoch=epoch - 1, last_event_id=20)
+    parked = DeliveryFailure(3, 1e12, 1.0, "HTTP 500", parked=True)
+    hooks = catalog.webhooks
+    steps = [
+        (lambda: hooks.record_delivered("a", at), "ok", 5),
+        (lambda: hooks.record_delivered("b", dataclasses.replace(at, last_event_id=9)), "lost", 5),
+        (lambda: hooks.record_delivered_many("a", [other, stale]), ["ok", "lost"], 8),
+        (
+            lambda: hooks.record_failure("a", dataclasses.replace(at, last_event_id=6), parked),
+            "ok",
+            8,
+        ),
+        (
+            lambda: hooks.record_delivered_many("a", [dataclasses.replace(other, last_event_id=7)]),
+            ["ok"],
+            8,
+        ),
+    ]
+    for write, answer, wanted in steps:
+        assert write() == answer
+        assert _delivered(catalog, "ops") == (wanted, wanted)
+    # the parked topic given up to its last event, past every position
+    assert hooks.drop_parked("ops") == [TOPIC]
+    last = catalog.outbox.last_event_id()
+    assert last > 8
+    assert _delivered(catalog, "ops") == (last, last)
+    hooks.replay("ops", 3)
+    assert _delivered(catalog, "ops") == (2, 2)
+
+
+def _progress_options(connection: Any) -> object:
+    """The progress table's storage options on PostgreSQL (``sqlite`` on SQLite)."""
+    if connection.dialect.name == "sqlite":
+        return "sqlite"
+    query = "SELECT reloptions FROM pg_class WHERE relname = 'hcat_webhook_progress'"
+    return connection.execute(text(query)).scalar()
+
+
+def test_0020_moves_each_webhooks_delivered_position_to_its_row_and_back(empty_db_url: str):
+    """Upgrading keeps ``/metrics``'s figure (the highest position, or the start) and
+    drops the (webhook, position) index; downgrading restores the index."""
+    from alembic import command
+    from sqlalchemy import inspect
+
+    from hcat_notify.store.engine import alembic_config, open_engine
+
+    hook = (
+        "INSERT INTO hcat_webhooks (id, name, url, tables, format, state, secret, start_after,"
+        " created_at, version) VALUES ({id}, '{name}', '{url}', '[\"web.*\"]', 'hive',"
+        " 'active', 'plain:whsec_AAAA', {start}, 0, 1)"
+    )
+    topic = (
+        "INSERT INTO hcat_webhook_progress (webhook_id, topic, bucket, last_event_id, epoch,"
+        " updated_at, attempts) VALUES ({id}, '{topic}', 1, {at}, 1, 0, 0)"
+    )
+    catalog_at(
+        empty_db_url,
+        "0018",
+        hook.format(id=1, name="busy", url=URL, start=2),
+        hook.format(id=2, name="idle", url=URL, start=40),
+        hook.format(id=3, name="behind", url=URL, start=50),
+        topic.format(id=1, topic="a", at=9),
+        topic.format(id=1, topic="b", at=30),
+        topic.format(id=3, topic="a", at=45),  # before its start (a replay since, say)
+    )
+    engine = open_engine(empty_db_url)
+    try:
+        with engine.begin() as connection:
+            command.upgrade(alembic_config(connection, None), "0020")
+        with engine.connect() as connection:
+            found: dict[str, int] = dict(
+                connection.execute(text("SELECT name, delivered_event_id FROM hcat_webhooks")).all()
+            )
+            indexes = {i["name"] for i in inspect(connection).get_indexes("hcat_webhook_progress")}
+            options = _progress_options(connection)
+        assert found == {"busy": 30, "idle": 40, "behind": 50}
+        assert "ix_hcat_webhook_progress_delivered" not in indexes
+        assert options in ("sqlite", ["fillfactor=90"])  # room on each page for HOT updates
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection, None), "0018")
+        with engine.connect() as connection:
+            columns = {c["name"] for c in inspect(connection).get_columns("hcat_webhooks")}
+            indexes = {i["name"] for i in inspect(connection).get_indexes("hcat_webhook_progress")}
+            options = _progress_options(connection)
+        assert "delivered_event_id" not in columns
+        assert "ix_hcat_webhook_progress_delivered" in indexes
+        assert options in ("sqlite", None)
+        with engine.connect() as connection:
+            kept = connection.execute(text("SELECT count(*) FROM hcat_webhook_progress"))
+            assert kept.scalar() == 3
+    finally:
+        engine.dispose()
+
+
 def _writes(statements: list[str]) -> list[str]:
     """The webhook tables each write statement changes, in order."""
     found = []
