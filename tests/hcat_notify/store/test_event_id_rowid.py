@@ -19,7 +19,22 @@ from tests.revisions import catalog_at
 pytestmark = pytest.mark.integration
 
 REBUILT = ("hcat_mark_set_done", "hcat_outbox")
-BEFORE, AFTER = "0018", "0021"
+AFTER = "0021"
+
+
+def _before(revision: str) -> str:
+    """The revision ``revision`` follows (the lead may chain it after another)."""
+    from importlib import resources
+
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory(str(resources.files("hcat_notify").joinpath("migrations")))
+    down = script.get_revision(revision).down_revision
+    assert isinstance(down, str)
+    return down
+
+
+BEFORE = _before(AFTER)
 
 
 def _pk_indexes(connection: Connection, table: str) -> list[str]:
