@@ -30,6 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, MappedAsDataclass, mapped_column
 
 __all__ = [
+    "EVENT_ID",
     "REFUSED_CONDITION",
     "WEBHOOK_FAILING_CONDITION",
     "WEBHOOK_PARKED_CONDITION",
@@ -90,6 +91,13 @@ class StoredRule(TypeDecorator[Any]):
         if dialect.name == "sqlite":
             return None  # the column's text as stored
         return super().result_processor(dialect, coltype)
+
+
+EVENT_ID = BigInteger().with_variant(Integer(), "sqlite")
+"""The type of an event id that is its table's primary key: on SQLite ``INTEGER``, which
+makes the column the table's rowid (``BIGINT`` would keep a second B-tree of the ids
+beside the rowid's; SQLite's integers are 64-bit either way), ``BIGINT`` elsewhere
+(migration 0021)."""
 
 
 # Stable constraint names, so migrations can refer to them on every backend.
@@ -187,7 +195,7 @@ class RetentionRow(Base):
         Index("ix_hcat_mark_set_done_table_event", "table_id", "event_id"),
     )
 
-    event_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    event_id: Mapped[int] = mapped_column(EVENT_ID, primary_key=True, autoincrement=False)
     table_id: Mapped[int] = mapped_column(ForeignKey("hcat_tables.id", ondelete="CASCADE"))
     spec: Mapped[str] = mapped_column(Text)  # lexically sorted path form
     spec_json: Mapped[dict[str, Any]]
@@ -299,7 +307,7 @@ class OutboxRow(Base):
         ),
     )
 
-    event_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    event_id: Mapped[int] = mapped_column(EVENT_ID, primary_key=True, autoincrement=False)
     topic: Mapped[str] = mapped_column(String(255))
     bucket: Mapped[int] = mapped_column(Integer)
     event_type: Mapped[str] = mapped_column(String(32))
