@@ -335,26 +335,57 @@ def upgrade(engine: Engine, settings: Settings | None = None) -> tuple[str | Non
     from alembic.runtime.migration import MigrationContext
 
     try:
-        with engine.execution_options(hcat_write=True).begin() as connection:
-            if connection.dialect.name == "postgresql":
-                # Serialise concurrent first uses; released at commit.
-                connection.execute(
-                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
-                )
-            before = MigrationContext.configure(connection).get_current_revision()
-            if before != SCHEMA_REVISION:
-                logger.info(
-                    "migrating catalog %s from %s to %s",
-                    redact(engine.url),
-                    before,
-                    SCHEMA_REVISION,
-                )
-                command.upgrade(alembic_config(connection, settings), SCHEMA_REVISION)
+        with engine.execution_options(hcat_write=True).connect() as connection:
+            sqlite = connection.dialect.name == "sqlite"
+            if sqlite:
+                _foreign_keys(connection, on=False)
+            try:
+                with connection.begin():
+                    if not sqlite:
+                        # Serialise concurrent first uses; released at commit.
+                        connection.execute(
+                            text("SELECT pg_advisory_xact_lock(:key)"),
+                            {"key": _PG_MIGRATION_LOCK},
+                        )
+                    before = MigrationContext.configure(connection).get_current_revision()
+                    if before != SCHEMA_REVISION:
+                        logger.info(
+                            "migrating catalog %s from %s to %s",
+                            redact(engine.url),
+                            before,
+                            SCHEMA_REVISION,
+                        )
+                        command.upgrade(alembic_config(connection, settings), SCHEMA_REVISION)
+                        if sqlite:
+                            _check_foreign_keys(connection, redact(engine.url))
+            finally:
+                if sqlite:
+                    _foreign_keys(connection, on=True)
     except SQLAlchemyError as exc:
         reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
         raise StoreError(f"cannot migrate database {redact(engine.url)}: {reason}") from exc
     _AT_HEAD.add(key)
     return before, SCHEMA_REVISION
+
+
+def _foreign_keys(connection: Connection, *, on: bool) -> None:
+    # Outside a transaction (SQLite ignores the pragma inside one). Off while migrating:
+    # a batch migration rebuilds a table by copying it and dropping the original, and
+    # with enforcement on that drop deletes every child row through ON DELETE CASCADE.
+    driver = connection.connection.driver_connection
+    driver.execute(f"PRAGMA foreign_keys = {'ON' if on else 'OFF'}")  # type: ignore[union-attr]
+
+
+def _check_foreign_keys(connection: Connection, name: str) -> None:
+    """What SQLite's own recipe for rebuilding a table ends with: the migrated rows still
+    satisfy every foreign key (else the upgrade fails and the transaction rolls back)."""
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+    if broken:
+        table, rowid, parent, _ = broken[0]
+        raise StoreError(
+            f"cannot migrate database {name}: the migration left {len(broken)} row(s) "
+            f"without their parent ({table} row {rowid} names a missing {parent} row)"
+        )
 
 
 def upgrade_database(url: str, settings: Settings | None = None) -> tuple[str | None, str]:
