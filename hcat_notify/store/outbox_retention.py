@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Executable, case, delete, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -52,6 +52,8 @@ __all__ = [
     "record_sweep",
     "retention_status",
 ]
+
+_T = TypeVar("_T")
 
 ALL_TOPICS = "*"
 """The topic of the row that holds the highest mark of all (and the sweep's figures)."""
@@ -154,13 +156,22 @@ def pruned_through(tx: Tx) -> int:
     return int(found or 0)
 
 
+_IN_CHUNK = 500
+"""Values per IN list: a batch may hold up to 100,000 events, PostgreSQL's protocol at
+most 65,535 parameters a statement."""
+
+
+def _chunks(values: Sequence[_T]) -> Iterator[Sequence[_T]]:
+    for start in range(0, len(values), _IN_CHUNK):
+        yield values[start : start + _IN_CHUNK]
+
+
 def _topic_marks(tx: Tx, topics: Iterable[str]) -> dict[str, int]:
-    wanted = sorted(set(topics))
     found: dict[str, int] = {}
-    for start in range(0, len(wanted), 500):
+    for chunk in _chunks(sorted(set(topics))):
         rows = tx.connection().execute(
             select(OutboxPrunedRow.topic, OutboxPrunedRow.pruned_through).where(
-                OutboxPrunedRow.topic.in_(wanted[start : start + 500])
+                OutboxPrunedRow.topic.in_(chunk)
             )
         )
         found.update({row.topic: int(row.pruned_through) for row in rows})
@@ -305,46 +316,50 @@ def _holders(
 ) -> dict[int, list[str]]:
     """Who holds each of ``events`` back at ``now`` (an empty list: nobody; it may go)."""
     topics = sorted({event.topic for event in events})
-    ids = [event.event_id for event in events]
-    published = {
-        row.topic: row.last_event_id
-        for row in tx.connection().execute(
-            select(TopicProgressRow.topic, TopicProgressRow.last_event_id).where(
-                TopicProgressRow.topic.in_(topics)
-            )
-        )
-    }
-    retained = set(
-        tx.connection()
-        .execute(
-            select(RetentionRow.event_id).where(
-                RetentionRow.event_id.in_(ids), RetentionRow.expires_at > now
-            )
-        )
-        .scalars()
-    )
+    connection = tx.connection()
+    published: dict[str, int] = {}
     lanes: dict[tuple[int, str], int] = {}
-    if hooks:
-        rows = tx.connection().execute(
+    marks: dict[str, dict[str, int]] = {}
+    for chunk in _chunks([*topics, FLOOR_KEY]):
+        for row in connection.execute(
             select(
-                WebhookProgressRow.webhook_id,
-                WebhookProgressRow.topic,
-                WebhookProgressRow.last_event_id,
-            ).where(
-                WebhookProgressRow.webhook_id.in_([hook.id for hook in hooks]),
-                WebhookProgressRow.topic.in_(topics),
+                SubscriberWatermarkRow.subscriber,
+                SubscriberWatermarkRow.topic,
+                SubscriberWatermarkRow.last_event_id,
+            ).where(SubscriberWatermarkRow.topic.in_(chunk))
+        ):
+            marks.setdefault(row.subscriber, {})[row.topic] = row.last_event_id
+    for chunk in _chunks(topics):
+        published.update(
+            (row.topic, row.last_event_id)
+            for row in connection.execute(
+                select(TopicProgressRow.topic, TopicProgressRow.last_event_id).where(
+                    TopicProgressRow.topic.in_(chunk)
+                )
             )
         )
-        lanes = {(row.webhook_id, row.topic): row.last_event_id for row in rows}
-    marks: dict[str, dict[str, int]] = {}
-    for row in tx.connection().execute(
-        select(
-            SubscriberWatermarkRow.subscriber,
-            SubscriberWatermarkRow.topic,
-            SubscriberWatermarkRow.last_event_id,
-        ).where(SubscriberWatermarkRow.topic.in_([*topics, FLOOR_KEY]))
-    ):
-        marks.setdefault(row.subscriber, {})[row.topic] = row.last_event_id
+        if hooks:
+            lanes.update(
+                ((row.webhook_id, row.topic), row.last_event_id)
+                for row in connection.execute(
+                    select(
+                        WebhookProgressRow.webhook_id,
+                        WebhookProgressRow.topic,
+                        WebhookProgressRow.last_event_id,
+                    ).where(
+                        WebhookProgressRow.webhook_id.in_([hook.id for hook in hooks]),
+                        WebhookProgressRow.topic.in_(chunk),
+                    )
+                )
+            )
+    retained = set(
+        connection.execute(
+            select(RetentionRow.event_id).where(
+                RetentionRow.event_id.between(events[0].event_id, events[-1].event_id),
+                RetentionRow.expires_at > now,
+            )
+        ).scalars()
+    )
     # Per topic, each subscriber's position on it, lowest first: its own watermark of the
     # topic, else its floor (where it would resume); an event is held by those below it.
     positions: dict[str, list[tuple[int, str]]] = {
@@ -387,7 +402,8 @@ def judge_batch(
     events = _candidates(tx, after, limit)
     if not events:
         return PruneBatch(walked_to=None)
-    cutoff = now - retention
+    # A retention longer than the calendar reaches back keeps everything.
+    cutoff = now - min(retention, now - datetime.min.replace(tzinfo=UTC))
     old = [event for event in events if event.created_at < cutoff]
     if not old:
         return PruneBatch(walked_to=events[-1].event_id)
@@ -417,15 +433,29 @@ def delete_judged(tx: Tx, judged: PruneBatch) -> bool:
         return False
     if not judged.going:
         return True
-    result = tx.connection().execute(
-        delete(OutboxRow).where(OutboxRow.event_id.in_([event_id for event_id, _ in judged.going]))
-    )
-    judged.deleted = int(result.rowcount)
     marks: dict[str, int] = {}
-    for event_id, topic in judged.going:
-        marks[topic] = max(marks.get(topic, 0), event_id)
-    marks[ALL_TOPICS] = max(marks.values())
-    _move_marks(tx, marks)
+    for chunk in _chunks([event_id for event_id, _ in judged.going]):
+        # Not an event parked since its judging: on PostgreSQL each statement of the
+        # judging read its own snapshot, so a relay that parked it and moved its topic's
+        # progress past it in between made it look published.
+        rows = tx.connection().execute(
+            delete(OutboxRow)
+            .where(
+                OutboxRow.event_id.in_(chunk),
+                OutboxRow.parked_at.is_(None) | OutboxRow.dropped_at.is_not(None),
+            )
+            .returning(OutboxRow.event_id, OutboxRow.topic)
+        )
+        for event_id, topic in rows:
+            judged.deleted += 1
+            marks[topic] = max(marks.get(topic, 0), event_id)
+    missed = len(judged.going) - judged.deleted
+    if missed:
+        judged.kept += missed
+        judged.held[HELD_UNPUBLISHED] += missed
+    if marks:
+        marks[ALL_TOPICS] = max(marks.values())
+        _move_marks(tx, marks)
     return True
 
 

@@ -11,7 +11,7 @@ import pytest
 from hcat_notify.config import Settings
 from hcat_notify.errors import HistoryGoneError
 from hcat_notify.model.topics import topic_bucket
-from hcat_notify.store import Catalog, outbox_retention
+from hcat_notify.store import Catalog, NewPartition, outbox_retention
 from hcat_notify.store.webhooks import LanePosition
 from tests.fixtures.published import publish
 
@@ -244,3 +244,51 @@ def test_a_replay_between_a_batchs_judging_and_its_delete_sends_it_back_to_judge
     done = cat.outbox.sweep(DAY)  # judged again: the webhook holds them
     assert _kept(cat, CLICKS) == old
     assert done.held["webhook ops"] == len(old)
+
+
+def test_an_event_parked_after_it_was_judged_free_is_not_deleted(
+    cat: Catalog, clock: _Clock, monkeypatch: pytest.MonkeyPatch
+):
+    """On PostgreSQL each statement of the judging reads its own snapshot: a relay that
+    parks an old event and moves its topic's progress past it between two of them makes
+    the event look published. Whatever the judging concluded, the delete keeps it."""
+    old = _events(cat, "web.clicks", 3)
+    victim = old[1]
+    assert cat.outbox.record_refusal(victim, "too big", limit=1, actor="relay")
+    publish(cat, CLICKS, old[2])  # the relay went on past it
+    clock.now += 2 * DAY
+    judge = outbox_retention.judge_batch
+
+    def judged_on_two_snapshots(tx, **options):
+        judged = judge(tx, **options)
+        judged.going = sorted({*judged.going, (victim, CLICKS)})
+        return judged
+
+    monkeypatch.setattr(outbox_retention, "judge_batch", judged_on_two_snapshots)
+    done = cat.outbox.sweep(DAY)
+    assert victim in [event.event_id for event in cat.outbox.refused()]
+    assert _kept(cat, CLICKS) == [victim]
+    assert cat.outbox.pruned_through() == old[2]
+    assert done.held.get("unpublished", 0) >= 1
+
+
+def test_a_retention_longer_than_the_calendar_keeps_everything(cat: Catalog, clock: _Clock):
+    old = _events(cat, "web.clicks", 2)
+    publish(cat, CLICKS, old[-1])
+    clock.now += 2 * DAY
+    done = cat.outbox.sweep(timedelta(weeks=1_000_000))
+    assert (done.deleted, _kept(cat, CLICKS)) == (0, old)
+
+
+def test_a_batch_larger_than_an_in_list_deletes_all_of_it(cat: Catalog, clock: _Clock):
+    cat.add_partitions(
+        "web.clicks",
+        [NewPartition({"ds": f"p{n}"}, f"/data/web.clicks/ds=p{n}", 1, 1) for n in range(600)],
+    )
+    newest = cat.last_event_id()
+    publish(cat, CLICKS, newest)
+    clock.now += 2 * DAY
+    done = cat.outbox.sweep(DAY, batch_size=5_000)
+    assert done.deleted == 600
+    assert _kept(cat, CLICKS) == []
+    assert cat.outbox.pruned_through() == newest
