@@ -28,19 +28,22 @@ class CatchUp:
         self._page: Iterator[OutboxEvent] = iter(())  # the page being handed out
         self._cursor: Cursor | None = None
         self._after: int | None = None  # None: no further page to read
+        self._through: int | None = None  # the retained dones' last id (None: no limit)
 
     @property
     def page(self) -> Iterator[OutboxEvent]:
         """The events of the current page not handed out yet."""
         return self._page
 
-    def begin(self, cursor: Cursor | None) -> None:
-        """Start again from ``cursor``'s watermarks (None: the retained dones), dropping
-        whatever of an earlier catch-up was not handed out, and read the first page."""
+    def begin(self, cursor: Cursor | None, *, through: int | None = None) -> None:
+        """Start again from ``cursor``'s watermarks (None: the retained dones, those at or
+        below ``through`` if given), dropping whatever of an earlier catch-up was not
+        handed out, and read the first page."""
         self._page = iter(())
         self._cursor = cursor
+        self._through = through if cursor is None else None
         self._after = 0
-        logger.info("consumer catch-up after=%s", cursor or "retained dones")
+        logger.info("consumer catch-up after=%s", cursor or f"retained dones to {through}")
         self.next_page()
 
     def next_page(self) -> bool:
@@ -50,6 +53,11 @@ class CatchUp:
         events = self._reader.catch_up(
             self._tables, cursor=self._cursor, page_after=self._after, limit=CATCH_UP_PAGE
         )
-        self._page = iter(events)
         self._after = None if len(events) < CATCH_UP_PAGE else events[-1].event_id
+        through = self._through
+        if through is not None and events and events[-1].event_id > through:
+            # Later ones come live, in order with their topic's other events.
+            events = [event for event in events if event.event_id <= through]
+            self._after = None
+        self._page = iter(events)
         return True

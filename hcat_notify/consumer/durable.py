@@ -74,9 +74,11 @@ class DurableClaim:
         """Move the stored watermarks of the topics in ``watermarks``."""
         self._catalog.subscriptions.advance(self.name, self.owner, watermarks)
 
-    def record_floor(self, floor: int) -> None:
-        """The first catch-up is handled: a restart catches up by cursor from ``floor``."""
-        self._catalog.subscriptions.advance(self.name, self.owner, {FLOOR_KEY: floor})
+    def record_floor(self, floor: int, watermarks: Mapping[str, int]) -> None:
+        """The first catch-up is handled: a restart catches up by cursor from ``floor``,
+        for every topic (``watermarks`` below it are raised to it, in the same write)."""
+        raised = {topic: floor for topic, mark in watermarks.items() if mark < floor}
+        self._catalog.subscriptions.advance(self.name, self.owner, {**raised, FLOOR_KEY: floor})
 
     def release(self, handled: Mapping[str, int] | None) -> None:
         """Stop the heartbeat (the stop event must be set) and, unless taken over, record

@@ -23,8 +23,9 @@ DEDUPE_WINDOW = 200_000
 class Watermarks:
     """The delivered watermarks of a consumer of ``tables``, starting at ``start``.
 
-    ``floor`` is where a later catch-up starts for topics that stayed quiet, when the
-    consumer started without a past (no cursor): what existed then.
+    ``floor`` is set when the consumer started without a past (no cursor): what existed
+    then. It was owed only the retained dones at or below it, so its cursor claims every
+    topic up to the floor at least, whatever its watermark below it (docs/consumers.md).
     """
 
     def __init__(self, start: Cursor, tables: Iterable[str]) -> None:
@@ -36,8 +37,16 @@ class Watermarks:
 
     @property
     def cursor(self) -> Cursor:
-        """Per topic, the highest event id delivered."""
-        return Cursor(self._marks, self._default if self._default is not None else self.floor)
+        """Per topic, the highest event id delivered (at least the floor, if set)."""
+        floor = self.floor
+        if floor is None:
+            return Cursor(self._marks, self._default)
+        return Cursor({topic: max(mark, floor) for topic, mark in self._marks.items()}, floor)
+
+    @property
+    def marks(self) -> dict[str, int]:
+        """Per topic, the highest event id delivered (no floor applied)."""
+        return dict(self._marks)
 
     def resume(self, stored: Mapping[str, int], floor: int | None) -> None:
         """Stand where a durable subscriber's stored watermarks and floor say."""
