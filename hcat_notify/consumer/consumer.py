@@ -133,7 +133,6 @@ class NotificationConsumer:
         self._catchup = CatchUp(self._catalog, self._names)
         self._handled: Notification | None = None  # delivered, its handling not recorded
         self._pending_ack: ReceivedMessage | None = None
-        self._retained_pending = False  # the retained dones are being handed out
         topics = {name: info.topic for name, info in self._tables.items()}
         topics.update({name: str(exc.topic) for name, exc in self._dropped.items()})
         self._subscriptions = plan_subscriptions(topics, self._catalog.list_tables())
@@ -146,7 +145,9 @@ class NotificationConsumer:
 
     @property
     def cursor(self) -> Cursor:
-        """Where this consumer stands: per topic, the highest event id delivered."""
+        """Where this consumer stands: per topic, the highest event id delivered (started
+        without a cursor: at least its floor; while it hands out the retained dones, the
+        last one handed, for every topic)."""
         return self._marks.cursor
 
     @property
@@ -212,7 +213,7 @@ class NotificationConsumer:
         # drop what it handled): the unexpired dones up to what exists now, then live.
         # A later catch-up (reconnect, restart) starts at that floor for every topic.
         marks.floor = self._catalog.last_event_id()
-        self._retained_pending = True
+        marks.retained_pending = True
         self._catchup.begin(None, through=marks.floor)
 
     # -- delivery ---------------------------------------------------------------------------
@@ -235,9 +236,9 @@ class NotificationConsumer:
     def _catch_up_handled(self) -> None:
         """Every catch-up notification was handled: from now on a catch-up (reconnect,
         restart of a durable subscriber) goes by cursor, from the floor."""
-        if not self._retained_pending:
+        if not self._marks.retained_pending:
             return
-        self._retained_pending = False
+        self._marks.retained_pending = False
         floor = self._marks.floor
         if self._durable is not None and floor is not None:
             self._record_handled()

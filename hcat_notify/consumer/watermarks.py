@@ -25,7 +25,9 @@ class Watermarks:
 
     ``floor`` is set when the consumer started without a past (no cursor): what existed
     then. It was owed only the retained dones at or below it, so its cursor claims every
-    topic up to the floor at least, whatever its watermark below it (docs/consumers.md).
+    topic up to the floor at least, whatever its watermark below it; while
+    ``retained_pending`` (the retained dones being handed out, in id order), up to the
+    last one handed (docs/operations.md, "The outbox's retention").
     """
 
     def __init__(self, start: Cursor, tables: Iterable[str]) -> None:
@@ -33,14 +35,19 @@ class Watermarks:
         self._marks: dict[str, int] = dict(start.watermarks)  # delivered, per topic
         self._default = start.default  # the given cursor's watermark for other topics
         self.floor: int | None = None
+        self.retained_pending = False  # handing out the retained dones (up to the floor)
         self._seen: OrderedDict[int, None] = OrderedDict()
 
     @property
     def cursor(self) -> Cursor:
-        """Per topic, the highest event id delivered (at least the floor, if set)."""
+        """Per topic, the highest event id delivered (at least the floor, if set; while
+        the retained dones are handed out, in id order, the last one handed)."""
         floor = self.floor
         if floor is None:
             return Cursor(self._marks, self._default)
+        if self.retained_pending:
+            marks = self._marks.values()
+            return Cursor(default=max(marks)) if marks else Cursor()
         return Cursor({topic: max(mark, floor) for topic, mark in self._marks.items()}, floor)
 
     @property

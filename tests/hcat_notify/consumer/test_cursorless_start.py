@@ -170,3 +170,21 @@ def test_e_the_retained_dones_stop_at_the_floor(catalog: Catalog):
     catch_up.begin(None, through=ids[1])
     assert [event.event_id for event in catch_up.page] == ids[:2]
     assert not catch_up.next_page()
+
+
+def test_f_the_cursor_during_the_retained_dones_skips_none_of_them(
+    cat: Catalog, settings: Settings, broker: FakeBroker
+):
+    """Handed out in id order across topics: a cursor at the last one handed, for every
+    topic, resumes with the rest (a topic's own watermark would skip the other topics'
+    dones below the floor)."""
+    tables = ["web.clicks", "web.views"]
+    clicks = cat.mark_set_done("web.clicks", {"ds": "a"})
+    views = cat.mark_set_done("web.views", {"ds": "a"})
+    again = cat.mark_set_done("web.clicks", {"ds": "b"})
+    with _consumer(cat, settings, broker, tables) as first:
+        assert first.run(lambda _: None, max_messages=1) == 1
+        cursor = str(first.cursor)
+    assert cursor == f"*:{clicks}"
+    with _consumer(cat, settings, broker, tables, cursor=cursor) as resumed:
+        assert _handed(resumed) == [views, again]
