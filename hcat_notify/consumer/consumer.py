@@ -205,15 +205,25 @@ class NotificationConsumer:
     def _catch_up(self) -> None:
         # Only after the subscriptions are live (invariant 5).
         marks = self._marks
+        floor = marks.floor
+        if marks.retained_pending and floor is not None:
+            # A durable subscriber stopped in its first catch-up: the rest of the retained
+            # dones up to its floor (its watermarks drop what it handled), then every
+            # event after the floor.
+            self._catchup.begin(None, through=floor, then=marks.after_floor(floor))
+            return
         cursor = marks.cursor
-        if cursor and not (self._durable is not None and marks.floor is None):
+        durable = self._durable
+        if cursor and not (durable is not None and floor is None):
             self._catchup.begin(cursor)
             return
-        # No past, or a durable subscriber stopped in its first catch-up (its watermarks
-        # drop what it handled): the unexpired dones up to what exists now, then live.
-        # A later catch-up (reconnect, restart) starts at that floor for every topic.
+        # No past (or a durable subscriber stopped in its first catch-up before floors
+        # were stored at the start): the unexpired dones up to what exists now, then
+        # live. A later catch-up (reconnect, restart) starts at that floor for every topic.
         marks.floor = self._catalog.last_event_id()
         marks.retained_pending = True
+        if durable is not None:
+            durable.record_start(marks.floor)
         self._catchup.begin(None, through=marks.floor)
 
     # -- delivery ---------------------------------------------------------------------------

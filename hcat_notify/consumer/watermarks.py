@@ -48,6 +48,10 @@ class Watermarks:
         if self.retained_pending:
             marks = self._marks.values()
             return Cursor(default=max(marks)) if marks else Cursor()
+        return self.after_floor(floor)
+
+    def after_floor(self, floor: int) -> Cursor:
+        """Every topic at ``floor`` at least (the retained dones up to it handed out)."""
         return Cursor({topic: max(mark, floor) for topic, mark in self._marks.items()}, floor)
 
     @property
@@ -55,10 +59,12 @@ class Watermarks:
         """Per topic, the highest event id delivered (no floor applied)."""
         return dict(self._marks)
 
-    def resume(self, stored: Mapping[str, int], floor: int | None) -> None:
-        """Stand where a durable subscriber's stored watermarks and floor say."""
+    def resume(self, stored: Mapping[str, int], floor: int | None, pending: bool) -> None:
+        """Stand where a durable subscriber's stored watermarks and floor say (``pending``:
+        the retained dones up to the floor not all handed out yet)."""
         self._marks = dict(stored)
         self.floor = floor
+        self.retained_pending = pending
 
     def accept(self, table: str, topic: str, event_id: int) -> bool:
         """Whether an event is new (and now delivered): of a followed table, above its

@@ -127,7 +127,7 @@ def test_c_a_durable_subscriber_restarts_after_a_start_without_a_cursor(
     (stored,) = cat.subscriptions.every()
     # The watermark below the floor is raised to it: the sweep need not keep what lies
     # between them for this subscriber.
-    assert dict(stored.watermarks) == {CLICKS: floor, "*": floor}
+    assert dict(stored.watermarks) == {CLICKS: floor, "*": floor, "*retained": floor}
     later = _add(cat, "web.clicks", "c")
     with _consumer(cat, settings, broker, ["web.clicks"], subscriber="etl") as again:
         assert _handed(again) == [later]
@@ -136,9 +136,11 @@ def test_c_a_durable_subscriber_restarts_after_a_start_without_a_cursor(
 def test_d_a_durable_subscriber_stopped_in_its_first_catch_up_starts_it_again(
     cat: Catalog, clock: HandClock, settings: Settings, broker: FakeBroker
 ):
-    """It handled the done of web.clicks and stopped before its floor was recorded; the
-    sweep then deleted web.views' added partition (nothing held it for the subscriber).
-    Its restart hands out the rest of the retained dones, once, then what comes live."""
+    """It handled the done of web.clicks and stopped before it handed out the rest of the
+    retained dones; the sweep then deleted web.views' added partition (below the floor:
+    never owed), and web.views got a partition while it was away. Its restart hands out
+    the rest of the retained dones, once, then every event after its floor, then what
+    comes live."""
     clicks_done = cat.mark_set_done("web.clicks", {"ds": "a"})
     views_done = cat.mark_set_done("web.views", {"ds": "a"})
     added = _add(cat, "web.views", "x")
@@ -149,16 +151,19 @@ def test_d_a_durable_subscriber_stopped_in_its_first_catch_up_starts_it_again(
     with first:
         assert first.run(lambda _: None, max_messages=1) == 1
     (stored,) = cat.subscriptions.every()
-    assert dict(stored.watermarks) == {CLICKS: clicks_done}  # no floor yet
+    assert dict(stored.watermarks) == {CLICKS: clicks_done, "*": added, "*retained": 0}
     clock.now += 10 * DAY
     assert cat.outbox.sweep(2 * DAY).deleted == 1
+    away = _add(cat, "web.views", "z")
     with _consumer(cat, settings, broker, tables, subscriber="etl") as again:
-        assert _handed(again) == [views_done]
+        assert str(again.cursor) == f"*:{clicks_done}"  # at the last done handed
+        assert _handed(again) == [views_done, away]
         later = _add(cat, "web.views", "y")
         broker.drop()
         assert _handed(again) == [later]
     (stored,) = cat.subscriptions.every()
-    assert stored.watermarks["*"] == added
+    assert (stored.watermarks["*"], stored.watermarks["*retained"]) == (added, added)
+    assert stored.cursor == Cursor({CLICKS: added, VIEWS: later}, added)
 
 
 def test_e_the_retained_dones_stop_at_the_floor(catalog: Catalog):
@@ -188,3 +193,22 @@ def test_f_the_cursor_during_the_retained_dones_skips_none_of_them(
     assert cursor == f"*:{clicks}"
     with _consumer(cat, settings, broker, tables, cursor=cursor) as resumed:
         assert _handed(resumed) == [views, again]
+
+
+def test_g_a_subscriber_stopped_so_before_floors_were_stored_at_the_start(
+    cat: Catalog, clock: HandClock, settings: Settings, broker: FakeBroker
+):
+    """Stored by an earlier version: a watermark from its first catch-up, no floor. The
+    sweep held nothing of web.views for it; its restart starts without a past again."""
+    clicks_done = cat.mark_set_done("web.clicks", {"ds": "a"})
+    views_done = cat.mark_set_done("web.views", {"ds": "a"})
+    added = _add(cat, "web.views", "x")
+    publish(cat, VIEWS, added)
+    cat.subscriptions.claim("etl", "old:1")
+    cat.subscriptions.advance("etl", "old:1", {CLICKS: clicks_done})
+    cat.subscriptions.release("etl", "old:1")
+    clock.now += 10 * DAY
+    assert cat.outbox.sweep(2 * DAY).deleted == 1
+    tables = ["web.clicks", "web.views"]
+    with _consumer(cat, settings, broker, tables, subscriber="etl") as again:
+        assert _handed(again) == [views_done]
