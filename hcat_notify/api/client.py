@@ -33,7 +33,14 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from hcat_notify import errors
-from hcat_notify.api.contract import CURSOR_HEADER, MAX_PAGE, MORE_HEADER, NO_RULE, NOT_DONE
+from hcat_notify.api.contract import (
+    CURSOR_HEADER,
+    MAX_PAGE,
+    MORE_HEADER,
+    NEXT_HEADER,
+    NO_RULE,
+    NOT_DONE,
+)
 from hcat_notify.api.datamodels import (
     CoveringDone,
     Discovery,
@@ -141,6 +148,9 @@ class CloudEventPage:
     """Where these events leave you: give it as ``cursor`` next time."""
     more: bool
     """The page is full: ask again at once for the rest."""
+    next: int | None = None
+    """Read without a cursor, a full page of retained dones: give it as ``after`` (with
+    the empty cursor) next time."""
 
 
 class ApiClient:
@@ -386,7 +396,13 @@ class ApiClient:
                 f"{response.request.url} answered {kind or 'no content type'} where a "
                 f"CloudEvents batch with a {CURSOR_HEADER} header was asked for"
             )
-        return CloudEventPage(events, found, response.headers.get(MORE_HEADER) == "true")
+        following = response.headers.get(NEXT_HEADER)
+        return CloudEventPage(
+            events,
+            found,
+            response.headers.get(MORE_HEADER) == "true",
+            int(following) if following and following.isdigit() else None,
+        )
 
     def find_covering_done(
         self,

@@ -10,6 +10,7 @@ __all__ = [
     "MAX_PAGE",
     "MAX_WAIT_SECONDS",
     "MORE_HEADER",
+    "NEXT_HEADER",
     "NOT_DONE",
     "NO_RULE",
     "PROBLEM_JSON",
@@ -30,6 +31,9 @@ CURSOR_HEADER = "Hcat-Cursor"
 CloudEvents batch is a bare JSON array)."""
 MORE_HEADER = "Hcat-More"
 """The response header that says, ``true`` or ``false``, whether such a page is full."""
+NEXT_HEADER = "Hcat-Next"
+"""The response header that carries such a page's ``next`` (the ``after`` of the next
+page read without a cursor), when it has one."""
 
 MAX_PAGE = 10_000
 """The most partitions or events one page holds."""

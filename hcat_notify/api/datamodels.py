@@ -621,6 +621,11 @@ class EventPage(_Model):
         description="Where these events leave you: give it as cursor= to the next call."
     )
     more: bool = Field(description="The page is full: ask again at once for the rest.")
+    next: int | None = Field(
+        default=None,
+        description="Read without a cursor, a full page of retained dones: give it as after= "
+        "with the (empty) cursor to the next call, which reads the rest of them.",
+    )
 
 
 class LastEvent(_Model):

@@ -21,6 +21,8 @@ from hcat_notify.cli.completeness import expect, rule_dict
 from hcat_notify.errors import InvalidInputError
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from hcat_notify.store import PartitionInfo, TableInfo
 
 __all__ = ["partition_dict", "table", "table_dict", "topic"]
@@ -173,7 +175,21 @@ def table_create(
             properties={"hcat.notify.announce": announce} if announce else None,
             outside_warehouse=outside_warehouse,
         )
+    _warn_outlives_outbox(obj, retention, period)
     emit(obj, table_dict(info), lambda: f"created {info.name} (topic {info.topic})")
+
+
+def _warn_outlives_outbox(obj: CliContext, given: str, period: timedelta) -> None:
+    """One line on stderr when the dones outlive the outbox's events (not an error)."""
+    outbox = obj.settings.outbox_retention_period
+    if outbox is not None and period > outbox:
+        click.echo(
+            f"hcat-notify: warning: retention {given} is longer than outbox_retention "
+            f"({obj.settings.outbox_retention}): a consumer that keeps a cursor and is away "
+            "longer than that gets HistoryGoneError while the dones are still kept "
+            "(docs/operations.md, The outbox's retention)",
+            err=True,
+        )
 
 
 @table.command("show")

@@ -133,7 +133,6 @@ class NotificationConsumer:
         self._catchup = CatchUp(self._catalog, self._names)
         self._handled: Notification | None = None  # delivered, its handling not recorded
         self._pending_ack: ReceivedMessage | None = None
-        self._floor_pending = False
         topics = {name: info.topic for name, info in self._tables.items()}
         topics.update({name: str(exc.topic) for name, exc in self._dropped.items()})
         self._subscriptions = plan_subscriptions(topics, self._catalog.list_tables())
@@ -146,7 +145,9 @@ class NotificationConsumer:
 
     @property
     def cursor(self) -> Cursor:
-        """Where this consumer stands: per topic, the highest event id delivered."""
+        """Where this consumer stands: per topic, the highest event id delivered (started
+        without a cursor: at least its floor; while it hands out the retained dones, the
+        last one handed, for every topic)."""
         return self._marks.cursor
 
     @property
@@ -203,13 +204,27 @@ class NotificationConsumer:
 
     def _catch_up(self) -> None:
         # Only after the subscriptions are live (invariant 5).
-        cursor = self.cursor
-        if not cursor:
-            # No past: the unexpired dones, then live. A later catch-up (reconnect,
-            # restart) starts at what exists now for topics that stay quiet.
-            self._marks.floor = self._catalog.last_event_id()
-            self._floor_pending = self._durable is not None
-        self._catchup.begin(cursor if cursor else None)
+        marks = self._marks
+        floor = marks.floor
+        if marks.retained_pending and floor is not None:
+            # A durable subscriber stopped in its first catch-up: the rest of the retained
+            # dones up to its floor (its watermarks drop what it handled), then every
+            # event after the floor.
+            self._catchup.begin(None, through=floor, then=marks.after_floor(floor))
+            return
+        cursor = marks.cursor
+        durable = self._durable
+        if cursor and not (durable is not None and floor is None):
+            self._catchup.begin(cursor)
+            return
+        # No past (or a durable subscriber stopped in its first catch-up before floors
+        # were stored at the start): the unexpired dones up to what exists now, then
+        # live. A later catch-up (reconnect, restart) starts at that floor for every topic.
+        marks.floor = self._catalog.last_event_id()
+        marks.retained_pending = True
+        if durable is not None:
+            durable.record_start(marks.floor)
+        self._catchup.begin(None, through=marks.floor)
 
     # -- delivery ---------------------------------------------------------------------------
 
@@ -229,14 +244,15 @@ class NotificationConsumer:
             self._durable.advance(handled)
 
     def _catch_up_handled(self) -> None:
-        """Every catch-up notification was handled: from now on a restart of a durable
-        subscriber catches up by cursor, from the floor."""
-        if not self._floor_pending:
+        """Every catch-up notification was handled: from now on a catch-up (reconnect,
+        restart of a durable subscriber) goes by cursor, from the floor."""
+        if not self._marks.retained_pending:
             return
-        self._floor_pending = False
-        self._record_handled()
-        if self._durable is not None and self._marks.floor is not None:
-            self._durable.record_floor(self._marks.floor)
+        self._marks.retained_pending = False
+        floor = self._marks.floor
+        if self._durable is not None and floor is not None:
+            self._record_handled()
+            self._durable.record_floor(floor, self._marks.marks)
 
     def _reconnect(self, deadline: float) -> bool:
         """Connect again, subscribe (waiting for each receipt), then catch up from the

@@ -9,7 +9,12 @@ from collections.abc import Mapping
 
 from hcat_notify.errors import HcatNotifyError, SubscriberTakenOverError
 from hcat_notify.store.catalog import Catalog
-from hcat_notify.store.subscriptions import FLOOR_KEY, SUBSCRIBER_TIMEOUT, this_process
+from hcat_notify.store.subscriptions import (
+    FLOOR_KEY,
+    RETAINED_KEY,
+    SUBSCRIBER_TIMEOUT,
+    this_process,
+)
 
 __all__ = ["DurableClaim"]
 
@@ -43,9 +48,10 @@ class DurableClaim:
         """Claimed and not released yet."""
         return self._heartbeat is not None
 
-    def claim(self) -> tuple[dict[str, int], int | None]:
-        """Claim the name and start the heartbeat; the stored watermarks and floor (where
-        a catch-up starts for quiet topics; None until the first catch-up was handled).
+    def claim(self) -> tuple[dict[str, int], int | None, bool]:
+        """Claim the name and start the heartbeat; the stored watermarks, floor (where a
+        catch-up starts for quiet topics; None before the first start) and whether the
+        retained dones up to the floor are not all handed out yet.
 
         Raises:
             SubscriberInUseError: another live process holds the name.
@@ -57,7 +63,10 @@ class DurableClaim:
         self._heartbeat.start()
         watermarks = dict(info.watermarks)
         floor = watermarks.pop(FLOOR_KEY, None)
-        return watermarks, floor
+        retained = watermarks.pop(RETAINED_KEY, None)
+        # No mark of the retained dones with a floor: stored before there was one, when
+        # a floor was stored only once they all were handed out.
+        return watermarks, floor, floor is not None and retained is not None and retained < floor
 
     def _beat(self) -> None:
         while not self._stop.wait(SUBSCRIBER_TIMEOUT / 4):
@@ -74,9 +83,20 @@ class DurableClaim:
         """Move the stored watermarks of the topics in ``watermarks``."""
         self._catalog.subscriptions.advance(self.name, self.owner, watermarks)
 
-    def record_floor(self, floor: int) -> None:
-        """The first catch-up is handled: a restart catches up by cursor from ``floor``."""
-        self._catalog.subscriptions.advance(self.name, self.owner, {FLOOR_KEY: floor})
+    def record_start(self, floor: int) -> None:
+        """A start without a past at ``floor``: a restart before :meth:`record_floor`
+        hands out the rest of the retained dones up to it, then the events after it."""
+        self._catalog.subscriptions.advance(
+            self.name, self.owner, {FLOOR_KEY: floor, RETAINED_KEY: 0}
+        )
+
+    def record_floor(self, floor: int, watermarks: Mapping[str, int]) -> None:
+        """The first catch-up is handled: a restart catches up by cursor from ``floor``,
+        for every topic (``watermarks`` below it are raised to it, in the same write)."""
+        raised = {topic: floor for topic, mark in watermarks.items() if mark < floor}
+        self._catalog.subscriptions.advance(
+            self.name, self.owner, {**raised, FLOOR_KEY: floor, RETAINED_KEY: floor}
+        )
 
     def release(self, handled: Mapping[str, int] | None) -> None:
         """Stop the heartbeat (the stop event must be set) and, unless taken over, record

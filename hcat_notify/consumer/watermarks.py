@@ -23,8 +23,11 @@ DEDUPE_WINDOW = 200_000
 class Watermarks:
     """The delivered watermarks of a consumer of ``tables``, starting at ``start``.
 
-    ``floor`` is where a later catch-up starts for topics that stayed quiet, when the
-    consumer started without a past (no cursor): what existed then.
+    ``floor`` is set when the consumer started without a past (no cursor): what existed
+    then. It was owed only the retained dones at or below it, so its cursor claims every
+    topic up to the floor at least, whatever its watermark below it; while
+    ``retained_pending`` (the retained dones being handed out, in id order), up to the
+    last one handed (docs/operations.md, "The outbox's retention").
     """
 
     def __init__(self, start: Cursor, tables: Iterable[str]) -> None:
@@ -32,17 +35,36 @@ class Watermarks:
         self._marks: dict[str, int] = dict(start.watermarks)  # delivered, per topic
         self._default = start.default  # the given cursor's watermark for other topics
         self.floor: int | None = None
+        self.retained_pending = False  # handing out the retained dones (up to the floor)
         self._seen: OrderedDict[int, None] = OrderedDict()
 
     @property
     def cursor(self) -> Cursor:
-        """Per topic, the highest event id delivered."""
-        return Cursor(self._marks, self._default if self._default is not None else self.floor)
+        """Per topic, the highest event id delivered (at least the floor, if set; while
+        the retained dones are handed out, in id order, the last one handed)."""
+        floor = self.floor
+        if floor is None:
+            return Cursor(self._marks, self._default)
+        if self.retained_pending:
+            marks = self._marks.values()
+            return Cursor(default=max(marks)) if marks else Cursor()
+        return self.after_floor(floor)
 
-    def resume(self, stored: Mapping[str, int], floor: int | None) -> None:
-        """Stand where a durable subscriber's stored watermarks and floor say."""
+    def after_floor(self, floor: int) -> Cursor:
+        """Every topic at ``floor`` at least (the retained dones up to it handed out)."""
+        return Cursor({topic: max(mark, floor) for topic, mark in self._marks.items()}, floor)
+
+    @property
+    def marks(self) -> dict[str, int]:
+        """Per topic, the highest event id delivered (no floor applied)."""
+        return dict(self._marks)
+
+    def resume(self, stored: Mapping[str, int], floor: int | None, pending: bool) -> None:
+        """Stand where a durable subscriber's stored watermarks and floor say (``pending``:
+        the retained dones up to the floor not all handed out yet)."""
         self._marks = dict(stored)
         self.floor = floor
+        self.retained_pending = pending
 
     def accept(self, table: str, topic: str, event_id: int) -> bool:
         """Whether an event is new (and now delivered): of a followed table, above its

@@ -27,6 +27,7 @@ from hcat_notify.store.tx import Tx
 
 __all__ = [
     "FLOOR_KEY",
+    "RETAINED_KEY",
     "SUBSCRIBER_TIMEOUT",
     "SubscriberInfo",
     "Subscriptions",
@@ -36,6 +37,9 @@ __all__ = [
 
 FLOOR_KEY = "*"
 """The watermark of topics without one of their own (a cursor's default)."""
+RETAINED_KEY = "*retained"
+"""How far a durable subscriber that started without a cursor handed out the retained
+dones: 0 when it started (its floor stored then), its floor once all were handed out."""
 
 SUBSCRIBER_TIMEOUT = 10.0
 """Seconds without a heartbeat after which a subscriber's owner counts as gone."""
@@ -55,6 +59,7 @@ class SubscriberInfo:
     def cursor(self) -> Cursor:
         """The watermarks as a cursor (the floor as its default)."""
         marks = dict(self.watermarks)
+        marks.pop(RETAINED_KEY, None)
         return Cursor(marks, marks.pop(FLOOR_KEY, None))
 
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query, Response
 
 from hcat_notify.api.auth import require_reader
-from hcat_notify.api.contract import CURSOR_HEADER, MAX_PAGE, MORE_HEADER
+from hcat_notify.api.contract import CURSOR_HEADER, MAX_PAGE, MORE_HEADER, NEXT_HEADER
 from hcat_notify.api.datamodels import Event, EventPage, LastEvent
 from hcat_notify.api.params import wait_query
 from hcat_notify.api.problems import PROBLEM_RESPONSES, problem_doc
@@ -39,19 +39,26 @@ class EventsRead:
     events: Sequence[OutboxEvent]
     cursor: str
     more: bool
+    next: int | None = None  # the after= of the next page read without a cursor
 
     def page(self) -> EventPage:
         """The page as the JSON body (the default)."""
         return EventPage(
-            events=[Event.of_event(e) for e in self.events], cursor=self.cursor, more=self.more
+            events=[Event.of_event(e) for e in self.events],
+            cursor=self.cursor,
+            more=self.more,
+            next=self.next,
         )
 
     def cloudevents(self, source: str) -> Response:
         """The page as a CloudEvents batch, the cursor and ``more`` in headers."""
+        headers = {CURSOR_HEADER: self.cursor, MORE_HEADER: str(self.more).lower()}
+        if self.next is not None:
+            headers[NEXT_HEADER] = str(self.next)
         return Response(
             dump_batch([event.message() for event in self.events], source=source),
             media_type=CLOUDEVENTS_BATCH_JSON,
-            headers={CURSOR_HEADER: self.cursor, MORE_HEADER: str(self.more).lower()},
+            headers=headers,
         )
 
 
@@ -61,9 +68,12 @@ def read_events(
     """One page of events and the cursor after it.
 
     With a cursor: every event of the tables after its topic's watermark, and the
-    cursor moved past each. Without one: the unexpired retained dones, and a cursor at
-    the last event id read before them (``*:N``), so that following it misses nothing
-    committed since; when the page is full, a cursor at its last event instead.
+    cursor moved past each. Without one: the unexpired retained dones at or below the
+    last event id read before them, and a cursor there (``*:N``), so that following it
+    misses nothing committed since; when the page is full, no cursor and ``next``, the
+    ``after`` of the next page, which reads the rest of the retained dones (a cursor at
+    the page's last event would read every event after it, not only the dones, and
+    below what the outbox's retention deleted).
     """
     if cursor:
         events = catalog.catch_up(tables, cursor=cursor, page_after=after, limit=limit)
@@ -73,11 +83,11 @@ def read_events(
         return EventsRead(events, str(moved), len(events) >= limit)
     floor = catalog.last_event_id()
     events = catalog.catch_up(tables, cursor=None, page_after=after, limit=limit)
-    if len(events) >= limit:
-        return EventsRead(events, str(Cursor(default=events[-1].event_id)), True)
     # A done committed after the floor was read comes again after the cursor, in order
     # with the other events of its topic.
     older = [event for event in events if event.event_id <= floor]
+    if len(events) >= limit and len(older) == len(events):
+        return EventsRead(older, str(Cursor()), True, next=older[-1].event_id)
     return EventsRead(older, str(Cursor(default=max(floor, after))), False)
 
 
@@ -164,12 +174,17 @@ async def events(
         Query(
             max_length=100_000,
             description="Where you stand: TOPIC:EVENT_ID,... (or *:N, or an event id), as the "
-            "previous page's cursor. Without one: the retained mark-set-dones.",
+            "previous page's cursor. Without one (or empty): the retained mark-set-dones, "
+            "after the previous page's next.",
         ),
     ] = None,
     after: Annotated[
         int,
-        Query(ge=0, le=MAX_EVENT_ID, description="Only events after this id (paging)."),
+        Query(
+            ge=0,
+            le=MAX_EVENT_ID,
+            description="Only events after this id (paging): the previous page's next.",
+        ),
     ] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1000,
     wait: Annotated[float, wait_query("an event when there is none yet")] = 0,

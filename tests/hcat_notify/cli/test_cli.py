@@ -254,6 +254,21 @@ def test_a_retention_out_of_range_is_named_as_given(run_empty, empty_db_url: str
     assert _user_tables(empty_db_url) == []  # refused before the catalog was opened
 
 
+def test_a_retention_longer_than_the_outbox_s_is_a_warning(run, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("HCAT_NOTIFY_OUTBOX_RETENTION", "2d")
+    create = ("table", "create", "--partition-keys", "ds", "--retention")
+    code, out, err = run(*create, "30d", "web.long", "--location", "/long")
+    assert (code, out) == (0, "created web.long (topic hcat.web.long)\n")
+    assert err.startswith(
+        "hcat-notify: warning: retention 30d is longer than outbox_retention (2d): "
+    )
+    assert err.count("\n") == 1
+    same = run(*create, "2d", "web.same", "--location", "/same")
+    assert same == (0, "created web.same (topic hcat.web.same)\n", "")
+    monkeypatch.setenv("HCAT_NOTIFY_OUTBOX_RETENTION", "forever")
+    assert run(*create, "90d", "web.kept", "--location", "/kept")[::2] == (0, "")
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("7d", 604800), ("12h", 43200), ("30m", 1800), ("1d12h", 129600), ("2w", 1209600)],

@@ -39,7 +39,7 @@ def test_a_consumer_without_a_past_stands_at_its_floor():
     assert not marks.cursor
     marks.floor = 40
     assert marks.cursor == Cursor(default=40)
-    marks.resume({"hcat.web.clicks": 50}, 45)
+    marks.resume({"hcat.web.clicks": 50}, 45, pending=False)
     assert marks.cursor == Cursor({"hcat.web.clicks": 50}, default=45)
 
 

@@ -12,11 +12,13 @@ import pytest
 from hcat_notify.api.client import ApiClient
 from hcat_notify.config import Settings
 from hcat_notify.errors import HistoryGoneError
-from hcat_notify.store import Catalog
+from hcat_notify.store import Catalog, NewPartition
 from tests.fixtures.published import publish
 from tests.integration.api.support import READER, ApiServer
 
 pytestmark = pytest.mark.integration
+
+DAY = timedelta(days=1)
 
 
 def test_a_cursor_below_the_pruned_mark_is_410_gone(
@@ -40,3 +42,40 @@ def test_a_cursor_below_the_pruned_mark_is_410_gone(
     # the consumer library's reader over HTTP raises the same error as the database's
     with ApiClient(api.url, auth=READER) as client, pytest.raises(HistoryGoneError):
         client.catch_up(["old.clicks"], cursor=f"{topic}:{ids[0]}")
+
+
+def test_b_a_full_page_without_a_cursor_goes_on_without_one(
+    reader: httpx.Client, api_settings: Settings, api_catalog: Catalog
+):
+    """The table keeps its dones longer than the outbox keeps events: the next page of a
+    read without a cursor reads the rest of the retained dones (after the page's next),
+    not every event after the page's last one, which the retention deleted (a 410)."""
+    past = Catalog(
+        api_catalog._engine, api_settings, clock=lambda: datetime(2026, 1, 1, tzinfo=UTC)
+    )
+    past.create_table(
+        "old.views", location="/data/old/views", partition_keys=["ds"], retention=1000 * DAY
+    )
+    dones = []
+    for n in range(3):
+        dones.append(past.mark_set_done("old.views", {"ds": f"d{n}"}))
+        spec = {"ds": f"p{n}"}
+        past.add_partitions("old.views", [NewPartition(spec, f"/data/old/views/ds=p{n}", 1, 1)])
+    publish(past, "hcat.old.views", past.last_event_id())
+    assert api_catalog.outbox.sweep(DAY).deleted >= 3  # the added partitions' events
+    params: dict[str, str | int] = {"table": "old.views", "limit": 2}
+    first = reader.get("/v1/events", params=params).json()
+    assert [e["eventId"] for e in first["events"]] == dones[:2]
+    assert (first["cursor"], first["more"], first["next"]) == ("", True, dones[1])
+    batch = reader.get(
+        "/v1/events", params=params, headers={"Accept": "application/cloudevents-batch+json"}
+    )
+    assert (batch.headers["Hcat-Cursor"], batch.headers["Hcat-Next"]) == ("", str(dones[1]))
+    params.update(cursor=first["cursor"], after=first["next"])
+    second = reader.get("/v1/events", params=params)
+    assert second.status_code == 200, second.text
+    page = second.json()
+    assert [e["eventId"] for e in page["events"]] == [dones[2]]
+    assert not page["more"]
+    assert page["next"] is None
+    assert page["cursor"] == f"*:{api_catalog.last_event_id()}"

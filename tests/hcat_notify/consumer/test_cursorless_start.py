@@ -1,0 +1,214 @@
+"""A consumer that started without a cursor (the retained dones) was owed nothing else
+at or below its floor: a later catch-up (a reconnect, a durable restart) starts at the
+floor for every topic, so it neither hands out events it was never owed nor meets what
+the outbox's retention deleted below the floor. A consumer started with a cursor keeps it
+exact. Dones kept 30 days (the tables' retention), the outbox 2 days."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from hcat_notify.config import Settings
+from hcat_notify.consumer.catchup import CatchUp
+from hcat_notify.consumer.consumer import NotificationConsumer
+from hcat_notify.model.cursor import Cursor
+from hcat_notify.model.names import TableName
+from hcat_notify.store import Catalog, NewPartition
+from tests.fakes.broker import FakeBroker
+from tests.fixtures.clock import HandClock
+from tests.fixtures.published import publish
+
+CLICKS = "hcat.web.clicks"
+VIEWS = "hcat.web.views"
+DAY = timedelta(days=1)
+
+
+@pytest.fixture
+def clock() -> HandClock:
+    return HandClock()
+
+
+@pytest.fixture
+def cat(settings: Settings, clock: HandClock) -> Iterator[Catalog]:
+    with Catalog.open(settings) as opened:
+        catalog = Catalog(opened._engine, settings, clock=clock)  # on the test's time
+        for name in ("web.clicks", "web.views"):
+            catalog.create_table(
+                name, location=f"/data/{name}", partition_keys=["ds"], retention=30 * DAY
+            )
+        yield catalog
+
+
+@pytest.fixture
+def broker() -> Iterator[FakeBroker]:
+    fake = FakeBroker()
+    yield fake
+    fake.close()
+
+
+def _add(catalog: Catalog, table: str, ds: str) -> int:
+    catalog.add_partitions(table, [NewPartition({"ds": ds}, f"/data/{table}/ds={ds}", 1, 1)])
+    return catalog.last_event_id()
+
+
+def _consumer(
+    catalog: Catalog,
+    settings: Settings,
+    broker: FakeBroker,
+    tables: list[str],
+    *,
+    cursor: str | None = None,
+    subscriber: str | None = None,
+) -> NotificationConsumer:
+    return NotificationConsumer(
+        tables,
+        settings=settings,
+        catalog=catalog,
+        connection_factory=broker.connection,
+        cursor=cursor,
+        subscriber=subscriber,
+    )
+
+
+def _handed(consumer: NotificationConsumer) -> list[int]:
+    return [n.event_id for n in consumer.notifications(timeout=0.3)]
+
+
+def _old_history(catalog: Catalog, clock: HandClock, *, swept: bool) -> tuple[int, int]:
+    """A done of web.clicks, then an added partition (not a done, never owed to a
+    consumer without a past), both published; ten days pass; the sweep (if ``swept``)
+    deletes the partition's event, keeping the done."""
+    done = catalog.mark_set_done("web.clicks", {"ds": "a"})
+    added = _add(catalog, "web.clicks", "b")
+    publish(catalog, CLICKS, added)
+    clock.now += 10 * DAY
+    if swept:
+        assert catalog.outbox.sweep(2 * DAY).deleted == 1
+    return done, added
+
+
+@pytest.mark.parametrize("swept", [False, True], ids=["kept", "swept"])
+def test_a_reconnect_after_a_start_without_a_cursor_catches_up_from_the_floor(
+    cat: Catalog, clock: HandClock, settings: Settings, broker: FakeBroker, swept: bool
+):
+    done, floor = _old_history(cat, clock, swept=swept)
+    with _consumer(cat, settings, broker, ["web.clicks"]) as consumer:
+        assert _handed(consumer) == [done]
+        assert consumer.cursor == Cursor({CLICKS: floor}, floor)
+        broker.drop()
+        later = _add(cat, "web.clicks", "c")  # committed while the connection was down
+        # Not the added partition below the floor (never owed), and no HistoryGoneError.
+        assert _handed(consumer) == [later]
+        assert consumer.cursor == Cursor({CLICKS: later}, floor)
+
+
+def test_b_a_consumer_started_with_a_cursor_keeps_it_exact(
+    cat: Catalog, clock: HandClock, settings: Settings, broker: FakeBroker
+):
+    done, added = _old_history(cat, clock, swept=False)
+    with _consumer(cat, settings, broker, ["web.clicks"], cursor=f"{CLICKS}:{done}") as consumer:
+        assert _handed(consumer) == [added]  # every event after the watermark
+        assert str(consumer.cursor) == f"{CLICKS}:{added}"
+        broker.drop()
+        later = _add(cat, "web.clicks", "c")
+        assert _handed(consumer) == [later]
+        assert str(consumer.cursor) == f"{CLICKS}:{later}"
+
+
+def test_c_a_durable_subscriber_restarts_after_a_start_without_a_cursor(
+    cat: Catalog, clock: HandClock, settings: Settings, broker: FakeBroker
+):
+    done, floor = _old_history(cat, clock, swept=True)
+    with _consumer(cat, settings, broker, ["web.clicks"], subscriber="etl") as first:
+        assert _handed(first) == [done]
+    (stored,) = cat.subscriptions.every()
+    # The watermark below the floor is raised to it: the sweep need not keep what lies
+    # between them for this subscriber.
+    assert dict(stored.watermarks) == {CLICKS: floor, "*": floor, "*retained": floor}
+    later = _add(cat, "web.clicks", "c")
+    with _consumer(cat, settings, broker, ["web.clicks"], subscriber="etl") as again:
+        assert _handed(again) == [later]
+
+
+def test_d_a_durable_subscriber_stopped_in_its_first_catch_up_starts_it_again(
+    cat: Catalog, clock: HandClock, settings: Settings, broker: FakeBroker
+):
+    """It handled the done of web.clicks and stopped before it handed out the rest of the
+    retained dones; the sweep then deleted web.views' added partition (below the floor:
+    never owed), and web.views got a partition while it was away. Its restart hands out
+    the rest of the retained dones, once, then every event after its floor, then what
+    comes live."""
+    clicks_done = cat.mark_set_done("web.clicks", {"ds": "a"})
+    views_done = cat.mark_set_done("web.views", {"ds": "a"})
+    added = _add(cat, "web.views", "x")
+    publish(cat, CLICKS, added)
+    publish(cat, VIEWS, added)
+    tables = ["web.clicks", "web.views"]
+    first = _consumer(cat, settings, broker, tables, subscriber="etl")
+    with first:
+        assert first.run(lambda _: None, max_messages=1) == 1
+    (stored,) = cat.subscriptions.every()
+    assert dict(stored.watermarks) == {CLICKS: clicks_done, "*": added, "*retained": 0}
+    clock.now += 10 * DAY
+    assert cat.outbox.sweep(2 * DAY).deleted == 1
+    away = _add(cat, "web.views", "z")
+    with _consumer(cat, settings, broker, tables, subscriber="etl") as again:
+        assert str(again.cursor) == f"*:{clicks_done}"  # at the last done handed
+        assert _handed(again) == [views_done, away]
+        later = _add(cat, "web.views", "y")
+        broker.drop()
+        assert _handed(again) == [later]
+    (stored,) = cat.subscriptions.every()
+    assert (stored.watermarks["*"], stored.watermarks["*retained"]) == (added, added)
+    assert stored.cursor == Cursor({CLICKS: added, VIEWS: later}, added)
+
+
+def test_e_the_retained_dones_stop_at_the_floor(catalog: Catalog):
+    """A done committed after the floor was read comes live, in order with its topic's
+    other events, not ahead of them in the catch-up."""
+    catalog.create_table("web.clicks", location="/c", partition_keys=["ds"])
+    ids = [catalog.mark_set_done("web.clicks", {"ds": str(n)}) for n in range(3)]
+    catch_up = CatchUp(catalog, [TableName.parse("web.clicks")])
+    catch_up.begin(None, through=ids[1])
+    assert [event.event_id for event in catch_up.page] == ids[:2]
+    assert not catch_up.next_page()
+
+
+def test_f_the_cursor_during_the_retained_dones_skips_none_of_them(
+    cat: Catalog, settings: Settings, broker: FakeBroker
+):
+    """Handed out in id order across topics: a cursor at the last one handed, for every
+    topic, resumes with the rest (a topic's own watermark would skip the other topics'
+    dones below the floor)."""
+    tables = ["web.clicks", "web.views"]
+    clicks = cat.mark_set_done("web.clicks", {"ds": "a"})
+    views = cat.mark_set_done("web.views", {"ds": "a"})
+    again = cat.mark_set_done("web.clicks", {"ds": "b"})
+    with _consumer(cat, settings, broker, tables) as first:
+        assert first.run(lambda _: None, max_messages=1) == 1
+        cursor = str(first.cursor)
+    assert cursor == f"*:{clicks}"
+    with _consumer(cat, settings, broker, tables, cursor=cursor) as resumed:
+        assert _handed(resumed) == [views, again]
+
+
+def test_g_a_subscriber_stopped_so_before_floors_were_stored_at_the_start(
+    cat: Catalog, clock: HandClock, settings: Settings, broker: FakeBroker
+):
+    """Stored by an earlier version: a watermark from its first catch-up, no floor. The
+    sweep held nothing of web.views for it; its restart starts without a past again."""
+    clicks_done = cat.mark_set_done("web.clicks", {"ds": "a"})
+    views_done = cat.mark_set_done("web.views", {"ds": "a"})
+    added = _add(cat, "web.views", "x")
+    publish(cat, VIEWS, added)
+    cat.subscriptions.claim("etl", "old:1")
+    cat.subscriptions.advance("etl", "old:1", {CLICKS: clicks_done})
+    cat.subscriptions.release("etl", "old:1")
+    clock.now += 10 * DAY
+    assert cat.outbox.sweep(2 * DAY).deleted == 1
+    tables = ["web.clicks", "web.views"]
+    with _consumer(cat, settings, broker, tables, subscriber="etl") as again:
+        assert _handed(again) == [views_done]
