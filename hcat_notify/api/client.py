@@ -149,8 +149,8 @@ class CloudEventPage:
     more: bool
     """The page is full: ask again at once for the rest."""
     next: int | None = None
-    """Read without a cursor, a full page of retained dones: give it as ``after`` (with
-    the empty cursor) next time."""
+    """Read without a cursor, a full page of retained dones: give it as ``after``, again
+    without a cursor, next time to read the rest of them."""
 
 
 class ApiClient:

@@ -624,7 +624,8 @@ class EventPage(_Model):
     next: int | None = Field(
         default=None,
         description="Read without a cursor, a full page of retained dones: give it as after= "
-        "with the (empty) cursor to the next call, which reads the rest of them.",
+        "to the next call, again without a cursor, which reads the rest of them (the "
+        "cursor reads every event after the page's last).",
     )
 
 

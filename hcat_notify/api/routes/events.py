@@ -70,10 +70,10 @@ def read_events(
     With a cursor: every event of the tables after its topic's watermark, and the
     cursor moved past each. Without one: the unexpired retained dones at or below the
     last event id read before them, and a cursor there (``*:N``), so that following it
-    misses nothing committed since; when the page is full, no cursor and ``next``, the
-    ``after`` of the next page, which reads the rest of the retained dones (a cursor at
-    the page's last event would read every event after it, not only the dones, and
-    below what the outbox's retention deleted).
+    misses nothing committed since; when the page is full, ``next``, the ``after`` of the
+    next page read without a cursor, which reads the rest of the retained dones, and (as
+    before ``next``) a cursor at the page's last event, which reads every event after it,
+    not only the dones (410 where the outbox's retention deleted some of them).
     """
     if cursor:
         events = catalog.catch_up(tables, cursor=cursor, page_after=after, limit=limit)
@@ -87,7 +87,8 @@ def read_events(
     # with the other events of its topic.
     older = [event for event in events if event.event_id <= floor]
     if len(events) >= limit and len(older) == len(events):
-        return EventsRead(older, str(Cursor()), True, next=older[-1].event_id)
+        last = older[-1].event_id
+        return EventsRead(older, str(Cursor(default=last)), True, next=last)
     return EventsRead(older, str(Cursor(default=max(floor, after))), False)
 
 

@@ -11,13 +11,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import bindparam, create_engine, event, update
+from sqlalchemy import event
 
 from hcat_notify.api.metrics import CatalogCollector
 from hcat_notify.cli import main
 from hcat_notify.store import Catalog
-from hcat_notify.store.models import WebhookProgressRow, WebhookRow
-from tests.fixtures.catalog_rows import bulk_insert
+from hcat_notify.store.models import WebhookProgressRow
+from tests.fixtures.catalog_rows import insert_webhook_progress
 from tests.fixtures.plans import plans_without_seqscan
 from tests.fixtures.sqlite_work import sqlite_work
 
@@ -40,11 +40,7 @@ def _topics(db_url: str, ids: dict[str, int], first: int, count: int) -> None:
     parked (as the relay records them), so that a few of each are among many; and each
     webhook's highest delivered event id moved to theirs, as the recorder's fence does."""
     rows = []
-    highest: list[dict[str, Any]] = []
     for name, hook in ids.items():
-        highest.append(
-            {"hook": hook, "through": 10 + first + count - 1 + (7 if name == "beta" else 0)}
-        )
         for n in range(first, first + count):
             failing = n % 500 == 250
             parked = n % 1000 == 999
@@ -63,18 +59,7 @@ def _topics(db_url: str, ids: dict[str, int], first: int, count: int) -> None:
                     "parked_at": 1.5 if parked else None,
                 }
             )
-    bulk_insert(db_url, WebhookProgressRow, rows)
-    engine = create_engine(db_url)
-    try:
-        with engine.begin() as connection:
-            connection.execute(
-                update(WebhookRow)
-                .where(WebhookRow.id == bindparam("hook"))
-                .values(delivered_event_id=bindparam("through")),
-                highest,
-            )
-    finally:
-        engine.dispose()
+    insert_webhook_progress(db_url, rows)
 
 
 def _rows_read(run: Callable[[], object]) -> int:

@@ -11,8 +11,7 @@ import pytest
 from hcat_notify.api.client import ApiClient
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog, NewPartition
-from hcat_notify.store.models import WebhookProgressRow
-from tests.fixtures.catalog_rows import bulk_insert
+from tests.fixtures.catalog_rows import insert_webhook_progress
 from tests.integration.api.support import READER, ApiServer
 from tests.wire import parse_cloudevent_batch, validate_cloudevent, validate_message
 
@@ -199,9 +198,10 @@ def test_events_paged(reader: httpx.Client, new_table, api_catalog: Catalog):
     assert seen == ids
     first = reader.get("/v1/events", params={"table": name, "limit": 3}).json()
     assert first["more"]
-    # Without a cursor the next page reads the rest of the retained dones (after next).
-    assert (first["cursor"], first["next"]) == ("", ids[2])
-    query = {"table": name, "limit": 3, "cursor": first["cursor"], "after": first["next"]}
+    # Without a cursor the next page reads the rest of the retained dones (after next);
+    # the cursor, as before next, reads every event after the page's last.
+    assert (first["cursor"], first["next"]) == (f"*:{ids[2]}", ids[2])
+    query = {"table": name, "limit": 3, "after": first["next"]}
     rest = reader.get("/v1/events", params=query).json()
     assert [e["eventId"] for e in rest["events"]] == ids[3:]
     assert (rest["more"], rest["next"]) == (False, None)
@@ -345,9 +345,8 @@ def test_webhooks_managed_by_writers(
     )
     # its topics a page at a time, the failing and parked ones counted (issue 31)
     hook_info = api_catalog.webhooks.get(hook)
-    bulk_insert(
+    insert_webhook_progress(
         api_catalog.settings.database_url,
-        WebhookProgressRow,
         [
             {
                 "webhook_id": hook_info.id,

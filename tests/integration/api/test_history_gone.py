@@ -49,7 +49,8 @@ def test_b_a_full_page_without_a_cursor_goes_on_without_one(
 ):
     """The table keeps its dones longer than the outbox keeps events: the next page of a
     read without a cursor reads the rest of the retained dones (after the page's next),
-    not every event after the page's last one, which the retention deleted (a 410)."""
+    where following the page's cursor (every event after its last one, as clients did
+    before ``next``) meets what the retention deleted: a 410, not a gap."""
     past = Catalog(
         api_catalog._engine, api_settings, clock=lambda: datetime(2026, 1, 1, tzinfo=UTC)
     )
@@ -66,12 +67,17 @@ def test_b_a_full_page_without_a_cursor_goes_on_without_one(
     params: dict[str, str | int] = {"table": "old.views", "limit": 2}
     first = reader.get("/v1/events", params=params).json()
     assert [e["eventId"] for e in first["events"]] == dones[:2]
-    assert (first["cursor"], first["more"], first["next"]) == ("", True, dones[1])
+    assert (first["cursor"], first["more"], first["next"]) == (f"*:{dones[1]}", True, dones[1])
     batch = reader.get(
         "/v1/events", params=params, headers={"Accept": "application/cloudevents-batch+json"}
     )
-    assert (batch.headers["Hcat-Cursor"], batch.headers["Hcat-Next"]) == ("", str(dones[1]))
-    params.update(cursor=first["cursor"], after=first["next"])
+    assert (batch.headers["Hcat-Cursor"], batch.headers["Hcat-Next"]) == (
+        f"*:{dones[1]}",
+        str(dones[1]),
+    )
+    gone = reader.get("/v1/events", params={**params, "cursor": first["cursor"]})
+    assert gone.status_code == 410, gone.text
+    params.update(after=first["next"])
     second = reader.get("/v1/events", params=params)
     assert second.status_code == 200, second.text
     page = second.json()
