@@ -132,6 +132,7 @@ class NotificationConsumer:
         self._marks = Watermarks(start, (str(name) for name in self._names))
         self._catchup = CatchUp(self._catalog, self._names)
         self._handled: Notification | None = None  # delivered, its handling not recorded
+        self._legacy_floor: int | None = None  # see _catch_up: an older version's subscriber
         self._pending_ack: ReceivedMessage | None = None
         topics = {name: info.topic for name, info in self._tables.items()}
         topics.update({name: str(exc.topic) for name, exc in self._dropped.items()})
@@ -214,12 +215,16 @@ class NotificationConsumer:
             return
         cursor = marks.cursor
         durable = self._durable
-        if cursor and not (durable is not None and floor is None):
+        if cursor:
+            if durable is not None and floor is None:
+                # Stored by an earlier version (watermarks, no floor; it may have run live
+                # for weeks so): resume by its watermarks exactly, as that version did,
+                # and once this catch-up is handled store the floor read before it.
+                self._legacy_floor = self._catalog.last_event_id()
             self._catchup.begin(cursor)
             return
-        # No past (or a durable subscriber stopped in its first catch-up before floors
-        # were stored at the start): the unexpired dones up to what exists now, then
-        # live. A later catch-up (reconnect, restart) starts at that floor for every topic.
+        # No past: the unexpired dones up to what exists now, then live. A later
+        # catch-up (reconnect, restart) starts at that floor for every topic.
         marks.floor = self._catalog.last_event_id()
         marks.retained_pending = True
         if durable is not None:
@@ -246,6 +251,13 @@ class NotificationConsumer:
     def _catch_up_handled(self) -> None:
         """Every catch-up notification was handled: from now on a catch-up (reconnect,
         restart of a durable subscriber) goes by cursor, from the floor."""
+        legacy, self._legacy_floor = self._legacy_floor, None
+        if legacy is not None and self._durable is not None:
+            # Everything of its tables up to ``legacy`` is handled now.
+            self._marks.floor = legacy
+            self._record_handled()
+            self._durable.record_floor(legacy, self._marks.marks)
+            return
         if not self._marks.retained_pending:
             return
         self._marks.retained_pending = False

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Executable, case, delete, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import aliased
 
 from hcat_notify.errors import HistoryGoneError
 from hcat_notify.model.cursor import Cursor
@@ -25,6 +26,7 @@ from hcat_notify.store.models import (
     OutboxPrunedRow,
     OutboxRow,
     RetentionRow,
+    SubscriberRow,
     SubscriberWatermarkRow,
     TopicProgressRow,
     WebhookProgressRow,
@@ -329,6 +331,10 @@ def _holders(
             ).where(SubscriberWatermarkRow.topic.in_(chunk))
         ):
             marks.setdefault(row.subscriber, {})[row.topic] = row.last_event_id
+    for name in _without_floor(tx):
+        # Stored by an earlier version (watermarks, no floor): its next start resumes
+        # by its watermarks, every topic without one from its start.
+        marks.setdefault(name, {})[FLOOR_KEY] = 0
     for chunk in _chunks(topics):
         published.update(
             (row.topic, row.last_event_id)
@@ -391,6 +397,19 @@ def _holders(
             holders.append(_SUBSCRIBER + name)
         found[event.event_id] = holders
     return found
+
+
+def _without_floor(tx: Tx) -> list[str]:
+    """The durable subscribers with watermarks and no floor (one lookup of the primary
+    key each: subscribers are few)."""
+    mark = SubscriberWatermarkRow
+    other = aliased(SubscriberWatermarkRow)
+    floors = select(other.subscriber).where(
+        other.subscriber == SubscriberRow.name, other.topic == FLOOR_KEY
+    )
+    any_mark = select(mark.subscriber).where(mark.subscriber == SubscriberRow.name)
+    query = select(SubscriberRow.name).where(any_mark.exists(), ~floors.exists())
+    return list(tx.connection().execute(query).scalars())
 
 
 def judge_batch(

@@ -59,8 +59,12 @@ class SubscriberInfo:
     def cursor(self) -> Cursor:
         """The watermarks as a cursor (the floor as its default)."""
         marks = dict(self.watermarks)
-        marks.pop(RETAINED_KEY, None)
-        return Cursor(marks, marks.pop(FLOOR_KEY, None))
+        retained = marks.pop(RETAINED_KEY, None)
+        floor = marks.pop(FLOOR_KEY, None)
+        if floor is not None and retained is not None and retained < floor:
+            # Still handing out its retained dones, in id order: the last one handed.
+            return Cursor(default=max(marks.values())) if marks else Cursor()
+        return Cursor(marks, floor)
 
 
 def validate_subscriber(name: str) -> str:

@@ -195,11 +195,13 @@ def test_f_the_cursor_during_the_retained_dones_skips_none_of_them(
         assert _handed(resumed) == [views, again]
 
 
-def test_g_a_subscriber_stopped_so_before_floors_were_stored_at_the_start(
+def test_g_a_subscriber_stored_by_an_earlier_version_resumes_by_its_watermarks(
     cat: Catalog, clock: HandClock, settings: Settings, broker: FakeBroker
 ):
-    """Stored by an earlier version: a watermark from its first catch-up, no floor. The
-    sweep held nothing of web.views for it; its restart starts without a past again."""
+    """Stored by an earlier version: watermarks, no floor (stopped in its first catch-up,
+    or restarted so and run live since). The sweep holds every topic of it from its start
+    (it would resume there); the restart resumes by the watermarks, as that version did,
+    then stores its floor, and the sweep goes by it from then on."""
     clicks_done = cat.mark_set_done("web.clicks", {"ds": "a"})
     views_done = cat.mark_set_done("web.views", {"ds": "a"})
     added = _add(cat, "web.views", "x")
@@ -208,7 +210,47 @@ def test_g_a_subscriber_stopped_so_before_floors_were_stored_at_the_start(
     cat.subscriptions.advance("etl", "old:1", {CLICKS: clicks_done})
     cat.subscriptions.release("etl", "old:1")
     clock.now += 10 * DAY
-    assert cat.outbox.sweep(2 * DAY).deleted == 1
+    swept = cat.outbox.sweep(2 * DAY)
+    assert swept.deleted == 0  # added is held for etl (so are the CREATE_TABLEs)
+    assert swept.held["subscriber etl"] >= 1
+    away = _add(cat, "web.clicks", "b")  # committed while it is stopped for the upgrade
     tables = ["web.clicks", "web.views"]
     with _consumer(cat, settings, broker, tables, subscriber="etl") as again:
-        assert _handed(again) == [views_done]
+        assert _handed(again) == [views_done, added, away]
+    (stored,) = cat.subscriptions.every()
+    assert stored.cursor == Cursor({CLICKS: away, VIEWS: away}, away)
+    publish(cat, CLICKS, away)
+    clock.now += 10 * DAY
+    assert cat.outbox.sweep(2 * DAY).held.get("subscriber etl") is None
+
+
+def test_h_a_subscriber_an_earlier_version_ran_live_without_a_floor_misses_nothing(
+    cat: Catalog, clock: HandClock, settings: Settings, broker: FakeBroker
+):
+    """Review finding: the earlier version resumed a subscriber stopped in its first
+    catch-up by its watermarks and never stored a floor; it then ran live. Stopped for the
+    upgrade, the events committed meanwhile come when the new version starts it."""
+    cat.mark_set_done("web.clicks", {"ds": "a"})
+    live = _add(cat, "web.clicks", "b")  # handled live by the earlier version
+    publish(cat, CLICKS, live)
+    cat.subscriptions.claim("etl", "old:1")
+    cat.subscriptions.advance("etl", "old:1", {CLICKS: live})
+    cat.subscriptions.release("etl", "old:1")
+    away = _add(cat, "web.clicks", "c")
+    with _consumer(cat, settings, broker, ["web.clicks"], subscriber="etl") as again:
+        assert _handed(again) == [away]
+
+
+def test_i_the_cursor_shown_of_a_subscriber_handing_out_its_retained_dones_skips_none(
+    cat: Catalog, clock: HandClock, settings: Settings, broker: FakeBroker
+):
+    """Review finding: ``subscribers`` showed its watermarks with its floor as the
+    default, which claimed the topics it had not handed a done of yet."""
+    cat.mark_set_done("web.clicks", {"ds": "a"})
+    views_done = cat.mark_set_done("web.views", {"ds": "a"})
+    tables = ["web.clicks", "web.views"]
+    with _consumer(cat, settings, broker, tables, subscriber="etl") as first:
+        assert first.run(lambda _: None, max_messages=1) == 1
+    (stored,) = cat.subscriptions.every()
+    with _consumer(cat, settings, broker, tables, cursor=str(stored.cursor)) as resumed:
+        assert views_done in _handed(resumed)

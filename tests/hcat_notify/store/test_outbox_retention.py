@@ -152,7 +152,8 @@ def test_a_durable_subscriber_behind_holds_its_topics(cat: Catalog, clock: _Cloc
     old = _events(cat, "web.clicks", 3)
     views = _events(cat, "web.views", 2)
     cat.subscriptions.claim("etl", "me", takeover=False)
-    cat.subscriptions.advance("etl", "me", {CLICKS: old[0]})
+    # behind on clicks; its floor (where it started) after every views event
+    cat.subscriptions.advance("etl", "me", {CLICKS: old[0], "*": views[-1]})
     cat.subscriptions.claim("late", "me", takeover=False)
     cat.subscriptions.advance("late", "me", {"*": views[0]})  # its floor: every topic
     publish(cat, CLICKS, old[2])
