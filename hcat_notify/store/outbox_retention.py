@@ -21,7 +21,7 @@ from sqlalchemy.orm import aliased
 from hcat_notify.errors import HistoryGoneError
 from hcat_notify.model.cursor import Cursor
 from hcat_notify.model.events import EVENT_TYPES, EventType
-from hcat_notify.model.webhooks import TablePatterns, WebhookState
+from hcat_notify.model.webhooks import TablePatterns
 from hcat_notify.store.models import (
     OutboxPrunedRow,
     OutboxRow,
@@ -282,10 +282,10 @@ _Stamp = tuple[tuple[Any, ...], ...]
 
 
 def _hooks(tx: Tx) -> tuple[list[_Hook], _Stamp]:
-    """The webhooks that still want events: active and paused (they deliver on resume);
-    not disabled ones (an endpoint that answered 410 Gone). And the stamp of every
-    webhook's row: whatever can make a webhook want an event again (a replay, an add, a
-    resume of a disabled one) changes it."""
+    """The webhooks that still want events: every one stored (paused and disabled ones
+    deliver when they are resumed; removing one lets its events go). And the stamp of
+    every webhook's row: whatever can make a webhook want an event again (a replay, an
+    add) changes it."""
     rows = list(
         tx.connection().execute(
             select(
@@ -308,7 +308,6 @@ def _hooks(tx: Tx) -> tuple[list[_Hook], _Stamp]:
             start_after=row.start_after,
         )
         for row in rows
-        if row.state != WebhookState.DISABLED.value
     ]
     return hooks, tuple((row.id, row.version, row.state, row.start_after) for row in rows)
 
@@ -443,7 +442,7 @@ def delete_judged(tx: Tx, judged: PruneBatch) -> bool:
     webhook changed since (judge again).
 
     Only a webhook can want an event again once it did not (a replay, an add from an
-    event, a resume of a disabled one: each changes the webhooks' stamp); progress,
+    event: each changes the webhooks' stamp); progress,
     lanes and watermarks only move forward, and a retained done never comes back. The
     batch locks the row of the highest mark first (PostgreSQL), as a replay's check does.
     """
