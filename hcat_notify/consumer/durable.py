@@ -61,12 +61,7 @@ class DurableClaim:
             target=self._beat, name=f"hcat-subscriber-{self.name}", daemon=True
         )
         self._heartbeat.start()
-        watermarks = dict(info.watermarks)
-        floor = watermarks.pop(FLOOR_KEY, None)
-        retained = watermarks.pop(RETAINED_KEY, None)
-        # No mark of the retained dones with a floor: stored before there was one, when
-        # a floor was stored only once they all were handed out.
-        return watermarks, floor, floor is not None and retained is not None and retained < floor
+        return info.stored()
 
     def _beat(self) -> None:
         while not self._stop.wait(SUBSCRIBER_TIMEOUT / 4):

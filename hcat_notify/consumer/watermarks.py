@@ -42,17 +42,13 @@ class Watermarks:
     def cursor(self) -> Cursor:
         """Per topic, the highest event id delivered (at least the floor, if set; while
         the retained dones are handed out, in id order, the last one handed)."""
-        floor = self.floor
-        if floor is None:
-            return Cursor(self._marks, self._default)
-        if self.retained_pending:
-            marks = self._marks.values()
-            return Cursor(default=max(marks)) if marks else Cursor()
-        return self.after_floor(floor)
+        return Cursor.standing(
+            self._marks, self.floor, retained_pending=self.retained_pending, default=self._default
+        )
 
     def after_floor(self, floor: int) -> Cursor:
         """Every topic at ``floor`` at least (the retained dones up to it handed out)."""
-        return Cursor({topic: max(mark, floor) for topic, mark in self._marks.items()}, floor)
+        return Cursor.standing(self._marks, floor, retained_pending=False)
 
     @property
     def marks(self) -> dict[str, int]:

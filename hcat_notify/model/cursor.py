@@ -111,6 +111,26 @@ class Cursor:
         mark = self.get(topic)
         return mark is not None and event_id <= mark
 
+    @classmethod
+    def standing(
+        cls,
+        marks: Mapping[str, int],
+        floor: int | None,
+        *,
+        retained_pending: bool,
+        default: int | None = None,
+    ) -> Cursor:
+        """Where a reader with per-topic ``marks`` stands. ``floor``: it started without a
+        cursor, owed only the retained dones at or below ``floor``, so every topic stands
+        at the floor at least; while ``retained_pending`` (those dones handed out in id
+        order) at the last one handed, for every topic. Without a floor: ``marks`` and
+        ``default`` as they are."""
+        if floor is None:
+            return cls(marks, default)
+        if retained_pending:
+            return cls(default=max(marks.values())) if marks else cls()
+        return cls({topic: max(mark, floor) for topic, mark in marks.items()}, floor)
+
     def advanced(self, topic: str, event_id: int) -> Cursor:
         """This cursor with ``topic``'s watermark raised to ``event_id`` (never lowered)."""
         if self.handled(topic, event_id):

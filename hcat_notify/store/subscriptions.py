@@ -55,16 +55,20 @@ class SubscriberInfo:
     heartbeat_age: float
     watermarks: Mapping[str, int]
 
-    @property
-    def cursor(self) -> Cursor:
-        """The watermarks as a cursor (the floor as its default)."""
+    def stored(self) -> tuple[dict[str, int], int | None, bool]:
+        """Its topics' watermarks, its floor (None: none stored), and whether it is still
+        handing out the retained dones up to the floor (a floor without a mark of the
+        retained dones was stored before there was one, once they all were handed out)."""
         marks = dict(self.watermarks)
         retained = marks.pop(RETAINED_KEY, None)
         floor = marks.pop(FLOOR_KEY, None)
-        if floor is not None and retained is not None and retained < floor:
-            # Still handing out its retained dones, in id order: the last one handed.
-            return Cursor(default=max(marks.values())) if marks else Cursor()
-        return Cursor(marks, floor)
+        return marks, floor, floor is not None and retained is not None and retained < floor
+
+    @property
+    def cursor(self) -> Cursor:
+        """Where it stands (:meth:`Cursor.standing`)."""
+        marks, floor, pending = self.stored()
+        return Cursor.standing(marks, floor, retained_pending=pending)
 
 
 def validate_subscriber(name: str) -> str:
