@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.schedule",
     "tests.fixtures.spark",
+    "tests.fixtures.trust",
 ]
 
 

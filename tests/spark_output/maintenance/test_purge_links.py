@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from hcat_notify.cli import main
 from hcat_notify.cli.common import EXIT_ERROR
@@ -18,22 +17,6 @@ from hcat_notify.store import Catalog, NewPartition
 from spark_output import CompactionPolicy
 from spark_output.maintenance.marker import SUPERSEDED_MARKER
 from spark_output.maintenance.table_compaction import compact_table
-
-
-@pytest.fixture
-def warehouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "warehouse"
-    root.mkdir()
-    monkeypatch.setenv("HCAT_NOTIFY_WAREHOUSE_ROOTS", str(root))
-    return root
-
-
-@pytest.fixture
-def victim(tmp_path: Path) -> Path:
-    outside = tmp_path / "victim"
-    outside.mkdir()
-    (outside / "precious.txt").write_text("keep me\n")
-    return outside
 
 
 def _superseded(warehouse: Path, db_url: str, tmp_path: Path) -> Path:
@@ -58,9 +41,9 @@ def _superseded(warehouse: Path, db_url: str, tmp_path: Path) -> Path:
 
 
 def test_compact_purge_never_deletes_through_a_link_in_a_superseded_dir(
-    capsys, db_url: str, tmp_path: Path, warehouse: Path, victim: Path
+    capsys, db_url: str, tmp_path: Path, narrow_warehouse: Path, victim: Path
 ):
-    old = _superseded(warehouse, db_url, tmp_path)
+    old = _superseded(narrow_warehouse, db_url, tmp_path)
     (old / ".cache").symlink_to(victim)
     (old / "deeper").mkdir()
 
@@ -73,25 +56,26 @@ def test_compact_purge_never_deletes_through_a_link_in_a_superseded_dir(
         assert line.startswith(f"refused: file://{old} (partition p=1): ")
         assert "symbolic link" in line
         assert ".cache" in line
-    assert (victim / "precious.txt").read_text() == "keep me\n"
+    assert (victim / "data" / "precious.txt").read_text() == "keep me\n"
     assert (old / "part-0.parquet").exists()  # refused: kept whole
 
 
 def test_compact_purge_still_deletes_a_clean_superseded_dir(
-    capsys, db_url: str, tmp_path: Path, warehouse: Path
+    capsys, db_url: str, tmp_path: Path, narrow_warehouse: Path
 ):
-    old = _superseded(warehouse, db_url, tmp_path)
+    old = _superseded(narrow_warehouse, db_url, tmp_path)
     (old / ".part-0.parquet.crc").write_text("c")
     code = main(["--db-url", db_url, "-o", "json", "compact", "web.b", "--purge"])
     out = json.loads(capsys.readouterr().out)
     assert (code, out["deleted"], out["errors"]) == (0, 1, [])
     assert not old.exists()
-    assert (warehouse / "b" / "p=9" / "part-0.parquet").exists()
+    assert (narrow_warehouse / "b" / "p=9" / "part-0.parquet").exists()
 
 
 def test_compaction_never_writes_its_marker_through_a_link(
-    db_url: str, tmp_path: Path, warehouse: Path, victim: Path
+    db_url: str, tmp_path: Path, narrow_warehouse: Path, victim: Path
 ):
+    warehouse = narrow_warehouse
     directory = warehouse / "db" / "b" / "p=1"
     directory.mkdir(parents=True)
     for number in range(3):
