@@ -32,7 +32,7 @@ from hcat_notify.errors import (
 )
 from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.events import EventType
-from hcat_notify.model.names import TableName, validate_identifier
+from hcat_notify.model.names import TableName, validate_identifier, validate_job_id
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.wire import PartitionDetails
 from hcat_notify.store import completeness
@@ -58,9 +58,12 @@ from hcat_notify.store.records import (
 from hcat_notify.store.tables import info_of
 from hcat_notify.store.tx import Tx
 
-__all__ = ["CommitJournal", "table_definition"]
+__all__ = ["STAGING_ENTRY_SUFFIX", "CommitJournal", "table_definition"]
 
 logger = logging.getLogger(__name__)
+
+STAGING_ENTRY_SUFFIX = ".staging"
+"""The entry a job journals for its staging while it fills it is ``<job id>.staging``."""
 
 
 def table_definition(
@@ -262,12 +265,14 @@ class CommitJournal:
 
         Raises:
             TableNotFoundError: the table is not registered and no definition is given.
-            InvalidInputError: unknown mode, the job id was used before, or the new
-                table's location is another table's.
+            InvalidInputError: an invalid job id (:func:`validate_job_id`; an entry's id
+                may add ``.staging``), unknown mode, the job id was used before, or the
+                new table's location is another table's.
             ConcurrentWriteError: another write overwrites one of the partitions, or
                 this one overwrites a partition another write claims or committed since
                 ``started_at``.
         """
+        validate_job_id(job_id.removesuffix(STAGING_ENTRY_SUFFIX))
         try:
             mode = WriteMode(mode)
         except ValueError:
