@@ -185,6 +185,11 @@ def _entry(row: CommitJournalRow) -> JournalEntry:
         result=dict(row.result) if row.result is not None else None,
         version=row.version,
         creates_table=row.create_table is not None and row.table_id is None,
+        table_definition=(
+            dict(row.create_table)
+            if row.create_table is not None and row.table_id is None
+            else None
+        ),
     )
 
 
