@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from pyarrow import fs as pafs
 
-from hcat_notify.errors import InvalidInputError, InvalidSpecError
+from hcat_notify.errors import InvalidInputError, InvalidSpecError, UnsafeDeleteError
 from hcat_notify.files import (
     TableLocation,
     is_hidden,
@@ -31,7 +31,7 @@ from hcat_notify.files import (
 from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.safe_delete import UnsafeDeleteError, identity_of, remove_tree, warehouse_bases
+from hcat_notify.safe_delete import identity_of, remove_tree, warehouse_bases
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
 from hcat_notify.store.table_changes import DroppedPartitions, DroppedTable, Registration

@@ -21,13 +21,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from hcat_notify.errors import HcatNotifyError
+from hcat_notify.errors import UnsafeDeleteError
 from hcat_notify.warehouse import location_key
 
 __all__ = [
     "OpenedDir",
     "TreeEntry",
-    "UnsafeDeleteError",
     "identity_of",
     "list_tree",
     "open_below",
@@ -39,10 +38,6 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 Identity = tuple[int, int]
 """``(st_dev, st_ino)`` of a directory."""
-
-
-class UnsafeDeleteError(HcatNotifyError):
-    """A local delete refused; the message names the path and why (the directory stays)."""
 
 
 @dataclass(frozen=True)

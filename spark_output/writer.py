@@ -24,8 +24,8 @@ from hcat_notify import (
     TableInfo,
     TableName,
     load_settings,
+    validate_job_id,
 )
-from hcat_notify.model.names import validate_job_id
 from spark_output import spark_catalog
 from spark_output.commit.committer import CompactHook, PartitionCommitter, StagedPartition
 from spark_output.commit.plan import CommitPlan

@@ -58,12 +58,9 @@ from hcat_notify.store.records import (
 from hcat_notify.store.tables import info_of
 from hcat_notify.store.tx import Tx
 
-__all__ = ["STAGING_ENTRY_SUFFIX", "CommitJournal", "table_definition"]
+__all__ = ["CommitJournal", "table_definition"]
 
 logger = logging.getLogger(__name__)
-
-STAGING_ENTRY_SUFFIX = ".staging"
-"""The entry a job journals for its staging while it fills it is ``<job id>.staging``."""
 
 
 def table_definition(
@@ -277,7 +274,7 @@ class CommitJournal:
                 this one overwrites a partition another write claims or committed since
                 ``started_at``.
         """
-        validate_job_id(job_id.removesuffix(STAGING_ENTRY_SUFFIX))
+        validate_job_id(job_id, entry=True)
         try:
             mode = WriteMode(mode)
         except ValueError:

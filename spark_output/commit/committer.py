@@ -20,9 +20,16 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
-from hcat_notify import AnnounceMode, Catalog, CommitRecord, PartitionSpec, TableInfo, WriteMode
-from hcat_notify.model.names import validate_job_id
-from hcat_notify.store.journal import STAGING_ENTRY_SUFFIX
+from hcat_notify import (
+    AnnounceMode,
+    Catalog,
+    CommitRecord,
+    PartitionSpec,
+    TableInfo,
+    WriteMode,
+    staging_entry_id,
+    validate_job_id,
+)
 from spark_output.commit.moves import (
     STAGING_DIR,
     TRASH_DIR,
@@ -48,12 +55,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def staging_entry_id(job_id: str) -> str:
-    """The id of the journal entry that records ``job_id``'s staging while it is filled
-    (:meth:`PartitionCommitter.journal_staging`)."""
-    return f"{job_id}{STAGING_ENTRY_SUFFIX}"
 
 
 @dataclass

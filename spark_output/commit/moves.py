@@ -12,9 +12,14 @@ import posixpath
 
 from pyarrow import fs as pafs
 
-from hcat_notify import InvalidInputError, NewPartition, PartitionSpec
-from hcat_notify.model.names import validate_job_id
-from hcat_notify.safe_delete import UnsafeDeleteError, remove_tree
+from hcat_notify import (
+    InvalidInputError,
+    NewPartition,
+    PartitionSpec,
+    UnsafeDeleteError,
+    remove_tree,
+    validate_job_id,
+)
 from spark_output.commit.plan import CommitPlan, MoveKind, PartitionMove
 from spark_output.fs import TableLocation, crc_sidecar, exists, move, remove_empty_dir
 

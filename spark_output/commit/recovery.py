@@ -28,10 +28,10 @@ from hcat_notify import (
     JournalState,
     PartitionSpec,
     TableNotFoundError,
+    Warehouse,
+    staging_entry_id,
+    validate_job_id,
 )
-from hcat_notify.model.names import validate_job_id
-from hcat_notify.store.journal import STAGING_ENTRY_SUFFIX
-from hcat_notify.warehouse import Warehouse
 from spark_output.commit.moves import (
     STAGING_DIR,
     TRASH_DIR,
@@ -248,7 +248,7 @@ def plan_problem(
     location, ``registered`` its registered partitions' locations by spec."""
     job = entry.job_id
     if plan.stages_for is not None:
-        if entry.job_id != f"{plan.stages_for}{STAGING_ENTRY_SUFFIX}":
+        if entry.job_id != staging_entry_id(plan.stages_for):
             return f"it stages for job {plan.stages_for!r}, whose staging entry it is not"
         job = plan.stages_for
     try:

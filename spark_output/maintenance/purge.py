@@ -26,17 +26,15 @@ import pyarrow.fs as pafs
 from hcat_notify import (
     Catalog,
     InvalidInputError,
+    OpenedDir,
     PartitionInfo,
     PartitionSpec,
     TableInfo,
-    reason_to_keep,
-)
-from hcat_notify.safe_delete import (
-    OpenedDir,
     TreeEntry,
     UnsafeDeleteError,
     list_tree,
     open_below,
+    reason_to_keep,
     warehouse_bases,
 )
 from spark_output.compaction.har.locations import archive_storage_location

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hcat_notify.safe_delete import UnsafeDeleteError, identity_of, remove_tree
+from hcat_notify.errors import UnsafeDeleteError
+from hcat_notify.safe_delete import identity_of, remove_tree
 
 
 def _tree(tmp_path: Path) -> tuple[Path, Path]:

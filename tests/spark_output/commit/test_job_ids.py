@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyarrow import fs as pafs
@@ -15,6 +16,7 @@ from hcat_notify.errors import InvalidInputError
 from hcat_notify.store import Catalog
 from spark_output.commit.committer import PartitionCommitter, staging_entry_id
 from spark_output.commit.moves import STAGING_DIR, remove_job_dirs
+from spark_output.writer import write_partitions
 
 
 def _table(tmp_path: Path, db_url: str, warehouse: Path) -> tuple[Catalog, Path]:
@@ -92,3 +94,10 @@ def test_job_dirs_are_deleted_only_where_they_belong_never_through_a_link(
     ]
     assert "symbolic link" in kept[0]
     assert "is not in" in kept[1]
+
+
+def test_write_partitions_refuses_a_bad_job_id_before_it_opens_anything(tmp_path: Path):
+    frame: Any = None  # never looked at: the id is refused first
+    with pytest.raises(InvalidInputError, match=r"^invalid job id '\.\./\.\./x': "):
+        write_partitions(frame, "db.t", job_id="../../x", settings=load_settings(home=tmp_path))
+    assert list(tmp_path.iterdir()) == []
