@@ -63,8 +63,8 @@ class TreeEntry:
 
 
 def _relative_parts(path: str, bases: Sequence[str]) -> tuple[str, list[str]] | None:
-    """The first base that holds ``path`` strictly, and the components below it."""
-    for base in bases:
+    """The innermost base that holds ``path`` strictly, and the components below it."""
+    for base in sorted(bases, key=lambda b: len(os.path.abspath(b)), reverse=True):
         top = os.path.abspath(base)
         if path.startswith(top.rstrip("/") + "/"):
             parts = [part for part in path[len(top.rstrip("/")) + 1 :].split("/") if part]
@@ -92,7 +92,7 @@ def _step(fd: int, name: str, shown: str) -> int:
 
 @contextmanager
 def open_below(path: str, bases: Sequence[str]) -> Iterator[OpenedDir]:
-    """Open the directory ``path`` from the first of ``bases`` that holds it strictly.
+    """Open the directory ``path`` from the innermost of ``bases`` that holds it strictly.
 
     The base is opened as it is (the operator's root, or a registered table location:
     trusted); every component below it is opened with ``O_NOFOLLOW``.

@@ -66,3 +66,11 @@ def test_a_clean_tree_is_deleted_links_inside_it_but_not_their_targets(tmp_path:
     assert (victim / "t" / "precious").exists()
     assert not remove_tree(str(target), [str(base)])  # nothing there: False
     assert os.listdir(base / "a") == []
+
+
+def test_a_base_may_be_a_link_the_innermost_base_is_used(tmp_path: Path):
+    base, _ = _tree(tmp_path)
+    (tmp_path / "disk" / "inner" / "t").mkdir(parents=True)
+    (base / "inner").symlink_to(tmp_path / "disk" / "inner")  # a root the operator linked
+    assert remove_tree(str(base / "inner" / "t"), [str(base), str(base / "inner")])
+    assert not (tmp_path / "disk" / "inner" / "t").exists()
