@@ -42,6 +42,7 @@ from hcat_notify.errors import (
     TableExistsError,
     TableNotFoundError,
     UnknownPartitionKeyError,
+    UnsafeDeleteError,
 )
 from hcat_notify.lazy import lazy_exports
 
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
     from hcat_notify.model.changes import ANNOUNCE_PROPERTY, AnnounceMode
     from hcat_notify.model.completeness import DoneReason, OnDeadline, SetRule, parse_rule
     from hcat_notify.model.events import EventType
-    from hcat_notify.model.names import TableName
+    from hcat_notify.model.names import TableName, staging_entry_id, validate_job_id
     from hcat_notify.model.specs import (
         DEFAULT_PARTITION_NAME,
         PartitionSpec,
@@ -84,6 +85,14 @@ if TYPE_CHECKING:
         resolve_topic,
     )
     from hcat_notify.relay import Relay, RelayConfig
+    from hcat_notify.safe_delete import (
+        OpenedDir,
+        TreeEntry,
+        list_tree,
+        open_below,
+        remove_tree,
+        warehouse_bases,
+    )
     from hcat_notify.store import (
         DEFAULT_RETENTION,
         Catalog,
@@ -101,6 +110,7 @@ if TYPE_CHECKING:
         WriteMode,
         table_definition,
     )
+    from hcat_notify.warehouse import Warehouse
     from hcat_notify.writer import expect_sets, send_mark_set_done
 
 __all__ = [
@@ -143,6 +153,7 @@ __all__ = [
     "Notification",
     "NotificationConsumer",
     "OnDeadline",
+    "OpenedDir",
     "PartitionExistsError",
     "PartitionInfo",
     "PartitionNotFoundError",
@@ -168,7 +179,10 @@ __all__ = [
     "TableName",
     "TableNotFoundError",
     "TopicStrategy",
+    "TreeEntry",
     "UnknownPartitionKeyError",
+    "UnsafeDeleteError",
+    "Warehouse",
     "WriteMode",
     "destination_for",
     "discover_partitions",
@@ -178,17 +192,23 @@ __all__ = [
     "expect_sets",
     "is_hidden",
     "list_data_files",
+    "list_tree",
     "load_settings",
+    "open_below",
     "parse_rule",
     "path_exists",
     "reason_to_keep",
     "register_partitions",
+    "remove_tree",
     "resolve_topic",
     "send_mark_set_done",
     "split_location",
+    "staging_entry_id",
     "storage_location",
     "table_definition",
     "unescape_path_name",
+    "validate_job_id",
+    "warehouse_bases",
 ]
 
 _STORE = "hcat_notify.store"
@@ -236,7 +256,21 @@ __getattr__, __dir__ = lazy_exports(
             ],
             "hcat_notify.files",
         ),
-        "TableName": "hcat_notify.model.names",
+        **dict.fromkeys(
+            ["TableName", "staging_entry_id", "validate_job_id"], "hcat_notify.model.names"
+        ),
+        **dict.fromkeys(
+            [
+                "OpenedDir",
+                "TreeEntry",
+                "list_tree",
+                "open_below",
+                "remove_tree",
+                "warehouse_bases",
+            ],
+            "hcat_notify.safe_delete",
+        ),
+        "Warehouse": "hcat_notify.warehouse",
         "DEFAULT_PARTITION_NAME": _SPECS,
         "PartitionSpec": _SPECS,
         "escape_path_name": _SPECS,

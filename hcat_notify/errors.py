@@ -106,6 +106,12 @@ class LocationOutsideWarehouseError(InvalidInputError):
     external table."""
 
 
+class UnsafeDeleteError(HcatNotifyError):
+    """A local delete refused: the path runs through a symbolic link, is not inside its
+    base, or is not the directory that was checked (docs/operations.md, "Warehouse
+    roots"). The message names the path and why; the directory stays."""
+
+
 class PartitionNotFoundError(InvalidInputError, LookupError):
     """No registered partition of the table matches the spec (of a drop)."""
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from pyarrow import fs as pafs
 
-from hcat_notify.errors import InvalidInputError, InvalidSpecError
+from hcat_notify.errors import InvalidInputError, InvalidSpecError, UnsafeDeleteError
 from hcat_notify.files import (
     TableLocation,
     is_hidden,
@@ -31,6 +31,7 @@ from hcat_notify.files import (
 from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.names import TableName
 from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.safe_delete import identity_of, remove_tree, warehouse_bases
 from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
 from hcat_notify.store.table_changes import DroppedPartitions, DroppedTable, Registration
@@ -297,35 +298,47 @@ def reason_to_keep(
     return _reasons_to_keep(catalog, [location], warehouse)[location]
 
 
+def _delete_directory(
+    catalog: Catalog, where: TableLocation, shown: str, warehouse: Warehouse, outcome: Purge
+) -> None:
+    """Check one directory right before deleting it (:func:`reason_to_keep`), then delete
+    it; a local one through :func:`hcat_notify.safe_delete.remove_tree` (never through a
+    link, and only the directory the check saw). Adds it to ``outcome``."""
+    local = isinstance(where.fs, pafs.LocalFileSystem)
+    expected = identity_of(where.path) if local else None  # what the check resolves
+    why = _reasons_to_keep(catalog, [where.uri], warehouse)[where.uri]
+    try:
+        if why is None and local:
+            remove_tree(where.path, warehouse_bases(warehouse.roots), expected=expected)
+        elif why is None and where.fs.get_file_info(where.path).type != pafs.FileType.NotFound:
+            where.fs.delete_dir(where.path)
+    except UnsafeDeleteError as exc:
+        why = str(exc)
+    except OSError as exc:
+        outcome.errors.append(f"{shown}: {exc}")
+        return
+    if why is not None:
+        outcome.kept.append(f"{shown}: {why}")
+        logger.warning("purge kept %s: %s", shown, why)
+    else:
+        outcome.deleted.append(shown)
+
+
 def purge_partitions(
     catalog: Catalog, partitions: Sequence[PartitionInfo], progress: Progress = _no_progress
 ) -> Purge:
     """Delete the directories of dropped (already unregistered) partitions, except where
-    that is not safe (:func:`reason_to_keep`, asked for all of them in one read of the
-    catalog): those are ``kept``, with why; what could not be deleted is in ``errors``."""
+    that is not safe (:func:`reason_to_keep`, asked for each right before its delete):
+    those are ``kept``, with why; what could not be deleted is in ``errors``."""
     outcome = Purge()
-    places: dict[int, TableLocation] = {}
-    for number, partition in enumerate(partitions):
+    warehouse = Warehouse.of(catalog.settings)
+    for done, partition in enumerate(partitions, start=1):
         try:
-            places[number] = _partition_directory(partition.location)
+            where = _partition_directory(partition.location)
         except (OSError, ValueError) as exc:
             outcome.errors.append(f"{partition.location}: {exc}")
-    reasons = _reasons_to_keep(
-        catalog, sorted({where.uri for where in places.values()}), Warehouse.of(catalog.settings)
-    )
-    for done, partition in enumerate(partitions, start=1):
-        where = places.get(done - 1)  # None: could not be resolved, in errors already
-        why = reasons[where.uri] if where is not None else None
-        if where is not None and why is not None:
-            outcome.kept.append(f"{partition.location}: {why}")
-            logger.warning("purge kept %s: %s", partition.location, why)
-        elif where is not None:
-            try:
-                if where.fs.get_file_info(where.path).type != pafs.FileType.NotFound:
-                    where.fs.delete_dir(where.path)
-                outcome.deleted.append(partition.location)
-            except OSError as exc:
-                outcome.errors.append(f"{partition.location}: {exc}")
+        else:
+            _delete_directory(catalog, where, partition.location, warehouse, outcome)
         progress(done, len(partitions), partition.spec.to_path())
     return outcome
 
@@ -389,10 +402,5 @@ def drop_table(
         outcome.kept.append(f"{info.location}: {why}")
         logger.warning("purge kept %s: %s", info.location, why)
         return dropped, outcome
-    try:
-        if root.fs.get_file_info(root.path).type != pafs.FileType.NotFound:
-            root.fs.delete_dir(root.path)
-        outcome.deleted.append(info.location)
-    except OSError as exc:
-        outcome.errors.append(f"{info.location}: {exc}")
+    _delete_directory(catalog, root, info.location, Warehouse.of(catalog.settings), outcome)
     return dropped, outcome

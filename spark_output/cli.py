@@ -39,6 +39,7 @@ __all__ = ["compact", "recover"]
 @handle_errors
 def recover(obj: CliContext, name: str | None, force: bool) -> None:
     """Roll interrupted writes forward or back so files, registry and messages agree."""
+    from spark_output.commit.recovery import RecoveryAction
     from spark_output.commit.recovery import recover as recover_writes
 
     with obj.catalog() as catalog:
@@ -47,12 +48,21 @@ def recover(obj: CliContext, name: str | None, force: bool) -> None:
         outcomes = recover_writes(catalog, name, force=force)
     emit(
         obj,
-        [{"job_id": o.job_id, "table": o.table, "action": o.action.value} for o in outcomes],
+        [
+            {"job_id": o.job_id, "table": o.table, "action": o.action.value}
+            | ({"reason": o.reason} if o.reason else {})
+            for o in outcomes
+        ],
         lambda: (
-            "\n".join(f"{o.job_id}\t{o.table}\t{o.action.value}" for o in outcomes)
+            "\n".join(
+                f"{o.job_id}\t{o.table}\t{o.action.value}" + (f": {o.reason}" if o.reason else "")
+                for o in outcomes
+            )
             or "nothing to recover"
         ),
     )
+    if any(o.action is RecoveryAction.REFUSED for o in outcomes):
+        sys.exit(EXIT_ERROR)  # an entry needs a look: its plan is not the job's own
 
 
 _COMPACT_ONLY = {

@@ -24,6 +24,7 @@ from hcat_notify import (
     TableInfo,
     TableName,
     load_settings,
+    validate_job_id,
 )
 from spark_output import spark_catalog
 from spark_output.commit.committer import CompactHook, PartitionCommitter, StagedPartition
@@ -210,7 +211,8 @@ def write_partitions(
         max_partitions: refuse a write that produces more partitions than this.
         settings: deployment settings (default: :func:`load_settings`).
         job_id: a unique id for this write (default: generated); re-running a committed
-            job id returns its result without writing again.
+            job id returns its result without writing again. One path component
+            (:func:`hcat_notify.model.names.validate_job_id`).
         announce: ``partition`` (one ADD_PARTITION per new partition) or ``write`` (one
             per write listing them all, split so that no message exceeds the settings'
             ``max_message_bytes``); default: the table's ``hcat.notify.announce``.
@@ -221,6 +223,7 @@ def write_partitions(
     Raises:
         InvalidArgumentError: an unknown ``mode`` or ``announce``, or a ``max_partitions``
             below 1.
+        hcat_notify.InvalidInputError: an invalid ``job_id`` (nothing is written).
         PartitionColumnsError: partition columns do not match the table (before any
             Spark job runs).
         TooManyPartitionsError: more than ``max_partitions`` partitions.
@@ -238,6 +241,8 @@ def write_partitions(
     if announce not in (None, *AnnounceMode):
         raise InvalidArgumentError(f"unknown announce {announce!r}; use 'partition' or 'write'")
     announce = None if announce is None else AnnounceMode(announce)
+    if job_id is not None:
+        validate_job_id(job_id)  # it names the staging directory
     settings = settings or load_settings()
     phases: dict[str, float] = {}
     with Catalog.open(settings) as catalog:

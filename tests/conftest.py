@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.schedule",
     "tests.fixtures.spark",
+    "tests.fixtures.trust",
 ]
 
 
@@ -30,7 +31,8 @@ TEST_WAREHOUSE = "/,hdfs://nn:8020/warehouse"
 """The suite's warehouse root. Most tests are not about the boundary and register
 made-up locations (``/data/clicks``) as well as ``tmp_path`` ones: their operator chose
 ``/`` (every local directory but ``/`` itself). The boundary's own tests
-(``test_warehouse*.py``) configure narrow roots."""
+(``test_warehouse*.py``, and those using ``narrow_warehouse`` of tests/fixtures/trust.py)
+configure narrow roots."""
 
 
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"

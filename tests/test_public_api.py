@@ -78,6 +78,8 @@ MODULES = [
     "hcat_notify.store.quick",
     "hcat_notify.store.records",
     "hcat_notify.writer",
+    "hcat_notify.safe_delete",
+    "hcat_notify.warehouse",
     "spark_output",
     "spark_output.cli",
     "spark_output.commit",

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 
 from hcat_notify.errors import InvalidIdentifierError
 
-__all__ = ["TableName", "validate_identifier"]
+__all__ = [
+    "MAX_JOB_ID_LENGTH",
+    "TableName",
+    "staging_entry_id",
+    "validate_identifier",
+    "validate_job_id",
+]
 
 # Hive's metastore accepts [A-Za-z0-9_]+ for database, table and column names and stores
 # them lower-cased; anything else would break topic names, paths and SQL. Cached: the
@@ -40,6 +46,40 @@ def validate_identifier(name: str, *, what: str = "identifier") -> str:
             f"invalid {what} {name!r}: use only letters, digits and underscores"
         )
     return name.lower()
+
+
+MAX_JOB_ID_LENGTH = 120
+"""A job id names its staging and trash directories, and its journal entries (the staging
+one is ``<job id>.staging``, within the column's 128 characters)."""
+_JOB_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._:+-]{{0,{MAX_JOB_ID_LENGTH - 1}}}")
+
+
+_STAGING_ENTRY = ".staging"
+
+
+def staging_entry_id(job_id: str) -> str:
+    """The id of the journal entry that records ``job_id``'s staging while the job fills
+    it itself (``spark_output``'s ``PartitionCommitter.journal_staging``)."""
+    return f"{job_id}{_STAGING_ENTRY}"
+
+
+def validate_job_id(job_id: str, *, entry: bool = False) -> str:
+    """Return ``job_id`` if it is a valid job id: one path component (never ``.``, ``..``
+    or anything with a ``/``), as it names the job's staging and trash directories.
+    ``entry``: a journal entry's id, which may be a job id's :func:`staging_entry_id`.
+
+    Raises:
+        InvalidIdentifierError: naming the id: empty, too long, or characters other than
+            letters, digits and ``. _ : + -``, or not starting with a letter or digit.
+    """
+    job = job_id.removesuffix(_STAGING_ENTRY) if entry and isinstance(job_id, str) else job_id
+    if not isinstance(job, str) or not _JOB_ID.fullmatch(job):
+        raise InvalidIdentifierError(
+            f"invalid job id {job_id!r}: use 1 to {MAX_JOB_ID_LENGTH} letters, digits and "
+            "'._:+-', starting with a letter or digit (it names the job's staging "
+            "directory); nothing was written"
+        )
+    return job_id
 
 
 @dataclass(frozen=True, order=True)

@@ -32,7 +32,7 @@ from hcat_notify.errors import (
 )
 from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.events import EventType
-from hcat_notify.model.names import TableName, validate_identifier
+from hcat_notify.model.names import TableName, validate_identifier, validate_job_id
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.wire import PartitionDetails
 from hcat_notify.store import completeness
@@ -182,6 +182,11 @@ def _entry(row: CommitJournalRow) -> JournalEntry:
         result=dict(row.result) if row.result is not None else None,
         version=row.version,
         creates_table=row.create_table is not None and row.table_id is None,
+        table_definition=(
+            dict(row.create_table)
+            if row.create_table is not None and row.table_id is None
+            else None
+        ),
     )
 
 
@@ -262,12 +267,14 @@ class CommitJournal:
 
         Raises:
             TableNotFoundError: the table is not registered and no definition is given.
-            InvalidInputError: unknown mode, the job id was used before, or the new
-                table's location is another table's.
+            InvalidInputError: an invalid job id (:func:`validate_job_id`; an entry's id
+                may add ``.staging``), unknown mode, the job id was used before, or the
+                new table's location is another table's.
             ConcurrentWriteError: another write overwrites one of the partitions, or
                 this one overwrites a partition another write claims or committed since
                 ``started_at``.
         """
+        validate_job_id(job_id, entry=True)
         try:
             mode = WriteMode(mode)
         except ValueError:

@@ -544,6 +544,9 @@ class JournalEntry:
     version: int
     creates_table: bool = False
     """The write registers its table when it completes (an import into a new table)."""
+    table_definition: Mapping[str, Any] | None = None
+    """With ``creates_table``: the definition it registers (``table_definition`` of
+    :meth:`CommitJournal.begin`; recovery checks the plan's paths against its location)."""
 
 
 @dataclass(frozen=True)

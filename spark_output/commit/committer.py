@@ -20,7 +20,16 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
-from hcat_notify import AnnounceMode, Catalog, CommitRecord, PartitionSpec, TableInfo, WriteMode
+from hcat_notify import (
+    AnnounceMode,
+    Catalog,
+    CommitRecord,
+    PartitionSpec,
+    TableInfo,
+    WriteMode,
+    staging_entry_id,
+    validate_job_id,
+)
 from spark_output.commit.moves import (
     STAGING_DIR,
     TRASH_DIR,
@@ -46,12 +55,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def staging_entry_id(job_id: str) -> str:
-    """The id of the journal entry that records ``job_id``'s staging while it is filled
-    (:meth:`PartitionCommitter.journal_staging`)."""
-    return f"{job_id}.staging"
 
 
 @dataclass
@@ -88,7 +91,8 @@ class PartitionCommitter:
     Args:
         catalog: the open catalog.
         table: the table written.
-        job_id: unique per write; re-running a committed job id is a no-op.
+        job_id: unique per write; re-running a committed job id is a no-op. One path
+            component (:func:`hcat_notify.model.names.validate_job_id`).
         mode: ``append`` or ``overwrite``.
         create_table: the definition (``hcat_notify``'s journal ``table_definition``) of a
             table that is not registered yet: the commit registers it, with its
@@ -106,6 +110,7 @@ class PartitionCommitter:
     ) -> None:
         self.catalog = catalog
         self.create_table = create_table
+        validate_job_id(job_id)  # it names directories: refused before anything is written
         self.table = table
         self.job_id = job_id
         self.mode = WriteMode(mode)

@@ -12,7 +12,14 @@ import posixpath
 
 from pyarrow import fs as pafs
 
-from hcat_notify import NewPartition, PartitionSpec
+from hcat_notify import (
+    InvalidInputError,
+    NewPartition,
+    PartitionSpec,
+    UnsafeDeleteError,
+    remove_tree,
+    validate_job_id,
+)
 from spark_output.commit.plan import CommitPlan, MoveKind, PartitionMove
 from spark_output.fs import TableLocation, crc_sidecar, exists, move, remove_empty_dir
 
@@ -20,6 +27,7 @@ __all__ = [
     "STAGING_DIR",
     "TRASH_DIR",
     "apply_moves",
+    "job_dir_problem",
     "moves_done",
     "new_partitions",
     "remove_job_dirs",
@@ -113,15 +121,50 @@ def new_partitions(plan: CommitPlan, location: TableLocation) -> list[NewPartiti
     ]
 
 
-def remove_job_dirs(filesystem: pafs.FileSystem, table_path: str, *directories: str) -> None:
-    """Delete a job's staging/trash directories, and their parents once empty."""
+def job_dir_problem(table_path: str, directory: str) -> str | None:
+    """Why ``directory`` is not a job's staging or trash directory of the table at
+    ``table_path`` (``<table>/_hcat_staging/<job id>``, ``<table>/_hcat_trash/<job id>``),
+    or None."""
+    parent, name = posixpath.split(posixpath.normpath(directory))
+    allowed = [posixpath.normpath(posixpath.join(table_path, d)) for d in (STAGING_DIR, TRASH_DIR)]
+    if parent not in allowed:
+        return f"it is not in {allowed[0]} or {allowed[1]}"
+    try:
+        validate_job_id(name)
+    except InvalidInputError as exc:
+        return str(exc)
+    return None
+
+
+def _remove_job_dir(filesystem: pafs.FileSystem, table_path: str, directory: str) -> str | None:
+    try:
+        if isinstance(filesystem, pafs.LocalFileSystem):
+            remove_tree(directory, [table_path])
+        elif exists(filesystem, directory):
+            filesystem.delete_dir(directory)
+    except (UnsafeDeleteError, OSError) as exc:  # leftovers are hidden from readers
+        return str(exc)
+    return None
+
+
+def remove_job_dirs(filesystem: pafs.FileSystem, table_path: str, *directories: str) -> list[str]:
+    """Delete a job's staging/trash directories, and their parents once empty.
+
+    Each must be ``<table>/_hcat_staging/<job id>`` or ``<table>/_hcat_trash/<job id>``
+    (:func:`job_dir_problem`); a local one is deleted from the table's directory without
+    following a link (:func:`hcat_notify.safe_delete.remove_tree`). What is not deleted
+    is logged and returned, one line each (location and why).
+    """
+    kept: list[str] = []
     for directory in directories:
-        try:
-            if exists(filesystem, directory):
-                filesystem.delete_dir(directory)
-        except OSError as exc:  # leftovers are hidden from readers; say so and go on
-            logger.warning("could not remove %s: %s", directory, exc)
+        problem = job_dir_problem(table_path, directory) or _remove_job_dir(
+            filesystem, table_path, directory
+        )
+        if problem is not None:
+            logger.warning("did not remove %s: %s", directory, problem)
+            kept.append(f"{directory}: {problem}")
     for parent in (STAGING_DIR, TRASH_DIR):
         path = posixpath.join(table_path, parent)
         with contextlib.suppress(OSError):  # another job's directory may be in it
             remove_empty_dir(filesystem, path)
+    return kept

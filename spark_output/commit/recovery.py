@@ -8,19 +8,39 @@ process (:func:`writing`), so that recovery in the same process never touches th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import posixpath
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from hcat_notify import Catalog, CommitRecord, JournalEntry, JournalState
-from spark_output.commit.moves import moves_done, new_partitions, remove_job_dirs, undo_moves
-from spark_output.commit.plan import CommitPlan
+from hcat_notify import (
+    Catalog,
+    CommitRecord,
+    InvalidInputError,
+    JournalEntry,
+    JournalState,
+    PartitionSpec,
+    TableNotFoundError,
+    Warehouse,
+    staging_entry_id,
+    validate_job_id,
+)
+from spark_output.commit.moves import (
+    STAGING_DIR,
+    TRASH_DIR,
+    moves_done,
+    new_partitions,
+    remove_job_dirs,
+    undo_moves,
+)
+from spark_output.commit.plan import CommitPlan, PartitionMove
 from spark_output.fs import TableLocation
 
 __all__ = [
@@ -28,6 +48,7 @@ __all__ = [
     "Recovery",
     "RecoveryAction",
     "is_abandoned",
+    "plan_problem",
     "recover",
     "writing",
 ]
@@ -48,16 +69,20 @@ class RecoveryAction(StrEnum):
     ROLLED_FORWARD = "rolled forward"
     ROLLED_BACK = "rolled back"
     SKIPPED = "skipped (writer alive)"
+    REFUSED = "refused (left pending)"
+    """Its plan names paths that are not the job's (:func:`plan_problem`): nothing done."""
 
 
 @dataclass(frozen=True)
 class Recovery:
-    """What :func:`recover` did with one pending write (``record`` when rolled forward)."""
+    """What :func:`recover` did with one pending write (``record`` when rolled forward,
+    ``reason`` when refused)."""
 
     job_id: str
     table: str
     action: RecoveryAction
     record: CommitRecord | None = None
+    reason: str = ""
 
 
 @contextmanager
@@ -108,7 +133,9 @@ def recover(
     and announced. Any other is rolled back: its moves are undone and nothing is
     announced. The staging of a job that died filling it (an import copying files,
     :attr:`CommitPlan.stages_for`) before it journalled its plan is removed. Writes whose
-    process is still alive are left alone unless ``force``.
+    process is still alive are left alone unless ``force``. Before anything is touched,
+    each plan is checked against the registry (:func:`plan_problem`); one that fails is
+    left pending and reported ``refused``, with why.
 
     Args:
         catalog: the open catalog.
@@ -126,11 +153,26 @@ def recover(
     outcomes: list[Recovery] = []
     now = datetime.now(UTC)
     for entry in catalog.commits.pending(table):
-        if not force and not is_abandoned(entry, now=now, stale_after=stale_after):
+        try:
+            alive = not force and not is_abandoned(entry, now=now, stale_after=stale_after)
+        except (KeyError, TypeError, ValueError):
+            alive = False  # an unreadable plan: refused below
+        if alive:
             outcomes.append(Recovery(entry.job_id, str(entry.table), RecoveryAction.SKIPPED))
             continue
-        plan = CommitPlan.from_json(entry.plan)
-        location = TableLocation.parse(plan.table_uri)
+        try:
+            plan = CommitPlan.from_json(entry.plan)
+            location, problem = _checked_location(catalog, entry, plan)
+        except (KeyError, TypeError, ValueError) as exc:
+            location, problem = None, f"unreadable plan: {type(exc).__name__}: {exc}"
+        if location is None:
+            logger.warning(
+                "recovery refused job=%s table=%s: %s", entry.job_id, entry.table, problem
+            )
+            outcomes.append(
+                Recovery(entry.job_id, str(entry.table), RecoveryAction.REFUSED, reason=problem)
+            )
+            continue
         filesystem = location.fs
         if plan.stages_for is not None:
             job = catalog.commits.get(plan.stages_for)
@@ -165,3 +207,103 @@ def recover(
         logger.warning("recovered job=%s table=%s: %s", entry.job_id, entry.table, action)
         outcomes.append(Recovery(entry.job_id, str(entry.table), action, record))
     return outcomes
+
+
+def _checked_location(
+    catalog: Catalog, entry: JournalEntry, plan: CommitPlan
+) -> tuple[TableLocation | None, str]:
+    """The table's location as registered (or as the entry registers it), when the plan
+    passes :func:`plan_problem`; else (None, why)."""
+    try:
+        info = catalog.get_table(entry.table)
+    except TableNotFoundError:
+        definition = entry.table_definition
+        if definition is None:
+            return None, f"table {entry.table} is not registered, and the entry registers none"
+        location = str(definition["location"])
+        managed = definition.get("table_type", "MANAGED_TABLE") != "EXTERNAL_TABLE"
+        registered: dict[str, str] = {}
+    else:
+        location, managed = info.location, info.table_type != "EXTERNAL_TABLE"
+        specs = [PartitionSpec.parse(spec) for spec in entry.partitions]
+        registered = {
+            spec: partition.location
+            for spec, partition in catalog.partitions.at(info.name, specs).items()
+        }
+    try:
+        root = TableLocation.parse(location)
+    except (OSError, ValueError) as exc:
+        return None, f"cannot use the table's location {location!r}: {exc}"
+    if managed and not Warehouse.of(catalog.settings).contains(root.uri):
+        return None, f"the table's location {location} is outside the warehouse roots"
+    problem = plan_problem(entry, plan, root, registered)
+    return (root, "") if problem is None else (None, problem)
+
+
+def plan_problem(
+    entry: JournalEntry, plan: CommitPlan, root: TableLocation, registered: Mapping[str, str]
+) -> str | None:
+    """Why recovery must not act on ``plan``, or None: every path it names must be the
+    job's own (docs/spark-writes.md, "Recovery"). ``root`` is the table's registered
+    location, ``registered`` its registered partitions' locations by spec."""
+    job = entry.job_id
+    if plan.stages_for is not None:
+        if entry.job_id != staging_entry_id(plan.stages_for):
+            return f"it stages for job {plan.stages_for!r}, whose staging entry it is not"
+        job = plan.stages_for
+    try:
+        validate_job_id(job)
+        written = TableLocation.parse(plan.table_uri)
+    except (InvalidInputError, OSError, ValueError) as exc:
+        return str(exc)
+    if (
+        type(written.fs) is not type(root.fs)
+        or written.path != root.path
+        or plan.table_path != root.path
+    ):
+        return f"its table {plan.table_uri} is not the table's location {root.uri}"
+    for what, named, expected in (
+        ("staging", plan.staging, root.join(STAGING_DIR, job)),
+        ("trash", plan.trash, root.join(TRASH_DIR, job)),
+    ):
+        if named != expected:
+            return f"its {what} {named} is not {expected}"
+    for move in plan.partitions:
+        problem = _move_problem(entry, plan, move, root, registered)
+        if problem is not None:
+            return f"partition {move.spec}: {problem}"
+    return None
+
+
+def _move_problem(
+    entry: JournalEntry,
+    plan: CommitPlan,
+    move: PartitionMove,
+    root: TableLocation,
+    registered: Mapping[str, str],
+) -> str | None:
+    if move.spec not in entry.partitions:
+        return "the entry does not claim it"
+    finals = {root.join(move.spec)}
+    current = registered.get(move.spec)
+    if current is not None and not current.startswith("har:"):
+        with contextlib.suppress(OSError, ValueError):
+            finals.add(TableLocation.parse(current).path)
+    if move.final not in finals:
+        return (
+            f"its target {move.final} is neither {root.join(move.spec)} nor its registered location"
+        )
+    if not _strictly_under(move.staged, plan.staging):
+        return f"its staged directory {move.staged} is not in {plan.staging}"
+    if move.trash is not None and move.trash != posixpath.join(plan.trash, move.spec):
+        return f"its trash {move.trash} is not {posixpath.join(plan.trash, move.spec)}"
+    for file in move.files:
+        if not _strictly_under(file.source, plan.staging):
+            return f"the file {file.source} is not in {plan.staging}"
+        if posixpath.dirname(file.target) != move.final:
+            return f"the file target {file.target} is not in {move.final}"
+    return None
+
+
+def _strictly_under(path: str, directory: str) -> bool:
+    return ".." not in path.split("/") and path.startswith(directory.rstrip("/") + "/")

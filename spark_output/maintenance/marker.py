@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import posixpath
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,7 +30,9 @@ def write_marker(
     old_location: str, *, table: str, spec: str, new_location: str, files: Sequence[FileStat]
 ) -> None:
     """Leave ``_hcat_superseded.json`` in the old directory (best effort: without it, purge
-    keeps the directory, which is safe)."""
+    keeps the directory, which is safe). Written to a new hidden temporary, then renamed
+    over the name, as :func:`spark_output.compaction.manifest.write_manifest` does, so
+    that nothing already at the name (a link) is written through."""
     old = TableLocation.parse(old_location)
     document = {
         "format": "hcat-superseded",
@@ -39,13 +43,22 @@ def write_marker(
         "superseded_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "files": [{"name": f.name, "size": f.size} for f in files],
     }
-    with (
-        contextlib.suppress(OSError),
-        old.fs.open_output_stream(
-            posixpath.join(old.path, SUPERSEDED_MARKER), compression=None
-        ) as out,
-    ):
-        out.write(json.dumps(document, indent=2, sort_keys=True).encode("utf-8") + b"\n")
+    temp = posixpath.join(old.path, f".{SUPERSEDED_MARKER}.{uuid.uuid4().hex}.tmp")
+    body = json.dumps(document, indent=2, sort_keys=True).encode("utf-8") + b"\n"
+    try:
+        if isinstance(old.fs, pafs.LocalFileSystem):
+            # a new file of its own (O_EXCL never follows a link), renamed over the name:
+            # a link planted at the marker's name is replaced, never written through
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as out:
+                out.write(body)
+        else:
+            with old.fs.open_output_stream(temp, compression=None) as stream:
+                stream.write(body)
+        old.fs.move(temp, posixpath.join(old.path, SUPERSEDED_MARKER))
+    except OSError:
+        with contextlib.suppress(OSError):
+            old.fs.delete_file(temp)
 
 
 @dataclass(frozen=True)

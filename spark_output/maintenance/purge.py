@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import os
 import posixpath
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,10 +26,16 @@ import pyarrow.fs as pafs
 from hcat_notify import (
     Catalog,
     InvalidInputError,
+    OpenedDir,
     PartitionInfo,
     PartitionSpec,
     TableInfo,
+    TreeEntry,
+    UnsafeDeleteError,
+    list_tree,
+    open_below,
     reason_to_keep,
+    warehouse_bases,
 )
 from spark_output.compaction.har.locations import archive_storage_location
 from spark_output.errors import CompactionError
@@ -208,31 +215,51 @@ def _check_successor(first: str, registered: str | None) -> str | None:
     return f"more than {_MAX_CHAIN} superseded locations follow it"
 
 
-def _directory_usage(fs: pafs.FileSystem, directory: str) -> tuple[list[pafs.FileInfo], int]:
-    """Every entry under ``directory`` (recursively) and the bytes deleting it frees."""
-    entries = list(fs.get_file_info(pafs.FileSelector(directory, recursive=True)))
-    freed = 0
-    for info in entries:
-        if info.type != pafs.FileType.File:
-            continue
-        if isinstance(fs, pafs.LocalFileSystem):
-            with contextlib.suppress(OSError):
-                if os.stat(info.path).st_nlink > 1:
-                    continue  # still linked from a compacted copy: no space comes back
-        freed += int(info.size or 0)
-    return entries, freed
+def _list_directory(fs: pafs.FileSystem, directory: str, bases: Sequence[str]) -> list[TreeEntry]:
+    """Every entry under ``directory`` (recursively). On a local filesystem it is reached
+    from a warehouse root without following a link, and links below it are listed, never
+    followed (:mod:`hcat_notify.safe_delete`).
+
+    Raises:
+        UnsafeDeleteError: a link on the way to it, or it is not inside a root.
+        OSError: it cannot be listed.
+    """
+    if isinstance(fs, pafs.LocalFileSystem):
+        with open_below(directory, bases) as opened:
+            return list_tree(opened.fd)
+    return [
+        TreeEntry(
+            posixpath.relpath(info.path, directory),
+            "dir" if info.type == pafs.FileType.Directory else "file",
+            int(info.size or 0),
+            1,
+        )
+        for info in fs.get_file_info(pafs.FileSelector(directory, recursive=True))
+    ]
 
 
-def _uncovered(directory: str, entries: Sequence[pafs.FileInfo], marker: Marker) -> str | None:
+def _links(entries: Sequence[TreeEntry]) -> str | None:
+    """Why a directory holding symbolic links is refused, or None."""
+    links = sorted(entry.path for entry in entries if entry.kind not in ("file", "dir"))
+    if not links:
+        return None
+    shown = ", ".join(links[:3]) + (", ..." if len(links) > 3 else "")
+    return (
+        f"it holds {len(links)} symbolic link(s) or special file(s) ({shown}); a purge "
+        "never deletes through a link: remove them, then purge again"
+    )
+
+
+def _uncovered(entries: Sequence[TreeEntry], marker: Marker) -> str | None:
     """Why the directory holds data the compaction did not cover, or None."""
     extra = []
-    for info in entries:
-        if posixpath.dirname(info.path) != directory.rstrip("/") or is_hidden(info.base_name):
+    for entry in entries:
+        if "/" in entry.path or is_hidden(entry.path):
             continue
-        if info.type == pafs.FileType.Directory:
-            extra.append(f"{info.base_name}/")
-        elif marker.files.get(info.base_name) != int(info.size or 0):
-            extra.append(info.base_name)
+        if entry.kind == "dir":
+            extra.append(f"{entry.path}/")
+        elif marker.files.get(entry.path) != entry.size:
+            extra.append(entry.path)
     if not extra:
         return None
     shown = ", ".join(sorted(extra)[:5]) + (", ..." if len(extra) > 5 else "")
@@ -287,6 +314,7 @@ def _judge(
     registry: _Registry,
     now: datetime,
     older_than: timedelta,
+    bases: Sequence[str],
 ) -> PurgeResult | None:
     """Decide one candidate directory: ``planned`` if it may go, else ``kept``/``refused``;
     None for a registered partition directory that was never superseded (nothing to say)."""
@@ -323,17 +351,21 @@ def _judge(
     problem = _check_successor(marker.superseded_by, registry.by_spec.get(path))
     if problem is not None:
         return dataclasses.replace(kept, status="refused", reason=problem)
-    entries, freed = _directory_usage(root.fs, directory)
-    problem = _uncovered(directory, entries, marker)
+    try:
+        entries = _list_directory(root.fs, directory, bases)
+    except (UnsafeDeleteError, OSError) as exc:
+        return dataclasses.replace(kept, status="refused", reason=f"cannot list it: {exc}")
+    problem = _links(entries) or _uncovered(entries, marker)
     if problem is not None:
         return dataclasses.replace(kept, status="refused", reason=problem)
-    files = [i for i in entries if i.type == pafs.FileType.File]
+    files = [entry for entry in entries if entry.kind == "file"]
     return dataclasses.replace(
         kept,
         status="planned",
         files=len(files),
-        bytes=sum(int(i.size or 0) for i in files),
-        bytes_freed=freed,
+        bytes=sum(entry.size for entry in files),
+        # a file still linked from a compacted copy frees no space
+        bytes_freed=sum(entry.size for entry in files if entry.links <= 1),
         reason="",
     )
 
@@ -345,13 +377,17 @@ def _remove_empty_dir(fs: pafs.FileSystem, directory: str) -> None:
         raise OSError(f"{directory} is not empty: {', '.join(i.base_name for i in left[:3])}")
 
 
-def _delete_superseded(fs: pafs.FileSystem, directory: str, marker: Marker) -> str | None:
+def _delete_superseded(
+    fs: pafs.FileSystem, directory: str, marker: Marker, bases: Sequence[str]
+) -> str | None:
     """Delete a superseded directory, checked once more; None when done, else why not.
 
     Only the files listed now (and found covered by ``marker``) are deleted, one by one,
     the marker last, then the emptied directories: a directory swapped in at this path
     meanwhile (an overwrite of the partition) is never deleted wholesale, and if this
-    stops part-way, a later purge still recognises what is left as superseded.
+    stops part-way, a later purge still recognises what is left as superseded. On a
+    local filesystem the directory is reached, listed and emptied through descriptors,
+    never through a link (:mod:`hcat_notify.safe_delete`).
 
     Raises:
         OSError: a deletion failed.
@@ -362,20 +398,50 @@ def _delete_superseded(fs: pafs.FileSystem, directory: str, marker: Marker) -> s
         return f"its marker changed while purging: {exc}"
     if again != marker:
         return "its marker changed or went away while purging"
-    entries = list(fs.get_file_info(pafs.FileSelector(directory, recursive=True)))
-    problem = _uncovered(directory, entries, marker)
+    if isinstance(fs, pafs.LocalFileSystem):
+        try:
+            with open_below(directory, bases) as opened:
+                return _delete_opened(opened, marker)
+        except UnsafeDeleteError as exc:
+            return str(exc)
+    entries = _list_directory(fs, directory, bases)
+    problem = _uncovered(entries, marker)
     if problem is not None:
         return problem
     marker_path = posixpath.join(directory, SUPERSEDED_MARKER)
-    for info in entries:
-        if info.type == pafs.FileType.File and info.path != marker_path:
+    for entry in entries:
+        path = posixpath.join(directory, entry.path)
+        if entry.kind == "file" and path != marker_path:
             with contextlib.suppress(FileNotFoundError):  # gone already: fine
-                fs.delete_file(info.path)
+                fs.delete_file(path)
     fs.delete_file(marker_path)
-    subdirs = [i.path for i in entries if i.type == pafs.FileType.Directory]
+    subdirs = [posixpath.join(directory, e.path) for e in entries if e.kind == "dir"]
     for path in sorted(subdirs, key=lambda p: p.count("/"), reverse=True):
         _remove_empty_dir(fs, path)
     _remove_empty_dir(fs, directory)
+    return None
+
+
+def _delete_opened(opened: OpenedDir, marker: Marker) -> str | None:
+    """:func:`_delete_superseded` on a local directory opened without following a link."""
+    entries = list_tree(opened.fd)
+    problem = _links(entries) or _uncovered(entries, marker)
+    if problem is not None:
+        return problem
+    for entry in entries:
+        if "/" in entry.path or entry.path == SUPERSEDED_MARKER:
+            continue
+        with contextlib.suppress(FileNotFoundError):  # gone already: fine
+            if entry.kind == "dir":  # a hidden one (others are uncovered)
+                shutil.rmtree(entry.path, dir_fd=opened.fd)
+            else:
+                os.unlink(entry.path, dir_fd=opened.fd)
+    os.unlink(SUPERSEDED_MARKER, dir_fd=opened.fd)
+    try:
+        os.rmdir(opened.name, dir_fd=opened.parent_fd)
+    except OSError as exc:
+        left = sorted(os.listdir(opened.fd))[:3]
+        raise OSError(f"it is not empty: {', '.join(left)}") from exc
     return None
 
 
@@ -428,6 +494,7 @@ def purge_superseded(
     root = TableLocation.parse(info.location)
     candidates = _candidate_dirs(root, info.partition_keys, wanted)
     registry = _Registry.of(catalog.list_partitions(info.name))
+    bases = warehouse_bases(catalog.settings.warehouse)
     now = datetime.now(UTC)
     results: list[PurgeResult] = []
     deletable: dict[int, tuple[str, Marker]] = {}
@@ -446,6 +513,7 @@ def purge_superseded(
             registry=registry,
             now=now,
             older_than=older_than,
+            bases=bases,
         )
         if decided is None:
             continue
@@ -460,7 +528,7 @@ def purge_superseded(
             if _before_delete is not None:
                 _before_delete(results[number].location)
             results[number] = _purge_one(
-                catalog, root.fs, directory, marker, results[number], registry
+                catalog, root.fs, directory, marker, results[number], registry, bases
             )
         if progress is not None:
             progress(done, len(deletable), results[number].location)
@@ -474,6 +542,7 @@ def _purge_one(
     marker: Marker,
     planned: PurgeResult,
     registry: _Registry,
+    bases: Sequence[str],
 ) -> PurgeResult:
     holders = registry.holders(_path_key(planned.location))
     if holders:
@@ -486,7 +555,7 @@ def _purge_one(
     if why is not None:
         return dataclasses.replace(planned, status="kept", reason=why)
     try:
-        problem = _delete_superseded(fs, directory, marker)
+        problem = _delete_superseded(fs, directory, marker, bases)
     except OSError as exc:
         return dataclasses.replace(
             planned, status="failed", reason=f"deleting failed part-way: {exc}"
