@@ -49,6 +49,7 @@ __all__ = [
     "SetStateRow",
     "StoredRule",
     "SubscriberRow",
+    "SubscriberTopicRow",
     "SubscriberWatermarkRow",
     "TableRow",
     "TopicProgressRow",
@@ -459,6 +460,21 @@ class SubscriberRow(Base):
     heartbeat_at: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
     version: Mapped[int] = mapped_column(Integer, default=1)
+    followed: Mapped[int | None] = mapped_column(Integer, default=None)
+    """How many topics its last claim stored (None: claimed by a version before 0022:
+    it holds every topic of the outbox until it next starts)."""
+
+
+class SubscriberTopicRow(Base):
+    """A topic a durable subscriber follows (its subscriptions at its last claim)."""
+
+    __tablename__ = "hcat_subscriber_topics"
+    __table_args__ = (Index("ix_hcat_subscriber_topics_topic", "topic", "subscriber"),)
+
+    subscriber: Mapped[str] = mapped_column(
+        ForeignKey("hcat_subscribers.name", ondelete="CASCADE"), primary_key=True
+    )
+    topic: Mapped[str] = mapped_column(String(255), primary_key=True)
 
 
 class SubscriberWatermarkRow(Base):
