@@ -345,7 +345,8 @@ class OutboxPrunedRow(Base):
 
     The row of topic ``*`` holds the highest of all (the oldest position from which
     every topic's history is complete) and the last sweep's figures; a sweep's batch
-    and a webhook's replay lock it, so that neither misses what the other wrote.
+    and a webhook's replay lock it, and so does a durable subscriber's claim of topics it
+    follows anew, so that neither misses what the other wrote.
     """
 
     __tablename__ = "hcat_outbox_pruned"
@@ -355,6 +356,9 @@ class OutboxPrunedRow(Base):
     # topic "*" only: when the last sweep ended (DB clock) and what it held back, by why
     swept_at: Mapped[float | None] = mapped_column(Float, default=None)
     held: Mapped[dict[str, Any] | None] = mapped_column(JSON(), default=None)
+    # topic "*" only: claims of durable subscribers that followed topics anew (a batch
+    # judged before one judges again; read with the lock, no query of its own)
+    claims: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
 
 class EventCounterRow(Base):

@@ -31,7 +31,14 @@ from hcat_notify.store.models import (
     WebhookProgressRow,
     WebhookRow,
 )
-from hcat_notify.store.pruned_marks import ALL_TOPICS, chunks, lock_marks, move_marks, topic_marks
+from hcat_notify.store.pruned_marks import (
+    ALL_TOPICS,
+    chunks,
+    lock_marks,
+    move_marks,
+    read_claims,
+    topic_marks,
+)
 from hcat_notify.store.subscriptions import FLOOR_KEY
 from hcat_notify.store.tx import Tx
 
@@ -176,7 +183,7 @@ def check_replay_from(tx: Tx, from_event: int) -> None:
     Raises:
         HistoryGoneError: naming the oldest event from which every topic is complete.
     """
-    mark = lock_marks(tx, share=True)
+    mark = lock_marks(tx, share=True).pruned_through
     if from_event <= mark:
         raise HistoryGoneError(
             f"event {from_event} is gone: the outbox's retention deleted events up to "
@@ -220,9 +227,8 @@ _Stamp = tuple[tuple[Any, ...], ...]
 def _hooks(tx: Tx) -> tuple[list[_Hook], _Stamp]:
     """The webhooks that still want events: every one stored (paused and disabled ones
     deliver when they are resumed; removing one lets its events go). And the stamp of
-    whatever can make a holder want an event again: every webhook's row (a replay, an
-    add) and every durable subscriber's version (a claim, which may follow topics
-    anew)."""
+    every webhook's row: whatever can make a webhook want an event again (a replay, an
+    add) changes it."""
     rows = list(
         tx.connection().execute(
             select(
@@ -246,13 +252,7 @@ def _hooks(tx: Tx) -> tuple[list[_Hook], _Stamp]:
         )
         for row in rows
     ]
-    claims = tx.connection().execute(
-        select(SubscriberRow.name, SubscriberRow.version).order_by(SubscriberRow.name)
-    )
-    return hooks, (
-        *((row.id, row.version, row.state, row.start_after) for row in rows),
-        *((row.name, row.version) for row in claims),
-    )
+    return hooks, tuple((row.id, row.version, row.state, row.start_after) for row in rows)
 
 
 def _holders(
@@ -388,7 +388,9 @@ def judge_batch(
     old = [event for event in events if event.created_at < cutoff]
     if not old:
         return PruneBatch(walked_to=events[-1].event_id)
+    claims = read_claims(tx)  # before the followed topics are read
     hooks, stamp = _hooks(tx)
+    stamp = (*stamp, (claims,))
     holders = _holders(tx, old, now, hooks)
     judged = PruneBatch(walked_to=events[-1].event_id, old=len(old), stamp=stamp)
     for event in old:
@@ -410,8 +412,8 @@ def delete_judged(tx: Tx, judged: PruneBatch) -> bool:
     back. The batch locks the row of the highest mark first (PostgreSQL), as a replay's
     check and a claim do.
     """
-    lock_marks(tx, share=False)
-    if _hooks(tx)[1] != judged.stamp:
+    claims = lock_marks(tx, share=False).claims
+    if (*_hooks(tx)[1], (claims,)) != judged.stamp:
         return False
     if not judged.going:
         return True

@@ -7,15 +7,25 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
-from sqlalchemy import Executable, case, select
+from sqlalchemy import Executable, case, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.store.models import OutboxPrunedRow
 from hcat_notify.store.tx import Tx
 
-__all__ = ["ALL_TOPICS", "IN_CHUNK", "chunks", "lock_marks", "move_marks", "topic_marks"]
+__all__ = [
+    "ALL_TOPICS",
+    "IN_CHUNK",
+    "Marks",
+    "chunks",
+    "lock_marks",
+    "move_marks",
+    "note_claim",
+    "read_claims",
+    "topic_marks",
+]
 
 _T = TypeVar("_T")
 
@@ -33,19 +43,46 @@ def chunks(values: Sequence[_T]) -> Iterator[Sequence[_T]]:
         yield values[start : start + IN_CHUNK]
 
 
-def lock_marks(tx: Tx, *, share: bool) -> int:
+class Marks(NamedTuple):
+    """The row of all topics: the highest mark, and the claims that followed topics anew."""
+
+    pruned_through: int
+    claims: int
+
+
+def lock_marks(tx: Tx, *, share: bool) -> Marks:
     """The highest mark of all, its row locked (PostgreSQL) for the transaction: ``share``
-    by a replay's check and a subscriber's claim, exclusively by a sweep's batch, so that
-    a batch never works from webhooks, followed topics or marks another transaction is
-    changing."""
-    query = select(OutboxPrunedRow.pruned_through).where(OutboxPrunedRow.topic == ALL_TOPICS)
+    by a replay's check, exclusively by a sweep's batch and a subscriber's claim of
+    topics it follows anew (:func:`note_claim`), so that a batch never works from
+    webhooks, followed topics or marks another transaction is changing."""
+    query = select(OutboxPrunedRow.pruned_through, OutboxPrunedRow.claims).where(
+        OutboxPrunedRow.topic == ALL_TOPICS
+    )
     if tx.dialect == "postgresql":
         query = query.with_for_update(read=share)
-    found = tx.connection().execute(query).scalar_one_or_none()
+    found = tx.connection().execute(query).one_or_none()
     if found is None:  # a catalog whose row was removed by hand: start again from 0
         move_marks(tx, {ALL_TOPICS: 0})
-        return 0
-    return int(found)
+        return Marks(0, 0)
+    return Marks(int(found.pruned_through), int(found.claims))
+
+
+def read_claims(tx: Tx) -> int:
+    """How many claims followed topics anew (no lock: a batch's judging reads it first)."""
+    query = select(OutboxPrunedRow.claims).where(OutboxPrunedRow.topic == ALL_TOPICS)
+    return int(tx.connection().execute(query).scalar_one_or_none() or 0)
+
+
+def note_claim(tx: Tx) -> None:
+    """A durable subscriber follows topics anew: count it (a sweep's batch judged before
+    judges again), the row locked until the claim commits, so that the marks the claim
+    reads next are those of every batch committed before it."""
+    lock_marks(tx, share=False)
+    tx.connection().execute(
+        update(OutboxPrunedRow)
+        .where(OutboxPrunedRow.topic == ALL_TOPICS)
+        .values(claims=OutboxPrunedRow.claims + 1)
+    )
 
 
 def topic_marks(tx: Tx, topics: Iterable[str]) -> dict[str, int]:

@@ -29,7 +29,7 @@ from hcat_notify.store.models import (
     SubscriberWatermarkRow,
 )
 from hcat_notify.store.owners import process_gone
-from hcat_notify.store.pruned_marks import chunks, lock_marks, topic_marks
+from hcat_notify.store.pruned_marks import chunks, note_claim, topic_marks
 from hcat_notify.store.tx import Tx
 
 __all__ = [
@@ -228,9 +228,9 @@ def _skip_pruned(tx: Tx, name: str, topics: Sequence[str]) -> None:
     if not marks:
         return  # no past: its first start hands out the retained dones, then live
     floor = marks.get(FLOOR_KEY, 0)
-    # Shared: a sweep's batch (exclusive) either committed its marks before these are
-    # read, or judges again after this claim (it changed the subscriber's version).
-    lock_marks(tx, share=True)
+    # A sweep's batch either committed its marks before these are read, or judges again
+    # after this claim.
+    note_claim(tx)
     pruned = topic_marks(tx, topics)
     raised = {
         topic: mark for topic, mark in pruned.items() if mark > max(marks.get(topic, 0), floor)

@@ -7,7 +7,9 @@ almost everything above its start (docs/operations.md, "The outbox's retention")
 ``hcat_subscribers.followed`` how many (NULL: claimed by a version before this one; such
 a subscriber holds every topic until it next starts). The sweep looks the followers up by
 topic: an index of (topic, subscriber) beside the primary key (subscriber, topic), which
-the claim's replacement and the subscriber's removal use.
+the claim's replacement and the subscriber's removal use. ``hcat_outbox_pruned.claims``
+counts the claims that followed topics anew (on the row of ``*``, which a sweep's batch
+locks and reads anyway): a batch judged before such a claim judges again.
 
 Revision ID: 0022
 Revises: 0021
@@ -45,9 +47,14 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("subscriber", "topic", name="pk_hcat_subscriber_topics"),
     )
     op.create_index(_INDEX, _TABLE, ["topic", "subscriber"])
+    op.add_column(
+        "hcat_outbox_pruned",
+        sa.Column("claims", sa.BigInteger(), nullable=False, server_default=sa.text("0")),
+    )
 
 
 def downgrade() -> None:
+    op.execute("ALTER TABLE hcat_outbox_pruned DROP COLUMN claims")  # SQLite >= 3.35
     op.drop_index(_INDEX, table_name=_TABLE)
     op.drop_table(_TABLE)
     op.execute("ALTER TABLE hcat_subscribers DROP COLUMN followed")  # SQLite >= 3.35

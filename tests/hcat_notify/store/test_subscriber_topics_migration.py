@@ -21,6 +21,8 @@ _ROWS = (
     " VALUES ('etl', NULL, 0, 0, 3), ('idle', NULL, 0, 0, 1)",
     "INSERT INTO hcat_subscriber_watermarks (subscriber, topic, last_event_id, updated_at,"
     f" version) VALUES ('etl', '{CLICKS}', 5, 0, 2), ('etl', '*', 4, 0, 1)",
+    f"INSERT INTO hcat_outbox_pruned (topic, pruned_through) VALUES ('{CLICKS}', 3)",
+    "UPDATE hcat_outbox_pruned SET pruned_through = 3 WHERE topic = '*'",
 )
 
 
@@ -65,10 +67,20 @@ def test_an_upgrade_keeps_subscribers_and_watermarks_claimed_before_it(
     finally:
         engine.dispose()
     assert _rows(empty_db_url) == before
+    engine = open_engine(empty_db_url)
+    try:
+        with engine.connect() as connection:
+            marks = connection.execute(
+                text("SELECT topic, pruned_through, claims FROM hcat_outbox_pruned ORDER BY 1")
+            )
+            assert [tuple(row) for row in marks] == [("*", 3, 0), (CLICKS, 3, 0)]
+    finally:
+        engine.dispose()
     with Catalog.open(load_settings(home=tmp_path / "home", db_url=empty_db_url)) as catalog:
         etl, idle = catalog.subscriptions.every()
         assert (etl.followed, idle.followed) == (None, None)
         assert dict(etl.watermarks) == {CLICKS: 5, "*": 4}
+        # its first claim since: every topic is followed anew, none was deleted past it
         claimed = catalog.subscriptions.claim("etl", "new:1", topics=[CLICKS, "hcat.web.views"])
         assert dict(claimed.watermarks) == {CLICKS: 5, "*": 4}
         assert claimed.followed == 2
