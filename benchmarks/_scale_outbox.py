@@ -9,6 +9,11 @@ day's events are bulk-loaded as the store writes them (ids from the catalog's co
 or sequence, stamped with the day), the topic is recorded published through them as a
 relay does, then ``catalog.outbox.sweep`` runs in this process (the command's batches,
 pacing and checks; its start is ``scale_sweep.py``'s own row).
+
+A durable subscriber runs beside it, started after the tables were created (its floor)
+and following three other tables, one of which gets a done a day that it handles: it
+holds only those tables' topics, so the outbox stays bounded with it (before migration
+0022 its floor held every event written after its start).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from hcat_notify.model.wire import build_mark_set_done
 from hcat_notify.store import Catalog
 from hcat_notify.store.event_rows import OUTBOX_COLUMNS
 from hcat_notify.store.group import BucketProgress, MemberReport
+from hcat_notify.store.subscriptions import FLOOR_KEY, RETAINED_KEY
 
 __all__ = ["DAYS", "QUICK_DAYS", "run_outbox"]
 
@@ -37,6 +43,8 @@ QUICK_DAYS = (4, 8)
 PER_DAY = {False: 20_000, True: 500}
 RETENTION_DAYS = 2
 TABLE = "scale.outbox"
+FOLLOWED = ("scale.followed0", "scale.followed1", "scale.followed2")
+SUBSCRIBER, OWNER = "bench-subscriber", "bench:1"
 START = datetime(2000, 1, 1, tzinfo=UTC)
 XLABEL = "days of steady writes"
 _MARK = "987654321987"
@@ -109,7 +117,7 @@ def run_outbox(backend: str, settings: Settings, days: list[int], quick: bool) -
     bound = (RETENTION_DAYS + 1) * per_day
     rows = Series(
         f"outbox rows, {per_day:,} events a day, swept daily with a {RETENTION_DAYS}-day "
-        "retention (ref: the rows written)",
+        "retention, a durable subscriber of 3 other tables beside (ref: the rows written)",
         "rows",
         XLABEL,
         at_most(bound),
@@ -122,11 +130,29 @@ def run_outbox(backend: str, settings: Settings, days: list[int], quick: bool) -
         with Catalog.open(settings) as opened:
             catalog = Catalog(opened._engine, settings, clock=clock)
             info = catalog.create_table(TABLE, location="/data/scale/outbox", partition_keys=["ds"])
-            _published(catalog, info.prefix_topic or "hcat", catalog.last_event_id())
+            topics = [
+                catalog.create_table(
+                    name,
+                    location=f"/data/{name}",
+                    partition_keys=["ds"],
+                    retention=timedelta(hours=1),
+                ).topic
+                for name in FOLLOWED
+            ]
+            floor = catalog.last_event_id()
+            for topic in [info.prefix_topic or "hcat", info.topic, *topics]:
+                _published(catalog, topic, floor)
+            catalog.subscriptions.claim(SUBSCRIBER, OWNER, topics=topics)
+            catalog.subscriptions.advance(
+                SUBSCRIBER, OWNER, {FLOOR_KEY: floor, RETAINED_KEY: floor}
+            )
             for day in range(1, max(days) + 1):
                 clock.now = START + timedelta(days=day)
                 last = _load_day(loader, catalog, day, per_day)
                 _published(catalog, info.topic, last)
+                handled = catalog.mark_set_done(FOLLOWED[0], {"ds": str(day)})
+                _published(catalog, topics[0], handled)
+                catalog.subscriptions.advance(SUBSCRIBER, OWNER, {topics[0]: handled})
                 clock.now = START + timedelta(days=day + 1) - timedelta(seconds=1)
                 started = time.perf_counter()
                 swept = catalog.outbox.sweep(retention)

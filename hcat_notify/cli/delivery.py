@@ -530,6 +530,11 @@ def sweep(obj: CliContext, batch_size: int, max_duty: float | None) -> None:
     emit(obj, data, text)
 
 
+_FOLLOWED_SHOWN = 100
+"""The followed topics ``subscribers -o json`` lists per subscriber (the first, by name;
+``followed_count`` says how many)."""
+
+
 @click.command()
 @click.option(
     "--remove",
@@ -543,13 +548,18 @@ def sweep(obj: CliContext, batch_size: int, max_duty: float | None) -> None:
 @click.pass_obj
 @handle_errors
 def subscribers(obj: CliContext, remove: tuple[str, ...]) -> None:
-    """Durable subscribers: who consumes under each name, watermarks, lag."""
+    """Durable subscribers: who consumes under each name, watermarks, lag, the topics it
+    follows (what the outbox is kept for)."""
     if remove:
         _remove_subscribers(obj, list(dict.fromkeys(remove)))
         return
     with obj.catalog(write=False) as catalog:
         found = catalog.subscriptions.every()
         lags = {item.name: catalog.subscriptions.lag(item.cursor.watermarks) for item in found}
+        followed = {
+            item.name: catalog.subscriptions.followed(item.name, limit=_FOLLOWED_SHOWN)
+            for item in found
+        }
     data = [
         {
             "subscriber": item.name,
@@ -559,6 +569,9 @@ def subscribers(obj: CliContext, remove: tuple[str, ...]) -> None:
             "watermarks": dict(item.cursor.watermarks),
             "lag": lags[item.name],
             "lag_total": sum(lags[item.name].values()),
+            # None: claimed before 0022; it holds every topic until it next starts
+            "followed_count": item.followed,
+            "followed_topics": followed[item.name],
         }
         for item in found
     ]
@@ -569,9 +582,15 @@ def subscribers(obj: CliContext, remove: tuple[str, ...]) -> None:
         lines = []
         for item in data:
             owner = item["owner"] or "nobody (stopped)"
+            follows = (
+                "follows every topic (claimed before 0022, until it next starts)"
+                if item["followed_count"] is None
+                else f"follows {item['followed_count']} topic(s)"
+            )
             lines.append(
                 f"{item['subscriber']}: {owner}, heartbeat {item['heartbeat_age_seconds']:.1f} s "
-                f"ago, {item['lag_total']} event(s) behind, cursor {item['cursor'] or '-'}"
+                f"ago, {item['lag_total']} event(s) behind, cursor {item['cursor'] or '-'}, "
+                f"{follows}"
             )
         return "\n".join(lines)
 

@@ -169,7 +169,7 @@ class NotificationConsumer:
         """
         durable = self._durable
         if durable is not None and not durable.held:
-            self._marks.resume(*durable.claim())
+            self._marks.resume(*durable.claim([s.topic for s in self._subscriptions]))
             logger.info(
                 "consumer subscriber=%s claimed by %s cursor=%s",
                 durable.name,

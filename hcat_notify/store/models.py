@@ -49,6 +49,7 @@ __all__ = [
     "SetStateRow",
     "StoredRule",
     "SubscriberRow",
+    "SubscriberTopicRow",
     "SubscriberWatermarkRow",
     "TableRow",
     "TopicProgressRow",
@@ -344,7 +345,8 @@ class OutboxPrunedRow(Base):
 
     The row of topic ``*`` holds the highest of all (the oldest position from which
     every topic's history is complete) and the last sweep's figures; a sweep's batch
-    and a webhook's replay lock it, so that neither misses what the other wrote.
+    and a webhook's replay lock it, and so does a durable subscriber's claim of topics it
+    follows anew, so that neither misses what the other wrote.
     """
 
     __tablename__ = "hcat_outbox_pruned"
@@ -354,6 +356,9 @@ class OutboxPrunedRow(Base):
     # topic "*" only: when the last sweep ended (DB clock) and what it held back, by why
     swept_at: Mapped[float | None] = mapped_column(Float, default=None)
     held: Mapped[dict[str, Any] | None] = mapped_column(JSON(), default=None)
+    # topic "*" only: claims of durable subscribers that followed topics anew (a batch
+    # judged before one judges again; read with the lock, no query of its own)
+    claims: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
 
 class EventCounterRow(Base):
@@ -459,6 +464,21 @@ class SubscriberRow(Base):
     heartbeat_at: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
     version: Mapped[int] = mapped_column(Integer, default=1)
+    followed: Mapped[int | None] = mapped_column(Integer, default=None)
+    """How many topics its last claim stored (None: claimed by a version before 0022:
+    it holds every topic of the outbox until it next starts)."""
+
+
+class SubscriberTopicRow(Base):
+    """A topic a durable subscriber follows (its subscriptions at its last claim)."""
+
+    __tablename__ = "hcat_subscriber_topics"
+    __table_args__ = (Index("ix_hcat_subscriber_topics_topic", "topic", "subscriber"),)
+
+    subscriber: Mapped[str] = mapped_column(
+        ForeignKey("hcat_subscribers.name", ondelete="CASCADE"), primary_key=True
+    )
+    topic: Mapped[str] = mapped_column(String(255), primary_key=True)
 
 
 class SubscriberWatermarkRow(Base):

@@ -7,15 +7,13 @@ retention"; the loop that paces the batches is :mod:`hcat_notify.store.sweep`.
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
-from sqlalchemy import Executable, case, delete, func, select, text, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.orm import aliased
 
 from hcat_notify.errors import HistoryGoneError
@@ -27,10 +25,19 @@ from hcat_notify.store.models import (
     OutboxRow,
     RetentionRow,
     SubscriberRow,
+    SubscriberTopicRow,
     SubscriberWatermarkRow,
     TopicProgressRow,
     WebhookProgressRow,
     WebhookRow,
+)
+from hcat_notify.store.pruned_marks import (
+    ALL_TOPICS,
+    chunks,
+    lock_marks,
+    move_marks,
+    read_claims,
+    topic_marks,
 )
 from hcat_notify.store.subscriptions import FLOOR_KEY
 from hcat_notify.store.tx import Tx
@@ -54,11 +61,6 @@ __all__ = [
     "record_sweep",
     "retention_status",
 ]
-
-_T = TypeVar("_T")
-
-ALL_TOPICS = "*"
-"""The topic of the row that holds the highest mark of all (and the sweep's figures)."""
 
 HELD_UNPUBLISHED = "unpublished"
 """Not published yet, or parked (and not dropped)."""
@@ -126,25 +128,12 @@ class PruneBatch:
     going: list[tuple[int, str]] = field(default_factory=list)
     """The (event id, topic) of the old events nobody holds back."""
     stamp: _Stamp = ()
-    """The webhooks' stamp they were judged with (:func:`delete_judged` checks it)."""
+    """The webhooks' and subscribers' stamp they were judged with (:func:`delete_judged`
+    checks it)."""
 
 
 def _aware(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
-
-
-def _lock_marks(tx: Tx, *, share: bool) -> int:
-    """The highest mark of all, its row locked (PostgreSQL) for the transaction: ``share``
-    by a replay's check, exclusively by a sweep's batch, so that a batch never works
-    from webhooks or marks another transaction is changing."""
-    query = select(OutboxPrunedRow.pruned_through).where(OutboxPrunedRow.topic == ALL_TOPICS)
-    if tx.dialect == "postgresql":
-        query = query.with_for_update(read=share)
-    found = tx.connection().execute(query).scalar_one_or_none()
-    if found is None:  # a catalog whose row was removed by hand: start again from 0
-        _move_marks(tx, {ALL_TOPICS: 0})
-        return 0
-    return int(found)
 
 
 def pruned_through(tx: Tx) -> int:
@@ -158,28 +147,6 @@ def pruned_through(tx: Tx) -> int:
     return int(found or 0)
 
 
-_IN_CHUNK = 500
-"""Values per IN list: a batch may hold up to 100,000 events, PostgreSQL's protocol at
-most 65,535 parameters a statement."""
-
-
-def _chunks(values: Sequence[_T]) -> Iterator[Sequence[_T]]:
-    for start in range(0, len(values), _IN_CHUNK):
-        yield values[start : start + _IN_CHUNK]
-
-
-def _topic_marks(tx: Tx, topics: Iterable[str]) -> dict[str, int]:
-    found: dict[str, int] = {}
-    for chunk in _chunks(sorted(set(topics))):
-        rows = tx.connection().execute(
-            select(OutboxPrunedRow.topic, OutboxPrunedRow.pruned_through).where(
-                OutboxPrunedRow.topic.in_(chunk)
-            )
-        )
-        found.update({row.topic: int(row.pruned_through) for row in rows})
-    return found
-
-
 def check_complete(tx: Tx, positions: Mapping[str, int], cursor: Cursor | None = None) -> None:
     """Raise if events of a topic after its position in ``positions`` were deleted.
 
@@ -187,7 +154,7 @@ def check_complete(tx: Tx, positions: Mapping[str, int], cursor: Cursor | None =
         HistoryGoneError: naming the topic and, with ``cursor``, the oldest cursor from
             which the reader's history is complete.
     """
-    marks = _topic_marks(tx, positions)
+    marks = topic_marks(tx, positions)
     gone = {topic: mark for topic, mark in marks.items() if mark > positions[topic]}
     if not gone:
         return
@@ -216,37 +183,13 @@ def check_replay_from(tx: Tx, from_event: int) -> None:
     Raises:
         HistoryGoneError: naming the oldest event from which every topic is complete.
     """
-    mark = _lock_marks(tx, share=True)
+    mark = lock_marks(tx, share=True).pruned_through
     if from_event <= mark:
         raise HistoryGoneError(
             f"event {from_event} is gone: the outbox's retention deleted events up to "
             f"{mark}; the oldest event to deliver from is {mark + 1}",
             oldest=mark + 1,
         )
-
-
-def _move_marks(tx: Tx, marks: Mapping[str, int]) -> None:
-    rows = [{"topic": topic, "pruned_through": mark} for topic, mark in sorted(marks.items())]
-    if rows:
-        tx.connection().execute(_marks_upsert(tx.dialect), rows)
-
-
-@functools.cache
-def _marks_upsert(dialect_name: str) -> Executable:
-    dialect = postgresql if dialect_name == "postgresql" else sqlite
-    row = OutboxPrunedRow
-    statement = dialect.insert(row)
-    excluded = statement.excluded
-    upsert: Executable = statement.on_conflict_do_update(
-        index_elements=[row.topic],
-        set_={
-            "pruned_through": case(
-                (excluded.pruned_through > row.pruned_through, excluded.pruned_through),
-                else_=row.pruned_through,
-            )
-        },
-    )
-    return upsert
 
 
 def _candidates(tx: Tx, after: int, limit: int) -> list[_Candidate]:
@@ -321,7 +264,15 @@ def _holders(
     published: dict[str, int] = {}
     lanes: dict[tuple[int, str], int] = {}
     marks: dict[str, dict[str, int]] = {}
-    for chunk in _chunks([*topics, FLOOR_KEY]):
+    # A durable subscriber holds the topics it follows (stored at its claim); one claimed
+    # by a version before 0022 every topic, until it next starts.
+    everything = set(
+        connection.execute(
+            select(SubscriberRow.name).where(SubscriberRow.followed.is_(None))
+        ).scalars()
+    )
+    followers: dict[str, set[str]] = {topic: set(everything) for topic in topics}
+    for chunk in chunks([*topics, FLOOR_KEY]):
         for row in connection.execute(
             select(
                 SubscriberWatermarkRow.subscriber,
@@ -334,7 +285,13 @@ def _holders(
         # Stored by an earlier version (watermarks, no floor): its next start resumes
         # by its watermarks, every topic without one from its start.
         marks.setdefault(name, {})[FLOOR_KEY] = 0
-    for chunk in _chunks(topics):
+    for chunk in chunks(topics):
+        for subscriber, topic in connection.execute(
+            select(SubscriberTopicRow.subscriber, SubscriberTopicRow.topic).where(
+                SubscriberTopicRow.topic.in_(chunk)
+            )
+        ):
+            followers[topic].add(subscriber)
         published.update(
             (row.topic, row.last_event_id)
             for row in connection.execute(
@@ -365,13 +322,13 @@ def _holders(
             )
         ).scalars()
     )
-    # Per topic, each subscriber's position on it, lowest first: its own watermark of the
-    # topic, else its floor (where it would resume); an event is held by those below it.
+    # Per topic, the position of each subscriber that follows it, lowest first: its own
+    # watermark of the topic, else its floor; an event is held by those below it.
     positions: dict[str, list[tuple[int, str]]] = {
         topic: sorted(
             (mark, name)
-            for name, watermarks in marks.items()
-            if (mark := watermarks.get(topic, watermarks.get(FLOOR_KEY))) is not None
+            for name in followers[topic]
+            if (mark := _position(marks.get(name, {}), topic)) is not None
         )
         for topic in topics
     }
@@ -396,6 +353,12 @@ def _holders(
             holders.append(_SUBSCRIBER + name)
         found[event.event_id] = holders
     return found
+
+
+def _position(watermarks: Mapping[str, int], topic: str) -> int | None:
+    """Where a subscriber would resume ``topic``: its watermark, else its floor (None:
+    no past; it holds nothing yet)."""
+    return watermarks.get(topic, watermarks.get(FLOOR_KEY))
 
 
 def _without_floor(tx: Tx) -> list[str]:
@@ -425,7 +388,9 @@ def judge_batch(
     old = [event for event in events if event.created_at < cutoff]
     if not old:
         return PruneBatch(walked_to=events[-1].event_id)
+    claims = read_claims(tx)  # before the followed topics are read
     hooks, stamp = _hooks(tx)
+    stamp = (*stamp, (claims,))
     holders = _holders(tx, old, now, hooks)
     judged = PruneBatch(walked_to=events[-1].event_id, old=len(old), stamp=stamp)
     for event in old:
@@ -439,20 +404,21 @@ def judge_batch(
 def delete_judged(tx: Tx, judged: PruneBatch) -> bool:
     """Delete what :func:`judge_batch` found may go, in ``tx`` (a write transaction, short:
     the judging took no lock), and move the marks; False, deleting nothing, when a
-    webhook changed since (judge again).
+    webhook or a durable subscriber's claim changed since (judge again).
 
-    Only a webhook can want an event again once it did not (a replay, an add from an
-    event: each changes the webhooks' stamp); progress,
-    lanes and watermarks only move forward, and a retained done never comes back. The
-    batch locks the row of the highest mark first (PostgreSQL), as a replay's check does.
+    Only a webhook or a subscriber can want an event again once it did not (a replay, an
+    add from an event, a claim that follows a topic anew: each changes the stamp);
+    progress, lanes and watermarks only move forward, and a retained done never comes
+    back. The batch locks the row of the highest mark first (PostgreSQL), as a replay's
+    check and a claim do.
     """
-    _lock_marks(tx, share=False)
-    if _hooks(tx)[1] != judged.stamp:
+    claims = lock_marks(tx, share=False).claims
+    if (*_hooks(tx)[1], (claims,)) != judged.stamp:
         return False
     if not judged.going:
         return True
     marks: dict[str, int] = {}
-    for chunk in _chunks([event_id for event_id, _ in judged.going]):
+    for chunk in chunks([event_id for event_id, _ in judged.going]):
         # Not an event parked since its judging: on PostgreSQL each statement of the
         # judging read its own snapshot, so a relay that parked it and moved its topic's
         # progress past it in between made it look published.
@@ -473,13 +439,13 @@ def delete_judged(tx: Tx, judged: PruneBatch) -> bool:
         judged.held[HELD_UNPUBLISHED] += missed
     if marks:
         marks[ALL_TOPICS] = max(marks.values())
-        _move_marks(tx, marks)
+        move_marks(tx, marks)
     return True
 
 
 def record_sweep(tx: Tx, held: Mapping[str, int]) -> None:
     """Keep what the sweep that just ended held back (``status`` shows it)."""
-    _lock_marks(tx, share=False)
+    lock_marks(tx, share=False)
     tx.session.execute(
         update(OutboxPrunedRow)
         .where(OutboxPrunedRow.topic == ALL_TOPICS)

@@ -9,20 +9,27 @@ judged by the database's clock.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from sqlalchemy import case, delete, func, select, update
+from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from hcat_notify.errors import InvalidInputError, SubscriberInUseError, SubscriberTakenOverError
 from hcat_notify.model.cursor import Cursor
-from hcat_notify.store.models import OutboxRow, SubscriberRow, SubscriberWatermarkRow
+from hcat_notify.store.models import (
+    OutboxRow,
+    SubscriberRow,
+    SubscriberTopicRow,
+    SubscriberWatermarkRow,
+)
 from hcat_notify.store.owners import process_gone
+from hcat_notify.store.pruned_marks import chunks, note_claim, topic_marks
 from hcat_notify.store.tx import Tx
 
 __all__ = [
@@ -34,6 +41,8 @@ __all__ = [
     "this_process",
     "validate_subscriber",
 ]
+
+logger = logging.getLogger(__name__)
 
 FLOOR_KEY = "*"
 """The watermark of topics without one of their own (a cursor's default)."""
@@ -48,12 +57,15 @@ MAX_NAME = 255
 
 @dataclass(frozen=True)
 class SubscriberInfo:
-    """A durable subscriber: its owner, heartbeat age (DB clock) and watermarks."""
+    """A durable subscriber: its owner, heartbeat age (DB clock), watermarks, and how
+    many topics it follows (None: claimed by a version before 0022, it holds every topic
+    of the outbox until it next starts)."""
 
     name: str
     owner: str | None
     heartbeat_age: float
     watermarks: Mapping[str, int]
+    followed: int | None = None
 
     def stored(self) -> tuple[dict[str, int], int | None, bool]:
         """Its topics' watermarks, its floor (None: none stored), and whether it is still
@@ -112,33 +124,126 @@ def _watermarks(tx: Tx, name: str) -> dict[str, int]:
     return {row.topic: row.last_event_id for row in rows}
 
 
-def claim(tx: Tx, name: str, owner: str, *, takeover: bool, timeout: float) -> SubscriberInfo:
+def claim(
+    tx: Tx,
+    name: str,
+    owner: str,
+    *,
+    takeover: bool,
+    timeout: float,
+    topics: Collection[str] | None = None,
+) -> SubscriberInfo:
     """Make ``owner`` the consumer of ``name`` (created if new); its watermarks.
+
+    ``topics``: the topics it follows now, replacing those stored at its previous claim
+    (None: leave them as they are). A topic followed anew whose history the outbox's
+    retention deleted past where the subscriber would resume it starts after what was
+    deleted: it was not held for a subscriber that did not follow it.
 
     Raises:
         SubscriberInUseError: another owner is alive and ``takeover`` is False.
     """
     now = tx.clock()
+    followed = None if topics is None else sorted(set(topics))
+    count = None if followed is None else len(followed)
     row = tx.session.get(SubscriberRow, name)
     if row is None:
-        tx.session.add(SubscriberRow(name=name, owner=owner, heartbeat_at=now, created_at=now))
+        tx.session.add(
+            SubscriberRow(name=name, owner=owner, heartbeat_at=now, created_at=now, followed=count)
+        )
         tx.session.flush()
-        return SubscriberInfo(name, owner, 0.0, MappingProxyType({}))
+        if followed is not None:
+            _follow(tx, name, followed, set())  # no past: nothing was owed before
+        return SubscriberInfo(name, owner, 0.0, MappingProxyType({}), count)
     age = max(0.0, now - row.heartbeat_at)
     if row.owner != owner and not _gone(row.owner, age, timeout) and not takeover:
         raise SubscriberInUseError(
             f"subscriber {name} is in use by {row.owner} (heartbeat {age:.1f} s ago); "
             "stop it, or take it over with --takeover"
         )
+    previous_count = row.followed
     changed = tx.session.execute(
         update(SubscriberRow)
         .where(SubscriberRow.name == name, SubscriberRow.version == row.version)
-        .values(owner=owner, heartbeat_at=now, version=row.version + 1)
+        .values(
+            owner=owner,
+            heartbeat_at=now,
+            version=row.version + 1,
+            followed=previous_count if count is None else count,
+        )
         .execution_options(synchronize_session=False)
     )
     if changed.rowcount == 0:  # type: ignore[attr-defined]
         raise SubscriberInUseError(f"subscriber {name} was claimed concurrently; try again")
-    return SubscriberInfo(name, owner, 0.0, MappingProxyType(_watermarks(tx, name)))
+    if followed is not None:
+        # Claimed by a version before 0022: every topic counts as followed anew.
+        previous = None if previous_count is None else set(_followed(tx, name))
+        _follow(tx, name, followed, previous)
+    return SubscriberInfo(
+        name,
+        owner,
+        0.0,
+        MappingProxyType(_watermarks(tx, name)),
+        previous_count if count is None else count,
+    )
+
+
+def _followed(tx: Tx, name: str, limit: int | None = None) -> list[str]:
+    query = (
+        select(SubscriberTopicRow.topic)
+        .where(SubscriberTopicRow.subscriber == name)
+        .order_by(SubscriberTopicRow.topic)
+        .limit(limit)
+    )
+    return list(tx.session.execute(query).scalars())
+
+
+def _follow(tx: Tx, name: str, topics: Sequence[str], previous: set[str] | None) -> None:
+    """Store ``topics`` as what ``name`` follows (``previous``: what it followed; None:
+    not known, every topic is new to it), and raise the positions of those it follows
+    anew above what the outbox's retention deleted of them."""
+    anew = [topic for topic in topics if previous is None or topic not in previous]
+    if previous:
+        gone = sorted(previous.difference(topics))
+        for chunk in chunks(gone):
+            tx.session.execute(
+                delete(SubscriberTopicRow).where(
+                    SubscriberTopicRow.subscriber == name, SubscriberTopicRow.topic.in_(chunk)
+                )
+            )
+    if anew:
+        tx.session.execute(
+            insert(SubscriberTopicRow),
+            [{"subscriber": name, "topic": topic} for topic in anew],
+        )
+        _skip_pruned(tx, name, anew)
+
+
+def _skip_pruned(tx: Tx, name: str, topics: Sequence[str]) -> None:
+    """Raise the watermark of each of ``topics`` (followed anew) whose events the outbox's
+    retention deleted after where ``name`` would resume it (its watermark, else its
+    floor; 0 for one without a floor): the sweep did not hold them for it, and its
+    catch-up would otherwise meet HistoryGoneError at every start."""
+    marks = _watermarks(tx, name)
+    if not marks:
+        return  # no past: its first start hands out the retained dones, then live
+    floor = marks.get(FLOOR_KEY, 0)
+    # A sweep's batch either committed its marks before these are read, or judges again
+    # after this claim.
+    note_claim(tx)
+    pruned = topic_marks(tx, topics)
+    raised = {
+        topic: mark for topic, mark in pruned.items() if mark > max(marks.get(topic, 0), floor)
+    }
+    for topic, mark in sorted(raised.items()):
+        logger.info(
+            "subscriber %s follows topic %s anew: the outbox's retention deleted its events "
+            "through %d, its catch-up of the topic starts after them",
+            name,
+            topic,
+            mark,
+        )
+    _raise_watermarks(tx, name, raised)
 
 
 def _fence(tx: Tx, name: str, owner: str) -> None:
@@ -164,6 +269,10 @@ def _fence(tx: Tx, name: str, owner: str) -> None:
 def advance(tx: Tx, name: str, owner: str, watermarks: Mapping[str, int]) -> None:
     """Raise the watermarks of ``name`` (never lower them), fenced by its owner."""
     _fence(tx, name, owner)
+    _raise_watermarks(tx, name, watermarks)
+
+
+def _raise_watermarks(tx: Tx, name: str, watermarks: Mapping[str, int]) -> None:
     if not watermarks:
         return
     now = tx.clock()
@@ -213,6 +322,7 @@ def subscribers(tx: Tx) -> list[SubscriberInfo]:
             row.owner,
             max(0.0, now - row.heartbeat_at),
             MappingProxyType(marks.get(row.name, {})),
+            row.followed,
         )
         for row in tx.session.scalars(select(SubscriberRow).order_by(SubscriberRow.name))
     ]
@@ -233,10 +343,11 @@ def lag(tx: Tx, watermarks: Mapping[str, int]) -> dict[str, int]:
 
 
 def remove(tx: Tx, name: str) -> bool:
-    """Forget a subscriber and its watermarks; whether it existed."""
+    """Forget a subscriber, its watermarks and followed topics; whether it existed."""
     tx.session.execute(
         delete(SubscriberWatermarkRow).where(SubscriberWatermarkRow.subscriber == name)
     )
+    tx.session.execute(delete(SubscriberTopicRow).where(SubscriberTopicRow.subscriber == name))
     return bool(
         tx.session.execute(delete(SubscriberRow).where(SubscriberRow.name == name)).rowcount  # type: ignore[attr-defined]
     )
@@ -254,12 +365,25 @@ class Subscriptions:
         self._transaction = transaction
 
     def claim(
-        self, name: str, owner: str, *, takeover: bool = False, timeout: float = SUBSCRIBER_TIMEOUT
+        self,
+        name: str,
+        owner: str,
+        *,
+        takeover: bool = False,
+        timeout: float = SUBSCRIBER_TIMEOUT,
+        topics: Collection[str] | None = None,
     ) -> SubscriberInfo:
-        """Own ``name`` (refused while another owner lives, unless ``takeover``)."""
+        """Own ``name`` (refused while another owner lives, unless ``takeover``);
+        ``topics``: the topics it follows now (see :func:`claim`)."""
         validate_subscriber(name)
         with self._transaction(write=True) as tx:
-            return claim(tx, name, owner, takeover=takeover, timeout=timeout)
+            return claim(tx, name, owner, takeover=takeover, timeout=timeout, topics=topics)
+
+    def followed(self, name: str, *, limit: int | None = None) -> list[str]:
+        """The topics ``name`` follows (its last claim's), in name order, the first
+        ``limit`` if given."""
+        with self._transaction() as tx:
+            return _followed(tx, name, limit)
 
     def heartbeat(self, name: str, owner: str) -> None:
         """Still consuming (raises SubscriberTakenOverError if no longer the owner)."""

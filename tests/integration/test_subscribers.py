@@ -178,9 +178,12 @@ def test_subscribers_lists_owners_watermarks_and_lag(
     assert listed["owner"] is None  # stopped cleanly: gave the name up
     assert listed["watermarks"] == {clicks.topic: ids[-1]}
     assert listed["lag"] == {clicks.topic: 1}
+    # what its start stored it follows: the outbox's sweep holds those topics for it
+    assert (listed["followed_count"], listed["followed_topics"]) == (1, [clicks.topic])
     text = run_cli(delivery_settings, "subscribers").stdout
     assert text.startswith("lister: nobody (stopped)")
     assert "1 event(s) behind" in text
+    assert text.rstrip().endswith("follows 1 topic(s)")
 
 
 @contextlib.contextmanager

@@ -75,3 +75,21 @@ def test_a_start_below_what_was_deleted_is_one_line_and_writes_nothing(
         assert err.count("\n") == 1
         assert f"the oldest event to deliver from is {old_events[2] + 1}" in err
     assert run("-o", "json", "webhooks", "list")[1] == before
+
+
+def test_subscribers_show_the_topics_each_follows(
+    run: Run, old_events: list[int], db_url: str, tmp_path
+):
+    code, out, err = run("-o", "json", "subscribers")
+    assert code == 0, err
+    (etl,) = json.loads(out)
+    assert (etl["followed_count"], etl["followed_topics"]) == (None, [])  # claimed before 0022
+    assert "follows every topic (claimed before 0022" in run("subscribers")[1]
+    settings = load_settings(home=tmp_path / "home", db_url=db_url)
+    with Catalog.open(settings) as catalog:
+        catalog.subscriptions.claim("etl", "host:1", topics=["hcat.web.views", TOPIC])
+    code, out, err = run("-o", "json", "subscribers")
+    assert code == 0, err
+    (etl,) = json.loads(out)
+    assert (etl["followed_count"], etl["followed_topics"]) == (2, [TOPIC, "hcat.web.views"])
+    assert "follows 2 topic(s)" in run("subscribers")[1]

@@ -254,3 +254,40 @@ def test_i_the_cursor_shown_of_a_subscriber_handing_out_its_retained_dones_skips
     (stored,) = cat.subscriptions.every()
     with _consumer(cat, settings, broker, tables, cursor=str(stored.cursor)) as resumed:
         assert views_done in _handed(resumed)
+
+
+def test_j_a_table_followed_anew_after_its_events_were_swept_starts_after_them(
+    cat: Catalog,
+    clock: HandClock,
+    settings: Settings,
+    broker: FakeBroker,
+    caplog: pytest.LogCaptureFixture,
+):
+    """etl followed web.clicks only: the sweep held web.clicks' events for it and deleted
+    web.views'. Started following both tables, it hands out every web.clicks event it
+    missed and the web.views events the outbox still has; it starts (and restarts)
+    without HistoryGoneError."""
+    done = cat.mark_set_done("web.clicks", {"ds": "a"})
+    with _consumer(cat, settings, broker, ["web.clicks"], subscriber="etl") as first:
+        assert _handed(first) == [done]
+    missed = [_add(cat, "web.clicks", "b"), _add(cat, "web.clicks", "c")]
+    gone = [_add(cat, "web.views", "x"), _add(cat, "web.views", "y")]
+    for topic in (CLICKS, VIEWS, "hcat"):
+        publish(cat, topic, gone[-1])
+    clock.now += 10 * DAY
+    swept = cat.outbox.sweep(2 * DAY)
+    assert swept.held == {"subscriber etl": 2, "retained done": 1}
+    assert cat.outbox.pruned_through() == gone[-1]
+    kept = _add(cat, "web.views", "z")
+    tables = ["web.clicks", "web.views"]
+    with caplog.at_level("INFO", logger="hcat_notify.store.subscriptions"):
+        with _consumer(cat, settings, broker, tables, subscriber="etl") as again:
+            assert _handed(again) == [*missed, kept]
+    assert f"follows topic {VIEWS} anew" in caplog.text
+    assert f"through {gone[-1]}" in caplog.text
+    later = _add(cat, "web.views", "w")
+    with _consumer(cat, settings, broker, tables, subscriber="etl") as restarted:
+        assert _handed(restarted) == [later]
+    (stored,) = cat.subscriptions.every()
+    assert stored.followed == 2
+    assert stored.cursor.get(VIEWS) == later

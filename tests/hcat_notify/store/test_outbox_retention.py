@@ -166,6 +166,83 @@ def test_a_durable_subscriber_behind_holds_its_topics(cat: Catalog, clock: _Cloc
     assert done.held["subscriber late"] == 1  # views[1]: every clicks event is older
 
 
+def _published_and_old(cat: Catalog, clock: _Clock) -> tuple[list[int], list[int]]:
+    """Three dones of web.clicks and two of web.views, every topic published (the prefix
+    topic's CREATE_TABLEs too), then two days pass."""
+    clicks = _events(cat, "web.clicks", 3)
+    views = _events(cat, "web.views", 2)
+    for topic in (CLICKS, VIEWS, "hcat"):
+        publish(cat, topic, views[-1])
+    clock.now += 2 * DAY
+    return clicks, views
+
+
+def test_a_durable_subscriber_holds_only_the_topics_it_follows(cat: Catalog, clock: _Clock):
+    """Its floor is below every event, but it follows web.clicks only: web.views' expired
+    events go, web.clicks' above its watermark stay, and only those name it."""
+    clicks, views = _published_and_old(cat, clock)
+    cat.subscriptions.claim("etl", "me", topics=[CLICKS])
+    cat.subscriptions.advance("etl", "me", {CLICKS: clicks[0], "*": 1})
+    done = cat.outbox.sweep(DAY)
+    assert _kept(cat, CLICKS) == clicks[1:]
+    assert _kept(cat, VIEWS) == []
+    assert done.held == {"subscriber etl": 2}
+    status = cat.outbox.retention(DAY)
+    assert (status.oldest_event_id, status.oldest_held_by) == (clicks[1], ("subscriber etl",))
+    assert status.last_sweep_held == {"subscriber etl": 2}
+    assert views[-1] <= cat.outbox.pruned_through()
+
+
+def test_a_subscriber_stored_before_its_topics_holds_every_topic_until_its_next_claim(
+    cat: Catalog, clock: _Clock
+):
+    """Claimed without topics (as a version before 0022 left it): every topic from its
+    floor, as before; its next claim stores its topics, and it holds only those."""
+    clicks, views = _published_and_old(cat, clock)
+    cat.subscriptions.claim("etl", "old:1")
+    cat.subscriptions.advance("etl", "old:1", {CLICKS: clicks[0], "*": clicks[1]})
+    (stored,) = cat.subscriptions.every()
+    assert stored.followed is None
+    done = cat.outbox.sweep(DAY)
+    assert (_kept(cat, CLICKS), _kept(cat, VIEWS)) == (clicks[1:], views)
+    assert done.held == {"subscriber etl": 2 + 2}
+    assert cat.outbox.retention(DAY).oldest_held_by == ("subscriber etl",)
+    cat.subscriptions.claim("etl", "new:1", topics=[CLICKS], takeover=True)
+    assert [item.followed for item in cat.subscriptions.every()] == [1]
+    assert cat.subscriptions.followed("etl") == [CLICKS]
+    done = cat.outbox.sweep(DAY)
+    assert (_kept(cat, CLICKS), _kept(cat, VIEWS)) == (clicks[1:], [])
+    assert done.held == {"subscriber etl": 2}
+
+
+def test_a_claim_raises_a_topic_followed_anew_above_what_was_deleted_of_it(
+    cat: Catalog, clock: _Clock, caplog: pytest.LogCaptureFixture
+):
+    """web.views' events went while the subscriber followed web.clicks only; following
+    web.views too, it resumes that topic after them (no HistoryGoneError), the rest of
+    its history complete; a topic it still follows keeps its watermark."""
+    clicks, views = _published_and_old(cat, clock)
+    cat.subscriptions.claim("etl", "me", topics=[CLICKS])
+    cat.subscriptions.advance("etl", "me", {CLICKS: clicks[0], "*": 1})
+    cat.outbox.sweep(DAY)
+    kept = _events(cat, "web.views", 1)
+    with pytest.raises(HistoryGoneError):
+        cat.outbox.catch_up(["web.views"], cursor=f"*:1,{CLICKS}:{clicks[0]}")
+    with caplog.at_level("INFO", logger="hcat_notify.store.subscriptions"):
+        info = cat.subscriptions.claim("etl", "me", topics=[CLICKS, VIEWS])
+    assert dict(info.watermarks) == {CLICKS: clicks[0], VIEWS: views[-1], "*": 1}
+    assert f"follows topic {VIEWS} anew" in caplog.text
+    assert f"through {views[-1]}" in caplog.text
+    assert info.cursor.get(VIEWS) == views[-1]
+    got = cat.outbox.catch_up(["web.clicks", "web.views"], cursor=info.cursor)
+    assert [e.event_id for e in got] == [*clicks[1:], *kept]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="hcat_notify.store.subscriptions"):
+        again = cat.subscriptions.claim("etl", "me", topics=[VIEWS, CLICKS])
+    assert again.watermarks == info.watermarks
+    assert "anew" not in caplog.text
+
+
 def test_an_unexpired_retained_done_is_kept(settings: Settings, cat: Catalog, clock: _Clock):
     cat.create_table("web.kept", location="/data/kept", partition_keys=["ds"], retention=3 * DAY)
     kept = _events(cat, "web.kept", 2)
@@ -245,6 +322,25 @@ def test_a_replay_between_a_batchs_judging_and_its_delete_sends_it_back_to_judge
     done = cat.outbox.sweep(DAY)  # judged again: the webhook holds them
     assert _kept(cat, CLICKS) == old
     assert done.held["webhook ops"] == len(old)
+
+
+def test_a_claim_between_a_batchs_judging_and_its_delete_sends_it_back_to_judge(
+    cat: Catalog, clock: _Clock
+):
+    """A claim that follows web.views anew raises its watermark to the mark it reads: a
+    batch judged before it must not then delete web.views' events past that mark."""
+    clicks, views = _published_and_old(cat, clock)
+    cat.subscriptions.claim("etl", "me", topics=[CLICKS])
+    cat.subscriptions.advance("etl", "me", {CLICKS: clicks[-1], "*": 1})
+    with cat._transaction() as tx:
+        judged = outbox_retention.judge_batch(tx, after=0, limit=100, now=clock.now, retention=DAY)
+    assert {event_id for event_id, _ in judged.going} >= set(views)
+    cat.subscriptions.claim("etl", "me", topics=[CLICKS, VIEWS])  # nothing deleted yet
+    with cat._transaction(write=True) as tx:
+        assert outbox_retention.delete_judged(tx, judged) is False
+    done = cat.outbox.sweep(DAY)  # judged again: it holds web.views from its floor
+    assert _kept(cat, VIEWS) == views
+    assert done.held["subscriber etl"] == len(views)
 
 
 def test_an_event_parked_after_it_was_judged_free_is_not_deleted(
