@@ -130,7 +130,7 @@ class CatalogCollector(Collector):
             labels=["subscriber"],
         )
         for subscriber in catalog.subscriptions.every():
-            behind = catalog.subscriptions.lag(subscriber.cursor.watermarks)
+            behind = catalog.subscriptions.lag(subscriber)
             lag.add_metric([subscriber.name], sum(behind.values()))
         yield lag
 

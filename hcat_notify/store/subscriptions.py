@@ -328,14 +328,23 @@ def subscribers(tx: Tx) -> list[SubscriberInfo]:
     ]
 
 
-def lag(tx: Tx, watermarks: Mapping[str, int]) -> dict[str, int]:
-    """Events on each topic after its watermark: how far behind a subscriber is."""
+def lag(tx: Tx, subscriber: SubscriberInfo) -> dict[str, int]:
+    """Events on each topic ``subscriber`` follows after where it stands: how far behind
+    it is. Its position on a topic is its watermark there, at least its floor (a topic
+    without a watermark: the floor; neither: the topic's start); one claimed before 0022
+    counts the topics it has watermarks of."""
+    marks, floor, _pending = subscriber.stored()
+    if subscriber.followed is None:
+        topics = sorted(marks)
+    else:
+        topics = _followed(tx, subscriber.name)
     result = {}
-    for topic, mark in watermarks.items():
+    for topic in topics:
+        position = max(marks.get(topic, 0), floor or 0)
         result[topic] = int(
             tx.session.execute(
                 select(func.count(OutboxRow.event_id)).where(
-                    OutboxRow.topic == topic, OutboxRow.event_id > mark
+                    OutboxRow.topic == topic, OutboxRow.event_id > position
                 )
             ).scalar_one()
         )
@@ -405,10 +414,11 @@ class Subscriptions:
         with self._transaction() as tx:
             return subscribers(tx)
 
-    def lag(self, watermarks: Mapping[str, int]) -> dict[str, int]:
-        """Events after each topic's watermark."""
+    def lag(self, subscriber: SubscriberInfo) -> dict[str, int]:
+        """Events on each topic ``subscriber`` follows after where it stands
+        (:func:`lag`)."""
         with self._transaction() as tx:
-            return lag(tx, watermarks)
+            return lag(tx, subscriber)
 
     def remove(self, names: Sequence[str]) -> list[str]:
         """Forget subscribers; the ones that existed."""

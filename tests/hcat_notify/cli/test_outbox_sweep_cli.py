@@ -93,3 +93,25 @@ def test_subscribers_show_the_topics_each_follows(
     (etl,) = json.loads(out)
     assert (etl["followed_count"], etl["followed_topics"]) == (2, [TOPIC, "hcat.web.views"])
     assert "follows 2 topic(s)" in run("subscribers")[1]
+
+
+def test_subscribers_lag_counts_the_followed_topics_from_where_each_stands(
+    run: Run, old_events: list[int], db_url: str, tmp_path
+):
+    def lags() -> dict[str, int]:
+        code, out, err = run("-o", "json", "subscribers")
+        assert code == 0, err
+        return {item["subscriber"]: item["lag_total"] for item in json.loads(out)}
+
+    # claimed before 0022: the topics it has watermarks of, after its watermark
+    assert lags() == {"etl": 3}
+    settings = load_settings(home=tmp_path / "home", db_url=db_url)
+    with Catalog.open(settings) as catalog:
+        # only a floor: every followed topic stands at it
+        catalog.subscriptions.claim("late", "host:2", topics=[TOPIC])
+        catalog.subscriptions.advance("late", "host:2", {"*": old_events[1]})
+        # a watermark of a topic it no longer follows is not lag
+        catalog.subscriptions.claim("etl", "host:1", takeover=True, topics=["hcat.web.views"])
+    assert lags() == {"etl": 0, "late": 2}
+    assert "late: host:2, heartbeat" in run("subscribers")[1]
+    assert "2 event(s) behind" in run("subscribers")[1]
