@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+import re
 from dataclasses import dataclass
 
 from hcat_notify.config import Settings
@@ -33,6 +34,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _LOCAL_SCHEMES = ("", "file", "local")  # pyarrow's local:// is the local filesystem
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 _BUCKET_SCHEMES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs"}
 
 
@@ -134,13 +136,10 @@ def canonical_location(
     if not (isinstance(location, str) and location.strip()):
         raise InvalidInputError(f"{what} is empty: give a directory path or URI")
     stripped = location.strip() if strip else location
-    control = next((char for char in stripped if ord(char) < 32 or ord(char) == 127), None)
+    control = _CONTROL.search(stripped)
     if control is not None:
-        name = (
-            "a NUL character"
-            if control == "\x00"
-            else f"the control character U+{ord(control):04X}"
-        )
+        char = control.group()
+        name = "a NUL character" if char == "\x00" else f"the control character U+{ord(char):04X}"
         raise InvalidInputError(f"{what} {location!r} contains {name}; nothing was registered")
     check_location_shape(stripped, what=what)
     scheme, authority, path = split_location(stripped)

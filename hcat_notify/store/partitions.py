@@ -119,7 +119,8 @@ def _check_partition_overlaps(
     the partition's own table are let be (a catalog registered before this check may
     hold such; a purge keeps what they hold)."""
     own = location_key(info.location)
-    keyed = [(spec, where, location_key(where)) for spec, where in stored]
+    # stored locations are resolved already (canonical_location)
+    keyed = [(spec, where, location_key(where, resolve=False)) for spec, where in stored]
     outside = [key for _, _, key in keyed if not key.within(own)]
     tables = [
         (use, other)
