@@ -40,9 +40,10 @@ _BUCKET_SCHEMES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs"
 
 @dataclass(frozen=True)
 class LocationKey:
-    """A directory's identity across spellings: ``/w/t``, ``file:/w/t`` and
-    ``file:///w/t`` are one key; ``s3a://b/k`` and ``s3://b/k`` too (the bucket becomes
-    the first path segment). ``authority`` is the host of other schemes, port dropped."""
+    """A directory's identity across spellings: ``/w/t``, ``file:/w/t``, ``file:///w/t``
+    and pyarrow's ``local:///w/t`` are one key; ``s3a://b/k`` and ``s3://b/k`` too (the
+    bucket becomes the first path segment). ``authority`` is the host of other schemes,
+    port dropped."""
 
     scheme: str
     authority: str
@@ -104,6 +105,7 @@ def location_spellings(key: LocationKey) -> list[str]:
     path = key.path
     if key.scheme == "file":
         texts = [path, f"file://{path}", f"file:{path}", f"file://localhost{path}"]
+        texts.append(f"local://{path}")
     elif key.scheme in _BUCKET_SCHEMES.values():
         schemes = [name for name, family in _BUCKET_SCHEMES.items() if family == key.scheme]
         texts = [f"{scheme}:/{path}" for scheme in schemes]
