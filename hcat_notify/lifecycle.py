@@ -253,60 +253,67 @@ def _partition_directory(location: str) -> TableLocation:
     return where
 
 
-def location_holders(catalog: Catalog, directories: Sequence[str]) -> dict[str, list[LocationUse]]:
+def location_holders(
+    catalog: Catalog, directories: Sequence[str], *, table: str | None = None
+) -> dict[str, list[LocationUse]]:
     """For each directory, the registered tables and partitions that use it: their
-    location is it or lies inside it (in any spelling, symlinks resolved). A purge must
-    not delete such a directory. One read of the catalog's locations for them all."""
-    wanted = {d: (location_key(d), location_key(d, resolve=False)) for d in directories}
-    fragments = sorted({key.path for pair in wanted.values() for key in pair})
-    uses = catalog.tables.locations_mentioning(fragments) if fragments else []
-    keyed = [(use, location_key(use.location), location_key(use.location, resolve=False))
-             for use in uses]  # fmt: skip
-    return {
-        directory: [
-            use for use, real, text in keyed if real.within(resolved) or text.within(written)
-        ]
-        for directory, (resolved, written) in wanted.items()
-    }
+    location is it, lies inside it or contains it (in any spelling, symlinks resolved;
+    the location of ``table``, the table the directories belong to, does not count as
+    containing them). A purge must not delete such a directory
+    (:func:`hcat_notify.store.usage.location_holders`)."""
+    return catalog.tables.location_holders(directories, table=table)
 
 
 def _reasons_to_keep(
-    catalog: Catalog, locations: Sequence[str], warehouse: Warehouse
+    catalog: Catalog, locations: Sequence[str], warehouse: Warehouse, table: str | None = None
 ) -> dict[str, str | None]:
     reasons: dict[str, str | None] = {}
     inside = [location for location in locations if warehouse.contains(location)]
-    holders = location_holders(catalog, inside)
+    holders = location_holders(catalog, inside, table=table)
     for location in locations:
         users = holders.get(location)
         if users is None:
             reasons[location] = f"outside the warehouse roots ({', '.join(warehouse.roots)})"
         elif users:
             more = f" and {len(users) - 1} more" if len(users) > 1 else ""
-            reasons[location] = f"still used by {users[0]}{more}"
+            key, first = location_key(location), location_key(users[0].location)
+            how = "lies inside" if key.within(first, strict=True) else "still used by"
+            reasons[location] = f"{how} {users[0]}{more}"
         else:
             reasons[location] = None
     return reasons
 
 
 def reason_to_keep(
-    catalog: Catalog, location: str, warehouse: Warehouse | None = None
+    catalog: Catalog,
+    location: str,
+    warehouse: Warehouse | None = None,
+    *,
+    table: str | None = None,
 ) -> str | None:
     """Why no purge may delete the directory ``location``, or None: it is outside the
     warehouse roots (symlinks resolved), or a registered table or partition uses it
-    (:func:`location_holders`). Every purge asks this before it deletes."""
+    (:func:`location_holders`; ``table``: the table whose data it is, whose own location
+    contains it). Every purge asks this before it deletes."""
     warehouse = warehouse or Warehouse.of(catalog.settings)
-    return _reasons_to_keep(catalog, [location], warehouse)[location]
+    return _reasons_to_keep(catalog, [location], warehouse, table)[location]
 
 
 def _delete_directory(
-    catalog: Catalog, where: TableLocation, shown: str, warehouse: Warehouse, outcome: Purge
+    catalog: Catalog,
+    where: TableLocation,
+    shown: str,
+    warehouse: Warehouse,
+    outcome: Purge,
+    table: str | None,
 ) -> None:
-    """Check one directory right before deleting it (:func:`reason_to_keep`), then delete
-    it; a local one through :func:`hcat_notify.safe_delete.remove_tree` (never through a
-    link, and only the directory the check saw). Adds it to ``outcome``."""
+    """Check one directory right before deleting it (:func:`reason_to_keep`; ``table``:
+    the table whose data it is, None for a table's own root), then delete it; a local one
+    through :func:`hcat_notify.safe_delete.remove_tree` (never through a link, and only
+    the directory the check saw). Adds it to ``outcome``."""
     local = isinstance(where.fs, pafs.LocalFileSystem)
     expected = identity_of(where.path) if local else None  # what the check resolves
-    why = _reasons_to_keep(catalog, [where.uri], warehouse)[where.uri]
+    why = _reasons_to_keep(catalog, [where.uri], warehouse, table)[where.uri]
     try:
         if why is None and local:
             remove_tree(where.path, warehouse_bases(warehouse.roots), expected=expected)
@@ -338,7 +345,9 @@ def purge_partitions(
         except (OSError, ValueError) as exc:
             outcome.errors.append(f"{partition.location}: {exc}")
         else:
-            _delete_directory(catalog, where, partition.location, warehouse, outcome)
+            _delete_directory(
+                catalog, where, partition.location, warehouse, outcome, str(partition.table)
+            )
         progress(done, len(partitions), partition.spec.to_path())
     return outcome
 
@@ -402,5 +411,7 @@ def drop_table(
         outcome.kept.append(f"{info.location}: {why}")
         logger.warning("purge kept %s: %s", info.location, why)
         return dropped, outcome
-    _delete_directory(catalog, root, info.location, Warehouse.of(catalog.settings), outcome)
+    _delete_directory(
+        catalog, root, info.location, Warehouse.of(catalog.settings), outcome, None
+    )
     return dropped, outcome

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+import re
 from dataclasses import dataclass
 
 from hcat_notify.config import Settings
@@ -24,21 +25,25 @@ from hcat_notify.model.locations import has_parent_segment, split_location, stor
 __all__ = [
     "LocationKey",
     "Warehouse",
+    "canonical_location",
     "check_location_shape",
     "location_key",
+    "location_spellings",
 ]
 
 logger = logging.getLogger(__name__)
 
-_LOCAL_SCHEMES = ("", "file")
+_LOCAL_SCHEMES = ("", "file", "local")  # pyarrow's local:// is the local filesystem
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 _BUCKET_SCHEMES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs"}
 
 
 @dataclass(frozen=True)
 class LocationKey:
-    """A directory's identity across spellings: ``/w/t``, ``file:/w/t`` and
-    ``file:///w/t`` are one key; ``s3a://b/k`` and ``s3://b/k`` too (the bucket becomes
-    the first path segment). ``authority`` is the host of other schemes, port dropped."""
+    """A directory's identity across spellings: ``/w/t``, ``file:/w/t``, ``file:///w/t``
+    and pyarrow's ``local:///w/t`` are one key; ``s3a://b/k`` and ``s3://b/k`` too (the
+    bucket becomes the first path segment). ``authority`` is the host of other schemes,
+    port dropped."""
 
     scheme: str
     authority: str
@@ -57,6 +62,19 @@ class LocationKey:
         if self.path == other.path:
             return not strict
         return self.path.startswith(other.path.rstrip("/") + "/")
+
+    def overlaps(self, other: LocationKey) -> bool:
+        """Whether one of the two directories is the other or lies inside it."""
+        return self.within(other) or other.within(self)
+
+    def ancestors(self) -> list[LocationKey]:
+        """This directory and every directory that contains it, innermost first."""
+        found = [self]
+        path = self.path
+        while path not in ("/", ""):
+            path = posixpath.dirname(path)
+            found.append(LocationKey(self.scheme, self.authority, path))
+        return found
 
 
 def location_key(location: str, *, resolve: bool = True) -> LocationKey:
@@ -78,6 +96,67 @@ def location_key(location: str, *, resolve: bool = True) -> LocationKey:
         )
     host = authority.rpartition("@")[2].partition(":")[0].lower()
     return LocationKey(scheme, host, posixpath.normpath("/" + path.lstrip("/")))
+
+
+def location_spellings(key: LocationKey) -> list[str]:
+    """The texts a catalog may hold for the directory ``key``: ``/w/t``,
+    ``file:///w/t``, ``file:/w/t`` (``s3://``, ``s3a://``, ``s3n://`` for a bucket), each
+    with and without a trailing ``/``. For an exact lookup (``location IN (...)``)."""
+    path = key.path
+    if key.scheme == "file":
+        texts = [path, f"file://{path}", f"file:{path}", f"file://localhost{path}"]
+        texts.append(f"local://{path}")
+    elif key.scheme in _BUCKET_SCHEMES.values():
+        schemes = [name for name, family in _BUCKET_SCHEMES.items() if family == key.scheme]
+        texts = [f"{scheme}:/{path}" for scheme in schemes]
+    else:
+        texts = [f"{key.scheme}://{key.authority}{path}", f"{key.scheme}://{path}"]
+        texts.append(f"{key.scheme}:{path}")
+    return [spelling for text in texts for spelling in (text, text.rstrip("/") + "/")]
+
+
+def canonical_location(
+    location: object, *, what: str, relative: bool = False, strip: bool = False
+) -> str:
+    """A location as the catalog stores it: a local one as its real path (symlinks
+    resolved: every spelling of a directory is then one text), ``file:`` URIs as
+    ``file://`` and that path; other URIs as given, without a trailing ``/``.
+
+    Args:
+        location: the location given.
+        what: how messages name it (``table location``).
+        relative: a plain path may be relative (resolved against the working directory;
+            ``~`` against the home directory); else it must be absolute.
+        strip: drop leading and trailing white space (a table's location; a partition's
+            directory name may end with a space, as Spark writes a value that does).
+
+    Raises:
+        InvalidInputError: empty, a control character (NUL, newline, ...), a relative
+            path (unless ``relative``), a URI without a path, a ``..`` segment, or a
+            filesystem's root.
+    """
+    if not (isinstance(location, str) and location.strip()):
+        raise InvalidInputError(f"{what} is empty: give a directory path or URI")
+    stripped = location.strip() if strip else location
+    control = _CONTROL.search(stripped)
+    if control is not None:
+        char = control.group()
+        name = "a NUL character" if char == "\x00" else f"the control character U+{ord(char):04X}"
+        raise InvalidInputError(f"{what} {location!r} contains {name}; nothing was registered")
+    check_location_shape(stripped, what=what)
+    scheme, authority, path = split_location(stripped)
+    if not scheme:
+        if not relative and not stripped.startswith("/"):
+            raise InvalidInputError(
+                f"{what} {location!r} is a relative path; give an absolute path or a URI "
+                "(a relative one would depend on the working directory of each reader)"
+            )
+        return os.path.realpath(os.path.abspath(os.path.expanduser(stripped)))
+    if not path.strip("/"):
+        raise InvalidInputError(f"{what} {location!r} is a URI without a path")
+    if scheme.lower() == "file" and authority in ("", "localhost") and path.startswith("/"):
+        return "file://" + os.path.realpath(posixpath.normpath(path))
+    return stripped.rstrip("/")
 
 
 def check_location_shape(location: str, *, what: str = "location") -> None:
@@ -120,10 +199,28 @@ class Warehouse:
     def _shown(self) -> str:
         return ", ".join(self.roots)
 
+    def spellings(self, key: LocationKey) -> list[LocationKey]:
+        """``key`` and its other spellings through the roots: a directory inside a root
+        written through a symlink (``/home/w`` -> ``/data/w``) is also ``/data/w/...``,
+        and the other way round (catalog rows written before locations were stored
+        resolved)."""
+        found = [key]
+        for root in self.roots:
+            written, resolved = location_key(root, resolve=False), location_key(root)
+            for one, other in ((written, resolved), (resolved, written)):
+                if one != other and key.within(one):
+                    found.append(LocationKey(key.scheme, key.authority,
+                                             other.path + key.path[len(one.path):]))  # fmt: skip
+        return list(dict.fromkeys(found))
+
     def contains(self, location: str) -> bool:
-        """Whether ``location``, symlinks resolved, lies strictly inside a root."""
+        """Whether ``location``, symlinks resolved, lies strictly inside a root, and is
+        not a root nor holds one (nested roots: a purge never deletes a whole root)."""
         key = location_key(location)
-        return any(key.within(root, strict=True) for root in self._root_keys(resolve=True))
+        roots = self._root_keys(resolve=True)
+        return any(key.within(root, strict=True) for root in roots) and not any(
+            root.within(key) for root in roots
+        )
 
     def check(
         self,
@@ -160,9 +257,17 @@ class Warehouse:
                 self._shown(),
             )
             return
+        resolved = location_key(location)
+        held = [root for root, key in zip(self.roots, self._root_keys(resolve=True), strict=True)
+                if key.within(resolved)]  # fmt: skip
+        if held and any(resolved.within(key) for key in self._root_keys(resolve=True)):
+            raise LocationOutsideWarehouseError(
+                f"{what} {location!r} is or holds the warehouse root {held[0]} (roots: "
+                f"{self._shown()}); a table or partition needs a directory inside one; "
+                "nothing was registered"
+            )
         written = location_key(location, resolve=False)
         if any(written.within(root, strict=True) for root in self._root_keys(resolve=False)):
-            resolved = location_key(location)
             raise LocationOutsideWarehouseError(
                 f"{what} {location!r} resolves through a symlink to {resolved.path}, "
                 f"outside the warehouse roots ({self._shown()}); nothing was registered"

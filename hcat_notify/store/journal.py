@@ -57,6 +57,8 @@ from hcat_notify.store.records import (
 )
 from hcat_notify.store.tables import info_of
 from hcat_notify.store.tx import Tx
+from hcat_notify.store.usage import location_holders
+from hcat_notify.warehouse import Warehouse
 
 __all__ = ["CommitJournal", "table_definition"]
 
@@ -110,17 +112,28 @@ def _check_new_table(tx: Tx, name: TableName, definition: Mapping[str, Any]) -> 
     where = table_ops.check_table_location(
         tx, name, arguments["location"], table_type=arguments["table_type"]
     )
-    other = tx.session.execute(
-        select(TableRow.db_name, TableRow.table_name).where(TableRow.location == where)
-    ).first()
-    if other is not None:
-        raise InvalidInputError(
-            f"location {where} is already the location of table {other[0]}.{other[1]}"
-        )
+    table_ops.check_overlap(tx, name, where, table_type=arguments["table_type"])
     for key in arguments["partition_keys"]:
         validate_identifier(key, what="partition key")
     if not arguments["partition_keys"]:
         raise InvalidInputError(f"table {name} needs at least one partition key")
+
+
+def _check_overwritten(tx: Tx, info: TableInfo, specs: Sequence[str]) -> None:
+    """Refuse an overwrite whose partition directory (``<table>/<spec>``, which the
+    writer moves to its trash and deletes) is, or holds, another registered location:
+    another table's, or another partition's (docs/operations.md, "Warehouse roots")."""
+    finals = {f"{info.location.rstrip('/')}/{spec}": spec for spec in specs}
+    holders = location_holders(tx, list(finals), Warehouse.of(tx.settings), containers=False)
+    for final, uses in holders.items():
+        spec = finals[final]
+        for use in uses:
+            if use.table == str(info.name) and use.partition == spec:
+                continue  # the partition being overwritten
+            raise InvalidInputError(
+                f"overwriting partition {spec} of {info.name} would delete the directory "
+                f"{final}, which holds {use}; the overwrite is refused, nothing was changed"
+            )
 
 
 def _update_existing(
@@ -134,9 +147,8 @@ def _update_existing(
 ) -> tuple[str, int]:
     """Apply a write to an existing partition and announce it (INSERT); (path, event id)."""
     if overwrite:
-        check_partition_locations(tx, info, [(spec, item.location)])
         values: dict[str, Any] = {
-            "location": item.location,
+            "location": check_partition_locations(tx, info, [(spec, item.location)])[0],
             "file_count": item.file_count,
             "total_bytes": item.total_bytes,
             "archived": item.archived,
@@ -323,6 +335,8 @@ class CommitJournal:
                         f"job {job_id} started; this overwrite is abandoned, nothing was "
                         "changed"
                     )
+            if row is not None and mode is WriteMode.OVERWRITE and wanted:
+                _check_overwritten(tx, info_of(row), sorted(wanted))
             journal = CommitJournalRow(
                 job_id=job_id,
                 table_id=None if row is None else row.id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
@@ -18,9 +19,10 @@ from hcat_notify.store.announce import announce_partitions
 from hcat_notify.store.driver import compiled, pipelines
 from hcat_notify.store.models import PartitionRow, TableRow
 from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
-from hcat_notify.store.tables import EXTERNAL_TABLE, info_of
+from hcat_notify.store.tables import EXTERNAL_TABLE, info_of, overlap_error
 from hcat_notify.store.tx import Tx
-from hcat_notify.warehouse import Warehouse
+from hcat_notify.store.usage import overlapping_tables
+from hcat_notify.warehouse import Warehouse, canonical_location, location_key
 
 __all__ = [
     "add_partitions",
@@ -86,23 +88,52 @@ def check_partition_locations(
     located: Iterable[tuple[PartitionSpec, str]],
     *,
     outside_warehouse: bool = False,
-) -> None:
-    """Refuse partition locations the warehouse boundary does not allow
-    (:meth:`hcat_notify.warehouse.Warehouse.check`; any place for an external table).
+) -> list[str]:
+    """The partition locations as stored (:func:`~hcat_notify.warehouse.canonical_location`),
+    once the warehouse boundary allows them (:meth:`hcat_notify.warehouse.Warehouse.check`;
+    any place for an external table). A managed table's may not be at, inside or around
+    another table's location (its own location, and tables around it, excepted).
 
     Raises:
-        InvalidInputError: a ``..`` segment or a filesystem's root.
+        InvalidInputError: a relative path, a control character, a ``..`` segment, a
+            filesystem's root, or another table's location.
         LocationOutsideWarehouseError: a managed table's partition outside the roots.
     """
     warehouse = Warehouse.of(tx.settings)
     external = info.table_type == EXTERNAL_TABLE
+    stored: list[tuple[PartitionSpec, str]] = []
     for spec, location in located:
-        warehouse.check(
-            location,
-            external=external,
-            outside_warehouse=outside_warehouse,
-            what=f"location of partition {spec.to_path()} of {info.name}",
-        )
+        what = f"location of partition {spec.to_path()} of {info.name}"
+        where = canonical_location(location, what=what)
+        warehouse.check(location, external=external, outside_warehouse=outside_warehouse, what=what)
+        stored.append((spec, where))
+    if not external and stored:
+        _check_partition_overlaps(tx, info, stored)
+    return [where for _, where in stored]
+
+
+def _check_partition_overlaps(
+    tx: Tx, info: TableInfo, stored: Sequence[tuple[PartitionSpec, str]]
+) -> None:
+    """Refuse a partition at, inside or around another table's location. Tables around
+    the partition's own table are let be (a catalog registered before this check may
+    hold such; a purge keeps what they hold)."""
+    own = location_key(info.location)
+    # stored locations are resolved already (canonical_location)
+    keyed = [(spec, where, location_key(where, resolve=False)) for spec, where in stored]
+    outside = [key for _, _, key in keyed if not key.within(own)]
+    tables = [
+        (use, other)
+        for _, use, other in overlapping_tables(tx, [own, *outside])
+        if use.table != str(info.name)
+    ]
+    for spec, where, key in keyed:
+        for use, other in tables:
+            if key.within(own) and own.within(other):
+                continue  # a table around this table: not a new overlap
+            if key.overlaps(other):
+                what = f"location of partition {spec.to_path()} of {info.name}"
+                raise overlap_error(what, where, key, use, other)
 
 
 def insert_partitions(
@@ -120,12 +151,16 @@ def insert_partitions(
     ``mode`` overrides the table's announce mode (one message per partition, or per
     write). Every location is checked first (:func:`check_partition_locations`).
     """
-    check_partition_locations(
+    locations = check_partition_locations(
         tx,
         info,
         ((spec, item.location) for spec, item in items),
         outside_warehouse=outside_warehouse,
     )
+    items = [
+        (spec, dataclasses.replace(item, location=where) if where != item.location else item)
+        for (spec, item), where in zip(items, locations, strict=True)
+    ]
     event_ids: list[int | None] = [None] * len(items)
     if items:
         changes = [
@@ -334,6 +369,9 @@ def update_partition(
     if prow is None:
         raise InvalidInputError(f"partition {full} of {info.name} is not registered")
     if "location" in changes:
-        check_partition_locations(tx, info, [(full, changes["location"])])
+        changes = {
+            **changes,
+            "location": check_partition_locations(tx, info, [(full, changes["location"])])[0],
+        }
     tx.compare_and_set(prow, expected_version, f"partition {full} of {info.name}", **changes)
     return partition_info(info, prow)

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
-import posixpath
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from urllib.parse import urlsplit
 
 from sqlalchemy import select, tuple_
 from sqlalchemy.exc import IntegrityError
@@ -27,18 +24,21 @@ from hcat_notify.store.records import (
     info_of,
 )
 from hcat_notify.store.tx import Tx
-from hcat_notify.warehouse import Warehouse, check_location_shape
+from hcat_notify.store.usage import LocationUse, overlapping_tables
+from hcat_notify.warehouse import LocationKey, Warehouse, canonical_location, location_key
 
 __all__ = [
     "EXTERNAL_TABLE",
     "MAX_PARTITION_KEYS",
     "STORAGE_FORMATS",
     "TABLE_TYPES",
+    "check_overlap",
     "check_table_location",
     "create_table",
     "info_of",
     "list_tables",
     "normalise_location",
+    "overlap_error",
     "update_table_properties",
 ]
 
@@ -61,29 +61,20 @@ def _duration_text(value: object) -> str:
 
 
 def normalise_location(location: str) -> str:
-    """A table location as the catalog stores it: a URI as given, or an absolute path.
+    """A table location as the catalog stores it (:func:`canonical_location`): a local
+    path resolved (symlinks too), a URI as given.
 
     ``relative/dir`` and ``~/x`` are resolved against the working directory and the
     home directory of the process that registers the table, so every reader of the
     catalog sees the same place.
 
     Raises:
-        InvalidInputError: empty, a URI without a path, a ``..`` segment, or a
-            filesystem's root.
+        InvalidInputError: empty, a control character, a URI without a path, a ``..``
+            segment, or a filesystem's root.
     """
-    stripped = location.strip() if isinstance(location, str) else ""
-    if not stripped:
+    if not (location.strip() if isinstance(location, str) else ""):
         raise InvalidInputError("a table needs a location (a directory path or URI)")
-    if "\x00" in stripped:
-        raise InvalidInputError("table location contains a NUL character")
-    check_location_shape(stripped, what="table location")
-    if "://" in stripped:
-        parts = urlsplit(stripped)
-        if not parts.scheme or not parts.path.strip("/"):
-            raise InvalidInputError(f"table location {location!r} is a URI without a path")
-        return stripped.rstrip("/")
-    absolute = os.path.abspath(os.path.expanduser(stripped))
-    return posixpath.normpath(absolute)
+    return canonical_location(location, what="table location", relative=True, strip=True)
 
 
 def check_table_location(
@@ -104,12 +95,46 @@ def check_table_location(
     """
     where = normalise_location(location)
     Warehouse.of(tx.settings).check(
-        where,
+        location.strip(),
         external=table_type == EXTERNAL_TABLE,
         outside_warehouse=outside_warehouse,
         what=f"location of table {name}",
     )
     return where
+
+
+def check_overlap(
+    tx: Tx, name: TableName, where: str, *, table_type: str, what: str | None = None
+) -> None:
+    """Refuse a location (``where``, as stored) at another table's location, and for a
+    managed table's data (``table_type``) one inside or around another table's
+    location: a purge of one would delete the other's files (docs/operations.md,
+    "Warehouse roots"). ``what`` names the location in the message (the table's).
+
+    Raises:
+        InvalidInputError: naming the other table.
+    """
+    key = location_key(where)
+    for _, use, other in overlapping_tables(tx, [key]):
+        if use.table == str(name):
+            continue
+        if key == other:
+            raise InvalidInputError(
+                f"location {where} is already the location of table {use.table}"
+            )
+        if table_type != EXTERNAL_TABLE:
+            raise overlap_error(what or f"location of table {name}", where, key, use, other)
+
+
+def overlap_error(
+    what: str, where: str, key: LocationKey, use: LocationUse, other: LocationKey
+) -> InvalidInputError:
+    """The error of a managed location ``where`` that overlaps the table ``use``."""
+    how = "lies inside" if key.within(other) else "contains"
+    return InvalidInputError(
+        f"{what} {where!r} {how} the location of table {use.table} ({use.location}): a "
+        "managed table's files may not mix with another table's; nothing was registered"
+    )
 
 
 def create_table(
@@ -176,13 +201,7 @@ def create_table(
         select(TableRow.id).where(TableRow.db_name == name.db, TableRow.table_name == name.table)
     ).first():
         raise TableExistsError(f"table {name} is already registered")
-    other = session.execute(
-        select(TableRow.db_name, TableRow.table_name).where(TableRow.location == where)
-    ).first()
-    if other is not None:
-        raise InvalidInputError(
-            f"location {where} is already the location of table {other[0]}.{other[1]}"
-        )
+    check_overlap(tx, name, where, table_type=table_type)
     row = TableRow(
         db_name=name.db,
         table_name=name.table,

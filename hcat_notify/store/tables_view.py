@@ -17,7 +17,8 @@ from hcat_notify.store.paging import pages
 from hcat_notify.store.records import DEFAULT_RETENTION, TableActivity, TableInfo, as_table_name
 from hcat_notify.store.table_changes import DroppedTable
 from hcat_notify.store.tx import Tx
-from hcat_notify.store.usage import LocationUse, locations_mentioning
+from hcat_notify.store.usage import LocationUse, location_holders, locations_mentioning
+from hcat_notify.warehouse import Warehouse
 
 __all__ = ["Tables"]
 
@@ -137,3 +138,11 @@ class Tables:
         them use a directory a purge would delete)."""
         with self._transaction() as tx:
             return locations_mentioning(tx, fragments)
+
+    def location_holders(
+        self, directories: Sequence[str], *, table: str | None = None
+    ) -> dict[str, builtins.list[LocationUse]]:
+        """The registered tables and partitions that use each directory (is it, lies
+        inside or contains it): :func:`hcat_notify.store.usage.location_holders`."""
+        with self._transaction() as tx:
+            return location_holders(tx, directories, Warehouse.of(tx.settings), table=table)

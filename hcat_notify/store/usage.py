@@ -1,19 +1,28 @@
-"""Which registered tables and partitions use a place: what a purge must not delete."""
+"""Which registered tables and partitions use a place: what a purge must not delete, and
+what a new location may not overlap (docs/operations.md, "Warehouse roots")."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import or_, select
+from sqlalchemy import ColumnElement, or_, select
 
 from hcat_notify.store.models import PartitionRow, TableRow
 from hcat_notify.store.tx import Tx
+from hcat_notify.warehouse import LocationKey, Warehouse, location_key, location_spellings
 
-__all__ = ["LocationUse", "locations_mentioning"]
+__all__ = [
+    "LocationUse",
+    "location_holders",
+    "locations_mentioning",
+    "overlapping_tables",
+]
 
 _CHUNK = 50
 """Fragments per statement (each is one ``LIKE``)."""
+_IN_CHUNK = 500
+"""Texts per ``IN (...)``."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,112 @@ class LocationUse:
 def _like(fragment: str) -> str:
     escaped = fragment.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
+
+
+def _matching(tx: Tx, table_where: ColumnElement[bool], part_where: ColumnElement[bool] | None
+              ) -> list[LocationUse]:  # fmt: skip
+    found: list[LocationUse] = []
+    tables = select(TableRow.db_name, TableRow.table_name, TableRow.location).where(table_where)
+    for db, name, location in tx.session.execute(tables):
+        found.append(LocationUse(f"{db}.{name}", None, location))
+    if part_where is None:
+        return found
+    partitions = (
+        select(TableRow.db_name, TableRow.table_name, PartitionRow.path_spec, PartitionRow.location)
+        .join(TableRow, TableRow.id == PartitionRow.table_id)
+        .where(part_where)
+    )
+    for db, name, path, location in tx.session.execute(partitions):
+        found.append(LocationUse(f"{db}.{name}", path, location))
+    return found
+
+
+def locations_at(tx: Tx, texts: Sequence[str], *, partitions: bool = True) -> list[LocationUse]:
+    """Every table (and partition) whose location's text is one of ``texts``."""
+    found: list[LocationUse] = []
+    unique = sorted(set(texts))
+    for start in range(0, len(unique), _IN_CHUNK):
+        chunk = unique[start : start + _IN_CHUNK]
+        found += _matching(
+            tx,
+            TableRow.location.in_(chunk),
+            PartitionRow.location.in_(chunk) if partitions else None,
+        )
+    return list(dict.fromkeys(found))
+
+
+def _keys(directory: str, warehouse: Warehouse) -> list[LocationKey]:
+    """Every key a directory may be registered under: as written and resolved, and
+    through the roots' symlinks (:meth:`Warehouse.spellings`)."""
+    keys = [location_key(directory), location_key(directory, resolve=False)]
+    return list(dict.fromkeys(spelling for key in keys for spelling in warehouse.spellings(key)))
+
+
+def location_holders(
+    tx: Tx,
+    directories: Sequence[str],
+    warehouse: Warehouse,
+    *,
+    containers: bool = True,
+    table: str | None = None,
+) -> dict[str, list[LocationUse]]:
+    """For each directory, the registered tables and partitions that use it: their
+    location is it or lies inside it, or (``containers``) contains it, in any spelling,
+    symlinks resolved (also those of rows stored unresolved by older versions). The
+    location of ``table`` (``db.table``: the table the directories belong to) does not
+    count as containing them. One read of the catalog's locations per 50 directories.
+    """
+    wanted = {directory: _keys(directory, warehouse) for directory in directories}
+    uses = locations_mentioning(tx, sorted({key.path for keys in wanted.values() for key in keys}))
+    if containers:
+        around = {
+            text
+            for keys in wanted.values()
+            for key in keys
+            for ancestor in key.ancestors()[1:]
+            for text in location_spellings(ancestor)
+        }
+        uses += locations_at(tx, sorted(around))
+    keyed = [(use, location_key(use.location), location_key(use.location, resolve=False))
+             for use in dict.fromkeys(uses)]  # fmt: skip
+    holders: dict[str, list[LocationUse]] = {}
+    for directory, keys in wanted.items():
+        holders[directory] = [
+            use
+            for use, real, text in keyed
+            if any(real.within(key) or text.within(key) for key in keys)
+            or (
+                containers
+                and not (use.partition is None and use.table == table)
+                and any(key.within(real) or key.within(text) for key in keys)
+            )
+        ]
+    return holders
+
+
+def overlapping_tables(
+    tx: Tx, keys: Sequence[LocationKey]
+) -> list[tuple[LocationKey, LocationUse, LocationKey]]:
+    """The registered tables whose location is, contains or lies inside one of ``keys``
+    (resolved): ``(key, the table's use, the table's key)`` for each pair."""
+    fragments = sorted({key.path for key in keys})
+    uses: list[LocationUse] = []
+    for start in range(0, len(fragments), _CHUNK):
+        likes = [_like(fragment) for fragment in fragments[start : start + _CHUNK]]
+        uses += _matching(tx, or_(*(TableRow.location.like(like, escape="\\") for like in likes)),
+                          None)  # fmt: skip
+    around = {
+        text
+        for key in keys
+        for ancestor in key.ancestors()
+        for text in location_spellings(ancestor)
+    }
+    uses += locations_at(tx, sorted(around), partitions=False)
+    found = []
+    for use in dict.fromkeys(uses):
+        other = location_key(use.location)
+        found += [(key, use, other) for key in keys if key.overlaps(other)]
+    return found
 
 
 def locations_mentioning(tx: Tx, fragments: Sequence[str]) -> list[LocationUse]:

@@ -551,7 +551,9 @@ def _purge_one(
             status="kept",
             reason=f"registered again (partition {holders[0]}) although it is superseded",
         )
-    why = reason_to_keep(catalog, planned.location)  # any table's, and the warehouse roots
+    why = reason_to_keep(
+        catalog, planned.location, table=marker.table
+    )  # any table's, and the warehouse roots
     if why is not None:
         return dataclasses.replace(planned, status="kept", reason=why)
     try:

@@ -73,6 +73,14 @@ def test_what_lies_strictly_inside(tmp_path: Path):
     warehouse.check(str(tmp_path / "other"), external=True)
     with pytest.raises(LocationOutsideWarehouseError, match="symlink"):
         warehouse.check(str(root / "escape" / "t"))
+    nested = Warehouse((str(root), str(root / "inner"), "local:///lw"))
+    assert nested.contains(str(root / "inner" / "t"))
+    assert nested.contains(f"file://{root}/t")
+    for whole in (root / "inner", root / "x" / ".." / "inner"):  # a root a purge would delete
+        assert not nested.contains(str(whole))
+    with pytest.raises(LocationOutsideWarehouseError, match="is or holds the warehouse root"):
+        nested.check(str(root / "inner"))
+    assert nested.contains("/lw/t")  # local:// is the local filesystem, as for pyarrow
     for bad in ("/", "file:///", "s3://bucket", "s3://bucket/", "/a/../b"):
         with pytest.raises(InvalidInputError):
             warehouse.check(bad, external=True)

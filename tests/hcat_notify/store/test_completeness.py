@@ -47,7 +47,7 @@ def _expect_day(catalog: Catalog, **options: Any) -> int:
 
 def _add(catalog: Catalog, day: str, region: str, hour: str) -> None:
     catalog.add_partitions(
-        TABLE, [NewPartition({"datestamp": day, "region": region, "hour": hour}, "/w")]
+        TABLE, [NewPartition({"datestamp": day, "region": region, "hour": hour}, "/w/d")]
     )
 
 
@@ -124,12 +124,12 @@ def _fill(catalog: Catalog, parts: list[tuple[str, str, str]]) -> None:
 def test_like_previous_expects_the_partitions_of_the_set_before(catalog: Catalog):
     _table(catalog, ("datestamp", "region"))
     catalog.expect(TABLE, set_keys="datestamp", like_previous=True)
-    regions = [NewPartition({"datestamp": "20261125", "region": r}, "/w") for r in REGIONS]
+    regions = [NewPartition({"datestamp": "20261125", "region": r}, "/w/d") for r in REGIONS]
     catalog.add_partitions(TABLE, regions)
     assert _dones(catalog) == []  # the first set has no previous one
     for index, region in enumerate(REGIONS):
         catalog.add_partitions(
-            TABLE, [NewPartition({"datestamp": "20261126", "region": region}, "/w")]
+            TABLE, [NewPartition({"datestamp": "20261126", "region": region}, "/w/d")]
         )
         report = catalog.sets.state(TABLE, {"datestamp": "20261126"})
         assert report.expected == 3
@@ -141,9 +141,9 @@ def test_like_previous_expects_the_partitions_of_the_set_before(catalog: Catalog
 def test_min_partitions_is_done_at_the_nth_partition(catalog: Catalog):
     _table(catalog, ("datestamp", "region"))
     catalog.expect(TABLE, set_keys="datestamp", min_partitions=2)
-    catalog.add_partitions(TABLE, [NewPartition({"datestamp": DAY, "region": "us"}, "/w")])
+    catalog.add_partitions(TABLE, [NewPartition({"datestamp": DAY, "region": "us"}, "/w/d")])
     assert _dones(catalog) == []
-    catalog.add_partitions(TABLE, [NewPartition({"datestamp": DAY, "region": "eu"}, "/w")])
+    catalog.add_partitions(TABLE, [NewPartition({"datestamp": DAY, "region": "eu"}, "/w/d")])
     (done,) = _dones(catalog)
     assert done.headers["HCAT_DONE_REASON"] == "rule"
 
@@ -154,7 +154,7 @@ def test_a_date_range_below_the_set_is_expected_day_by_day(catalog: Catalog):
     days = ["2026-02-26", "2026-02-27", "2026-02-28", "2026-03-01", "2026-03-02"]
     report = None
     for day in days:
-        catalog.add_partitions(TABLE, [NewPartition({"month": "202602", "day": day}, "/w")])
+        catalog.add_partitions(TABLE, [NewPartition({"month": "202602", "day": day}, "/w/d")])
         report = catalog.sets.state(TABLE, {"month": "202602"})
     assert report is not None
     assert report.expected == 5
@@ -167,7 +167,10 @@ def test_one_write_of_the_whole_set_is_one_done_after_its_partitions(catalog: Ca
     _expect_day(catalog)
     catalog.add_partitions(
         TABLE,
-        [NewPartition({"datestamp": d, "region": r, "hour": h}, "/w") for d, r, h in _all_parts()],
+        [
+            NewPartition({"datestamp": d, "region": r, "hour": h}, "/w/d")
+            for d, r, h in _all_parts()
+        ],
         announce=AnnounceMode.WRITE,
     )
     (done,) = _dones(catalog)
@@ -323,7 +326,7 @@ def test_an_append_after_the_done_is_a_change(catalog: Catalog):
     )
     journal.complete(
         entry.job_id,
-        [NewPartition({"datestamp": DAY, "region": "us", "hour": "00"}, "/w", file_count=1)],
+        [NewPartition({"datestamp": DAY, "region": "us", "hour": "00"}, "/w/d", file_count=1)],
     )
     assert [done.headers["HCAT_SET_GENERATION"] for done in _dones(catalog)] == ["1", "2"]
 
@@ -402,7 +405,7 @@ def test_a_done_by_hand_in_the_completing_write_is_the_only_done(catalog: Catalo
     day, region, hour = parts[-1]
     catalog.partitions.register(
         TABLE,
-        [NewPartition({"datestamp": day, "region": region, "hour": hour}, "/w", file_count=1)],
+        [NewPartition({"datestamp": day, "region": region, "hour": hour}, "/w/d", file_count=1)],
         mark_set_done={"datestamp": DAY},
     )
     (done,) = _dones(catalog)
@@ -483,7 +486,7 @@ def test_the_sets_are_listed_newest_first_with_what_each_misses(catalog: Catalog
     catalog.expect(TABLE, set_keys="datestamp", parts=["region=us,eu"])
     for day, regions in (("20261124", ["us", "eu"]), ("20261125", ["us"]), (DAY, ["eu"])):
         catalog.add_partitions(
-            TABLE, [NewPartition({"datestamp": day, "region": r}, "/w") for r in regions]
+            TABLE, [NewPartition({"datestamp": day, "region": r}, "/w/d") for r in regions]
         )
     listed = catalog.sets.list(TABLE)
     assert [str(report.spec) for report in listed] == [
@@ -529,7 +532,7 @@ def test_dones_retained_before_migration_0012_are_generation_one(empty_db_url: s
         assert catalog.find_covering_done(TABLE, {"datestamp": "1"}, min_generation=2) is None
         assert catalog.get_table(TABLE).rule_version is None
         catalog.expect(TABLE, set_keys="datestamp", min_partitions=1)
-        catalog.add_partitions(TABLE, [NewPartition({"datestamp": "2", "region": "us"}, "/w")])
+        catalog.add_partitions(TABLE, [NewPartition({"datestamp": "2", "region": "us"}, "/w/d")])
         assert [d.headers["HCAT_SPEC"] for d in _dones(catalog)] == ["datestamp=2"]
 
 
@@ -561,7 +564,7 @@ def test_a_write_that_completes_two_sets_writes_both_dones_after_its_partitions(
     catalog.partitions.register(
         TABLE,
         [
-            NewPartition({"datestamp": day, "region": region}, "/w", file_count=1)
+            NewPartition({"datestamp": day, "region": region}, "/w/d", file_count=1)
             for day in ("20261126", "20261125")
             for region in ("us", "eu")
         ],
@@ -683,12 +686,12 @@ def test_migration_0013_counts_the_parts_of_existing_sets(empty_db_url: str, tmp
         ("views", "day=1/region=eu"): (1, None),
     }
     with Catalog.open(settings) as catalog:
-        catalog.add_partitions(TABLE, [NewPartition({"datestamp": "2", "region": "eu"}, "/w")])
+        catalog.add_partitions(TABLE, [NewPartition({"datestamp": "2", "region": "eu"}, "/w/d")])
         assert _dones(catalog) == []
-        catalog.add_partitions(TABLE, [NewPartition({"datestamp": "1", "region": "apac"}, "/w")])
+        catalog.add_partitions(TABLE, [NewPartition({"datestamp": "1", "region": "apac"}, "/w/d")])
         (done,) = _dones(catalog)
         assert done.headers["HCAT_SPEC"] == "datestamp=1"
-        views = [NewPartition({"region": "us", "day": "1", "hour": "02"}, "/w")]
+        views = [NewPartition({"region": "us", "day": "1", "hour": "02"}, "/w/d")]
         catalog.add_partitions("web.views", views)
         (done,) = _events_of(catalog, "web.views", EventType.MARK_SET_DONE)
         assert done.headers["HCAT_SPEC"] == "day=1/region=us"
@@ -745,7 +748,7 @@ def test_the_counts_kept_on_a_set_row_match_a_fresh_count_through_every_kind_of_
             )
             catalog.commits.complete(
                 job,
-                [NewPartition({"datestamp": day, "region": region, "hour": hour}, "/w", 1)],
+                [NewPartition({"datestamp": day, "region": region, "hour": hour}, "/w/d", 1)],
             )
         counts = _counts(settings.database_url)
         for (_, set_spec), (part_count, expected_present) in counts.items():
@@ -803,6 +806,6 @@ def test_sets_whose_values_differ_only_in_case_are_counted_apart(catalog: Catalo
     _table(catalog, ("datestamp", "region"))
     catalog.expect(TABLE, set_keys="datestamp", min_partitions=2)
     for day in ("A", "a"):
-        catalog.add_partitions(TABLE, [NewPartition({"datestamp": day, "region": "us"}, "/w")])
+        catalog.add_partitions(TABLE, [NewPartition({"datestamp": day, "region": "us"}, "/w/d")])
     assert _dones(catalog) == []
     assert [len(catalog.sets.state(TABLE, {"datestamp": day}).present) for day in "Aa"] == [1, 1]

@@ -36,7 +36,7 @@ def _ruled(catalog: Catalog, name: str) -> str:
 
 
 def _new(*parts: tuple[str, str, str]) -> list[NewPartition]:
-    return [NewPartition(dict(zip(KEYS, part, strict=True)), "/w") for part in parts]
+    return [NewPartition(dict(zip(KEYS, part, strict=True)), "/w/d") for part in parts]
 
 
 def _sets(settings: Settings, name: str) -> list[tuple[Any, ...]]:

@@ -33,7 +33,7 @@ WRITES = [  # in this order, each succeeds for a writer with the status given
     (
         "POST",
         "/v1/tables/{table}/partitions",
-        {"partitions": [{"spec": {"datestamp": "1", "region": "us"}, "location": "/x"}]},
+        {"partitions": [{"spec": {"datestamp": "1", "region": "us"}, "location": "/x-data"}]},
         201,
     ),
     (

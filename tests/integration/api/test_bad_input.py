@@ -146,6 +146,15 @@ class TestRejectedWritesChangeNothing:
             400,
             "given twice",
         )
+        for location, problem in (("/x\x00y", "contains a NUL character"), ("x", "relative path")):
+            spec = {"datestamp": "1", "region": "a"}
+            _check(
+                writer.post(
+                    partitions, json={"partitions": [{"spec": spec, "location": location}]}
+                ),
+                400,
+                problem,
+            )
 
     def test_bad_registrations(self, writer: httpx.Client, table: str, tmp_path: Path):
         landed = tmp_path / "landed"
