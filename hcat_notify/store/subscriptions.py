@@ -334,10 +334,8 @@ def lag(tx: Tx, subscriber: SubscriberInfo) -> dict[str, int]:
     without a watermark: the floor; neither: the topic's start); one claimed before 0022
     counts the topics it has watermarks of."""
     marks, floor, _pending = subscriber.stored()
-    if subscriber.followed is None:
-        topics = sorted(marks)
-    else:
-        topics = _followed(tx, subscriber.name)
+    followed = subscriber.followed is not None
+    topics = _followed(tx, subscriber.name) if followed else sorted(marks)
     result = {}
     for topic in topics:
         position = max(marks.get(topic, 0), floor or 0)
