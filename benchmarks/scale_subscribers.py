@@ -76,8 +76,7 @@ def subscribe(catalog: Catalog, marks: dict[str, int], first: int, last: int) ->
 
 def every_lag(catalog: Catalog) -> dict[str, int]:
     return {
-        s.name: sum(catalog.subscriptions.lag(s).values())
-        for s in catalog.subscriptions.every()
+        s.name: sum(catalog.subscriptions.lag(s).values()) for s in catalog.subscriptions.every()
     }
 
 

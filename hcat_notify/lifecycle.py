@@ -411,7 +411,5 @@ def drop_table(
         outcome.kept.append(f"{info.location}: {why}")
         logger.warning("purge kept %s: %s", info.location, why)
         return dropped, outcome
-    _delete_directory(
-        catalog, root, info.location, Warehouse.of(catalog.settings), outcome, None
-    )
+    _delete_directory(catalog, root, info.location, Warehouse.of(catalog.settings), outcome, None)
     return dropped, outcome
