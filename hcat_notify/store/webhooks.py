@@ -248,14 +248,15 @@ def add(
     """Add a webhook (``start_after`` None: from the last event now).
 
     Raises:
-        InvalidInputError: the name is taken, or a table pattern matches no table.
+        InvalidInputError: the name is taken, a table pattern matches no table, or
+            ``start_after`` is below 0 or beyond the newest event.
         HistoryGoneError: the outbox's retention deleted events after ``start_after``.
     """
     if tx.session.scalars(select(WebhookRow.id).where(WebhookRow.name == name)).first():
         raise InvalidInputError(f"a webhook named {name!r} exists already")
     check_tables_exist(tx, tables)
     if start_after is not None:
-        check_replay_from(tx, start_after + 1)
+        check_from_event(tx, start_after + 1)
     now = tx.clock()
     row = WebhookRow(
         name=name,
@@ -321,15 +322,37 @@ def rotate(tx: Tx, name: str, stored_secret: str, overlap: float) -> WebhookInfo
     return info_of(row, now)
 
 
+def check_from_event(tx: Tx, from_event: int) -> None:
+    """Refuse a webhook's start at ``from_event`` (``add`` and ``replay``, from the CLI,
+    Python and the API alike) below 1, at or below what the outbox's retention deleted,
+    or beyond the next event to come (``last_event_id() + 1``): a start past it would
+    silently skip every event up to it.
+
+    Raises:
+        InvalidInputError: below 1, or beyond the next event.
+        HistoryGoneError: the outbox's retention deleted events from ``from_event`` on.
+    """
+    if from_event < 1:
+        raise InvalidInputError(f"--from-event must be at least 1, not {from_event}")
+    last = tx.last_event_id()
+    if from_event > last + 1:
+        raise InvalidInputError(
+            f"--from-event {from_event} is beyond the newest event ({last}): "
+            f"give at most {last + 1}, the next event, or --from-now"
+        )
+    check_replay_from(tx, from_event)
+
+
 def replay(tx: Tx, name: str, from_event: int) -> WebhookInfo:
     """Deliver again from ``from_event``: every topic starts after ``from_event - 1``.
 
     Raises:
         WebhookNotFoundError: no such webhook.
+        InvalidInputError: ``from_event`` below 1 or beyond the next event.
         HistoryGoneError: the outbox's retention deleted events from ``from_event`` on.
     """
     row = webhook_row(tx, name)
-    check_replay_from(tx, from_event)
+    check_from_event(tx, from_event)
     _bump(tx, row)
     tx.session.execute(delete(WebhookProgressRow).where(WebhookProgressRow.webhook_id == row.id))
     row.start_after = row.delivered_event_id = from_event - 1

@@ -83,8 +83,6 @@ class Webhooks:
         patterns = TablePatterns.parse(tables)
         kinds = parse_event_kinds(events)
         chosen = WebhookFormat.parse(format)
-        if from_event is not None and from_event < 1:
-            raise InvalidInputError(f"--from-event must be at least 1, not {from_event}")
         secret = new_secret()
         with self._transaction(write=True) as tx:
             check_webhook_url(url, tx.settings.webhook_allow)
@@ -176,8 +174,6 @@ class Webhooks:
 
     def replay(self, name: str, from_event: int) -> WebhookInfo:
         """Deliver every matching event again from ``from_event`` on, per topic in order."""
-        if from_event < 1:
-            raise InvalidInputError(f"--from-event must be at least 1, not {from_event}")
         with self._transaction(write=True) as tx:
             return webhooks.replay(tx, name, from_event)
 
