@@ -401,7 +401,7 @@ def wait(
     started = time.monotonic()
     with _reader(obj, subscriber) as catalog:
         table_info = catalog.get_table(name)
-        wanted = table_info.spec(wanted, partial=True)
+        wanted = table_info.covering_spec(wanted)
         found = catalog.find_covering_done(table_info.name, wanted, min_generation=min_generation)
         done = found is not None
         if not done:

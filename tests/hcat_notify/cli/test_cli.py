@@ -110,6 +110,12 @@ def test_db_upgrade_is_idempotent(run):
         (["table", "show", 'web."x"'], "invalid table name"),
         (["partitions", "web.clicks", "country=x"], "no partition key 'country'"),
         (["partitions", "web.clicks", "region"], "region"),
+        # a spec no done can cover: refused at once, by the rule mark-done follows
+        (
+            ["wait", "web.clicks", "region=us", "--timeout", "5"],
+            "spec 'region=us' for table web.clicks skips the leading partition key datestamp",
+        ),
+        (["mark-done", "web.clicks", "region=us"], "skips the leading partition key datestamp"),
         (
             ["table", "create", "web.clicks", "--location", "/x", "--partition-keys", "ds"],
             "already registered",

@@ -483,6 +483,24 @@ def test_covering_done_lookup(catalog: Catalog):
     assert exact is not None
 
 
+def test_a_lookup_for_a_spec_that_skips_a_leading_key_is_refused(catalog: Catalog):
+    """No done can cover ``region=us`` alone (keys datestamp, region: a done's spec is a
+    prefix of them), so a wait for it could only time out: refused as ``mark-done``
+    refuses that spec, alone and among many."""
+    _make_clicks(catalog)
+    message = "spec 'region=us' for table web.clicks skips the leading partition key datestamp"
+    with pytest.raises(InvalidSpecError, match=message):
+        catalog.find_covering_done("web.clicks", {"region": "us"})
+    wanted: list[tuple[PartitionSpec, int | None]] = [
+        (PartitionSpec.from_mapping({"region": "us"}), None),
+        (PartitionSpec.from_mapping({"datestamp": "1"}), None),
+    ]
+    skipping, fitting = catalog.find_covering_dones("web.clicks", wanted)
+    assert isinstance(skipping, InvalidSpecError)
+    assert message in str(skipping)
+    assert fitting is None
+
+
 def test_covering_dones_of_many_specs_in_one_read_answer_as_each_alone(catalog: Catalog):
     """What long polls of many specs of one table read at a wake-up: per spec what its
     own lookup answers (a spec that does not fit the table: its error, the others
