@@ -63,10 +63,10 @@ EXIT_CREDENTIALS = 77  # the broker refused the login (sysexits' EX_NOPERM)
 def mark_done(obj: CliContext, name: str, spec: tuple[str, ...]) -> None:
     """Announce that every partition matching K=V... is complete."""
     from hcat_notify.model.specs import PartitionSpec
-    from hcat_notify.writer import send_mark_set_done
 
     partial = PartitionSpec.from_args(spec)
-    event_id = send_mark_set_done(name, partial, settings=obj.settings)
+    with obj.catalog() as catalog:  # send_mark_set_done's write, on no new catalog
+        event_id = catalog.mark_set_done(name, partial)
     emit(
         obj,
         {"table": name, "spec": partial.canonical(), "event_id": event_id},

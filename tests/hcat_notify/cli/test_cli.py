@@ -247,6 +247,48 @@ def test_reading_commands_on_an_empty_database_create_nothing(
     assert not (tmp_path / "export").exists()
 
 
+WRITERS_THAT_CREATE_NOTHING = [
+    ["mark-done", "web.t", "ds=1"],
+    ["partitions", "add", "web.t", "ds=1", "--location", "/w/t/ds=1"],
+    ["partitions", "drop", "web.t", "ds=1"],
+    ["partitions", "discover", "web.t"],
+    ["table", "drop", "web.t"],
+    ["table", "expect", "web.t", "--remove"],
+    ["table", "expect", "web.t", "--set", "ds", "--min-partitions", "1"],
+    ["sweep"],
+    ["recover"],
+    ["webhooks", "add", "h", "https://hooks.example.com/in", "--tables", "web.t"],
+    ["webhooks", "remove", "h"],
+    ["webhooks", "pause", "h"],
+    ["webhooks", "replay", "h", "--from-event", "1"],
+    ["subscribers", "--remove", "s"],
+    ["outbox", "drop", "--all"],
+]
+
+
+def test_writing_commands_on_an_empty_database_create_nothing(run_empty, empty_db_url: str):
+    """Only what a fresh install begins with (``table create``, ``import``, ``db
+    upgrade``) creates a catalog: any other writing command pointed at the wrong place
+    says so, exit 2, and leaves it empty (no SQLite file, no schema)."""
+    from hcat_notify.store.engine import redact
+    from hcat_notify.store.quick import sqlite_file
+
+    path = sqlite_file(empty_db_url)
+    where = path if path is not None else redact(empty_db_url)
+    for args in WRITERS_THAT_CREATE_NOTHING:
+        code, out, err = run_empty(*args)
+        assert (code, out) == (2, ""), (args, err)
+        assert err.startswith(f"hcat-notify: error: no catalog at {where}: "), (args, err)
+        assert err.count("\n") == 1, (args, err)
+        assert path is None or not path.exists(), args
+    assert _user_tables(empty_db_url) == []
+    code, _, err = run_empty(
+        "table", "create", "web.t", "--location", "/w/t", "--partition-keys", "ds"
+    )
+    assert code == 0, err  # the first step of a fresh install still creates it
+    assert run_empty("mark-done", "web.t", "ds=1")[0] == 0
+
+
 @pytest.mark.parametrize("given", ["3000000d", "36501d", "0.5s"])
 def test_a_retention_out_of_range_is_named_as_given(run_empty, empty_db_url: str, given: str):
     code, out, err = run_empty(
