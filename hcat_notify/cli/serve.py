@@ -22,7 +22,7 @@ from hcat_notify.cli.common import (
     handle_errors,
     output_option,
 )
-from hcat_notify.errors import ConfigError
+from hcat_notify.errors import ConfigError, InvalidInputError
 
 __all__ = ["hash_secret", "serve"]
 
@@ -226,12 +226,21 @@ def _serve_many(config: Any, sock: socket.socket) -> bool:
 def hash_secret(obj: CliContext, secret_stdin: bool) -> None:
     """Print the stored form of an API principal's secret, for [api.principals].
 
-    Asks for the secret twice (or reads one line from stdin with --secret-stdin).
+    Asks for the secret twice on a terminal (or reads one line from stdin with
+    --secret-stdin).
     """
     from hcat_notify.model.principals import hash_secret as make_hash
 
     if secret_stdin:
-        secret = sys.stdin.readline().rstrip("\n")
+        line = sys.stdin.readline()
+        if not line:
+            raise InvalidInputError("no secret on standard input (it ended at once)")
+        secret = line.rstrip("\n")
+    elif not sys.stdin.isatty():
+        # getpass would warn, then read a pipe (or stop at its end as if interrupted).
+        raise InvalidInputError(
+            "no terminal to ask for the secret on: give it on standard input with --secret-stdin"
+        )
     else:
         secret = click.prompt("secret", hide_input=True, confirmation_prompt=True)
     if not secret:

@@ -375,3 +375,23 @@ def test_hash_secret_prints_json_with_output_json(monkeypatch, capsys, where):
     code = main(["-o", "json", *args] if where == "before" else [*args, "-o", "json"])
     assert code == 0
     assert verify_secret("s3cret", json.loads(capsys.readouterr().out)["hash"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "no terminal to ask for the secret on: give it on standard input with --secret-stdin"),
+        (["--secret-stdin"], "no secret on standard input (it ended at once)"),
+    ],
+)
+def test_hash_secret_at_the_end_of_input_without_a_terminal_is_one_line(args, message):
+    """Not Ctrl-C (130), no GetPassWarning: one line, exit 2."""
+    done = subprocess.run(
+        [sys.executable, "-m", "hcat_notify.cli", "hash-secret", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"hcat-notify: error: {message}\n"
