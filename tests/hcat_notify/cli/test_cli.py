@@ -395,3 +395,26 @@ def test_hash_secret_at_the_end_of_input_without_a_terminal_is_one_line(args, me
     )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == f"hcat-notify: error: {message}\n"
+
+
+def test_no_help_shows_sphinx_markup():
+    """``--help`` is for users: a docstring's reference markup for the API docs stays
+    behind click's ``\\f`` (``table expect --help`` once showed ``:meth:`Catalog.expect```)."""
+    import click
+
+    from hcat_notify.cli.root import cli
+
+    def helps(command: click.Command, ctx: click.Context) -> dict[str, str]:
+        found = {ctx.command_path: command.get_help(ctx)}
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None, name
+                found.update(helps(sub, click.Context(sub, info_name=name, parent=ctx)))
+        return found
+
+    pages = helps(cli, click.Context(cli, info_name="hcat-notify"))
+    assert "hcat-notify table expect" in pages
+    for path, text in pages.items():
+        for markup in (":meth:", ":func:", ":class:", ":data:", "``"):
+            assert markup not in text, (path, text)
