@@ -145,6 +145,7 @@ def test_mark_done_then_covering_done(writer: httpx.Client, reader: httpx.Client
     assert missing.status_code == 404
     assert missing.headers["content-type"] == "application/problem+json"
     assert missing.json()["type"] == "urn:hcat-notify:problem:not-done"
+    assert missing.json()["error"] == "InvalidInputError"  # every problem names one
 
 
 def test_mark_done_keys_sorted_and_escaped(writer: httpx.Client, reader: httpx.Client, new_table):
