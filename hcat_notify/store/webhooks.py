@@ -373,9 +373,24 @@ def _parked_rows(tx: Tx, row: WebhookRow, topic: str | None) -> list[WebhookProg
 def release_parked(tx: Tx, name: str, topic: str | None, *, drop: bool) -> list[str]:
     """Release a webhook's parked topics (all, or ``topic``): tried again from their
     first undelivered event, or with ``drop`` given up up to the topic's last event now.
-    Returns the topics released."""
+    Returns the topics released.
+
+    Raises:
+        WebhookNotFoundError: no such webhook.
+        InvalidInputError: ``topic`` is given and is not one of its parked topics.
+    """
     row = webhook_row(tx, name)
     parked = _parked_rows(tx, row, topic)
+    if topic is not None and not parked:
+        known = tx.session.scalar(
+            select(WebhookProgressRow.topic).where(
+                WebhookProgressRow.webhook_id == row.id, WebhookProgressRow.topic == topic
+            )
+        )
+        why = "is not parked" if known is not None else "is none of its topics"
+        raise InvalidInputError(
+            f"topic {topic!r} of webhook {name} {why} (webhooks show {name} --only parked)"
+        )
     if parked:
         _bump(tx, row)
     bound = tx.last_event_id()

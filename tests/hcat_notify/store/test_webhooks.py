@@ -290,6 +290,17 @@ def test_parked_topics_are_retried_or_dropped(catalog: Catalog):
     (row,) = catalog.webhooks.topics("ops")
     assert row.parked_at is None
     assert row.last_event_id == catalog.outbox.last_event_id()  # given up to the last one
+    # a topic named that is not parked, or not the webhook's: one line, nothing changed
+    version = catalog.webhooks.get("ops").version
+    for release in (catalog.webhooks.retry_parked, catalog.webhooks.drop_parked):
+        with pytest.raises(
+            InvalidInputError, match=f"topic '{TOPIC}' of webhook ops is not parked"
+        ):
+            release("ops", TOPIC)
+        for other in ("hcat.nosuch", ""):
+            with pytest.raises(InvalidInputError, match="is none of its topics"):
+                release("ops", other)
+    assert catalog.webhooks.get("ops").version == version
 
 
 @pytest.mark.usefixtures("tables")
