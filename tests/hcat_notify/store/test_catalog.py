@@ -574,6 +574,20 @@ def test_retained_dones_cursor_and_tables(catalog: Catalog):
     ]
 
 
+def test_a_cursor_beyond_the_newest_event_is_refused(catalog: Catalog):
+    """Every read hands out positions at or below the newest event: one above it is
+    mistyped (or of another catalog), and following it would skip every event up to it."""
+    _make_clicks(catalog)
+    newest = catalog.mark_set_done("web.clicks", {"datestamp": "1"})
+    assert [e.event_id for e in catalog.catch_up(["web.clicks"], cursor=f"*:{newest - 1}")] == [
+        newest
+    ]
+    assert list(catalog.catch_up(["web.clicks"], cursor=f"*:{newest}")) == []  # up to date
+    for cursor in (f"*:{newest + 1}", "*:99999", "hcat.web.clicks:99999", "nosuch.topic:99999"):
+        with pytest.raises(InvalidInputError, match=f"is beyond the newest event \\({newest}\\)"):
+            catalog.catch_up(["web.clicks"], cursor=cursor)
+
+
 # -- outbox -------------------------------------------------------------------------------
 
 

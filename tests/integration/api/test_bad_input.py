@@ -279,6 +279,7 @@ def test_bad_reads(reader: httpx.Client, new_table):
     _check(reader.get(f"/v1/tables/{name}/partitions?hour=1"), 422, "hour")
     _check(reader.get("/v1/events"), 400, "table")
     _check(reader.get(f"/v1/events?table={name}&cursor=nonsense"), 400, "malformed cursor")
+    _check(reader.get(f"/v1/events?table={name}&cursor=*:99999999999"), 400, "beyond the newest")
     _check(reader.get(f"/v1/events?table={name}&cursor=t:99999999999999999999"), 400, "too large")
     _check(reader.get(f"/v1/events?table={name}&limit=10001"), 400, "limit")
     _check(reader.get("/v1/events?table=nosuch.t"), 404, "nosuch.t")
