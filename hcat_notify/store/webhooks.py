@@ -332,13 +332,14 @@ def check_from_event(tx: Tx, from_event: int) -> None:
         InvalidInputError: below 1, or beyond the next event.
         HistoryGoneError: the outbox's retention deleted events from ``from_event`` on.
     """
+    # Named for the command line and the API alike (--from-event, fromEvent).
     if from_event < 1:
-        raise InvalidInputError(f"--from-event must be at least 1, not {from_event}")
+        raise InvalidInputError(f"the first event must be at least 1, not {from_event}")
     last = tx.last_event_id()
     if from_event > last + 1:
         raise InvalidInputError(
-            f"--from-event {from_event} is beyond the newest event ({last}): "
-            f"give at most {last + 1}, the next event, or --from-now"
+            f"the first event {from_event} is beyond the newest event ({last}): give at "
+            f"most {last + 1}, the next event (or, to add one, the events after now)"
         )
     check_replay_from(tx, from_event)
 

@@ -56,7 +56,7 @@ def test_bad_input_is_one_line_and_writes_nothing(run: Run, monkeypatch: pytest.
         "replay from 0": (("webhooks", "replay", "ops", "--from-event", "0"), "from-event"),
         "replay beyond the newest": (
             ("webhooks", "replay", "ops", "--from-event", "99999999"),
-            "--from-event 99999999 is beyond the newest event",
+            "the first event 99999999 is beyond the newest event",
         ),
         "add beyond the newest": (
             ("webhooks", "add", "a", URL, "--tables", "web.*", "--from-event", "99999999"),
