@@ -444,6 +444,14 @@ def test_a_done_by_hand_of_a_table_without_a_rule_is_generation_one(catalog: Cat
         ({"set_keys": "datestamp", "min_partitions": 3, "like_previous": True}, "exactly one"),
         ({"set_keys": "datestamp"}, "exactly one"),
         ({"set_keys": "datestamp", "min_partitions": 0}, "between 1"),
+        (
+            {"set_keys": "datestamp", "min_partitions": "-3"},
+            "min-partitions must be between 1 and 100,000, not -3",
+        ),
+        (
+            {"set_keys": "datestamp", "min_partitions": 3, "deadline": "garbage"},
+            r"not a key of the set \(datestamp\): a deadline is KEY",
+        ),
         ({"set_keys": "datestamp", "min_partitions": 3, "quiet": "10 minutes"}, "duration"),
         (
             {"set_keys": "datestamp", "min_partitions": 3, "deadline": "x", "deadline_after": 3},
