@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from hcat_notify.errors import InvalidInputError
+from hcat_notify.model.topics import validate_topic_name
 from hcat_notify.model.webhooks import (
     TablePatterns,
     WebhookFormat,
@@ -121,6 +122,8 @@ class Webhooks:
         index range, however many topics it delivers)."""
         if limit < 1:
             raise InvalidInputError(f"--limit must be at least 1, not {limit}")
+        if after is not None:
+            validate_topic_name(after)  # a topic a page ended at, not any text
         with self._transaction() as tx:
             return webhook_figures.topics_page(tx, name, after=after, limit=limit, only=only)
 

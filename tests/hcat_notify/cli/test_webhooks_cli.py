@@ -53,6 +53,10 @@ def test_bad_input_is_one_line_and_writes_nothing(run: Run, monkeypatch: pytest.
             "unknown webhook format 'cloudevent' (cloudevents, cloudevents-batch, hive)",
         ),
         "unknown hook": (("webhooks", "show", "nope"), "no webhook named 'nope'"),
+        "show after no topic": (
+            ("webhooks", "show", "ops", "--after", "bad topic"),
+            "invalid topic name 'bad topic'",
+        ),
         "replay from 0": (("webhooks", "replay", "ops", "--from-event", "0"), "from-event"),
         "replay beyond the newest": (
             ("webhooks", "replay", "ops", "--from-event", "99999999"),
