@@ -249,7 +249,7 @@ def add(
 
     Raises:
         InvalidInputError: the name is taken, a table pattern matches no table, or
-            ``start_after`` is below 0 or beyond the newest event.
+            ``start_after`` is beyond the newest event.
         HistoryGoneError: the outbox's retention deleted events after ``start_after``.
     """
     if tx.session.scalars(select(WebhookRow.id).where(WebhookRow.name == name)).first():
@@ -323,16 +323,10 @@ def rotate(tx: Tx, name: str, stored_secret: str, overlap: float) -> WebhookInfo
 
 
 def check_from_event(tx: Tx, from_event: int) -> None:
-    """Refuse a webhook's start at ``from_event`` (``add`` and ``replay``, from the CLI,
-    Python and the API alike) below 1, at or below what the outbox's retention deleted,
-    or beyond the next event to come (``last_event_id() + 1``): a start past it would
-    silently skip every event up to it.
-
-    Raises:
-        InvalidInputError: below 1, or beyond the next event.
-        HistoryGoneError: the outbox's retention deleted events from ``from_event`` on.
+    """Refuse a webhook's start at ``from_event`` (``add``, ``replay``; CLI, Python and API
+    alike) below 1, beyond the next event (it would skip every event up to it silently),
+    or at or below what the outbox's retention deleted (HistoryGoneError).
     """
-    # Named for the command line and the API alike (--from-event, fromEvent).
     if from_event < 1:
         raise InvalidInputError(f"the first event must be at least 1, not {from_event}")
     last = tx.last_event_id()
@@ -374,21 +368,13 @@ def _parked_rows(tx: Tx, row: WebhookRow, topic: str | None) -> list[WebhookProg
 def release_parked(tx: Tx, name: str, topic: str | None, *, drop: bool) -> list[str]:
     """Release a webhook's parked topics (all, or ``topic``): tried again from their
     first undelivered event, or with ``drop`` given up up to the topic's last event now.
-    Returns the topics released.
-
-    Raises:
-        WebhookNotFoundError: no such webhook.
-        InvalidInputError: ``topic`` is given and is not one of its parked topics.
+    Returns the topics released; a ``topic`` that is not a parked one is refused.
     """
     row = webhook_row(tx, name)
     parked = _parked_rows(tx, row, topic)
     if topic is not None and not parked:
-        known = tx.session.scalar(
-            select(WebhookProgressRow.topic).where(
-                WebhookProgressRow.webhook_id == row.id, WebhookProgressRow.topic == topic
-            )
-        )
-        why = "is not parked" if known is not None else "is none of its topics"
+        known = tx.session.get(WebhookProgressRow, (row.id, topic)) is not None
+        why = "is not parked" if known else "is none of its topics"
         raise InvalidInputError(
             f"topic {topic!r} of webhook {name} {why} (webhooks show {name} --only parked)"
         )
