@@ -399,6 +399,10 @@ def _convert(kind: Any, value: Any) -> Any:
     if kind is Path:
         if not isinstance(value, str | Path):
             raise ValueError(f"expected a path, not {type(value).__name__}")
+        if isinstance(value, str) and not value.strip():
+            # Path("") is the current directory: a catalog would land wherever the
+            # command happens to run.
+            raise ValueError(f"is empty; leave it unset for the default {DEFAULT_HOME}")
         return Path(value).expanduser()
     if isinstance(kind, type) and issubclass(kind, Enum):
         try:

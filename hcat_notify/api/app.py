@@ -108,8 +108,27 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         components["Problem"] = Problem.model_json_schema(
             ref_template="#/components/schemas/{model}"
         )
+        _without_validation_errors(schema)
         app.openapi_schema = schema
     return app.openapi_schema
+
+
+_VALIDATION_ERROR = "#/components/schemas/HTTPValidationError"
+
+
+def _without_validation_errors(schema: dict[str, Any]) -> None:
+    """Drop the 422 ``HTTPValidationError`` FastAPI declares on every route with
+    parameters: the server never sends it (a request that does not validate is a 400
+    problem document, ``InvalidInputError``, which each route declares)."""
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses", {})
+            declared = responses.get("422", {}).get("content", {}).get("application/json", {})
+            if declared.get("schema", {}).get("$ref") == _VALIDATION_ERROR:
+                del responses["422"]
+    components = schema.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
 
 
 class _Api(FastAPI):

@@ -144,10 +144,12 @@ def problem_body(
     error: str | None = None,
 ) -> dict[str, Any]:
     """A problem document; ``type_`` and ``error`` default to the status's
-    (:func:`http_problem`). ``instance`` is left out when None (the server could not
-    read the request's path)."""
-    if type_ is None:
-        type_, error = http_problem(status)
+    (:func:`http_problem`), ``error`` also under a type of its own (``not-done``,
+    ``no-rule``): every document carries one. ``instance`` is left out when None (the
+    server could not read the request's path)."""
+    default_type, default_error = http_problem(status)
+    type_ = default_type if type_ is None else type_
+    error = default_error if error is None else error
     body: dict[str, Any] = {
         "type": type_,
         "title": HTTPStatus(status).phrase,
@@ -156,8 +158,7 @@ def problem_body(
     }
     if instance is not None:
         body["instance"] = instance
-    if error is not None:
-        body["error"] = error
+    body["error"] = error
     return body
 
 

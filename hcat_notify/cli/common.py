@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from hcat_notify.store import Catalog
 
 __all__ = [
+    "CREATES_CATALOG",
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
     "EXIT_TIMEOUT",
@@ -104,14 +105,33 @@ class CliContext:
     def catalog(self, *, write: bool = True) -> Catalog:
         """Open the catalog; ``write=False`` for commands that only read.
 
-        A reading command never creates or migrates a catalog: with ``write=False`` a
-        missing SQLite file is an error instead of a new empty catalog.
+        A reading command never creates or migrates a catalog. A writing one migrates
+        it, but creates it (a SQLite file, the schema of an empty database) only if it
+        is one of :data:`CREATES_CATALOG`, what a fresh install begins with: any other,
+        pointed at a mistyped home, says ``no catalog at ...`` and creates nothing.
         """
         from hcat_notify.store import Catalog
 
         if write:
-            return Catalog.open(self.settings)
+            return Catalog.open(self.settings, create=_command_path() in CREATES_CATALOG)
         return Catalog.open(self.settings, upgrade=False, create=False)
+
+
+CREATES_CATALOG = frozenset({("table", "create"), ("import",), ("db", "upgrade")})
+"""The commands (their names under ``hcat-notify``) that may create a catalog where there
+is none: the first steps of a fresh install (README's Quickstart and "Try it by hand",
+``deploy/local/demo.sh``). Kept here rather than on each command, since ``import`` is a
+plugin's (``spark_output``)."""
+
+
+def _command_path() -> tuple[str, ...]:
+    """The running command's names below the root (``("table", "create")``)."""
+    names: list[str] = []
+    ctx = click.get_current_context(silent=True)
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return tuple(reversed(names))
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> None:

@@ -64,20 +64,31 @@ def _actor() -> str:
 @click.command("expect")
 @click.argument("name", metavar="DB.TABLE")
 @click.argument("more_parts", nargs=-1, metavar="[KEY=VALUES]...")
-@click.option("--set", "set_keys", help="The leading keys that make a set: datestamp.")
+@click.option(
+    "--set", "set_keys", metavar="KEYS", help="The leading keys that make a set: datestamp."
+)
 @click.option(
     "--parts",
     "parts",
     multiple=True,
+    metavar="KEY=VALUES",
     help="KEY=VALUES of each key below the set (values, 00..23 ranges, dates); the "
     "next arguments may give more: --parts region=us,eu hour=00..23.",
 )
 @click.option("--like-previous", is_flag=True, help="Expect the previous set's partitions.")
-@click.option("--min-partitions", help="Or: at least N partitions.")
-@click.option("--quiet", help="Done only after no change for this long (10m, 1h).")
+@click.option("--min-partitions", metavar="N", help="Or: at least N partitions.")
+@click.option(
+    "--quiet", metavar="DURATION", help="Done only after no change for this long (10m, 1h)."
+)
 @click.option("--deadline", help="'KEY[+Nd] [HH:MM]' (UTC), e.g. 'datestamp+1d 06:00'.")
-@click.option("--deadline-after", help="Or: this long after the set's first part (4h).")
-@click.option("--on-deadline", help="late (SET_LATE, default), done (partial) or nothing.")
+@click.option(
+    "--deadline-after", metavar="DURATION", help="Or: this long after the set's first part (4h)."
+)
+@click.option(
+    "--on-deadline",
+    metavar="late|done|nothing",
+    help="late (SET_LATE, default), done (partial) or nothing.",
+)
 @click.option("--remove", is_flag=True, help="Remove the table's rule.")
 @output_option
 @click.pass_obj
@@ -94,7 +105,7 @@ def expect(
     """Give a table a completeness rule: the catalog then writes each set's
     MARK_SET_DONE in the transaction that brings its last expected part (or --remove
     it). A bad rule is refused with one line; nothing is written.
-
+    \f
     ``options``: the rule's other options, as :meth:`Catalog.expect` takes them."""
     if remove:
         if any(options.values()) or parts or more_parts:

@@ -63,10 +63,10 @@ EXIT_CREDENTIALS = 77  # the broker refused the login (sysexits' EX_NOPERM)
 def mark_done(obj: CliContext, name: str, spec: tuple[str, ...]) -> None:
     """Announce that every partition matching K=V... is complete."""
     from hcat_notify.model.specs import PartitionSpec
-    from hcat_notify.writer import send_mark_set_done
 
     partial = PartitionSpec.from_args(spec)
-    event_id = send_mark_set_done(name, partial, settings=obj.settings)
+    with obj.catalog() as catalog:  # send_mark_set_done's write, on no new catalog
+        event_id = catalog.mark_set_done(name, partial)
     emit(
         obj,
         {"table": name, "spec": partial.canonical(), "event_id": event_id},
@@ -401,7 +401,7 @@ def wait(
     started = time.monotonic()
     with _reader(obj, subscriber) as catalog:
         table_info = catalog.get_table(name)
-        wanted = table_info.spec(wanted, partial=True)
+        wanted = table_info.covering_spec(wanted)
         found = catalog.find_covering_done(table_info.name, wanted, min_generation=min_generation)
         done = found is not None
         if not done:

@@ -166,7 +166,11 @@ class _LazyGroup(click.Group):
 @click.option(
     "--config", "config_file", type=click.Path(path_type=Path), help="TOML settings file."
 )
-@click.option("--home", type=click.Path(path_type=Path), help="Data directory (HCAT_NOTIFY_HOME).")
+@click.option(
+    "--home",
+    type=click.Path(),  # a string: load_settings refuses an empty one (Path("") is ".")
+    help="Data directory (HCAT_NOTIFY_HOME).  [default: ~/.hcat-notify]",
+)
 @click.option("--db-url", help="Catalog database URL (HCAT_NOTIFY_DB_URL).")
 @click.option("--broker-url", help="stomp://host:port[,...] (HCAT_NOTIFY_BROKER_URL).")
 @click.option(
@@ -178,7 +182,7 @@ class _LazyGroup(click.Group):
 def cli(
     ctx: click.Context,
     config_file: Path | None,
-    home: Path | None,
+    home: str | None,
     db_url: str | None,
     broker_url: str | None,
     output: str,

@@ -76,6 +76,7 @@ def webhooks() -> None:
 @click.option(
     "--format",
     "format_",
+    metavar="cloudevents|cloudevents-batch|hive",
     default="cloudevents",
     show_default=True,
     help="cloudevents: one CloudEvent per request (structured mode); cloudevents-batch: "

@@ -246,7 +246,8 @@ def _check_deadline(
         if match["key"] not in set_keys:
             raise InvalidRuleError(
                 f"deadline {deadline!r} names {match['key']!r}, not a key of the set "
-                f"({', '.join(set_keys)})"
+                f"({', '.join(set_keys)}): a deadline is KEY[+Nd] [HH:MM] (e.g. "
+                f"'{set_keys[0]}+1d 06:00')"
             )
         if int(match["days"] or 0) > MAX_DEADLINE_DAYS:
             raise InvalidRuleError(f"deadline {deadline!r} is more than {MAX_DEADLINE_DAYS} days")
@@ -310,11 +311,14 @@ def parse_rule(
     checked_parts = _check_parts(partition_keys, checked_set, given_parts) if given_parts else ()
     minimum = None
     if min_partitions is not None:
-        if isinstance(min_partitions, bool) or not re.fullmatch(r"\d{1,9}", str(min_partitions)):
+        given = str(min_partitions).strip()
+        if isinstance(min_partitions, bool) or not re.fullmatch(r"-?\d{1,9}", given):
             raise InvalidRuleError(f"min-partitions {min_partitions!r} is not a whole number")
-        minimum = int(min_partitions)
+        minimum = int(given)
         if not 1 <= minimum <= MAX_EXPECTED_PARTS:
-            raise InvalidRuleError(f"min-partitions must be between 1 and {MAX_EXPECTED_PARTS:,}")
+            raise InvalidRuleError(
+                f"min-partitions must be between 1 and {MAX_EXPECTED_PARTS:,}, not {minimum}"
+            )
     quiet_seconds = None
     if quiet is not None:
         quiet_seconds = parse_duration(quiet, what="quiet period") or None

@@ -63,7 +63,25 @@ def _range_dates(start: str, end: str) -> tuple[date, date] | None:
     return None
 
 
+def _not_a_date(start: str, end: str) -> str | None:
+    """The end of a range meant as dates that is not a real date (``20260230`` of
+    ``20260230..20260301``), else None. A ``yyyy-mm-dd`` range is meant as dates; a
+    ``yyyymmdd`` one when either end is a date (``10000000..10000099`` stays integers)."""
+    ends = (start, end)
+    if all(_DATE_DASHED.fullmatch(each) for each in ends):
+        meant = True
+    else:
+        compact = all(_DATE_COMPACT.fullmatch(each) for each in ends)
+        meant = compact and any(as_date(each) is not None for each in ends)
+    if not meant:
+        return None
+    return next((each for each in ends if as_date(each) is None), None)
+
+
 def _range_size(key: str, start: str, end: str) -> int:
+    bad = _not_a_date(start, end)
+    if bad is not None:
+        raise InvalidRuleError(f"range {start}..{end} of {key}: {bad} is not a date (no such day)")
     dates = _range_dates(start, end)
     if dates is not None:
         size = (dates[1] - dates[0]).days + 1

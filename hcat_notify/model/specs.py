@@ -520,6 +520,24 @@ class PartitionSpec:
             UnknownPartitionKeyError: the spec names a key the table does not have.
             InvalidSpecError: the spec skips a leading key (the message names it).
         """
+        return self._prefix_of(partition_keys, table, "mark-set-done spec").sorted()
+
+    def for_covering(self, partition_keys: Sequence[str], *, table: str = "") -> PartitionSpec:
+        """Check this spec as one a done is looked up for (``wait``, ``GET .../done``,
+        :meth:`Catalog.find_covering_done`); return it in table key order.
+
+        The rule of :meth:`for_done`: a done covers a spec when the done's spec is a
+        prefix of it, so a spec that skips a leading key (``region=us`` alone) could
+        never be covered and a wait for it would only time out; it is refused at once.
+
+        Raises:
+            UnknownPartitionKeyError: the spec names a key the table does not have.
+            InvalidSpecError: the spec skips a leading key (the message names it).
+        """
+        return self._prefix_of(partition_keys, table, "spec")
+
+    def _prefix_of(self, partition_keys: Sequence[str], table: str, what: str) -> PartitionSpec:
+        """This spec in table key order, refused unless it is a prefix of the keys."""
         ordered = self.for_table(partition_keys, table=table, partial=True)
         table_keys = _partition_keys(partition_keys)
         given = ordered.keys
@@ -529,11 +547,11 @@ class PartitionSpec:
             of_table = f"table {table}" if table else "the table"
             noun = "key" if len(missing) == 1 else "keys"
             raise InvalidSpecError(
-                f"mark-set-done spec {ordered.to_path()!r} for {of_table} skips the leading "
+                f"{what} {ordered.to_path()!r} for {of_table} skips the leading "
                 f"partition {noun} {', '.join(missing)}: a done's spec must be a prefix of "
                 f"its partition keys ({', '.join(table_keys)})"
             )
-        return ordered.sorted()
+        return ordered
 
     def check_limits(self) -> PartitionSpec:
         """Check that this spec fits where it goes: directory names, Hive, broker headers.

@@ -130,7 +130,7 @@ class Dones:
         # the table's absence first, as it always has.
         with self._transaction() as tx:
             row = tx.table_row(name)
-            wanted = table_ops.info_of(row).spec(spec, partial=True)
+            wanted = table_ops.info_of(row).covering_spec(spec)
             return retention.find_covering_done(
                 tx, row, name, wanted, min_generation=min_generation or 1
             )

@@ -191,10 +191,10 @@ class FastPath:
         Raises:
             TableNotFoundError: no such table.
             UnknownPartitionKeyError, InvalidSpecError: ``given`` does not fit the
-                table's keys (checked as :meth:`TableInfo.spec` checks it).
+                table's keys or skips a leading one (:meth:`PartitionSpec.for_covering`).
         """
         rows = self._covering_rows(name, given.covering_canonicals())
-        given.for_table(trusted_json(rows[0][1]), table=str(name), partial=True)
+        given.for_covering(trusted_json(rows[0][1]), table=str(name))
         return _oldest(name, rows, now, min_generation)
 
     def covering_dones(
@@ -217,7 +217,7 @@ class FastPath:
         found: list[RetainedDone | HcatNotifyError | None] = []
         for (given, minimum), specs in zip(wanted, covering, strict=True):
             try:
-                given.for_table(keys, table=str(name), partial=True)
+                given.for_covering(keys, table=str(name))
             except HcatNotifyError as exc:
                 found.append(exc)
                 continue

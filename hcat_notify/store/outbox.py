@@ -363,6 +363,8 @@ def catch_up(
     """
     queries = []
     positions: dict[str, int] = {}
+    if cursor:
+        _check_not_beyond(tx, cursor)
     if cursor is None or not cursor:
         table_ids = [scope.table_id for scope in scopes if scope.table_id is not None]
         if table_ids:
@@ -408,6 +410,23 @@ def catch_up(
         return OutboxPage(streams[0])
     merged = heapq.merge(*streams, key=operator.itemgetter(0))  # by event id
     return OutboxPage(list(itertools.islice(merged, limit) if limit is not None else merged))
+
+
+def _check_not_beyond(tx: Tx, cursor: Cursor) -> None:
+    """Refuse a cursor with a position beyond the newest event: every read hands out
+    positions at or below it, so such a cursor is mistyped or of another catalog, and
+    following it would skip every event up to it without a word.
+
+    Raises:
+        InvalidInputError: naming the cursor and the newest event.
+    """
+    marks = [*cursor.watermarks.values(), *([cursor.default] if cursor.default else [])]
+    newest = tx.last_event_id()
+    if marks and max(marks) > newest:
+        raise InvalidInputError(
+            f"cursor {cursor} is beyond the newest event ({newest}): it names no event this "
+            "catalog has written (read without a cursor, or with one a read handed out)"
+        )
 
 
 # -- undeliverable events -------------------------------------------------------------

@@ -204,6 +204,12 @@ class TableInfo:
         spec = values if isinstance(values, PartitionSpec) else PartitionSpec.from_mapping(values)
         return spec.for_table(self.partition_keys, table=str(self.name), partial=partial)
 
+    def covering_spec(self, values: Mapping[str, str | None] | PartitionSpec) -> PartitionSpec:
+        """Validate ``values`` as a spec a done is looked up for (a prefix of this table's
+        keys, see :meth:`PartitionSpec.for_covering`); return it in table key order."""
+        spec = values if isinstance(values, PartitionSpec) else PartitionSpec.from_mapping(values)
+        return spec.for_covering(self.partition_keys, table=str(self.name))
+
     def done_spec(self, values: Mapping[str, str | None] | PartitionSpec) -> PartitionSpec:
         """Validate ``values`` as a mark-set-done of this table (a prefix of its keys, see
         :meth:`PartitionSpec.for_done`); return it with keys sorted, as on the wire."""

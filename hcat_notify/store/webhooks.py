@@ -248,14 +248,15 @@ def add(
     """Add a webhook (``start_after`` None: from the last event now).
 
     Raises:
-        InvalidInputError: the name is taken, or a table pattern matches no table.
+        InvalidInputError: the name is taken, a table pattern matches no table, or
+            ``start_after`` is beyond the newest event.
         HistoryGoneError: the outbox's retention deleted events after ``start_after``.
     """
     if tx.session.scalars(select(WebhookRow.id).where(WebhookRow.name == name)).first():
         raise InvalidInputError(f"a webhook named {name!r} exists already")
     check_tables_exist(tx, tables)
     if start_after is not None:
-        check_replay_from(tx, start_after + 1)
+        check_from_event(tx, start_after + 1)
     now = tx.clock()
     row = WebhookRow(
         name=name,
@@ -321,15 +322,32 @@ def rotate(tx: Tx, name: str, stored_secret: str, overlap: float) -> WebhookInfo
     return info_of(row, now)
 
 
+def check_from_event(tx: Tx, from_event: int) -> None:
+    """Refuse a webhook's start at ``from_event`` (``add``, ``replay``; CLI, Python and API
+    alike) below 1, beyond the next event (it would skip every event up to it silently),
+    or at or below what the outbox's retention deleted (HistoryGoneError).
+    """
+    if from_event < 1:
+        raise InvalidInputError(f"the first event must be at least 1, not {from_event}")
+    last = tx.last_event_id()
+    if from_event > last + 1:
+        raise InvalidInputError(
+            f"the first event {from_event} is beyond the newest event ({last}): give at "
+            f"most {last + 1}, the next event (or, to add one, the events after now)"
+        )
+    check_replay_from(tx, from_event)
+
+
 def replay(tx: Tx, name: str, from_event: int) -> WebhookInfo:
     """Deliver again from ``from_event``: every topic starts after ``from_event - 1``.
 
     Raises:
         WebhookNotFoundError: no such webhook.
+        InvalidInputError: ``from_event`` below 1 or beyond the next event.
         HistoryGoneError: the outbox's retention deleted events from ``from_event`` on.
     """
     row = webhook_row(tx, name)
-    check_replay_from(tx, from_event)
+    check_from_event(tx, from_event)
     _bump(tx, row)
     tx.session.execute(delete(WebhookProgressRow).where(WebhookProgressRow.webhook_id == row.id))
     row.start_after = row.delivered_event_id = from_event - 1
@@ -350,9 +368,16 @@ def _parked_rows(tx: Tx, row: WebhookRow, topic: str | None) -> list[WebhookProg
 def release_parked(tx: Tx, name: str, topic: str | None, *, drop: bool) -> list[str]:
     """Release a webhook's parked topics (all, or ``topic``): tried again from their
     first undelivered event, or with ``drop`` given up up to the topic's last event now.
-    Returns the topics released."""
+    Returns the topics released; a ``topic`` that is not a parked one is refused.
+    """
     row = webhook_row(tx, name)
     parked = _parked_rows(tx, row, topic)
+    if topic is not None and not parked:
+        known = tx.session.get(WebhookProgressRow, (row.id, topic)) is not None
+        why = "is not parked" if known else "is none of its topics"
+        raise InvalidInputError(
+            f"topic {topic!r} of webhook {name} {why} (webhooks show {name} --only parked)"
+        )
     if parked:
         _bump(tx, row)
     bound = tx.last_event_id()

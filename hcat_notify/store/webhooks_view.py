@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from hcat_notify.errors import InvalidInputError
+from hcat_notify.model.topics import validate_topic_name
 from hcat_notify.model.webhooks import (
     TablePatterns,
     WebhookFormat,
@@ -83,8 +84,6 @@ class Webhooks:
         patterns = TablePatterns.parse(tables)
         kinds = parse_event_kinds(events)
         chosen = WebhookFormat.parse(format)
-        if from_event is not None and from_event < 1:
-            raise InvalidInputError(f"--from-event must be at least 1, not {from_event}")
         secret = new_secret()
         with self._transaction(write=True) as tx:
             check_webhook_url(url, tx.settings.webhook_allow)
@@ -123,6 +122,8 @@ class Webhooks:
         index range, however many topics it delivers)."""
         if limit < 1:
             raise InvalidInputError(f"--limit must be at least 1, not {limit}")
+        if after is not None:
+            validate_topic_name(after)  # a topic a page ended at, not any text
         with self._transaction() as tx:
             return webhook_figures.topics_page(tx, name, after=after, limit=limit, only=only)
 
@@ -176,8 +177,6 @@ class Webhooks:
 
     def replay(self, name: str, from_event: int) -> WebhookInfo:
         """Deliver every matching event again from ``from_event`` on, per topic in order."""
-        if from_event < 1:
-            raise InvalidInputError(f"--from-event must be at least 1, not {from_event}")
         with self._transaction(write=True) as tx:
             return webhooks.replay(tx, name, from_event)
 

@@ -125,6 +125,8 @@ def test_credentials_in_the_broker_url_are_refused_without_echoing_them():
         ({"topic_prefix": "hcat/x"}, "invalid topic name"),
         ({"broker_timeout": 0}, "broker_timeout"),
         ({"cloudevents_source": "urn:a b"}, "cloudevents_source: CloudEvents source"),
+        ({"home": ""}, "home: is empty; leave it unset for the default ~/.hcat-notify"),
+        ({"home": " "}, "home: is empty"),
     ],
 )
 def test_invalid_values_give_one_clear_error(overrides, match):
@@ -171,3 +173,11 @@ def test_the_production_example_lists_both_brokers_of_the_pair():
         "stomp://broker-a.example.com:61613",
         "stomp://broker-b.example.com:61613",
     ]
+
+
+def test_an_empty_home_in_the_environment_is_refused(monkeypatch: pytest.MonkeyPatch):
+    """``HCAT_NOTIFY_HOME=`` would put the catalog in whatever directory a command runs
+    in (``Path("")`` is ``.``): refused, naming where it came from."""
+    monkeypatch.setenv("HCAT_NOTIFY_HOME", "")
+    with pytest.raises(ConfigError, match=r"home: is empty; .* \(from environment\)"):
+        load_settings()

@@ -382,3 +382,21 @@ def test_every_command_with_generated_bad_values(capsys, home: Path, args: list[
     _one_line_error(code, err)
     assert out == ""
     assert _snapshot(home) == before
+
+
+@pytest.mark.parametrize("where", ["option", "environment"])
+def test_an_empty_home_is_refused_and_nothing_lands_in_the_cwd(
+    capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+):
+    monkeypatch.chdir(tmp_path)
+    args = ["table", "create", "web.t", "--location", str(tmp_path / "t"), "--partition-keys", "ds"]
+    if where == "option":
+        code = main(["--home", "", *args])
+    else:
+        monkeypatch.setenv("HCAT_NOTIFY_HOME", "")
+        code = main(args)
+    out, err = capsys.readouterr()
+    _one_line_error(code, err)
+    assert (code, out) == (2, "")
+    assert "home: is empty; leave it unset for the default ~/.hcat-notify" in err
+    assert list(tmp_path.iterdir()) == []

@@ -110,6 +110,12 @@ def test_db_upgrade_is_idempotent(run):
         (["table", "show", 'web."x"'], "invalid table name"),
         (["partitions", "web.clicks", "country=x"], "no partition key 'country'"),
         (["partitions", "web.clicks", "region"], "region"),
+        # a spec no done can cover: refused at once, by the rule mark-done follows
+        (
+            ["wait", "web.clicks", "region=us", "--timeout", "5"],
+            "spec 'region=us' for table web.clicks skips the leading partition key datestamp",
+        ),
+        (["mark-done", "web.clicks", "region=us"], "skips the leading partition key datestamp"),
         (
             ["table", "create", "web.clicks", "--location", "/x", "--partition-keys", "ds"],
             "already registered",
@@ -241,6 +247,48 @@ def test_reading_commands_on_an_empty_database_create_nothing(
     assert not (tmp_path / "export").exists()
 
 
+WRITERS_THAT_CREATE_NOTHING = [
+    ["mark-done", "web.t", "ds=1"],
+    ["partitions", "add", "web.t", "ds=1", "--location", "/w/t/ds=1"],
+    ["partitions", "drop", "web.t", "ds=1"],
+    ["partitions", "discover", "web.t"],
+    ["table", "drop", "web.t"],
+    ["table", "expect", "web.t", "--remove"],
+    ["table", "expect", "web.t", "--set", "ds", "--min-partitions", "1"],
+    ["sweep"],
+    ["recover"],
+    ["webhooks", "add", "h", "https://hooks.example.com/in", "--tables", "web.t"],
+    ["webhooks", "remove", "h"],
+    ["webhooks", "pause", "h"],
+    ["webhooks", "replay", "h", "--from-event", "1"],
+    ["subscribers", "--remove", "s"],
+    ["outbox", "drop", "--all"],
+]
+
+
+def test_writing_commands_on_an_empty_database_create_nothing(run_empty, empty_db_url: str):
+    """Only what a fresh install begins with (``table create``, ``import``, ``db
+    upgrade``) creates a catalog: any other writing command pointed at the wrong place
+    says so, exit 2, and leaves it empty (no SQLite file, no schema)."""
+    from hcat_notify.store.engine import redact
+    from hcat_notify.store.quick import sqlite_file
+
+    path = sqlite_file(empty_db_url)
+    where = path if path is not None else redact(empty_db_url)
+    for args in WRITERS_THAT_CREATE_NOTHING:
+        code, out, err = run_empty(*args)
+        assert (code, out) == (2, ""), (args, err)
+        assert err.startswith(f"hcat-notify: error: no catalog at {where}: "), (args, err)
+        assert err.count("\n") == 1, (args, err)
+        assert path is None or not path.exists(), args
+    assert _user_tables(empty_db_url) == []
+    code, _, err = run_empty(
+        "table", "create", "web.t", "--location", "/w/t", "--partition-keys", "ds"
+    )
+    assert code == 0, err  # the first step of a fresh install still creates it
+    assert run_empty("mark-done", "web.t", "ds=1")[0] == 0
+
+
 @pytest.mark.parametrize("given", ["3000000d", "36501d", "0.5s"])
 def test_a_retention_out_of_range_is_named_as_given(run_empty, empty_db_url: str, given: str):
     code, out, err = run_empty(
@@ -327,3 +375,46 @@ def test_hash_secret_prints_json_with_output_json(monkeypatch, capsys, where):
     code = main(["-o", "json", *args] if where == "before" else [*args, "-o", "json"])
     assert code == 0
     assert verify_secret("s3cret", json.loads(capsys.readouterr().out)["hash"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "no terminal to ask for the secret on: give it on standard input with --secret-stdin"),
+        (["--secret-stdin"], "no secret on standard input (it ended at once)"),
+    ],
+)
+def test_hash_secret_at_the_end_of_input_without_a_terminal_is_one_line(args, message):
+    """Not Ctrl-C (130), no GetPassWarning: one line, exit 2."""
+    done = subprocess.run(
+        [sys.executable, "-m", "hcat_notify.cli", "hash-secret", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"hcat-notify: error: {message}\n"
+
+
+def test_no_help_shows_sphinx_markup():
+    """``--help`` is for users: a docstring's reference markup for the API docs stays
+    behind click's ``\\f`` (``table expect --help`` once showed ``:meth:`Catalog.expect```)."""
+    import click
+
+    from hcat_notify.cli.root import cli
+
+    def helps(command: click.Command, ctx: click.Context) -> dict[str, str]:
+        found = {ctx.command_path: command.get_help(ctx)}
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None, name
+                found.update(helps(sub, click.Context(sub, info_name=name, parent=ctx)))
+        return found
+
+    pages = helps(cli, click.Context(cli, info_name="hcat-notify"))
+    assert "hcat-notify table expect" in pages
+    for path, text in pages.items():
+        for markup in (":meth:", ":func:", ":class:", ":data:", "``"):
+            assert markup not in text, (path, text)

@@ -95,6 +95,10 @@ def test_expect_show_completeness_and_wait_by_generation(run, db_url: str, tmp_p
         (["--set", "region", "--min-partitions", "3"], "not the table's leading keys"),
         (["--set", "datestamp", "--parts", "region=us"], "hour missing"),
         (["--set", "datestamp", "--parts", "region=us", "hour=23..00"], "is empty"),
+        (
+            ["--set", "datestamp", "--parts", "region=us", "hour=20260230..20260301"],
+            "range 20260230..20260301 of hour: 20260230 is not a date",
+        ),
         (["--set", "datestamp", "--parts", "region=us", "hour=0..999999"], "100,000"),
         (["--set", "datestamp", "--min-partitions", "2", "--like-previous"], "exactly one"),
         (["--set", "datestamp", "--min-partitions", "2", "--quiet", "soon"], "not a duration"),

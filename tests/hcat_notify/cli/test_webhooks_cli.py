@@ -53,7 +53,19 @@ def test_bad_input_is_one_line_and_writes_nothing(run: Run, monkeypatch: pytest.
             "unknown webhook format 'cloudevent' (cloudevents, cloudevents-batch, hive)",
         ),
         "unknown hook": (("webhooks", "show", "nope"), "no webhook named 'nope'"),
+        "show after no topic": (
+            ("webhooks", "show", "ops", "--after", "bad topic"),
+            "invalid topic name 'bad topic'",
+        ),
         "replay from 0": (("webhooks", "replay", "ops", "--from-event", "0"), "from-event"),
+        "replay beyond the newest": (
+            ("webhooks", "replay", "ops", "--from-event", "99999999"),
+            "the first event 99999999 is beyond the newest event",
+        ),
+        "add beyond the newest": (
+            ("webhooks", "add", "a", URL, "--tables", "web.*", "--from-event", "99999999"),
+            "beyond the newest event",
+        ),
     }
     for what, (args, message) in refusals.items():
         code, out, err = run(*args)
@@ -101,6 +113,8 @@ def test_the_secret_is_printed_once(run: Run):
     assert rotated["previous_secret_signs_until"] is not None
     assert json.loads(run("-o", "json", "webhooks", "pause", "ops")[1])["state"] == "paused"
     assert json.loads(run("-o", "json", "webhooks", "resume", "ops")[1])["state"] == "active"
+    for day in ("1", "2", "3"):  # events up to 5 at least: none to start from beyond it
+        assert run("mark-done", "web.clicks", f"ds={day}")[0] == 0
     code, out, _ = run("webhooks", "replay", "ops", "--from-event", "5")
     assert code == 0
     assert "from event 5" in out

@@ -483,6 +483,24 @@ def test_covering_done_lookup(catalog: Catalog):
     assert exact is not None
 
 
+def test_a_lookup_for_a_spec_that_skips_a_leading_key_is_refused(catalog: Catalog):
+    """No done can cover ``region=us`` alone (keys datestamp, region: a done's spec is a
+    prefix of them), so a wait for it could only time out: refused as ``mark-done``
+    refuses that spec, alone and among many."""
+    _make_clicks(catalog)
+    message = "spec 'region=us' for table web.clicks skips the leading partition key datestamp"
+    with pytest.raises(InvalidSpecError, match=message):
+        catalog.find_covering_done("web.clicks", {"region": "us"})
+    wanted: list[tuple[PartitionSpec, int | None]] = [
+        (PartitionSpec.from_mapping({"region": "us"}), None),
+        (PartitionSpec.from_mapping({"datestamp": "1"}), None),
+    ]
+    skipping, fitting = catalog.find_covering_dones("web.clicks", wanted)
+    assert isinstance(skipping, InvalidSpecError)
+    assert message in str(skipping)
+    assert fitting is None
+
+
 def test_covering_dones_of_many_specs_in_one_read_answer_as_each_alone(catalog: Catalog):
     """What long polls of many specs of one table read at a wake-up: per spec what its
     own lookup answers (a spec that does not fit the table: its error, the others
@@ -554,6 +572,20 @@ def test_retained_dones_cursor_and_tables(catalog: Catalog):
         second,
         third,
     ]
+
+
+def test_a_cursor_beyond_the_newest_event_is_refused(catalog: Catalog):
+    """Every read hands out positions at or below the newest event: one above it is
+    mistyped (or of another catalog), and following it would skip every event up to it."""
+    _make_clicks(catalog)
+    newest = catalog.mark_set_done("web.clicks", {"datestamp": "1"})
+    assert [e.event_id for e in catalog.catch_up(["web.clicks"], cursor=f"*:{newest - 1}")] == [
+        newest
+    ]
+    assert list(catalog.catch_up(["web.clicks"], cursor=f"*:{newest}")) == []  # up to date
+    for cursor in (f"*:{newest + 1}", "*:99999", "hcat.web.clicks:99999", "nosuch.topic:99999"):
+        with pytest.raises(InvalidInputError, match=f"is beyond the newest event \\({newest}\\)"):
+            catalog.catch_up(["web.clicks"], cursor=cursor)
 
 
 # -- outbox -------------------------------------------------------------------------------

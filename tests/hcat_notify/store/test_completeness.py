@@ -434,11 +434,27 @@ def test_a_done_by_hand_of_a_table_without_a_rule_is_generation_one(catalog: Cat
         ({"set_keys": "datestamp", "parts": ["region=us"]}, "hour missing"),
         ({"set_keys": "datestamp", "parts": ["region=us", "hour=23..00"]}, "is empty"),
         ({"set_keys": "datestamp", "parts": ["region=us", "hour=a..z"]}, "neither integers"),
+        (
+            {"set_keys": "datestamp", "parts": ["region=us", "hour=20260230..20260301"]},
+            "range 20260230..20260301 of hour: 20260230 is not a date",
+        ),
+        (
+            {"set_keys": "datestamp", "parts": ["region=us", "hour=2026-01-01..2026-13-01"]},
+            "2026-13-01 is not a date",
+        ),
         ({"set_keys": "datestamp", "parts": ["region=us", "hour=0..99999", "x=1"]}, "not a"),
         ({"set_keys": "datestamp", "parts": ["region=0..999", "hour=0..999"]}, "100,000"),
         ({"set_keys": "datestamp", "min_partitions": 3, "like_previous": True}, "exactly one"),
         ({"set_keys": "datestamp"}, "exactly one"),
         ({"set_keys": "datestamp", "min_partitions": 0}, "between 1"),
+        (
+            {"set_keys": "datestamp", "min_partitions": "-3"},
+            "min-partitions must be between 1 and 100,000, not -3",
+        ),
+        (
+            {"set_keys": "datestamp", "min_partitions": 3, "deadline": "garbage"},
+            r"not a key of the set \(datestamp\): a deadline is KEY",
+        ),
         ({"set_keys": "datestamp", "min_partitions": 3, "quiet": "10 minutes"}, "duration"),
         (
             {"set_keys": "datestamp", "min_partitions": 3, "deadline": "x", "deadline_after": 3},

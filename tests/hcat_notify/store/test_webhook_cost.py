@@ -31,7 +31,7 @@ HOOKS = ("alpha", "beta", "gamma")
 def _hooks(catalog: Catalog) -> dict[str, int]:
     catalog.create_table("web.t", location="/w/t", partition_keys=["ds"])
     for name in HOOKS:
-        catalog.webhooks.add(name, URL, "web.*", from_event=3)
+        catalog.webhooks.add(name, URL, "web.*", from_event=2)  # the next event
     return {info.name: info.id for info in catalog.webhooks.every()}
 
 

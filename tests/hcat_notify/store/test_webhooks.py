@@ -72,6 +72,7 @@ REFUSALS: list[tuple[tuple[str, str, str], dict[str, Any], str]] = [
     (("a", URL, "web.*"), {"format": "xml"}, "unknown webhook format 'xml'"),
     (("a", URL, "web.*"), {"format": "cloudevents+json"}, "cloudevents, cloudevents-batch, hive"),
     (("a", URL, "web.*"), {"from_event": 0}, "at least 1"),
+    (("a", URL, "web.*"), {"from_event": 10**9}, "beyond the newest event"),
 ]
 
 
@@ -289,6 +290,17 @@ def test_parked_topics_are_retried_or_dropped(catalog: Catalog):
     (row,) = catalog.webhooks.topics("ops")
     assert row.parked_at is None
     assert row.last_event_id == catalog.outbox.last_event_id()  # given up to the last one
+    # a topic named that is not parked, or not the webhook's: one line, nothing changed
+    version = catalog.webhooks.get("ops").version
+    for release in (catalog.webhooks.retry_parked, catalog.webhooks.drop_parked):
+        with pytest.raises(
+            InvalidInputError, match=f"topic '{TOPIC}' of webhook ops is not parked"
+        ):
+            release("ops", TOPIC)
+        for other in ("hcat.nosuch", ""):
+            with pytest.raises(InvalidInputError, match="is none of its topics"):
+                release("ops", other)
+    assert catalog.webhooks.get("ops").version == version
 
 
 @pytest.mark.usefixtures("tables")
@@ -309,6 +321,7 @@ def test_metrics_give_each_webhooks_state_failing_parked_topics_and_position(cat
     from hcat_notify.api.metrics import CatalogCollector
 
     info, _ = catalog.webhooks.add("ops", URL, "web.*", from_event=1)
+    catalog.mark_set_done("sales.orders", {"ds": "1"})  # event 3: idle starts after it
     catalog.webhooks.add("idle", URL, "sales.*", from_event=4)
     catalog.webhooks.pause("idle")
     bucket = topic_bucket(TOPIC, catalog.group.info().bucket_count)
@@ -350,6 +363,8 @@ def test_the_delivered_figure_is_the_highest_position_after_every_kind_of_write(
 ):
     """It is kept on the webhook's row by the writes of progress (0020), no longer read
     from the progress rows: each write leaves it at their highest position."""
+    for day in ("a", "b"):  # events 3 and 4: a start must not be beyond the next event
+        catalog.mark_set_done("sales.orders", {"ds": day})
     info, _ = catalog.webhooks.add("ops", URL, "web.*", from_event=4)
     assert _delivered(catalog, "ops") == (3, 3)
     for n in range(12):

@@ -32,6 +32,7 @@ def test_the_rule_is_put_read_announced_and_removed_by_writers_only(
     absent = reader.get(path)
     assert absent.status_code == 404
     assert absent.json()["type"] == "urn:hcat-notify:problem:no-rule"
+    assert absent.json()["error"] == "InvalidInputError"  # every problem names one
     assert reader.put(path, json=RULE).status_code == 403
     put = writer.put(path, json={**RULE, "quietSeconds": 600})
     assert put.status_code == 200, put.text

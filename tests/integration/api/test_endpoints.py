@@ -145,6 +145,7 @@ def test_mark_done_then_covering_done(writer: httpx.Client, reader: httpx.Client
     assert missing.status_code == 404
     assert missing.headers["content-type"] == "application/problem+json"
     assert missing.json()["type"] == "urn:hcat-notify:problem:not-done"
+    assert missing.json()["error"] == "InvalidInputError"  # every problem names one
 
 
 def test_mark_done_keys_sorted_and_escaped(writer: httpx.Client, reader: httpx.Client, new_table):
@@ -332,6 +333,7 @@ def test_webhooks_managed_by_writers(
         {**body, "name": f"{hook}x", "url": "http://hooks.example.com/in"},
         {**body, "name": f"{hook}y", "tables": ["nodb.*"]},
         {**body, "name": f"{hook}z", "format": "cloudevent"},
+        {**body, "name": f"{hook}w", "fromEvent": 10**9},  # beyond the newest event
     ):
         refused = writer.post("/v1/webhooks", json=bad)
         assert refused.status_code == 400, refused.text
@@ -383,8 +385,14 @@ def test_webhooks_managed_by_writers(
     assert rotated["secret"].startswith("whsec_")
     assert rotated["secret"] != secret
     assert rotated["webhook"]["rotatingUntil"] is not None
-    replayed = writer.post(f"/v1/webhooks/{hook}/replay", json={"fromEvent": 5})
-    assert replayed.json()["startAfter"] == 4, replayed.text
+    newest = api_catalog.last_event_id()
+    replayed = writer.post(f"/v1/webhooks/{hook}/replay", json={"fromEvent": newest})
+    assert replayed.json()["startAfter"] == newest - 1, replayed.text
+    beyond = writer.post(f"/v1/webhooks/{hook}/replay", json={"fromEvent": 10**9})
+    assert beyond.status_code == 400, beyond.text
+    assert "beyond the newest event" in beyond.json()["detail"]
+    assert "--" not in beyond.json()["detail"]  # no command-line option named to the API
+    assert api_catalog.webhooks.get(hook).start_after == newest - 1
     assert writer.delete(f"/v1/webhooks/{hook}").status_code == 204
     assert writer.get(f"/v1/webhooks/{hook}").status_code == 404
     assert writer.post(f"/v1/webhooks/{hook}/pause").status_code == 404
