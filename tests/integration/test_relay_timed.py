@@ -71,7 +71,11 @@ def _tables(catalog: Catalog, db: str, **rule: Any) -> list[TableInfo]:
 
 def _add(catalog: Catalog, table: TableInfo, ds: str, regions: tuple[str, ...]) -> None:
     catalog.add_partitions(
-        table.name, [NewPartition({"ds": ds, "region": region}, "/t") for region in regions]
+        table.name,
+        [
+            NewPartition({"ds": ds, "region": region}, f"{table.location}/ds={ds}/region={region}")
+            for region in regions
+        ],
     )
 
 
