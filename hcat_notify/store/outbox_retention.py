@@ -28,6 +28,7 @@ from hcat_notify.store.models import (
     SubscriberTableRow,
     SubscriberTopicRow,
     SubscriberWatermarkRow,
+    TableRow,
     TopicProgressRow,
     WebhookProgressRow,
     WebhookRow,
@@ -266,8 +267,10 @@ def _holders(
     lanes: dict[tuple[int, str], int] = {}
     marks: dict[str, dict[str, int]] = {}
     # A durable subscriber holds the topics and the tables it follows (stored at its
-    # claim); one claimed by a version before 0022, or by an older library since its
-    # claim stored them (stale), every topic, until it next starts.
+    # claim), and the topic each of those tables has now (re-created under another one
+    # since: its catch-up reads that topic); one claimed by a version before 0022, or by
+    # an older library since its claim stored them (stale), every topic, until it next
+    # starts.
     everything = set(
         connection.execute(
             select(SubscriberRow.name).where(
@@ -278,6 +281,16 @@ def _holders(
         ).scalars()
     )
     followers: dict[str, set[str]] = {topic: set(everything) for topic in topics}
+    for chunk in chunks(topics):
+        for subscriber, topic in connection.execute(
+            select(SubscriberTableRow.subscriber, TableRow.topic)
+            .join(
+                TableRow,
+                SubscriberTableRow.table_name == TableRow.db_name + "." + TableRow.table_name,
+            )
+            .where(TableRow.topic.in_(chunk))
+        ):
+            followers[topic].add(subscriber)
     tables = sorted({event.table for event in events})
     readers: dict[str, set[str]] = {table: set() for table in tables}
     for chunk in chunks(tables):

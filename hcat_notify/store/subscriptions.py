@@ -237,8 +237,13 @@ def _follow(
     positions of the topics it follows anew above what the outbox's retention deleted of
     them."""
     old_topics, old_tables = previous if previous is not None else (set(), set())
-    held = {topic for table, topic in tables.items() if table in old_tables}
-    anew = [topic for topic in topics if topic not in old_topics and topic not in held]
+    # A topic new to it that carries a table it followed: the sweep held that table's
+    # events on it (docs/operations.md, "The outbox's retention").
+    carried: dict[str, list[str]] = {}
+    for table, topic in tables.items():
+        if table in old_tables and topic not in old_topics:
+            carried.setdefault(topic, []).append(table)
+    anew = [topic for topic in topics if topic not in old_topics and topic not in carried]
     for row, column, old, new in (
         (SubscriberTopicRow, SubscriberTopicRow.topic, old_topics, set(topics)),
         (SubscriberTableRow, SubscriberTableRow.table_name, old_tables, set(tables)),
@@ -253,15 +258,20 @@ def _follow(
             tx.session.execute(
                 insert(row), [{"subscriber": name, column.key: value} for value in added]
             )
-    if anew:
-        _skip_pruned(tx, name, anew)
+    if anew or carried:
+        _skip_pruned(tx, name, anew, carried)
 
 
-def _skip_pruned(tx: Tx, name: str, topics: Sequence[str]) -> None:
+def _skip_pruned(
+    tx: Tx, name: str, topics: Sequence[str], carried: Mapping[str, Sequence[str]]
+) -> None:
     """Raise the watermark of each of ``topics`` (followed anew) whose events the outbox's
     retention deleted after where ``name`` would resume it (its watermark, else its
     floor; 0 for one without a floor): the sweep did not hold them for it, and its
-    catch-up would otherwise meet HistoryGoneError at every start."""
+    catch-up would otherwise meet HistoryGoneError at every start. A topic of
+    ``carried`` (new to it, carrying tables it followed: the sweep held their events)
+    is raised no further than below the first event of those tables after where it
+    would resume it: only other tables' events are skipped."""
     marks = _watermarks(tx, name)
     if not marks:
         return  # no past: its first start hands out the retained dones, then live
@@ -269,10 +279,20 @@ def _skip_pruned(tx: Tx, name: str, topics: Sequence[str]) -> None:
     # A sweep's batch either committed its marks before these are read, or judges again
     # after this claim.
     note_claim(tx)
-    pruned = topic_marks(tx, topics)
-    raised = {
-        topic: mark for topic, mark in pruned.items() if mark > max(marks.get(topic, 0), floor)
-    }
+    raised = {}
+    for topic, mark in topic_marks(tx, [*topics, *carried]).items():
+        position = max(marks.get(topic, 0), floor)
+        if topic in carried:
+            first = tx.session.execute(
+                select(func.min(OutboxRow.event_id)).where(
+                    OutboxRow.topic == topic,
+                    OutboxRow.table_name.in_(carried[topic]),
+                    OutboxRow.event_id > position,
+                )
+            ).scalar_one()
+            mark = mark if first is None else min(mark, first - 1)
+        if mark > position:
+            raised[topic] = mark
     for topic, mark in sorted(raised.items()):
         logger.info(
             "subscriber %s follows topic %s anew: the outbox's retention deleted its events "
