@@ -294,6 +294,50 @@ def test_a_table_re_created_under_another_topic_is_held_at_the_topics_position(
     assert cat.subscriptions.followed("etl") == ["custom.views"]
 
 
+def test_a_table_re_created_on_a_topic_swept_meanwhile_skips_only_other_tables_events(
+    cat: Catalog, clock: _Clock, caplog: pytest.LogCaptureFixture
+):
+    """etl follows web.views; web.views is dropped, web.other's events on custom.views
+    go (nobody holds them), then web.views is re-created under custom.views. etl's claim
+    raises custom.views past web.other's deleted events, not past web.views' own: its
+    catch-up is complete, without HistoryGoneError."""
+    first = _events(cat, "web.views", 1)
+    cat.subscriptions.claim("etl", "me", tables={"web.views": VIEWS})
+    cat.subscriptions.advance("etl", "me", {VIEWS: first[-1], "*": first[-1]})
+    cat.create_table(
+        "web.other",
+        location="/data/other",
+        partition_keys=["ds"],
+        retention=timedelta(hours=1),
+        topic="custom.views",
+    )
+    cat.tables.drop(cat.get_table("web.views").name)
+    other = _events(cat, "web.other", 2)
+    for topic in (VIEWS, "custom.views", "hcat"):
+        publish(cat, topic, other[-1])
+    clock.now += 2 * DAY
+    cat.outbox.sweep(DAY)
+    assert _kept(cat, "custom.views") == []
+    cat.create_table(
+        "web.views",
+        location="/data/views2",
+        partition_keys=["ds"],
+        retention=timedelta(hours=1),
+        topic="custom.views",
+    )
+    views = _events(cat, "web.views", 2)
+    publish(cat, "custom.views", views[-1])
+    clock.now += 2 * DAY
+    cat.outbox.sweep(DAY)
+    assert _kept(cat, "custom.views") == views
+    with caplog.at_level("INFO", logger="hcat_notify.store.subscriptions"):
+        info = cat.subscriptions.claim("etl", "me", tables={"web.views": "custom.views"})
+    assert "follows topic custom.views anew" in caplog.text
+    assert info.cursor.get("custom.views") == other[-1]
+    got = cat.outbox.catch_up(["web.views"], cursor=info.cursor)
+    assert [e.event_id for e in got if e.event_id in views] == views
+
+
 def test_a_claim_raises_a_topic_followed_anew_above_what_was_deleted_of_it(
     cat: Catalog, clock: _Clock, caplog: pytest.LogCaptureFixture
 ):
