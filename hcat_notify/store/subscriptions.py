@@ -216,11 +216,12 @@ def _followed(tx: Tx, name: str, limit: int | None = None) -> list[str]:
     return list(tx.session.execute(query).scalars())
 
 
-def _tables(tx: Tx, name: str) -> list[str]:
+def _tables(tx: Tx, name: str, limit: int | None = None) -> list[str]:
     query = (
         select(SubscriberTableRow.table_name)
         .where(SubscriberTableRow.subscriber == name)
         .order_by(SubscriberTableRow.table_name)
+        .limit(limit)
     )
     return list(tx.session.execute(query).scalars())
 
@@ -461,6 +462,12 @@ class Subscriptions:
         ``limit`` if given."""
         with self._transaction() as tx:
             return _followed(tx, name, limit)
+
+    def followed_tables(self, name: str, *, limit: int | None = None) -> list[str]:
+        """The tables ``name`` follows (its last claim's), in name order, the first
+        ``limit`` if given."""
+        with self._transaction() as tx:
+            return _tables(tx, name, limit)
 
     def heartbeat(self, name: str, owner: str) -> None:
         """Still consuming (raises SubscriberTakenOverError if no longer the owner)."""
