@@ -195,8 +195,9 @@ def claim(
     if changed.rowcount == 0:  # type: ignore[attr-defined]
         raise SubscriberInUseError(f"subscriber {name} was claimed concurrently; try again")
     if stores:
-        previous = (set(_followed(tx, name)), set(_tables(tx, name))) if current else None
-        _follow(tx, name, followed, carried, previous)
+        # Stale ones too: the sweep held those all along, and every topic since the
+        # older library's claim; a topic outside them counts as followed anew.
+        _follow(tx, name, followed, carried, (set(_followed(tx, name)), set(_tables(tx, name))))
     return SubscriberInfo(
         name,
         owner,
@@ -231,13 +232,12 @@ def _follow(
     name: str,
     topics: Sequence[str],
     tables: Mapping[str, str],
-    previous: tuple[set[str], set[str]] | None,
+    previous: tuple[set[str], set[str]],
 ) -> None:
     """Store ``topics`` and ``tables`` as what ``name`` follows (``previous``: the topics
-    and tables it followed; None: not known, every topic is new to it), and raise the
-    positions of the topics it follows anew above what the outbox's retention deleted of
-    them."""
-    old_topics, old_tables = previous if previous is not None else (set(), set())
+    and tables stored before; none before 0022), and raise the positions of the topics
+    it follows anew above what the outbox's retention deleted of them."""
+    old_topics, old_tables = previous
     # A topic new to it that carries a table it followed: the sweep held that table's
     # events on it (docs/operations.md, "The outbox's retention").
     carried: dict[str, list[str]] = {}
@@ -249,12 +249,9 @@ def _follow(
         (SubscriberTopicRow, SubscriberTopicRow.topic, old_topics, set(topics)),
         (SubscriberTableRow, SubscriberTableRow.table_name, old_tables, set(tables)),
     ):
-        if previous is None:  # not known: replace whatever is stored
-            tx.session.execute(delete(row).where(row.subscriber == name))
-        else:
-            for chunk in chunks(sorted(old - new)):
-                tx.session.execute(delete(row).where(row.subscriber == name, column.in_(chunk)))
-        added = sorted(new if previous is None else new - old)
+        for chunk in chunks(sorted(old - new)):
+            tx.session.execute(delete(row).where(row.subscriber == name, column.in_(chunk)))
+        added = sorted(new - old)
         if added:
             tx.session.execute(
                 insert(row), [{"subscriber": name, column.key: value} for value in added]
