@@ -531,8 +531,8 @@ def sweep(obj: CliContext, batch_size: int, max_duty: float | None) -> None:
 
 
 _FOLLOWED_SHOWN = 100
-"""The followed topics ``subscribers -o json`` lists per subscriber (the first, by name;
-``followed_count`` says how many)."""
+"""The followed topics and tables ``subscribers -o json`` lists per subscriber (the
+first, by name; ``followed_count`` says how many topics)."""
 
 
 @click.command()
@@ -560,6 +560,10 @@ def subscribers(obj: CliContext, remove: tuple[str, ...]) -> None:
             item.name: catalog.subscriptions.followed(item.name, limit=_FOLLOWED_SHOWN)
             for item in found
         }
+        tables = {
+            item.name: catalog.subscriptions.followed_tables(item.name, limit=_FOLLOWED_SHOWN)
+            for item in found
+        }
     data = [
         {
             "subscriber": item.name,
@@ -569,9 +573,11 @@ def subscribers(obj: CliContext, remove: tuple[str, ...]) -> None:
             "watermarks": dict(item.cursor.watermarks),
             "lag": lags[item.name],
             "lag_total": sum(lags[item.name].values()),
-            # None: claimed before 0022; it holds every topic until it next starts
+            # None: claimed before 0022 (or by such a library since); it holds every
+            # topic until it next starts
             "followed_count": item.followed,
             "followed_topics": followed[item.name],
+            "followed_tables": tables[item.name],
         }
         for item in found
     ]
@@ -583,7 +589,8 @@ def subscribers(obj: CliContext, remove: tuple[str, ...]) -> None:
         for item in data:
             owner = item["owner"] or "nobody (stopped)"
             follows = (
-                "follows every topic (claimed before 0022, until it next starts)"
+                "follows every topic (claimed before 0022 or by a library before it since,"
+                " until it next starts)"
                 if item["followed_count"] is None
                 else f"follows {item['followed_count']} topic(s)"
             )

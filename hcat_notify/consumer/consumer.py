@@ -169,7 +169,8 @@ class NotificationConsumer:
         """
         durable = self._durable
         if durable is not None and not durable.held:
-            self._marks.resume(*durable.claim([s.topic for s in self._subscriptions]))
+            followed = {str(t): s.topic for s in self._subscriptions for t in s.tables}
+            self._marks.resume(*durable.claim(followed))
             logger.info(
                 "consumer subscriber=%s claimed by %s cursor=%s",
                 durable.name,

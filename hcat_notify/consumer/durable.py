@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 
 from hcat_notify.errors import HcatNotifyError, SubscriberTakenOverError
 from hcat_notify.store.catalog import Catalog
@@ -48,17 +48,17 @@ class DurableClaim:
         """Claimed and not released yet."""
         return self._heartbeat is not None
 
-    def claim(self, topics: Collection[str]) -> tuple[dict[str, int], int | None, bool]:
-        """Claim the name, following ``topics`` (what the sweep holds for it), and start
-        the heartbeat; the stored watermarks, floor (where a catch-up starts for quiet
-        topics; None before the first start) and whether the retained dones up to the
-        floor are not all handed out yet.
+    def claim(self, tables: Mapping[str, str]) -> tuple[dict[str, int], int | None, bool]:
+        """Claim the name, following ``tables`` (each with its topic: what the sweep holds
+        for it), and start the heartbeat; the stored watermarks, floor (where a catch-up
+        starts for quiet topics; None before the first start) and whether the retained
+        dones up to the floor are not all handed out yet.
 
         Raises:
             SubscriberInUseError: another live process holds the name.
         """
         info = self._catalog.subscriptions.claim(
-            self.name, self.owner, takeover=self._takeover, topics=topics
+            self.name, self.owner, takeover=self._takeover, tables=tables
         )
         self._heartbeat = threading.Thread(
             target=self._beat, name=f"hcat-subscriber-{self.name}", daemon=True

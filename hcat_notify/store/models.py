@@ -49,6 +49,7 @@ __all__ = [
     "SetStateRow",
     "StoredRule",
     "SubscriberRow",
+    "SubscriberTableRow",
     "SubscriberTopicRow",
     "SubscriberWatermarkRow",
     "TableRow",
@@ -467,6 +468,9 @@ class SubscriberRow(Base):
     followed: Mapped[int | None] = mapped_column(Integer, default=None)
     """How many topics its last claim stored (None: claimed by a version before 0022:
     it holds every topic of the outbox until it next starts)."""
+    followed_version: Mapped[int | None] = mapped_column(Integer, default=None)
+    """The ``version`` the claim that stored its topics and tables set (another one: an
+    older library claimed it since, they are stale; it holds every topic)."""
 
 
 class SubscriberTopicRow(Base):
@@ -479,6 +483,18 @@ class SubscriberTopicRow(Base):
         ForeignKey("hcat_subscribers.name", ondelete="CASCADE"), primary_key=True
     )
     topic: Mapped[str] = mapped_column(String(255), primary_key=True)
+
+
+class SubscriberTableRow(Base):
+    """A table a durable subscriber follows (its subscriptions at its last claim)."""
+
+    __tablename__ = "hcat_subscriber_tables"
+    __table_args__ = (Index("ix_hcat_subscriber_tables_table_name", "table_name", "subscriber"),)
+
+    subscriber: Mapped[str] = mapped_column(
+        ForeignKey("hcat_subscribers.name", ondelete="CASCADE"), primary_key=True
+    )
+    table_name: Mapped[str] = mapped_column(String(257), primary_key=True)
 
 
 class SubscriberWatermarkRow(Base):

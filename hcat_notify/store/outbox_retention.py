@@ -25,8 +25,10 @@ from hcat_notify.store.models import (
     OutboxRow,
     RetentionRow,
     SubscriberRow,
+    SubscriberTableRow,
     SubscriberTopicRow,
     SubscriberWatermarkRow,
+    TableRow,
     TopicProgressRow,
     WebhookProgressRow,
     WebhookRow,
@@ -264,14 +266,40 @@ def _holders(
     published: dict[str, int] = {}
     lanes: dict[tuple[int, str], int] = {}
     marks: dict[str, dict[str, int]] = {}
-    # A durable subscriber holds the topics it follows (stored at its claim); one claimed
-    # by a version before 0022 every topic, until it next starts.
+    # A durable subscriber holds the topics and the tables it follows (stored at its
+    # claim), and the topic each of those tables has now (re-created under another one
+    # since: its catch-up reads that topic); one claimed by a version before 0022, or by
+    # an older library since its claim stored them (stale), every topic, until it next
+    # starts.
     everything = set(
         connection.execute(
-            select(SubscriberRow.name).where(SubscriberRow.followed.is_(None))
+            select(SubscriberRow.name).where(
+                SubscriberRow.followed.is_(None)
+                | SubscriberRow.followed_version.is_(None)
+                | (SubscriberRow.followed_version != SubscriberRow.version)
+            )
         ).scalars()
     )
     followers: dict[str, set[str]] = {topic: set(everything) for topic in topics}
+    for chunk in chunks(topics):
+        for subscriber, topic in connection.execute(
+            select(SubscriberTableRow.subscriber, TableRow.topic)
+            .join(
+                TableRow,
+                SubscriberTableRow.table_name == TableRow.db_name + "." + TableRow.table_name,
+            )
+            .where(TableRow.topic.in_(chunk))
+        ):
+            followers[topic].add(subscriber)
+    tables = sorted({event.table for event in events})
+    readers: dict[str, set[str]] = {table: set() for table in tables}
+    for chunk in chunks(tables):
+        for subscriber, table in connection.execute(
+            select(SubscriberTableRow.subscriber, SubscriberTableRow.table_name).where(
+                SubscriberTableRow.table_name.in_(chunk)
+            )
+        ):
+            readers[table].add(subscriber)
     for chunk in chunks([*topics, FLOOR_KEY]):
         for row in connection.execute(
             select(
@@ -322,15 +350,16 @@ def _holders(
             )
         ).scalars()
     )
-    # Per topic, the position of each subscriber that follows it, lowest first: its own
-    # watermark of the topic, else its floor; an event is held by those below it.
-    positions: dict[str, list[tuple[int, str]]] = {
-        topic: sorted(
+    # Per topic and table, the position on the topic of each subscriber that follows
+    # either, lowest first: its own watermark of the topic, else its floor; an event is
+    # held by those below it.
+    positions: dict[tuple[str, str], list[tuple[int, str]]] = {
+        (topic, table): sorted(
             (mark, name)
-            for name in followers[topic]
+            for name in followers[topic] | readers[table]
             if (mark := _position(marks.get(name, {}), topic)) is not None
         )
-        for topic in topics
+        for topic, table in {(event.topic, event.table) for event in events}
     }
     found: dict[int, list[str]] = {}
     for event in events:
@@ -347,7 +376,7 @@ def _holders(
                     position = lanes.get((hook.id, event.topic), hook.start_after)
                     if position < event.event_id:
                         holders.append(_WEBHOOK + hook.name)
-        for mark, name in positions[event.topic]:
+        for mark, name in positions[event.topic, event.table]:
             if mark >= event.event_id:
                 break
             holders.append(_SUBSCRIBER + name)

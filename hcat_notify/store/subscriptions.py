@@ -25,6 +25,7 @@ from hcat_notify.model.cursor import Cursor
 from hcat_notify.store.models import (
     OutboxRow,
     SubscriberRow,
+    SubscriberTableRow,
     SubscriberTopicRow,
     SubscriberWatermarkRow,
 )
@@ -58,8 +59,9 @@ MAX_NAME = 255
 @dataclass(frozen=True)
 class SubscriberInfo:
     """A durable subscriber: its owner, heartbeat age (DB clock), watermarks, and how
-    many topics it follows (None: claimed by a version before 0022, it holds every topic
-    of the outbox until it next starts)."""
+    many topics it follows (None: claimed by a version before 0022, or by an older
+    library since its topics were stored; it holds every topic of the outbox until it
+    next starts)."""
 
     name: str
     owner: str | None
@@ -132,28 +134,41 @@ def claim(
     takeover: bool,
     timeout: float,
     topics: Collection[str] | None = None,
+    tables: Mapping[str, str] | None = None,
 ) -> SubscriberInfo:
     """Make ``owner`` the consumer of ``name`` (created if new); its watermarks.
 
-    ``topics``: the topics it follows now, replacing those stored at its previous claim
-    (None: leave them as they are). A topic followed anew whose history the outbox's
-    retention deleted past where the subscriber would resume it starts after what was
-    deleted: it was not held for a subscriber that did not follow it.
+    ``topics``: the topics it follows now, ``tables``: the tables it follows now, each
+    with its topic (whose topics it follows too); both replace what its previous claim
+    stored (neither given: leave them as they are). A topic followed anew (neither it
+    nor a table it carries for ``name`` was followed at the previous claim) whose
+    history the outbox's retention deleted past where the subscriber would resume it
+    starts after what was deleted: it was not held for a subscriber that did not follow
+    it.
 
     Raises:
         SubscriberInUseError: another owner is alive and ``takeover`` is False.
     """
     now = tx.clock()
-    followed = None if topics is None else sorted(set(topics))
-    count = None if followed is None else len(followed)
+    stores = topics is not None or tables is not None
+    carried = dict(tables or {})
+    followed = sorted({*(topics or ()), *carried.values()})
+    count = len(followed) if stores else None
     row = tx.session.get(SubscriberRow, name)
     if row is None:
         tx.session.add(
-            SubscriberRow(name=name, owner=owner, heartbeat_at=now, created_at=now, followed=count)
+            SubscriberRow(
+                name=name,
+                owner=owner,
+                heartbeat_at=now,
+                created_at=now,
+                followed=count,
+                followed_version=1 if stores else None,
+            )
         )
         tx.session.flush()
-        if followed is not None:
-            _follow(tx, name, followed, set())  # no past: nothing was owed before
+        if stores:
+            _follow(tx, name, followed, carried, (set(), set()))  # no past: nothing owed
         return SubscriberInfo(name, owner, 0.0, MappingProxyType({}), count)
     age = max(0.0, now - row.heartbeat_at)
     if row.owner != owner and not _gone(row.owner, age, timeout) and not takeover:
@@ -161,30 +176,34 @@ def claim(
             f"subscriber {name} is in use by {row.owner} (heartbeat {age:.1f} s ago); "
             "stop it, or take it over with --takeover"
         )
-    previous_count = row.followed
+    # Stored by a version before 0022 (None), or stale: an older library claimed it
+    # since (it bumps the version only); the sweep held every topic for it meanwhile.
+    current = row.followed is not None and row.followed_version == row.version
+    version = row.version + 1
     changed = tx.session.execute(
         update(SubscriberRow)
         .where(SubscriberRow.name == name, SubscriberRow.version == row.version)
         .values(
             owner=owner,
             heartbeat_at=now,
-            version=row.version + 1,
-            followed=previous_count if count is None else count,
+            version=version,
+            followed=count if stores else row.followed,
+            followed_version=version if stores or current else row.followed_version,
         )
         .execution_options(synchronize_session=False)
     )
     if changed.rowcount == 0:  # type: ignore[attr-defined]
         raise SubscriberInUseError(f"subscriber {name} was claimed concurrently; try again")
-    if followed is not None:
-        # Claimed by a version before 0022: every topic counts as followed anew.
-        previous = None if previous_count is None else set(_followed(tx, name))
-        _follow(tx, name, followed, previous)
+    if stores:
+        # Stale ones too: the sweep held those all along, and every topic since the
+        # older library's claim; a topic outside them counts as followed anew.
+        _follow(tx, name, followed, carried, (set(_followed(tx, name)), set(_tables(tx, name))))
     return SubscriberInfo(
         name,
         owner,
         0.0,
         MappingProxyType(_watermarks(tx, name)),
-        previous_count if count is None else count,
+        count if stores else (row.followed if current else None),
     )
 
 
@@ -198,32 +217,59 @@ def _followed(tx: Tx, name: str, limit: int | None = None) -> list[str]:
     return list(tx.session.execute(query).scalars())
 
 
-def _follow(tx: Tx, name: str, topics: Sequence[str], previous: set[str] | None) -> None:
-    """Store ``topics`` as what ``name`` follows (``previous``: what it followed; None:
-    not known, every topic is new to it), and raise the positions of those it follows
-    anew above what the outbox's retention deleted of them."""
-    anew = [topic for topic in topics if previous is None or topic not in previous]
-    if previous:
-        gone = sorted(previous.difference(topics))
-        for chunk in chunks(gone):
+def _tables(tx: Tx, name: str, limit: int | None = None) -> list[str]:
+    query = (
+        select(SubscriberTableRow.table_name)
+        .where(SubscriberTableRow.subscriber == name)
+        .order_by(SubscriberTableRow.table_name)
+        .limit(limit)
+    )
+    return list(tx.session.execute(query).scalars())
+
+
+def _follow(
+    tx: Tx,
+    name: str,
+    topics: Sequence[str],
+    tables: Mapping[str, str],
+    previous: tuple[set[str], set[str]],
+) -> None:
+    """Store ``topics`` and ``tables`` as what ``name`` follows (``previous``: the topics
+    and tables stored before; none before 0022), and raise the positions of the topics
+    it follows anew above what the outbox's retention deleted of them."""
+    old_topics, old_tables = previous
+    # A topic new to it that carries a table it followed: the sweep held that table's
+    # events on it (docs/operations.md, "The outbox's retention").
+    carried: dict[str, list[str]] = {}
+    for table, topic in tables.items():
+        if table in old_tables and topic not in old_topics:
+            carried.setdefault(topic, []).append(table)
+    anew = [topic for topic in topics if topic not in old_topics and topic not in carried]
+    for row, column, old, new in (
+        (SubscriberTopicRow, SubscriberTopicRow.topic, old_topics, set(topics)),
+        (SubscriberTableRow, SubscriberTableRow.table_name, old_tables, set(tables)),
+    ):
+        for chunk in chunks(sorted(old - new)):
+            tx.session.execute(delete(row).where(row.subscriber == name, column.in_(chunk)))
+        added = sorted(new - old)
+        if added:
             tx.session.execute(
-                delete(SubscriberTopicRow).where(
-                    SubscriberTopicRow.subscriber == name, SubscriberTopicRow.topic.in_(chunk)
-                )
+                insert(row), [{"subscriber": name, column.key: value} for value in added]
             )
-    if anew:
-        tx.session.execute(
-            insert(SubscriberTopicRow),
-            [{"subscriber": name, "topic": topic} for topic in anew],
-        )
-        _skip_pruned(tx, name, anew)
+    if anew or carried:
+        _skip_pruned(tx, name, anew, carried)
 
 
-def _skip_pruned(tx: Tx, name: str, topics: Sequence[str]) -> None:
+def _skip_pruned(
+    tx: Tx, name: str, topics: Sequence[str], carried: Mapping[str, Sequence[str]]
+) -> None:
     """Raise the watermark of each of ``topics`` (followed anew) whose events the outbox's
     retention deleted after where ``name`` would resume it (its watermark, else its
     floor; 0 for one without a floor): the sweep did not hold them for it, and its
-    catch-up would otherwise meet HistoryGoneError at every start."""
+    catch-up would otherwise meet HistoryGoneError at every start. A topic of
+    ``carried`` (new to it, carrying tables it followed: the sweep held their events)
+    is raised no further than below the first event of those tables after where it
+    would resume it: only other tables' events are skipped."""
     marks = _watermarks(tx, name)
     if not marks:
         return  # no past: its first start hands out the retained dones, then live
@@ -231,10 +277,20 @@ def _skip_pruned(tx: Tx, name: str, topics: Sequence[str]) -> None:
     # A sweep's batch either committed its marks before these are read, or judges again
     # after this claim.
     note_claim(tx)
-    pruned = topic_marks(tx, topics)
-    raised = {
-        topic: mark for topic, mark in pruned.items() if mark > max(marks.get(topic, 0), floor)
-    }
+    raised = {}
+    for topic, mark in topic_marks(tx, [*topics, *carried]).items():
+        position = max(marks.get(topic, 0), floor)
+        if topic in carried:
+            first = tx.session.execute(
+                select(func.min(OutboxRow.event_id)).where(
+                    OutboxRow.topic == topic,
+                    OutboxRow.table_name.in_(carried[topic]),
+                    OutboxRow.event_id > position,
+                )
+            ).scalar_one()
+            mark = mark if first is None else min(mark, first - 1)
+        if mark > position:
+            raised[topic] = mark
     for topic, mark in sorted(raised.items()):
         logger.info(
             "subscriber %s follows topic %s anew: the outbox's retention deleted its events "
@@ -322,7 +378,7 @@ def subscribers(tx: Tx) -> list[SubscriberInfo]:
             row.owner,
             max(0.0, now - row.heartbeat_at),
             MappingProxyType(marks.get(row.name, {})),
-            row.followed,
+            row.followed if row.followed_version == row.version else None,
         )
         for row in tx.session.scalars(select(SubscriberRow).order_by(SubscriberRow.name))
     ]
@@ -350,11 +406,13 @@ def lag(tx: Tx, subscriber: SubscriberInfo) -> dict[str, int]:
 
 
 def remove(tx: Tx, name: str) -> bool:
-    """Forget a subscriber, its watermarks and followed topics; whether it existed."""
+    """Forget a subscriber, its watermarks, followed topics and tables; whether it
+    existed."""
     tx.session.execute(
         delete(SubscriberWatermarkRow).where(SubscriberWatermarkRow.subscriber == name)
     )
     tx.session.execute(delete(SubscriberTopicRow).where(SubscriberTopicRow.subscriber == name))
+    tx.session.execute(delete(SubscriberTableRow).where(SubscriberTableRow.subscriber == name))
     return bool(
         tx.session.execute(delete(SubscriberRow).where(SubscriberRow.name == name)).rowcount  # type: ignore[attr-defined]
     )
@@ -379,18 +437,34 @@ class Subscriptions:
         takeover: bool = False,
         timeout: float = SUBSCRIBER_TIMEOUT,
         topics: Collection[str] | None = None,
+        tables: Mapping[str, str] | None = None,
     ) -> SubscriberInfo:
         """Own ``name`` (refused while another owner lives, unless ``takeover``);
-        ``topics``: the topics it follows now (see :func:`claim`)."""
+        ``topics`` and ``tables`` (each with its topic): what it follows now (see
+        :func:`claim`)."""
         validate_subscriber(name)
         with self._transaction(write=True) as tx:
-            return claim(tx, name, owner, takeover=takeover, timeout=timeout, topics=topics)
+            return claim(
+                tx,
+                name,
+                owner,
+                takeover=takeover,
+                timeout=timeout,
+                topics=topics,
+                tables=tables,
+            )
 
     def followed(self, name: str, *, limit: int | None = None) -> list[str]:
         """The topics ``name`` follows (its last claim's), in name order, the first
         ``limit`` if given."""
         with self._transaction() as tx:
             return _followed(tx, name, limit)
+
+    def followed_tables(self, name: str, *, limit: int | None = None) -> list[str]:
+        """The tables ``name`` follows (its last claim's), in name order, the first
+        ``limit`` if given."""
+        with self._transaction() as tx:
+            return _tables(tx, name, limit)
 
     def heartbeat(self, name: str, owner: str) -> None:
         """Still consuming (raises SubscriberTakenOverError if no longer the owner)."""

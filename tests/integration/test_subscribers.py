@@ -180,6 +180,7 @@ def test_subscribers_lists_owners_watermarks_and_lag(
     assert listed["lag"] == {clicks.topic: 1}
     # what its start stored it follows: the outbox's sweep holds those topics for it
     assert (listed["followed_count"], listed["followed_topics"]) == (1, [clicks.topic])
+    assert listed["followed_tables"] == [str(clicks.name)]
     text = run_cli(delivery_settings, "subscribers").stdout
     assert text.startswith("lister: nobody (stopped)")
     assert "1 event(s) behind" in text

@@ -87,11 +87,14 @@ def test_subscribers_show_the_topics_each_follows(
     assert "follows every topic (claimed before 0022" in run("subscribers")[1]
     settings = load_settings(home=tmp_path / "home", db_url=db_url)
     with Catalog.open(settings) as catalog:
-        catalog.subscriptions.claim("etl", "host:1", topics=["hcat.web.views", TOPIC])
+        catalog.subscriptions.claim(
+            "etl", "host:1", tables={"web.views": "hcat.web.views", "web.clicks": TOPIC}
+        )
     code, out, err = run("-o", "json", "subscribers")
     assert code == 0, err
     (etl,) = json.loads(out)
     assert (etl["followed_count"], etl["followed_topics"]) == (2, [TOPIC, "hcat.web.views"])
+    assert etl["followed_tables"] == ["web.clicks", "web.views"]
     assert "follows 2 topic(s)" in run("subscribers")[1]
 
 

@@ -291,3 +291,33 @@ def test_j_a_table_followed_anew_after_its_events_were_swept_starts_after_them(
     (stored,) = cat.subscriptions.every()
     assert stored.followed == 2
     assert stored.cursor.get(VIEWS) == later
+
+
+def test_k_a_followed_table_re_created_under_another_topic_keeps_its_events(
+    cat: Catalog, clock: HandClock, settings: Settings, broker: FakeBroker
+):
+    """etl follows web.views; while it is stopped, web.views is dropped and re-created
+    under another topic (an override), which etl never followed. The sweep holds the
+    re-created table's events for it all the same (it follows the table), and its next
+    start neither raises that topic past them nor misses any: the catch-up is complete."""
+    first = cat.mark_set_done("web.views", {"ds": "a"})
+    with _consumer(cat, settings, broker, ["web.views"], subscriber="etl") as run:
+        assert _handed(run) == [first]
+    cat.tables.drop(cat.get_table("web.views").name)
+    cat.create_table(
+        "web.views",
+        location="/data/views2",
+        partition_keys=["ds"],
+        retention=30 * DAY,
+        topic="custom.views",
+    )
+    created = cat.last_event_id()
+    added = [_add(cat, "web.views", ds) for ds in ("b", "c", "d")]
+    for topic in (VIEWS, "custom.views", "hcat"):
+        publish(cat, topic, added[-1])
+    clock.now += 10 * DAY
+    swept = cat.outbox.sweep(2 * DAY)
+    assert swept.held["subscriber etl"] >= len(added)
+    with _consumer(cat, settings, broker, ["web.views"], subscriber="etl") as again:
+        handed = _handed(again)
+    assert [event for event in handed if event > created] == added

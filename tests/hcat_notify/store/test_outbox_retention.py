@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import text
 
 from hcat_notify.config import Settings
 from hcat_notify.errors import HistoryGoneError
@@ -213,6 +214,128 @@ def test_a_subscriber_stored_before_its_topics_holds_every_topic_until_its_next_
     done = cat.outbox.sweep(DAY)
     assert (_kept(cat, CLICKS), _kept(cat, VIEWS)) == (clicks[1:], [])
     assert done.held == {"subscriber etl": 2}
+
+
+def test_a_claim_by_an_older_library_makes_the_subscriber_hold_every_topic_again(
+    cat: Catalog, clock: _Clock
+):
+    """An application on the library before 0022 (it opens a newer catalog) claims etl,
+    following both tables, with the SQL its claim runs: it bumps the row's version and
+    leaves the stored topics (web.clicks) stale. The sweep holds every topic for it from
+    then on; the next claim by this library stores its topics again, raising none of
+    them (nothing was deleted past it), and the sweep holds only those."""
+    clicks, views = _published_and_old(cat, clock)
+    cat.subscriptions.claim("etl", "new:1", topics=[CLICKS])
+    cat.subscriptions.advance("etl", "new:1", {CLICKS: clicks[0], "*": 1})
+    cat.subscriptions.release("etl", "new:1")
+    with cat._engine.begin() as connection:
+        connection.execute(
+            text(
+                "UPDATE hcat_subscribers SET owner = 'old:1', version = version + 1"
+                " WHERE name = 'etl'"
+            )
+        )
+    (stored,) = cat.subscriptions.every()
+    assert stored.followed is None
+    done = cat.outbox.sweep(DAY)
+    assert (_kept(cat, CLICKS), _kept(cat, VIEWS)) == (clicks[1:], views)
+    assert done.held == {"subscriber etl": 2 + 2 + 1}  # and web.views' CREATE_TABLE
+    info = cat.subscriptions.claim("etl", "new:2", topics=[CLICKS], takeover=True)
+    assert dict(info.watermarks) == {CLICKS: clicks[0], "*": 1}
+    assert [item.followed for item in cat.subscriptions.every()] == [1]
+    done = cat.outbox.sweep(DAY)
+    assert (_kept(cat, CLICKS), _kept(cat, VIEWS)) == (clicks[1:], [])
+    assert done.held == {"subscriber etl": 2}
+
+
+def test_a_table_re_created_under_another_topic_is_held_at_the_topics_position(
+    cat: Catalog, clock: _Clock, caplog: pytest.LogCaptureFixture
+):
+    """etl follows web.views (its topic then: hcat.web.views); web.views is re-created
+    under custom.views, which etl never followed and which carries web.other too. The
+    sweep holds, from etl's floor (its position on custom.views), web.views' events on
+    every topic and every event of custom.views (web.views' topic now: its catch-up
+    reads it, and would meet HistoryGoneError past a deleted one); its claim following
+    custom.views for web.views is not a topic followed anew (no raise), and its catch-up
+    is complete."""
+    first = _events(cat, "web.views", 1)
+    cat.subscriptions.claim("etl", "me", tables={"web.views": VIEWS})
+    cat.subscriptions.advance("etl", "me", {VIEWS: first[-1], "*": first[-1]})
+    cat.tables.drop(cat.get_table("web.views").name)
+    cat.create_table(
+        "web.views",
+        location="/data/views2",
+        partition_keys=["ds"],
+        retention=timedelta(hours=1),
+        topic="custom.views",
+    )
+    cat.create_table(
+        "web.other",
+        location="/data/other",
+        partition_keys=["ds"],
+        retention=timedelta(hours=1),
+        topic="custom.views",
+    )
+    views = _events(cat, "web.views", 3)
+    other = _events(cat, "web.other", 1)
+    for topic in (VIEWS, CLICKS, "custom.views", "hcat"):
+        publish(cat, topic, other[-1])
+    clock.now += 2 * DAY
+    done = cat.outbox.sweep(DAY)
+    assert _kept(cat, "custom.views") == [*views, *other]
+    # and web.views' drop (on both topics) and re-creation; not web.other's creation
+    assert done.held["subscriber etl"] == 3 + len(views) + len(other)
+    with caplog.at_level("INFO", logger="hcat_notify.store.subscriptions"):
+        info = cat.subscriptions.claim("etl", "me", tables={"web.views": "custom.views"})
+    assert "anew" not in caplog.text
+    assert dict(info.watermarks) == {VIEWS: first[-1], "*": first[-1]}
+    got = cat.outbox.catch_up(["web.views"], cursor=info.cursor)
+    assert [e.event_id for e in got if e.event_id in views] == views
+    assert cat.subscriptions.followed("etl") == ["custom.views"]
+
+
+def test_a_table_re_created_on_a_topic_swept_meanwhile_skips_only_other_tables_events(
+    cat: Catalog, clock: _Clock, caplog: pytest.LogCaptureFixture
+):
+    """etl follows web.views; web.views is dropped, web.other's events on custom.views
+    go (nobody holds them), then web.views is re-created under custom.views. etl's claim
+    raises custom.views past web.other's deleted events, not past web.views' own: its
+    catch-up is complete, without HistoryGoneError."""
+    first = _events(cat, "web.views", 1)
+    cat.subscriptions.claim("etl", "me", tables={"web.views": VIEWS})
+    cat.subscriptions.advance("etl", "me", {VIEWS: first[-1], "*": first[-1]})
+    cat.create_table(
+        "web.other",
+        location="/data/other",
+        partition_keys=["ds"],
+        retention=timedelta(hours=1),
+        topic="custom.views",
+    )
+    cat.tables.drop(cat.get_table("web.views").name)
+    other = _events(cat, "web.other", 2)
+    for topic in (VIEWS, "custom.views", "hcat"):
+        publish(cat, topic, other[-1])
+    clock.now += 2 * DAY
+    cat.outbox.sweep(DAY)
+    assert _kept(cat, "custom.views") == []
+    cat.create_table(
+        "web.views",
+        location="/data/views2",
+        partition_keys=["ds"],
+        retention=timedelta(hours=1),
+        topic="custom.views",
+    )
+    views = _events(cat, "web.views", 2)
+    publish(cat, "custom.views", views[-1])
+    clock.now += 2 * DAY
+    cat.outbox.sweep(DAY)
+    assert _kept(cat, "custom.views") == views
+    with caplog.at_level("INFO", logger="hcat_notify.store.subscriptions"):
+        info = cat.subscriptions.claim("etl", "me", tables={"web.views": "custom.views"})
+    assert "follows topic custom.views anew" in caplog.text
+    assert info.cursor.get("custom.views") == other[-1]
+    got = cat.outbox.catch_up(["web.views"], cursor=info.cursor)
+    assert [e.event_id for e in got if e.event_id in views] == views
 
 
 def test_a_claim_raises_a_topic_followed_anew_above_what_was_deleted_of_it(

@@ -61,9 +61,13 @@ def test_an_upgrade_keeps_subscribers_and_watermarks_claimed_before_it(
         assert upgrade(engine) == ("0021", SCHEMA_REVISION)
         with engine.connect() as connection:
             indexes = inspect(connection).get_indexes("hcat_subscriber_topics")
+            indexes += inspect(connection).get_indexes("hcat_subscriber_tables")
+            columns = {c["name"] for c in inspect(connection).get_columns("hcat_subscribers")}
         assert [(i["name"], i["column_names"]) for i in indexes] == [
-            ("ix_hcat_subscriber_topics_topic", ["topic", "subscriber"])
+            ("ix_hcat_subscriber_topics_topic", ["topic", "subscriber"]),
+            ("ix_hcat_subscriber_tables_table_name", ["table_name", "subscriber"]),
         ]
+        assert {"followed", "followed_version"} <= columns
     finally:
         engine.dispose()
     assert _rows(empty_db_url) == before
@@ -81,9 +85,12 @@ def test_an_upgrade_keeps_subscribers_and_watermarks_claimed_before_it(
         assert (etl.followed, idle.followed) == (None, None)
         assert dict(etl.watermarks) == {CLICKS: 5, "*": 4}
         # its first claim since: every topic is followed anew, none was deleted past it
-        claimed = catalog.subscriptions.claim("etl", "new:1", topics=[CLICKS, "hcat.web.views"])
+        claimed = catalog.subscriptions.claim(
+            "etl", "new:1", tables={"web.clicks": CLICKS, "web.views": "hcat.web.views"}
+        )
         assert dict(claimed.watermarks) == {CLICKS: 5, "*": 4}
         assert claimed.followed == 2
+        assert [item.followed for item in catalog.subscriptions.every()] == [2, None]
         assert catalog.subscriptions.followed("etl", limit=1) == [CLICKS]
         assert catalog.subscriptions.remove(["etl"]) == ["etl"]
         assert catalog.subscriptions.followed("etl") == []
@@ -91,7 +98,10 @@ def test_an_upgrade_keeps_subscribers_and_watermarks_claimed_before_it(
     try:
         with engine.begin() as connection:
             command.downgrade(alembic_config(connection, None), "0021")
-            assert "hcat_subscriber_topics" not in inspect(connection).get_table_names()
+            names = inspect(connection).get_table_names()
+            assert {"hcat_subscriber_topics", "hcat_subscriber_tables"}.isdisjoint(names)
+            columns = {c["name"] for c in inspect(connection).get_columns("hcat_subscribers")}
+            assert {"followed", "followed_version"}.isdisjoint(columns)
     finally:
         engine.dispose()
     assert _rows(empty_db_url) == ([("idle", None, 1)], [])
