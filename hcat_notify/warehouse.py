@@ -119,8 +119,9 @@ def canonical_location(
     location: object, *, what: str, relative: bool = False, strip: bool = False
 ) -> str:
     """A location as the catalog stores it: a local one as its real path (symlinks
-    resolved: every spelling of a directory is then one text), ``file:`` URIs as
-    ``file://`` and that path; other URIs as given, without a trailing ``/``.
+    resolved: every spelling of a directory is then one text), ``file:`` and pyarrow's
+    ``local:`` URIs (any case) as ``file://`` and that path; other URIs as given, without
+    a trailing ``/``.
 
     Args:
         location: the location given.
@@ -132,8 +133,8 @@ def canonical_location(
 
     Raises:
         InvalidInputError: empty, a control character (NUL, newline, ...), a relative
-            path (unless ``relative``), a URI without a path, a ``..`` segment, or a
-            filesystem's root.
+            path (unless ``relative``), a URI without a path, a ``..`` segment, a
+            filesystem's root, or a ``file:``/``local:`` URI naming another host.
     """
     if not (isinstance(location, str) and location.strip()):
         raise InvalidInputError(f"{what} is empty: give a directory path or URI")
@@ -154,8 +155,14 @@ def canonical_location(
         return os.path.realpath(os.path.abspath(os.path.expanduser(stripped)))
     if not path.strip("/"):
         raise InvalidInputError(f"{what} {location!r} is a URI without a path")
-    if scheme.lower() == "file" and authority in ("", "localhost") and path.startswith("/"):
-        return "file://" + os.path.realpath(posixpath.normpath(path))
+    if scheme.lower() in _LOCAL_SCHEMES:
+        if authority.lower() not in ("", "localhost"):
+            raise InvalidInputError(
+                f"{what} {location!r} names the host {authority!r}; a local path names "
+                "none (give file:///path)"
+            )
+        if path.startswith("/"):
+            return "file://" + os.path.realpath(posixpath.normpath(path))
     return stripped.rstrip("/")
 
 
