@@ -101,3 +101,20 @@ def test_write_partitions_refuses_a_bad_job_id_before_it_opens_anything(tmp_path
     with pytest.raises(InvalidInputError, match=r"^invalid job id '\.\./\.\./x': "):
         write_partitions(frame, "db.t", job_id="../../x", settings=load_settings(home=tmp_path))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_job_id_ending_with_staging_is_refused(
+    db_url: str, tmp_path: Path, narrow_warehouse: Path
+):
+    # review-trust2 finding 9: job "x.staging"'s entry would be job "x"'s staging entry
+    catalog, _ = _table(tmp_path, db_url, narrow_warehouse)
+    with catalog:
+        table = catalog.get_table("db.t")
+        with pytest.raises(InvalidInputError, match=r"may not end with '\.staging'"):
+            PartitionCommitter(catalog, table, job_id="x.staging", mode="append")
+        with pytest.raises(InvalidInputError, match=r"may not end with '\.staging'"):
+            catalog.commits.begin(
+                "x.staging.staging", "db.t", mode="append", partitions=[], plan={},
+                started_at=catalog.now(),
+            )  # fmt: skip
+        assert catalog.commits.pending() == []
