@@ -242,18 +242,31 @@ class Warehouse:
         Args:
             location: the location to register.
             external: the data is an external table's: any place is allowed (it is
-                never deleted), but not a ``..`` segment or a filesystem's root.
+                never deleted), but not a ``..`` segment, a filesystem's root, nor a
+                warehouse root or a directory holding one.
             outside_warehouse: the operator's explicit exception (the command line's
                 ``--outside-warehouse``): allowed, and logged; still never deleted.
             what: how messages name the location (``location of table web.clicks``).
 
         Raises:
-            InvalidInputError: a ``..`` segment, or a filesystem's root.
+            InvalidInputError: a ``..`` segment, a filesystem's root, or an external
+                location that is or holds a warehouse root.
             LocationOutsideWarehouseError: a managed location outside every root, or
                 one that resolves through a symlink to outside them.
         """
         check_location_shape(location, what=what)
-        if external or self.contains(location):
+        if external:
+            resolved = location_key(location)
+            held = [root for root, key in zip(self.roots, self._root_keys(resolve=True),
+                                              strict=True) if key.within(resolved)]  # fmt: skip
+            if held:  # every purge in that root would keep its data for it
+                raise InvalidInputError(
+                    f"{what} {location!r} is or holds the warehouse root {held[0]}; an "
+                    "external location may lie anywhere but around the warehouse; nothing "
+                    "was registered"
+                )
+            return
+        if self.contains(location):
             return
         if outside_warehouse:
             logger.warning(

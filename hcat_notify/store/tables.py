@@ -122,6 +122,12 @@ def check_overlap(
             continue
         if key == other:
             raise InvalidInputError(f"location {where} is already the location of {_whose(use)}")
+        if not managed and use.partition is None and other.within(key) and _managed(tx, use):
+            raise InvalidInputError(
+                f"{what or f'location of table {name}'} {where!r} contains the location of "
+                f"managed table {use.table} ({use.location}): an external table may not hold "
+                "a managed one (its purges would keep everything); nothing was registered"
+            )
         if managed:
             raise overlap_error(what or f"location of table {name}", where, key, use, other)
 
@@ -135,6 +141,10 @@ def overlap_error(
         f"{what} {where!r} {how} the location of {_whose(use)} ({use.location}): a "
         "managed table's files may not mix with another table's; nothing was registered"
     )
+
+
+def _managed(tx: Tx, use: LocationUse) -> bool:
+    return tx.table_row(TableName.parse(use.table)).table_type != EXTERNAL_TABLE
 
 
 def _whose(use: LocationUse) -> str:

@@ -312,3 +312,26 @@ def test_a_managed_location_at_or_around_another_tables_outside_partition_is_ref
     # beside it stays allowed, and so does B's own second partition next to it
     cat.add_partitions("web.e", [_part("q=2", str(warehouse / "x" / "p2"))])
     cat.add_partitions("web.b", [_part("p=2", str(warehouse / "x" / "p3"))])
+
+
+def test_an_external_location_around_the_warehouse_or_a_managed_table_is_refused(
+    cat: Catalog, warehouse: Path
+):
+    # second review, finding 7: it blocked every new managed table and every purge
+    cat.create_table("db.b", location=str(warehouse / "g" / "b"), partition_keys=["p"])
+    before = row_counts(cat)
+
+    def external(name: str, location: str) -> None:
+        cat.create_table(name, location=location, partition_keys=["p"], table_type="EXTERNAL_TABLE")
+
+    _each_refused([
+        (lambda: external("db.e3", str(warehouse)),
+         r"is or holds the warehouse root .*/wh; an external location may lie anywhere"),
+        (lambda: external("db.e4", str(warehouse.parent)), r"is or holds the warehouse root"),
+        (lambda: external("db.e5", str(warehouse / "g")),
+         r"'.*/wh/g' contains the location of managed table db\.b"),
+    ])  # fmt: skip
+    assert row_counts(cat) == before
+    external("db.e6", str(warehouse / "g" / "b" / "inside"))  # inside a managed one: as before
+    external("db.e7", str(warehouse / "e7"))
+    external("db.e8", str(warehouse / "e7" / "nested"))  # external inside external: as before
