@@ -248,7 +248,7 @@ def _checked_location(
         return None, f"the table's location {location} is outside the warehouse roots"
     problem = (
         plan_problem(entry, plan, root, registered, managed=managed, warehouse=warehouse)
-        or _held_problem(catalog, entry, plan)
+        or _held_problem(catalog, entry, plan, root)
         or _link_problem(plan, root)
     )
     return (root, "") if problem is None else (None, problem)
@@ -373,17 +373,19 @@ def _target_problem(
     return None
 
 
-def _held_problem(catalog: Catalog, entry: JournalEntry, plan: CommitPlan) -> str | None:
+def _held_problem(
+    catalog: Catalog, entry: JournalEntry, plan: CommitPlan, root: TableLocation
+) -> str | None:
     """Why a target of ``plan`` is not the job's: another table or partition holds it (is
     it, lies inside or contains it: :meth:`location_holders`)."""
-    targets = {move.final: move.spec for move in plan.partitions}
+    targets = {root.uri_of(move.final): move for move in plan.partitions}
     holders = catalog.tables.location_holders(list(targets), table=str(entry.table))
     for target, uses in holders.items():
-        spec = targets[target]
+        move = targets[target]
         for use in uses:
-            if use.table == str(entry.table) and use.partition in (None, spec):
+            if use.table == str(entry.table) and use.partition in (None, move.spec):
                 continue  # the table itself, or the partition the move writes
-            return f"partition {spec}: its target {target} is used by {use}"
+            return f"partition {move.spec}: its target {move.final} is used by {use}"
     return None
 
 
