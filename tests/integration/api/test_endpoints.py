@@ -294,7 +294,7 @@ def test_metrics(anonymous: httpx.Client, reader: httpx.Client, new_table, api_c
 def test_status_page_html(reader: httpx.Client, new_table, api_catalog: Catalog):
     name = new_table()
     api_catalog.add_partitions(
-        name, [NewPartition({"datestamp": "20110228", "region": "us"}, "/d")]
+        name, [NewPartition({"datestamp": "20110228", "region": "us"}, f"/d/{name}")]
     )
     api_catalog.mark_set_done(name, {"datestamp": "20110228"})
     page = reader.get("/")
