@@ -351,13 +351,15 @@ def _target_problem(
     warehouse: Warehouse | None,
 ) -> str | None:
     """A directory move (swap, whole: undone by moving the target away) may only target
-    ``<table>/<spec>``; a file-by-file append also the partition's registered location,
+    ``<table>/<spec>`` (an archived append: also the partition's registered location
+    inside the table's); a file-by-file append also the partition's registered location,
     if that lies inside the table's location (external) or the roots (managed)."""
     own = root.join(move.spec)
     if move.final == own:
         return None
     current = registered.get(move.spec)
-    if move.kind is MoveKind.DIR or current is None or current.startswith("har:"):
+    archive = move.kind is MoveKind.DIR and move.archived
+    if (move.kind is MoveKind.DIR and not archive) or current is None or current.startswith("har:"):
         return f"its target {move.final} is not {own}"
     try:
         where = TableLocation.parse(current).path
@@ -365,6 +367,9 @@ def _target_problem(
         where = None
     if move.final != where:
         return f"its target {move.final} is neither {own} nor its registered location"
+    if archive and not _strictly_under(move.final, root.path):
+        # an append archived into a partition compaction moved (inside the table)
+        return f"its target {move.final} is outside the table's location {root.path}"
     if managed:
         if warehouse is None or not warehouse.contains(root.uri_of(move.final)):
             return f"its target {move.final} is outside the warehouse roots"

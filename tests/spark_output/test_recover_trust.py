@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, update
 
-from hcat_notify import register_partitions
+from hcat_notify import Warehouse, register_partitions
 from hcat_notify.cli import main
 from hcat_notify.cli.common import EXIT_ERROR
 from hcat_notify.config import load_settings
@@ -25,6 +25,8 @@ from hcat_notify.store.journal import table_definition
 from hcat_notify.store.models import CommitJournalRow, PartitionRow
 from spark_output.commit.moves import STAGING_DIR, TRASH_DIR
 from spark_output.commit.plan import CommitPlan, FileMove, MoveKind, Owner, PartitionMove
+from spark_output.commit.recovery import plan_problem
+from spark_output.fs import TableLocation
 
 DEAD_PID = 2**22 + 1  # no such process: the entry counts as abandoned
 REFUSED = "refused (left pending)"
@@ -258,3 +260,35 @@ def test_journal_refuses_claims_not_written_as_path_specs(
         with pytest.raises(InvalidInputError):
             _begin(catalog, "job", "web.e", root, [_dir_move(claim, root / "s", root / "p=1")])
         assert catalog.commits.pending() == []
+
+
+def test_plans_the_committer_makes_for_moved_partitions_still_pass(
+    db_url: str, tmp_path: Path, narrow_warehouse: Path
+):
+    # compaction moved p=1 to <table>/_hcat_compacted/...: an append goes file by file
+    # there, an archived append swaps that directory; both stay recoverable
+    root = narrow_warehouse / "e"
+    moved = root / "_hcat_compacted" / "p=1" / "c1"
+    moved.mkdir(parents=True)
+    (moved / "part-0").write_text("e")
+    staging = root / STAGING_DIR
+    source = staging / "files" / "p=1" / "part-9"
+    plans = {
+        "files": PartitionMove(
+            spec="p=1", staged=str(source.parent), final=str(moved), file_count=1, bytes=1,
+            kind=MoveKind.FILES, files=(FileMove(str(source), str(moved / "part-9")),),
+        ),
+        "archive": _dir_move("p=1", staging / "archive" / "p=1", moved, archived=True,
+                             trash=str(root / TRASH_DIR / "archive" / "p=1")),
+    }  # fmt: skip
+    with _open(tmp_path, db_url) as catalog:
+        catalog.create_table("web.e", location=str(root), partition_keys=["p"])
+        register_partitions(catalog, "web.e", [({"p": "1"}, str(moved))])
+        for job, move in plans.items():
+            _begin(catalog, job, "web.e", root, [move])
+        location = TableLocation.parse(str(root))
+        registered = {"p=1": f"file://{moved}"}
+        warehouse = Warehouse.of(catalog.settings)
+        for entry in catalog.commits.pending():
+            plan = CommitPlan.from_json(entry.plan)
+            assert plan_problem(entry, plan, location, registered, warehouse=warehouse) is None
