@@ -119,8 +119,9 @@ def canonical_location(
     location: object, *, what: str, relative: bool = False, strip: bool = False
 ) -> str:
     """A location as the catalog stores it: a local one as its real path (symlinks
-    resolved: every spelling of a directory is then one text), ``file:`` URIs as
-    ``file://`` and that path; other URIs as given, without a trailing ``/``.
+    resolved: every spelling of a directory is then one text), ``file:`` and pyarrow's
+    ``local:`` URIs (any case) as ``file://`` and that path; other URIs as given, without
+    a trailing ``/``.
 
     Args:
         location: the location given.
@@ -132,8 +133,8 @@ def canonical_location(
 
     Raises:
         InvalidInputError: empty, a control character (NUL, newline, ...), a relative
-            path (unless ``relative``), a URI without a path, a ``..`` segment, or a
-            filesystem's root.
+            path (unless ``relative``), a URI without a path, a ``..`` segment, a
+            filesystem's root, or a ``file:``/``local:`` URI naming another host.
     """
     if not (isinstance(location, str) and location.strip()):
         raise InvalidInputError(f"{what} is empty: give a directory path or URI")
@@ -154,8 +155,14 @@ def canonical_location(
         return os.path.realpath(os.path.abspath(os.path.expanduser(stripped)))
     if not path.strip("/"):
         raise InvalidInputError(f"{what} {location!r} is a URI without a path")
-    if scheme.lower() == "file" and authority in ("", "localhost") and path.startswith("/"):
-        return "file://" + os.path.realpath(posixpath.normpath(path))
+    if scheme.lower() in _LOCAL_SCHEMES:
+        if authority.lower() not in ("", "localhost"):
+            raise InvalidInputError(
+                f"{what} {location!r} names the host {authority!r}; a local path names "
+                "none (give file:///path)"
+            )
+        if path.startswith("/"):
+            return "file://" + os.path.realpath(posixpath.normpath(path))
     return stripped.rstrip("/")
 
 
@@ -235,18 +242,31 @@ class Warehouse:
         Args:
             location: the location to register.
             external: the data is an external table's: any place is allowed (it is
-                never deleted), but not a ``..`` segment or a filesystem's root.
+                never deleted), but not a ``..`` segment, a filesystem's root, nor a
+                warehouse root or a directory holding one.
             outside_warehouse: the operator's explicit exception (the command line's
                 ``--outside-warehouse``): allowed, and logged; still never deleted.
             what: how messages name the location (``location of table web.clicks``).
 
         Raises:
-            InvalidInputError: a ``..`` segment, or a filesystem's root.
+            InvalidInputError: a ``..`` segment, a filesystem's root, or an external
+                location that is or holds a warehouse root.
             LocationOutsideWarehouseError: a managed location outside every root, or
                 one that resolves through a symlink to outside them.
         """
         check_location_shape(location, what=what)
-        if external or self.contains(location):
+        if external:
+            resolved = location_key(location)
+            held = [root for root, key in zip(self.roots, self._root_keys(resolve=True),
+                                              strict=True) if key.within(resolved)]  # fmt: skip
+            if held:  # every purge in that root would keep its data for it
+                raise InvalidInputError(
+                    f"{what} {location!r} is or holds the warehouse root {held[0]}; an "
+                    "external location may lie anywhere but around the warehouse; nothing "
+                    "was registered"
+                )
+            return
+        if self.contains(location):
             return
         if outside_warehouse:
             logger.warning(

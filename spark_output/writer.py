@@ -270,6 +270,7 @@ def write_partitions(
         recover(catalog, str(info.name))
         started_at = catalog.now()
         committer = PartitionCommitter(catalog, info, job_id=job, mode=mode)
+        committer.check_staging_free()  # else the cleanup below would delete its files
         columns = {column.lower(): column for column in df.columns}
         clock = time.monotonic()
         try:

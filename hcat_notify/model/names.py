@@ -70,9 +70,15 @@ def validate_job_id(job_id: str, *, entry: bool = False) -> str:
 
     Raises:
         InvalidIdentifierError: naming the id: empty, too long, or characters other than
-            letters, digits and ``. _ : + -``, or not starting with a letter or digit.
+            letters, digits and ``. _ : + -``, not starting with a letter or digit, or
+            ending with ``.staging`` (what :func:`staging_entry_id` appends).
     """
     job = job_id.removesuffix(_STAGING_ENTRY) if entry and isinstance(job_id, str) else job_id
+    if isinstance(job, str) and job.endswith(_STAGING_ENTRY):
+        raise InvalidIdentifierError(
+            f"invalid job id {job_id!r}: a job id may not end with {_STAGING_ENTRY!r} (the "
+            "journal names a job's staging entry so); nothing was written"
+        )
     if not isinstance(job, str) or not _JOB_ID.fullmatch(job):
         raise InvalidIdentifierError(
             f"invalid job id {job_id!r}: use 1 to {MAX_JOB_ID_LENGTH} letters, digits and "

@@ -258,6 +258,16 @@ class CommitJournal:
             rows = tx.session.scalars(query.order_by(CommitJournalRow.created_at)).all()
             return [_entry(row) for row in rows]
 
+    def check_new_table(self, table: TableName | str, definition: Mapping[str, Any]) -> None:
+        """Refuse a table definition (:func:`table_definition`) that could not be
+        registered now (recovery re-checks a pending entry's against today's registry).
+
+        Raises:
+            InvalidInputError: see :meth:`begin`.
+        """
+        with self._transaction() as tx:
+            _check_new_table(tx, as_table_name(table), definition)
+
     def begin(
         self,
         job_id: str,
@@ -280,13 +290,21 @@ class CommitJournal:
         Raises:
             TableNotFoundError: the table is not registered and no definition is given.
             InvalidInputError: an invalid job id (:func:`validate_job_id`; an entry's id
-                may add ``.staging``), unknown mode, the job id was used before, or the
-                new table's location is another table's.
+                may add ``.staging``), a partition that is not a path spec
+                (:meth:`PartitionSpec.to_path`), unknown mode, the job id was used
+                before, or the new table's location is another table's.
             ConcurrentWriteError: another write overwrites one of the partitions, or
                 this one overwrites a partition another write claims or committed since
                 ``started_at``.
         """
         validate_job_id(job_id, entry=True)
+        for spec in partitions:
+            written = PartitionSpec.parse(spec).to_path()
+            if written != spec:
+                raise InvalidInputError(
+                    f"{spec!r} is not a partition's path spec as written ({written}); "
+                    "nothing was journalled"
+                )
         try:
             mode = WriteMode(mode)
         except ValueError:

@@ -107,22 +107,28 @@ def check_overlap(
     tx: Tx, name: TableName, where: str, *, table_type: str, what: str | None = None
 ) -> None:
     """Refuse a location (``where``, as stored) at another table's location, and for a
-    managed table's data (``table_type``) one inside or around another table's
-    location: a purge of one would delete the other's files (docs/operations.md,
-    "Warehouse roots"). ``what`` names the location in the message (the table's).
+    managed table's data (``table_type``) one at, inside or around another table's
+    location or another table's partition: a purge of one would delete the other's
+    files (docs/operations.md, "Warehouse roots"). ``what`` names the location in the
+    message (the table's).
 
     Raises:
         InvalidInputError: naming the other table.
     """
     key = location_key(where)
-    for _, use, other in overlapping_tables(tx, [key]):
+    managed = table_type != EXTERNAL_TABLE
+    for _, use, other in overlapping_tables(tx, [key], partitions=managed):
         if use.table == str(name):
             continue
         if key == other:
+            raise InvalidInputError(f"location {where} is already the location of {_whose(use)}")
+        if not managed and use.partition is None and other.within(key) and _managed(tx, use):
             raise InvalidInputError(
-                f"location {where} is already the location of table {use.table}"
+                f"{what or f'location of table {name}'} {where!r} contains the location of "
+                f"managed table {use.table} ({use.location}): an external table may not hold "
+                "a managed one (its purges would keep everything); nothing was registered"
             )
-        if table_type != EXTERNAL_TABLE:
+        if managed:
             raise overlap_error(what or f"location of table {name}", where, key, use, other)
 
 
@@ -132,9 +138,19 @@ def overlap_error(
     """The error of a managed location ``where`` that overlaps the table ``use``."""
     how = "lies inside" if key.within(other) else "contains"
     return InvalidInputError(
-        f"{what} {where!r} {how} the location of table {use.table} ({use.location}): a "
+        f"{what} {where!r} {how} the location of {_whose(use)} ({use.location}): a "
         "managed table's files may not mix with another table's; nothing was registered"
     )
+
+
+def _managed(tx: Tx, use: LocationUse) -> bool:
+    return tx.table_row(TableName.parse(use.table)).table_type != EXTERNAL_TABLE
+
+
+def _whose(use: LocationUse) -> str:
+    if use.partition is None:
+        return f"table {use.table}"
+    return f"partition {use.partition} of {use.table}"
 
 
 def create_table(

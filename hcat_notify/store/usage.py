@@ -126,23 +126,29 @@ def location_holders(
 
 
 def overlapping_tables(
-    tx: Tx, keys: Sequence[LocationKey]
+    tx: Tx, keys: Sequence[LocationKey], *, partitions: bool = False
 ) -> list[tuple[LocationKey, LocationUse, LocationKey]]:
-    """The registered tables whose location is, contains or lies inside one of ``keys``
-    (resolved): ``(key, the table's use, the table's key)`` for each pair."""
+    """The registered tables (and with ``partitions``, partitions) whose location is,
+    contains or lies inside one of ``keys`` (resolved): ``(key, the use, its key)`` for
+    each pair. One read of the locations per 50 keys, and one for their ancestors."""
     fragments = sorted({key.path for key in keys})
     uses: list[LocationUse] = []
     for start in range(0, len(fragments), _CHUNK):
         likes = [_like(fragment) for fragment in fragments[start : start + _CHUNK]]
-        uses += _matching(tx, or_(*(TableRow.location.like(like, escape="\\") for like in likes)),
-                          None)  # fmt: skip
+        uses += _matching(
+            tx,
+            or_(*(TableRow.location.like(like, escape="\\") for like in likes)),
+            or_(*(PartitionRow.location.like(like, escape="\\") for like in likes))
+            if partitions
+            else None,
+        )
     around = {
         text
         for key in keys
         for ancestor in key.ancestors()
         for text in location_spellings(ancestor)
     }
-    uses += locations_at(tx, sorted(around), partitions=False)
+    uses += locations_at(tx, sorted(around), partitions=partitions)
     found = []
     for use in dict.fromkeys(uses):
         other = location_key(use.location)

@@ -24,6 +24,7 @@ from hcat_notify import (
     AnnounceMode,
     Catalog,
     CommitRecord,
+    ConcurrentWriteError,
     PartitionSpec,
     TableInfo,
     WriteMode,
@@ -122,6 +123,21 @@ class PartitionCommitter:
     @property
     def staging_uri(self) -> str:
         return self.location.uri_of(self.staging)
+
+    def check_staging_free(self) -> None:
+        """Refuse, before Spark writes, a job id whose staging directory exists: another
+        writer with the same job id is filling it (or one died doing so), and the cleanup
+        of this write's failure would delete its files.
+
+        Raises:
+            ConcurrentWriteError: naming the directory; nothing was written.
+        """
+        if exists(self.fs, self.staging):
+            raise ConcurrentWriteError(
+                f"job {self.job_id} is writing to {self.table.name} already: its staging "
+                f"directory {self.staging} exists (a writer that died filling it leaves it: "
+                "remove it once that writer is gone); nothing was written"
+            )
 
     # -- 1-2: discover ---------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ process (:func:`writing`), so that recovery in the same process never touches th
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import posixpath
@@ -19,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+
+from pyarrow import fs as pafs
 
 from hcat_notify import (
     Catalog,
@@ -40,7 +41,7 @@ from spark_output.commit.moves import (
     remove_job_dirs,
     undo_moves,
 )
-from spark_output.commit.plan import CommitPlan, PartitionMove
+from spark_output.commit.plan import CommitPlan, MoveKind, PartitionMove
 from spark_output.fs import TableLocation
 
 __all__ = [
@@ -213,19 +214,27 @@ def _checked_location(
     catalog: Catalog, entry: JournalEntry, plan: CommitPlan
 ) -> tuple[TableLocation | None, str]:
     """The table's location as registered (or as the entry registers it), when the plan
-    passes :func:`plan_problem`; else (None, why)."""
+    passes :func:`plan_problem`, names no directory another table or partition holds and
+    runs through no link; else (None, why)."""
+    try:
+        specs = [PartitionSpec.parse(_claimed_spec(spec)) for spec in entry.partitions]
+    except InvalidInputError as exc:
+        return None, str(exc)
     try:
         info = catalog.get_table(entry.table)
     except TableNotFoundError:
         definition = entry.table_definition
         if definition is None:
             return None, f"table {entry.table} is not registered, and the entry registers none"
+        try:  # the registry may have changed since the entry was journalled
+            catalog.commits.check_new_table(entry.table, definition)
+        except InvalidInputError as exc:
+            return None, f"the table it registers is refused now: {exc}"
         location = str(definition["location"])
         managed = definition.get("table_type", "MANAGED_TABLE") != "EXTERNAL_TABLE"
         registered: dict[str, str] = {}
     else:
         location, managed = info.location, info.table_type != "EXTERNAL_TABLE"
-        specs = [PartitionSpec.parse(spec) for spec in entry.partitions]
         registered = {
             spec: partition.location
             for spec, partition in catalog.partitions.at(info.name, specs).items()
@@ -234,18 +243,48 @@ def _checked_location(
         root = TableLocation.parse(location)
     except (OSError, ValueError) as exc:
         return None, f"cannot use the table's location {location!r}: {exc}"
-    if managed and not Warehouse.of(catalog.settings).contains(root.uri):
+    warehouse = Warehouse.of(catalog.settings)
+    if managed and not warehouse.contains(root.uri):
         return None, f"the table's location {location} is outside the warehouse roots"
-    problem = plan_problem(entry, plan, root, registered)
+    problem = (
+        plan_problem(entry, plan, root, registered, managed=managed, warehouse=warehouse)
+        or _held_problem(catalog, entry, plan, root)
+        or _link_problem(plan, root)
+    )
     return (root, "") if problem is None else (None, problem)
 
 
+def _claimed_spec(spec: str) -> str:
+    """``spec`` when it is a partition's path spec as written (:meth:`PartitionSpec.to_path`).
+
+    Raises:
+        InvalidInputError: it is not.
+    """
+    try:
+        parsed = PartitionSpec.parse(spec).to_path()
+    except ValueError as exc:
+        raise InvalidInputError(
+            f"it claims {spec!r}, which is not a partition spec: {exc}"
+        ) from None
+    if parsed != spec:
+        raise InvalidInputError(f"it claims {spec!r}, which is not a partition spec ({parsed})")
+    return spec
+
+
 def plan_problem(
-    entry: JournalEntry, plan: CommitPlan, root: TableLocation, registered: Mapping[str, str]
+    entry: JournalEntry,
+    plan: CommitPlan,
+    root: TableLocation,
+    registered: Mapping[str, str],
+    *,
+    managed: bool = True,
+    warehouse: Warehouse | None = None,
 ) -> str | None:
     """Why recovery must not act on ``plan``, or None: every path it names must be the
     job's own (docs/spark-writes.md, "Recovery"). ``root`` is the table's registered
-    location, ``registered`` its registered partitions' locations by spec."""
+    location, ``registered`` its registered partitions' locations by spec, ``managed``
+    its kind; a file-by-file append may target a partition's registered location, inside
+    ``root`` (external table) or inside ``warehouse``'s roots (managed)."""
     job = entry.job_id
     if plan.stages_for is not None:
         if entry.job_id != staging_entry_id(plan.stages_for):
@@ -254,6 +293,8 @@ def plan_problem(
     try:
         validate_job_id(job)
         written = TableLocation.parse(plan.table_uri)
+        for spec in entry.partitions:
+            _claimed_spec(spec)
     except (InvalidInputError, OSError, ValueError) as exc:
         return str(exc)
     if (
@@ -269,7 +310,9 @@ def plan_problem(
         if named != expected:
             return f"its {what} {named} is not {expected}"
     for move in plan.partitions:
-        problem = _move_problem(entry, plan, move, root, registered)
+        problem = _move_problem(entry, plan, move, root, registered) or _target_problem(
+            move, root, registered, managed=managed, warehouse=warehouse
+        )
         if problem is not None:
             return f"partition {move.spec}: {problem}"
     return None
@@ -284,15 +327,9 @@ def _move_problem(
 ) -> str | None:
     if move.spec not in entry.partitions:
         return "the entry does not claim it"
-    finals = {root.join(move.spec)}
-    current = registered.get(move.spec)
-    if current is not None and not current.startswith("har:"):
-        with contextlib.suppress(OSError, ValueError):
-            finals.add(TableLocation.parse(current).path)
-    if move.final not in finals:
-        return (
-            f"its target {move.final} is neither {root.join(move.spec)} nor its registered location"
-        )
+    for path in _move_paths(move):
+        if not _well_formed(path):
+            return f"the path {path!r} has an empty, '.' or '..' component"
     if not _strictly_under(move.staged, plan.staging):
         return f"its staged directory {move.staged} is not in {plan.staging}"
     if move.trash is not None and move.trash != posixpath.join(plan.trash, move.spec):
@@ -303,6 +340,92 @@ def _move_problem(
         if posixpath.dirname(file.target) != move.final:
             return f"the file target {file.target} is not in {move.final}"
     return None
+
+
+def _target_problem(
+    move: PartitionMove,
+    root: TableLocation,
+    registered: Mapping[str, str],
+    *,
+    managed: bool,
+    warehouse: Warehouse | None,
+) -> str | None:
+    """A directory move (swap, whole: undone by moving the target away) may only target
+    ``<table>/<spec>`` (an archived append: also the partition's registered location
+    inside the table's); a file-by-file append also the partition's registered location,
+    if that lies inside the table's location (external) or the roots (managed)."""
+    own = root.join(move.spec)
+    if move.final == own:
+        return None
+    current = registered.get(move.spec)
+    archive = move.kind is MoveKind.DIR and move.archived
+    if (move.kind is MoveKind.DIR and not archive) or current is None or current.startswith("har:"):
+        return f"its target {move.final} is not {own}"
+    try:
+        where = TableLocation.parse(current).path
+    except (OSError, ValueError):
+        where = None
+    if move.final != where:
+        return f"its target {move.final} is neither {own} nor its registered location"
+    if archive and not _strictly_under(move.final, root.path):
+        # an append archived into a partition compaction moved (inside the table)
+        return f"its target {move.final} is outside the table's location {root.path}"
+    if managed:
+        if warehouse is None or not warehouse.contains(root.uri_of(move.final)):
+            return f"its target {move.final} is outside the warehouse roots"
+    elif not _strictly_under(move.final, root.path):
+        return f"its target {move.final} is outside the table's location {root.path}"
+    return None
+
+
+def _held_problem(
+    catalog: Catalog, entry: JournalEntry, plan: CommitPlan, root: TableLocation
+) -> str | None:
+    """Why a target of ``plan`` is not the job's: another table or partition holds it (is
+    it, lies inside or contains it: :meth:`location_holders`)."""
+    targets = {root.uri_of(move.final): move for move in plan.partitions}
+    holders = catalog.tables.location_holders(list(targets), table=str(entry.table))
+    for target, uses in holders.items():
+        move = targets[target]
+        for use in uses:
+            if use.table == str(entry.table) and use.partition in (None, move.spec):
+                continue  # the table itself, or the partition the move writes
+            return f"partition {move.spec}: its target {move.final} is used by {use}"
+    return None
+
+
+def _link_problem(plan: CommitPlan, root: TableLocation) -> str | None:
+    """Why recovery would move through a link: a component of a path the plan names,
+    below the table's location (or, for a registered location outside it, anywhere), is
+    a symbolic link now. Local tables only."""
+    if not isinstance(root.fs, pafs.LocalFileSystem):
+        return None
+    base = root.path.rstrip("/")
+    real_base = os.path.realpath(base)
+    paths = [plan.staging, plan.trash]
+    for move in plan.partitions:
+        paths += _move_paths(move)
+    for path in paths:
+        inside = path.startswith(base + "/")
+        expected = real_base + path[len(base) :] if inside else posixpath.normpath(path)
+        if os.path.realpath(path) != expected:
+            return f"the path {path} runs through a symbolic link; recovery never follows one"
+    return None
+
+
+def _move_paths(move: PartitionMove) -> list[str]:
+    paths = [move.staged, move.final, *([move.trash] if move.trash else [])]
+    for file in move.files:
+        paths += [file.source, file.target]
+    return paths
+
+
+def _well_formed(path: str) -> bool:
+    """No empty, ``.`` or ``..`` component (a leading ``/`` aside)."""
+    parts = path.split("/")
+    if path.startswith("/"):
+        parts = parts[1:]
+    return all(part not in ("", ".", "..") for part in parts)
 
 
 def _strictly_under(path: str, directory: str) -> bool:

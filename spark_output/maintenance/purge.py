@@ -38,8 +38,14 @@ from hcat_notify import (
     warehouse_bases,
 )
 from spark_output.compaction.har.locations import archive_storage_location
+from spark_output.compaction.manifest import MANIFEST_NAME
 from spark_output.errors import CompactionError
-from spark_output.fs import TableLocation, is_hidden, remove_empty_dir, split_location
+from spark_output.fs import (
+    TableLocation,
+    crc_sidecar,
+    remove_empty_dir,
+    split_location,
+)
 from spark_output.maintenance.marker import SUPERSEDED_MARKER, Marker, MarkerError, read_marker
 from spark_output.maintenance.table_compaction import COMPACTED_DIR, ProgressCallback
 
@@ -250,11 +256,20 @@ def _links(entries: Sequence[TreeEntry]) -> str | None:
     )
 
 
+_SUCCESS = "_SUCCESS"
+"""The empty file Spark's committer writes into a directory it completed."""
+
+
 def _uncovered(entries: Sequence[TreeEntry], marker: Marker) -> str | None:
-    """Why the directory holds data the compaction did not cover, or None."""
+    """Why the directory holds data the compaction did not cover, or None. Hidden and
+    ``_`` entries count too (``_delta_log/``, ``.hoodie/``), except the marker, the
+    compaction's manifest (a copy compacted again), Spark's ``_SUCCESS`` and the
+    checksum sidecars (``.<name>.crc``) of those and of covered files."""
+    known = [SUPERSEDED_MARKER, MANIFEST_NAME, _SUCCESS, *marker.files]
+    expected = set(known) | {posixpath.basename(crc_sidecar(name)) for name in known}
     extra = []
     for entry in entries:
-        if "/" in entry.path or is_hidden(entry.path):
+        if "/" in entry.path or (entry.kind != "dir" and entry.path in expected):
             continue
         if entry.kind == "dir":
             extra.append(f"{entry.path}/")

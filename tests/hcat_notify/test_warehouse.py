@@ -8,7 +8,7 @@ import pytest
 
 from hcat_notify.config import load_settings
 from hcat_notify.errors import ConfigError, InvalidInputError, LocationOutsideWarehouseError
-from hcat_notify.warehouse import Warehouse, location_key
+from hcat_notify.warehouse import Warehouse, canonical_location, location_key
 
 
 def test_the_default_root_is_the_warehouse_under_the_home(
@@ -84,3 +84,20 @@ def test_what_lies_strictly_inside(tmp_path: Path):
     for bad in ("/", "file:///", "s3://bucket", "s3://bucket/", "/a/../b"):
         with pytest.raises(InvalidInputError):
             warehouse.check(bad, external=True)
+
+
+@pytest.mark.parametrize("scheme", ["local", "LOCAL", "Local", "FILE"])
+def test_local_uris_are_stored_resolved_like_file_uris(tmp_path: Path, scheme: str):
+    # review-trust2 finding 5: local://<link> was stored verbatim, so overlap checks and
+    # a purge's holders missed the directory it names
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "lnk").symlink_to(tmp_path / "sub")
+    real = f"file://{tmp_path / 'sub'}"
+    assert canonical_location(f"{scheme}://{tmp_path}/lnk", what="table location") == real
+    assert canonical_location(f"{scheme}:{tmp_path}/lnk/", what="table location") == real
+
+
+@pytest.mark.parametrize("scheme", ["file", "local", "LOCAL"])
+def test_a_local_uri_naming_another_host_is_refused(scheme: str):
+    with pytest.raises(InvalidInputError, match="names the host 'otherhost'"):
+        canonical_location(f"{scheme}://otherhost/w/t", what="table location")

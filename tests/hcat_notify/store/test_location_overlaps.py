@@ -8,7 +8,7 @@ roots"."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -39,6 +39,17 @@ def cat(db_url: str, tmp_path: Path, warehouse: Path) -> Iterator[Catalog]:
     )
     with Catalog.open(settings) as catalog:
         yield catalog
+
+
+def _each_refused(attempts: Sequence[tuple[Callable[[], object], str]]) -> list[str]:
+    """Each attempt's one-line refusal (matching its pattern)."""
+    messages = []
+    for attempt, problem in attempts:
+        with pytest.raises(InvalidInputError, match=problem) as caught:
+            attempt()
+        assert "\n" not in str(caught.value)
+        messages.append(str(caught.value))
+    return messages
 
 
 def _data(directory: Path, text: str = "precious") -> Path:
@@ -108,11 +119,8 @@ def test_a_managed_location_at_inside_or_around_another_tables_is_refused(
         (lambda: cat.add_partitions("db.b", [_part("q=3", str(warehouse / "g"))]),
          r"'.*/wh/g' contains the location of table db\.a"),
     ]  # fmt: skip
-    for attempt, problem in refused:
-        with pytest.raises(InvalidInputError, match=problem) as caught:
-            attempt()
-        assert "\n" not in str(caught.value)
-        assert "nothing was registered" in str(caught.value) or "already" in str(caught.value)
+    for message in _each_refused(refused):
+        assert "nothing was registered" in message or "already" in message
     assert row_counts(cat) == before
     # what is normal stays allowed: a table's partitions inside its location or at
     # distinct paths elsewhere in the roots; an external table anywhere
@@ -263,3 +271,67 @@ def test_a_file_colon_table_location_is_a_uri(cat: Catalog, warehouse: Path, mon
     info = cat.create_table("db.t", location=f"file:{warehouse}/t", partition_keys=["p"])
     assert info.location == f"file://{warehouse}/t"
     assert not (warehouse / "file:").exists()
+
+
+# -- second review, finding 5: local: spellings; finding 6: other tables' partitions ---------
+
+
+def test_a_local_uri_through_a_link_is_the_directory_it_names(cat: Catalog, warehouse: Path):
+    (warehouse / "sub").mkdir()
+    (warehouse / "lnk").symlink_to(warehouse / "sub")
+    info = cat.create_table("web.v", location=f"LOCAL://{warehouse}/lnk", partition_keys=["p"])
+    assert info.location == f"file://{warehouse}/sub"
+    with pytest.raises(InvalidInputError, match=r"is already the location of table web\.v"):
+        cat.create_table("web.t", location=str(warehouse / "sub"), partition_keys=["p"])
+
+
+def test_a_managed_location_at_or_around_another_tables_outside_partition_is_refused(
+    cat: Catalog, warehouse: Path
+):
+    shared = warehouse / "x" / "p1"
+    _data(shared)
+    cat.create_table("web.b", location=str(warehouse / "b"), partition_keys=["p"])
+    cat.add_partitions("web.b", [_part("p=1", str(shared))])  # B's partition outside B
+    cat.create_table("web.e", location=str(warehouse / "e"), partition_keys=["q"])
+    before = row_counts(cat)
+    refused = [
+        (lambda: cat.add_partitions("web.e", [_part("q=2", str(shared))]),
+         r"partition q=2 of web\.e '.*/wh/x/p1' lies inside the location of partition p=1 "
+         r"of web\.b"),
+        (lambda: cat.add_partitions("web.e", [_part("q=3", str(shared / "deeper"))]),
+         r"lies inside the location of partition p=1 of web\.b"),
+        (lambda: cat.add_partitions("web.e", [_part("q=4", str(warehouse / "x"))]),
+         r"'.*/wh/x' contains the location of partition p=1 of web\.b"),
+        (lambda: cat.create_table("web.a", location=str(warehouse / "x"), partition_keys=["p"]),
+         r"'.*/wh/x' contains the location of partition p=1 of web\.b"),
+        (lambda: cat.create_table("web.c", location=str(shared), partition_keys=["p"]),
+         r"is already the location of partition p=1 of web\.b"),
+    ]  # fmt: skip
+    _each_refused(refused)
+    assert row_counts(cat) == before
+    # beside it stays allowed, and so does B's own second partition next to it
+    cat.add_partitions("web.e", [_part("q=2", str(warehouse / "x" / "p2"))])
+    cat.add_partitions("web.b", [_part("p=2", str(warehouse / "x" / "p3"))])
+
+
+def test_an_external_location_around_the_warehouse_or_a_managed_table_is_refused(
+    cat: Catalog, warehouse: Path
+):
+    # second review, finding 7: it blocked every new managed table and every purge
+    cat.create_table("db.b", location=str(warehouse / "g" / "b"), partition_keys=["p"])
+    before = row_counts(cat)
+
+    def external(name: str, location: str) -> None:
+        cat.create_table(name, location=location, partition_keys=["p"], table_type="EXTERNAL_TABLE")
+
+    _each_refused([
+        (lambda: external("db.e3", str(warehouse)),
+         r"is or holds the warehouse root .*/wh; an external location may lie anywhere"),
+        (lambda: external("db.e4", str(warehouse.parent)), r"is or holds the warehouse root"),
+        (lambda: external("db.e5", str(warehouse / "g")),
+         r"'.*/wh/g' contains the location of managed table db\.b"),
+    ])  # fmt: skip
+    assert row_counts(cat) == before
+    external("db.e6", str(warehouse / "g" / "b" / "inside"))  # inside a managed one: as before
+    external("db.e7", str(warehouse / "e7"))
+    external("db.e8", str(warehouse / "e7" / "nested"))  # external inside external: as before

@@ -28,7 +28,7 @@ def _table(catalog: Catalog, name: str) -> str:
 
 def _add(catalog: Catalog, name: str, day: str, *regions: str) -> None:
     catalog.add_partitions(
-        name, [NewPartition({"datestamp": day, "region": r}, "/d") for r in regions]
+        name, [NewPartition({"datestamp": day, "region": r}, f"/d/{name}") for r in regions]
     )
 
 

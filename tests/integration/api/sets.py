@@ -14,7 +14,8 @@ REGIONS = ("us", "eu", "apac")
 
 def _add(catalog: Catalog, name: str, day: str, *regions: str) -> None:
     catalog.add_partitions(
-        name, [NewPartition({"datestamp": day, "region": region}, "/d") for region in regions]
+        name,
+        [NewPartition({"datestamp": day, "region": region}, f"/d/{name}") for region in regions],
     )
 
 

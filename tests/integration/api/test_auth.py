@@ -33,7 +33,11 @@ WRITES = [  # in this order, each succeeds for a writer with the status given
     (
         "POST",
         "/v1/tables/{table}/partitions",
-        {"partitions": [{"spec": {"datestamp": "1", "region": "us"}, "location": "/x-data"}]},
+        {
+            "partitions": [
+                {"spec": {"datestamp": "1", "region": "us"}, "location": "/x-data/{table}"}
+            ]
+        },
         201,
     ),
     (

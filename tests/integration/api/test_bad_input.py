@@ -247,7 +247,9 @@ def test_bad_drops_change_nothing(writer: httpx.Client, new_table, api_catalog: 
     name = new_table()
     external = new_table(table_type="EXTERNAL_TABLE")
     for each in (name, external):
-        api_catalog.add_partitions(each, [NewPartition({"datestamp": "1", "region": "us"}, "/d/1")])
+        api_catalog.add_partitions(
+            each, [NewPartition({"datestamp": "1", "region": "us"}, f"/d/{each}/1")]
+        )
     before = (api_catalog.last_event_id(), len(api_catalog.list_tables()))
     url = f"/v1/tables/{name}/partitions"
     problem = _check(writer.delete(url, params={"datestamp": "2"}), 404, "no partition")

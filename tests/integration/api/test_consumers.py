@@ -47,7 +47,9 @@ def test_consumer_catches_up_through_the_api_then_goes_live(
             assert not consumer.is_set_done(name, {"datestamp": "3"})
             cursor = consumer.cursor
     # With a cursor: every event after it, partitions too, through the API.
-    api_catalog.add_partitions(name, [NewPartition({"datestamp": "3", "region": "us"}, "/d")])
+    api_catalog.add_partitions(
+        name, [NewPartition({"datestamp": "3", "region": "us"}, f"/d/{name}")]
+    )
     third = api_catalog.mark_set_done(name, {"datestamp": "3"})
     with running_relay(api_settings):
         with NotificationConsumer([name], settings=settings, cursor=cursor) as consumer:

@@ -110,8 +110,12 @@ def test_add_partitions(writer: httpx.Client, new_table, api_catalog: Catalog):
     name = new_table()
     body = {
         "partitions": [
-            {"spec": {"datestamp": "20110228", "region": "us"}, "location": "/d/1", "fileCount": 3},
-            {"spec": {"region": "eu", "datestamp": "20110228"}, "location": "/d/2"},
+            {
+                "spec": {"datestamp": "20110228", "region": "us"},
+                "location": f"/d/{name}/1",
+                "fileCount": 3,
+            },
+            {"spec": {"region": "eu", "datestamp": "20110228"}, "location": f"/d/{name}/2"},
         ],
         "jobId": "job-7",
     }
@@ -170,7 +174,9 @@ def test_events_after_a_cursor(writer: httpx.Client, reader: httpx.Client, new_t
     assert event["table"] == name
     assert event["headers"]["HCAT_EVENT_ID"] == str(first["eventId"])
     validate_message(event["headers"], json.dumps(event["body"]))
-    api_catalog.add_partitions(name, [NewPartition({"datestamp": "2", "region": "us"}, "/d/2")])
+    api_catalog.add_partitions(
+        name, [NewPartition({"datestamp": "2", "region": "us"}, f"/d/{name}/2")]
+    )
     second = writer.post(f"/v1/tables/{name}/done", json={"spec": {"datestamp": "2"}}).json()
     later = reader.get("/v1/events", params={"table": name, "cursor": page["cursor"]}).json()
     kinds = [(e["event"], e["eventId"]) for e in later["events"]]
@@ -216,7 +222,9 @@ def test_events_as_a_cloudevents_batch(
     api: ApiServer, reader: httpx.Client, new_table, api_catalog: Catalog
 ):
     name = new_table()
-    api_catalog.add_partitions(name, [NewPartition({"datestamp": "2", "region": "us"}, "/d/2")])
+    api_catalog.add_partitions(
+        name, [NewPartition({"datestamp": "2", "region": "us"}, f"/d/{name}/2")]
+    )
     done = api_catalog.mark_set_done(name, {"datestamp": "2"})
     query = {"table": name, "cursor": "*:0"}
     page = reader.get("/v1/events", params=query).json()
@@ -295,7 +303,7 @@ def test_metrics(anonymous: httpx.Client, reader: httpx.Client, new_table, api_c
 def test_status_page_html(reader: httpx.Client, new_table, api_catalog: Catalog):
     name = new_table()
     api_catalog.add_partitions(
-        name, [NewPartition({"datestamp": "20110228", "region": "us"}, "/d")]
+        name, [NewPartition({"datestamp": "20110228", "region": "us"}, f"/d/{name}")]
     )
     api_catalog.mark_set_done(name, {"datestamp": "20110228"})
     page = reader.get("/")

@@ -181,7 +181,9 @@ def test_drop_partitions_with_purge(writer: httpx.Client, api_catalog: Catalog, 
 
 def test_drop_table(writer: httpx.Client, new_table, api_catalog: Catalog):
     name = new_table()
-    api_catalog.add_partitions(name, [NewPartition({"datestamp": "1", "region": "us"}, "/d/1")])
+    api_catalog.add_partitions(
+        name, [NewPartition({"datestamp": "1", "region": "us"}, f"/d/{name}/1")]
+    )
     api_catalog.mark_set_done(name, {"datestamp": "1"})
     before = api_catalog.last_event_id()
     response = writer.delete(f"/v1/tables/{name}")

@@ -92,3 +92,24 @@ def test_compaction_never_writes_its_marker_through_a_link(
     marker = directory / SUPERSEDED_MARKER
     assert not marker.is_symlink()
     assert json.loads(marker.read_text())["partition"] == "p=1"
+
+
+def test_compact_purge_counts_hidden_entries_the_marker_does_not_cover(
+    capsys, db_url: str, tmp_path: Path, narrow_warehouse: Path
+):
+    # review-trust2 finding 8: a Delta log, a Hudi timeline, an _-named data file were
+    # deleted with the superseded directory although the marker does not cover them
+    old = _superseded(narrow_warehouse, db_url, tmp_path)
+    for name in ("_SUCCESS", "._SUCCESS.crc", ".part-0.parquet.crc"):
+        (old / name).write_text("")  # what Spark leaves with the covered files: still fine
+    (old / "_delta_log").mkdir()
+    (old / "_delta_log" / "000.json").write_text("{}")
+    (old / ".hoodie").mkdir()
+    (old / "_SUCCESS_and_more_data.parquet").write_text("data")
+    code = main(["--db-url", db_url, "-o", "json", "compact", "web.b", "--purge"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == EXIT_ERROR
+    assert (out["deleted"], out["refused"]) == (0, 1)
+    (line,) = out["errors"]
+    assert "3 data file(s) the compaction did not cover (.hoodie/, _SUCCESS_and_more_data" in line
+    assert (old / "_delta_log" / "000.json").read_text() == "{}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import json
 import threading
+from pathlib import Path
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -93,9 +94,10 @@ def test_dry_run_changes_nothing(settings, tmp_path):
 
 
 def test_an_unusable_location_fails_that_partition_only(settings, tmp_path):
-    odd = "file://elsewhere/data/region=b"  # file: on another host: not readable here
     with Catalog.open(settings) as catalog:
-        _pyarrow_table(catalog, tmp_path, "web.odd", {"a": 12})
+        root = _pyarrow_table(catalog, tmp_path, "web.odd", {"a": 12})
+        odd = str(root / "not-a-directory")  # a file where a directory should be
+        Path(odd).write_text("x")
         catalog.add_partitions(
             "web.odd", [NewPartition({"datestamp": "20110228", "region": "b"}, odd, 12, 0)]
         )
