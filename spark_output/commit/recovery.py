@@ -233,8 +233,10 @@ def _checked_location(
         location = str(definition["location"])
         managed = definition.get("table_type", "MANAGED_TABLE") != "EXTERNAL_TABLE"
         registered: dict[str, str] = {}
+        creates = True
     else:
         location, managed = info.location, info.table_type != "EXTERNAL_TABLE"
+        creates = False
         registered = {
             spec: partition.location
             for spec, partition in catalog.partitions.at(info.name, specs).items()
@@ -244,8 +246,11 @@ def _checked_location(
     except (OSError, ValueError) as exc:
         return None, f"cannot use the table's location {location!r}: {exc}"
     warehouse = Warehouse.of(catalog.settings)
-    if managed and not warehouse.contains(root.uri):
+    if not warehouse.contains(root.uri):  # an external table's too: recovery moves and
+        # deletes only inside the roots (a writer's own cleanup is not recovery's)
         return None, f"the table's location {location} is outside the warehouse roots"
+    if creates and any(move.kind is MoveKind.DIR for move in plan.partitions):
+        return None, "it registers its table, yet moves whole directories (an import moves files)"
     problem = (
         plan_problem(entry, plan, root, registered, managed=managed, warehouse=warehouse)
         or _held_problem(catalog, entry, plan, root)
@@ -332,6 +337,8 @@ def _move_problem(
             return f"the path {path!r} has an empty, '.' or '..' component"
     if not _strictly_under(move.staged, plan.staging):
         return f"its staged directory {move.staged} is not in {plan.staging}"
+    if move.kind is MoveKind.DIR and move.trash is None:  # the committer gives each one
+        return "it moves a whole directory without a trash to put back"
     if move.trash is not None and move.trash != posixpath.join(plan.trash, move.spec):
         return f"its trash {move.trash} is not {posixpath.join(plan.trash, move.spec)}"
     for file in move.files:

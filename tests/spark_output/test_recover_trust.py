@@ -102,8 +102,10 @@ def test_recover_refuses_a_directory_move_onto_an_external_partition_outside_its
     assert (victim / "data" / "precious.txt").read_text() == "keep me\n"
     assert code == EXIT_ERROR
     assert outcomes["evil"]["action"] == REFUSED
+    # recovery moves and deletes only inside the warehouse roots (third review: an
+    # external table's own files outside them were deleted by a forged FILES move)
     assert outcomes["evil"]["reason"] == (
-        f"partition q=1: its target {victim / 'data'} is not {external / 'q=1'}"
+        f"the table's location {external} is outside the warehouse roots"
     )
     assert _still_pending(tmp_path, db_url) == ["evil"]
 
@@ -127,8 +129,10 @@ def test_recover_refuses_targets_another_table_holds(
         catalog.create_table("web.e", location=str(root), partition_keys=["q"])
         register_partitions(catalog, "web.e", [({"q": "2"}, str(root / "q=2"))])
         _begin(catalog, "evil-dir", "web.e", root, [
-            _dir_move("q=2", staging / "evil-dir" / "q=2", shared),
-            _dir_move("q=3", staging / "evil-dir" / "q=3", root / "q=3"),
+            _dir_move("q=2", staging / "evil-dir" / "q=2", shared,
+                      trash=str(root / TRASH_DIR / "evil-dir" / "q=2")),
+            _dir_move("q=3", staging / "evil-dir" / "q=3", root / "q=3",
+                      trash=str(root / TRASH_DIR / "evil-dir" / "q=3")),
         ])  # fmt: skip
         source = staging / "evil-files" / "q=2" / "part-1"
         files = PartitionMove(
@@ -292,3 +296,47 @@ def test_plans_the_committer_makes_for_moved_partitions_still_pass(
         for entry in catalog.commits.pending():
             plan = CommitPlan.from_json(entry.plan)
             assert plan_problem(entry, plan, location, registered, warehouse=warehouse) is None
+
+
+def test_recover_acts_only_inside_the_roots_and_only_on_moves_the_committer_makes(
+    capsys, db_url: str, tmp_path: Path, narrow_warehouse: Path, victim: Path
+):
+    # third review, finding 1: an entry registering a new EXTERNAL table at a directory
+    # outside every root, its moves "made" (staged missing): the rollback moved the
+    # directory into the staging and deleted it. And a DIR move without a trash (the
+    # committer gives every one a trash) rolled a managed table's own files away.
+    outside = victim / "data"
+    (outside / "p=1").mkdir()
+    (outside / "p=1" / "precious.txt").write_text("keep me too\n")
+    with _open(tmp_path, db_url) as catalog:
+        _begin(catalog, "ext-new", "web.n", outside, [
+            _dir_move("p=1", outside / STAGING_DIR / "ext-new" / "p=1", outside / "p=1",
+                      trash=str(outside / TRASH_DIR / "ext-new" / "p=1")),
+            _dir_move("p=2", outside / STAGING_DIR / "ext-new" / "p=2", outside / "p=2",
+                      trash=str(outside / TRASH_DIR / "ext-new" / "p=2")),
+        ], create_table=table_definition(location=str(outside), partition_keys=["p"],
+                                         table_type="EXTERNAL_TABLE"))  # fmt: skip
+        root = narrow_warehouse / "m"
+        (root / "p=1").mkdir(parents=True)
+        (root / "p=1" / "part-0").write_text("committed")
+        catalog.create_table("web.m", location=str(root), partition_keys=["p"])
+        register_partitions(catalog, "web.m", [({"p": "1"}, str(root / "p=1"))])
+        staging = root / STAGING_DIR / "no-trash"
+        _begin(catalog, "no-trash", "web.m", root, [
+            _dir_move("p=1", staging / "p=1", root / "p=1"),
+            _dir_move("p=2", staging / "p=2", root / "p=2"),
+        ])  # fmt: skip
+    (staging / "p=2").mkdir(parents=True)  # one move not made: a rollback
+    (outside / STAGING_DIR / "ext-new" / "p=2").mkdir(parents=True)
+    code, outcomes = _recover(capsys, db_url)
+    assert (outside / "precious.txt").read_text() == "keep me\n"
+    assert (outside / "p=1" / "precious.txt").read_text() == "keep me too\n"
+    assert (root / "p=1" / "part-0").read_text() == "committed"
+    assert code == EXIT_ERROR
+    assert outcomes["ext-new"]["reason"] == (
+        f"the table's location {outside} is outside the warehouse roots"
+    )
+    assert outcomes["no-trash"]["reason"] == (
+        "partition p=1: it moves a whole directory without a trash to put back"
+    )
+    assert _still_pending(tmp_path, db_url) == ["ext-new", "no-trash"]
