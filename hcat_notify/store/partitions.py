@@ -115,9 +115,7 @@ def check_partition_locations(
 def _check_partition_overlaps(
     tx: Tx, info: TableInfo, stored: Sequence[tuple[PartitionSpec, str]]
 ) -> None:
-    """Refuse a partition at, inside or around another table's location, and one outside
-    its own table's location at, inside or around another table's partition (one read of
-    the partitions per batch, only when some lie outside). Tables around
+    """Refuse a partition at, inside or around another table's location. Tables around
     the partition's own table are let be (a catalog registered before this check may
     hold such; a purge keeps what they hold)."""
     own = location_key(info.location)
@@ -129,12 +127,6 @@ def _check_partition_overlaps(
         for _, use, other in overlapping_tables(tx, [own, *outside])
         if use.table != str(info.name)
     ]
-    if outside:  # inside its own table, another's partition would lie inside a table
-        tables += [
-            (use, other)
-            for _, use, other in overlapping_tables(tx, outside, partitions=True)
-            if use.table != str(info.name) and use.partition is not None
-        ]
     for spec, where, key in keyed:
         for use, other in tables:
             if key.within(own) and own.within(other):

@@ -108,16 +108,15 @@ def check_overlap(
 ) -> None:
     """Refuse a location (``where``, as stored) at another table's location, and for a
     managed table's data (``table_type``) one at, inside or around another table's
-    location or another table's partition: a purge of one would delete the other's
-    files (docs/operations.md, "Warehouse roots"). ``what`` names the location in the
-    message (the table's).
+    location: a purge of one would delete the other's files (docs/operations.md,
+    "Warehouse roots"). ``what`` names the location in the message (the table's).
 
     Raises:
         InvalidInputError: naming the other table.
     """
     key = location_key(where)
     managed = table_type != EXTERNAL_TABLE
-    for _, use, other in overlapping_tables(tx, [key], partitions=managed):
+    for _, use, other in overlapping_tables(tx, [key]):
         if use.table == str(name):
             continue
         if key == other:
