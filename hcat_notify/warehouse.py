@@ -134,7 +134,8 @@ def canonical_location(
     Raises:
         InvalidInputError: empty, a control character (NUL, newline, ...), a relative
             path (unless ``relative``), a URI without a path, a ``..`` segment, a
-            filesystem's root, or a ``file:``/``local:`` URI naming another host.
+            filesystem's root, or a ``file:``/``local:`` URI naming another host or a
+            relative path.
     """
     if not (isinstance(location, str) and location.strip()):
         raise InvalidInputError(f"{what} is empty: give a directory path or URI")
@@ -161,8 +162,11 @@ def canonical_location(
                 f"{what} {location!r} names the host {authority!r}; a local path names "
                 "none (give file:///path)"
             )
-        if path.startswith("/"):
-            return "file://" + os.path.realpath(posixpath.normpath(path))
+        if not path.startswith("/"):
+            raise InvalidInputError(
+                f"{what} {location!r} is a relative path; give an absolute one (file:///path)"
+            )
+        return "file://" + os.path.realpath(posixpath.normpath(path))
     return stripped.rstrip("/")
 
 

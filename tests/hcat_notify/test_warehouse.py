@@ -101,3 +101,11 @@ def test_local_uris_are_stored_resolved_like_file_uris(tmp_path: Path, scheme: s
 def test_a_local_uri_naming_another_host_is_refused(scheme: str):
     with pytest.raises(InvalidInputError, match="names the host 'otherhost'"):
         canonical_location(f"{scheme}://otherhost/w/t", what="table location")
+
+
+@pytest.mark.parametrize("location", ["file:rel", "local:rel/t", "FILE:./t"])
+def test_a_local_uri_with_a_relative_path_is_refused(location: str):
+    # third review, finding 5: file:rel was stored as given (relative to whoever read it),
+    # and a purge of that table crashed with a traceback
+    with pytest.raises(InvalidInputError, match="is a relative path"):
+        canonical_location(location, what="table location")
