@@ -320,6 +320,23 @@ class PartitionSpec:
         return cls(tuple(pairs))
 
     @classmethod
+    def parse_written(cls, path: str) -> PartitionSpec:
+        """:meth:`parse` ``path``, which must also be the spec's path as :meth:`to_path`
+        writes it (a claim naming a directory: no other spelling of the same spec).
+
+        Raises:
+            InvalidSpecError: as :meth:`parse`, or ``path`` is not written so (naming
+                how it is).
+        """
+        spec = cls.parse(path)
+        written = spec.to_path()
+        if written != path:
+            raise InvalidSpecError(
+                f"{_describe(path)} is not a partition's path spec as written ({written})"
+            )
+        return spec
+
+    @classmethod
     def parse_trusted(cls, path: str) -> PartitionSpec:
         """Parse a path that :meth:`to_path` of a valid spec wrote, without checking it.
 

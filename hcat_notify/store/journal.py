@@ -28,6 +28,7 @@ from hcat_notify.errors import (
     ConcurrentWriteError,
     ConflictError,
     InvalidInputError,
+    InvalidSpecError,
     TableNotFoundError,
 )
 from hcat_notify.model.changes import AnnounceMode
@@ -299,12 +300,10 @@ class CommitJournal:
         """
         validate_job_id(job_id, entry=True)
         for spec in partitions:
-            written = PartitionSpec.parse(spec).to_path()
-            if written != spec:
-                raise InvalidInputError(
-                    f"{spec!r} is not a partition's path spec as written ({written}); "
-                    "nothing was journalled"
-                )
+            try:
+                PartitionSpec.parse_written(spec)
+            except InvalidSpecError as exc:
+                raise InvalidSpecError(f"{exc}; nothing was journalled") from None
         try:
             mode = WriteMode(mode)
         except ValueError:

@@ -19,6 +19,7 @@ from types import MappingProxyType
 
 from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import InstrumentedAttribute
 
 from hcat_notify.errors import InvalidInputError, SubscriberInUseError, SubscriberTakenOverError
 from hcat_notify.model.cursor import Cursor
@@ -208,22 +209,22 @@ def claim(
 
 
 def _followed(tx: Tx, name: str, limit: int | None = None) -> list[str]:
-    query = (
-        select(SubscriberTopicRow.topic)
-        .where(SubscriberTopicRow.subscriber == name)
-        .order_by(SubscriberTopicRow.topic)
-        .limit(limit)
-    )
-    return list(tx.session.execute(query).scalars())
+    return _names(tx, SubscriberTopicRow.topic, SubscriberTopicRow.subscriber, name, limit)
 
 
 def _tables(tx: Tx, name: str, limit: int | None = None) -> list[str]:
-    query = (
-        select(SubscriberTableRow.table_name)
-        .where(SubscriberTableRow.subscriber == name)
-        .order_by(SubscriberTableRow.table_name)
-        .limit(limit)
-    )
+    return _names(tx, SubscriberTableRow.table_name, SubscriberTableRow.subscriber, name, limit)
+
+
+def _names(
+    tx: Tx,
+    column: InstrumentedAttribute[str],
+    owner: InstrumentedAttribute[str],
+    name: str,
+    limit: int | None,
+) -> list[str]:
+    """``column`` of the rows of subscriber ``name`` (``owner``), in order, ``limit``."""
+    query = select(column).where(owner == name).order_by(column).limit(limit)
     return list(tx.session.execute(query).scalars())
 
 
