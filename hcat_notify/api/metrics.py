@@ -129,9 +129,9 @@ class CatalogCollector(Collector):
             "Events a durable subscriber has not handled yet.",
             labels=["subscriber"],
         )
-        for subscriber in catalog.subscriptions.every():
-            behind = catalog.subscriptions.lag(subscriber)
-            lag.add_metric([subscriber.name], sum(behind.values()))
+        behind = catalog.subscriptions.lags(catalog.subscriptions.every())
+        for name, topics in behind.items():
+            lag.add_metric([name], sum(topics.values()))
         yield lag
 
     def _webhooks(self, catalog: Catalog) -> Iterator[Metric]:

@@ -555,7 +555,7 @@ def subscribers(obj: CliContext, remove: tuple[str, ...]) -> None:
         return
     with obj.catalog(write=False) as catalog:
         found = catalog.subscriptions.every()
-        lags = {item.name: catalog.subscriptions.lag(item) for item in found}
+        lags = catalog.subscriptions.lags(found)
         followed = {
             item.name: catalog.subscriptions.followed(item.name, limit=_FOLLOWED_SHOWN)
             for item in found

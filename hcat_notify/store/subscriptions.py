@@ -12,12 +12,24 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import cast
 
-from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy import (
+    BigInteger,
+    String,
+    case,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+    values,
+)
+from sqlalchemy import column as sql_column
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import InstrumentedAttribute
 
@@ -55,6 +67,9 @@ dones: 0 when it started (its floor stored then), its floor once all were handed
 SUBSCRIBER_TIMEOUT = 10.0
 """Seconds without a heartbeat after which a subscriber's owner counts as gone."""
 MAX_NAME = 255
+LAG_CHUNK = 500
+"""Distinct (topic, position) pairs counted by one statement of :func:`lags` (two bound
+parameters each: SQLite's limit is 32,766)."""
 
 
 @dataclass(frozen=True)
@@ -387,23 +402,59 @@ def subscribers(tx: Tx) -> list[SubscriberInfo]:
 
 def lag(tx: Tx, subscriber: SubscriberInfo) -> dict[str, int]:
     """Events on each topic ``subscriber`` follows after where it stands: how far behind
-    it is. Its position on a topic is its watermark there, at least its floor (a topic
+    it is (:func:`lags` of one)."""
+    return lags(tx, [subscriber])[subscriber.name]
+
+
+def lags(tx: Tx, found: Sequence[SubscriberInfo]) -> dict[str, dict[str, int]]:
+    """Per subscriber of ``found``, the events on each topic it follows after where it
+    stands. Its position on a topic is its watermark there, at least its floor (a topic
     without a watermark: the floor; neither: the topic's start); one claimed before 0022
-    counts the topics it has watermarks of."""
-    marks, floor, _pending = subscriber.stored()
-    followed = subscriber.followed is not None
-    topics = _followed(tx, subscriber.name) if followed else sorted(marks)
-    result = {}
-    for topic in topics:
-        position = max(marks.get(topic, 0), floor or 0)
-        result[topic] = int(
-            tx.session.execute(
-                select(func.count(OutboxRow.event_id)).where(
-                    OutboxRow.topic == topic, OutboxRow.event_id > position
-                )
-            ).scalar_one()
+    counts the topics it has watermarks of.
+
+    A few statements whatever the number of subscribers (``/metrics`` and
+    ``hcat-notify subscribers`` read every one): the followed topics of all in one, then
+    one count per distinct (topic, position), :data:`LAG_CHUNK` of them a statement.
+    """
+    stored = {item.name: item.stored() for item in found}
+    followed: dict[str, list[str]] = {}
+    if any(item.followed is not None for item in found):
+        query = select(SubscriberTopicRow.subscriber, SubscriberTopicRow.topic)
+        for name, topic in tx.session.execute(query):
+            followed.setdefault(name, []).append(topic)
+    positions: dict[str, dict[str, int]] = {}
+    for item in found:
+        marks, floor, _pending = stored[item.name]
+        topics = sorted(followed.get(item.name, ())) if item.followed is not None else sorted(marks)
+        positions[item.name] = {t: max(marks.get(t, 0), floor or 0) for t in topics}
+    pairs = sorted({pair for each in positions.values() for pair in each.items()})
+    counts: dict[tuple[str, int], int] = {}
+    for part in _slices(pairs, LAG_CHUNK):
+        wanted = (
+            values(sql_column("topic", String), sql_column("position", BigInteger), name="wanted")
+            .data(list(part))
+            .cte()
         )
-    return result
+        query = (
+            select(wanted.c.topic, wanted.c.position, func.count(OutboxRow.event_id))
+            .join(
+                OutboxRow,
+                (OutboxRow.topic == wanted.c.topic) & (OutboxRow.event_id > wanted.c.position),
+            )
+            .group_by(wanted.c.topic, wanted.c.position)
+        )
+        rows = cast("Iterable[tuple[str, int, int]]", tx.session.execute(query))
+        for topic, position, count in rows:
+            counts[(topic, int(position))] = int(count)
+    return {
+        name: {topic: counts.get((topic, at), 0) for topic, at in each.items()}
+        for name, each in positions.items()
+    }
+
+
+def _slices(items: Sequence[tuple[str, int]], size: int) -> Iterator[Sequence[tuple[str, int]]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def remove(tx: Tx, name: str) -> bool:
@@ -492,6 +543,11 @@ class Subscriptions:
         (:func:`lag`)."""
         with self._transaction() as tx:
             return lag(tx, subscriber)
+
+    def lags(self, found: Sequence[SubscriberInfo]) -> dict[str, dict[str, int]]:
+        """:meth:`lag` of each of ``found``, by name, in a few statements (:func:`lags`)."""
+        with self._transaction() as tx:
+            return lags(tx, found)
 
     def remove(self, names: Sequence[str]) -> list[str]:
         """Forget subscribers; the ones that existed."""
