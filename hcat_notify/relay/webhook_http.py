@@ -60,11 +60,13 @@ class WebhookRequest:
 
 @dataclass(frozen=True)
 class PostResult:
-    """What an endpoint answered (``status`` None: no answer: timeout, connection)."""
+    """What an endpoint answered (``status`` None: no answer: timeout, connection;
+    ``refused``: nothing was sent, this relay's settings do not allow the URL)."""
 
     status: int | None
     retry_after: str | None = None
     error: str | None = None
+    refused: bool = False
 
     @property
     def ok(self) -> bool:
