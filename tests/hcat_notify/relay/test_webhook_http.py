@@ -118,3 +118,20 @@ def test_a_proxy_the_environment_names_carries_the_requests(monkeypatch: pytest.
     assert result.ok
     (request,) = proxy.received
     assert request.path == target
+
+
+def test_a_host_no_proxy_names_is_reached_directly(monkeypatch: pytest.MonkeyPatch):
+    proxy, target = Receiver(), Receiver()
+    monkeypatch.setenv("HTTP_PROXY", proxy.url.rsplit("/", 1)[0])
+    monkeypatch.setenv("NO_PROXY", "example.org,127.0.0.1")
+    monkeypatch.delenv("no_proxy", raising=False)
+    poster = HttpxPoster(timeout=5.0, connections=1)
+    try:
+        result = poster.post(target.url, b"{}", {"content-type": "application/json"})
+    finally:
+        poster.close()
+        proxy.close()
+        target.close()
+    assert result.ok
+    assert proxy.received == []
+    assert [r.path for r in target.received] == ["/hook"]
