@@ -2,6 +2,9 @@
 several lanes of a webhook in one CloudEvents batch): check the bucket is still the
 member's, sign with the secrets the pass read last, POST, and hand the outcome back to
 the pass (a 2xx to record) or record a failure, a parking, a 410 (docs/webhooks.md).
+A URL this relay's settings do not allow (plain HTTP to a host its allow list does not
+name: the check a registration made, made again here) is not sent to: its lane parks
+with the reason.
 The pass that finds the work is :mod:`hcat_notify.relay.webhooks`."""
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ import time
 from dataclasses import dataclass, replace
 
 from hcat_notify.config import Settings
-from hcat_notify.model.webhooks import backoff_delay, parse_retry_after
+from hcat_notify.errors import InvalidInputError
+from hcat_notify.model.webhooks import backoff_delay, check_webhook_url, parse_retry_after
 from hcat_notify.relay.config import RelayConfig
 from hcat_notify.relay.member import Membership
 from hcat_notify.relay.webhook_buffers import Held
@@ -99,6 +103,7 @@ class LaneSender:
         self.latest: dict[int, WebhookTarget] = {}  # the webhooks as the pass read them last
         self.failed_at: dict[int, float] = {}  # webhook id -> its last failure (monotonic)
         self.answered: set[int] = set()  # webhooks that answered 2xx to this member
+        self._refused: dict[str, str | None] = {}  # url -> why it is not sent to (None: it is)
 
     def open(self, connections: int) -> None:
         """Build the transport, if none was given (at the first delivery)."""
@@ -119,6 +124,21 @@ class LaneSender:
             member.refresh()
         owned = member.owned().get(lane.bucket)
         return owned is not None and owned.epoch == lane.epoch
+
+    def refusal(self, url: str) -> PostResult | None:
+        """None if this relay's settings allow ``url`` (its ``webhook_allow`` may not be
+        what the registration was checked against); else the failure that parks its
+        lanes, nothing sent. Checked once per URL."""
+        if url not in self._refused:
+            if len(self._refused) >= 4096:
+                self._refused.clear()
+            try:
+                check_webhook_url(url, self._settings.webhook_allow)
+                self._refused[url] = None
+            except InvalidInputError as exc:
+                self._refused[url] = f"not sent, refused by this relay's settings: {exc}"
+        reason = self._refused.get(url)
+        return None if reason is None else PostResult(None, error=reason, refused=True)
 
     def signed(self, target: WebhookTarget) -> WebhookTarget | None:
         """``target`` with the secrets the pass read last (a rotation seen since the job
@@ -165,8 +185,10 @@ class LaneSender:
             return found
         (request,) = requests_for(signed, carried, source=self._settings.event_source)
         assert self.poster is not None
-        result = self.poster.post(target.info.url, request.body, request.headers)
-        self.stats.requests += 1
+        result = self.refusal(target.info.url)
+        if result is None:
+            result = self.poster.post(target.info.url, request.body, request.headers)
+            self.stats.requests += 1
         if result.ok:
             self.stats.delivered += request.events
             self.answered.add(target.info.id)
@@ -214,7 +236,6 @@ class LaneSender:
             # the buffer holds every wanted event through last_read: those between are not
             wanted, last_read = held
         delivered_through = lane.cursor
-        failure: PostResult | None = None
         assert self.poster is not None
         source = self._settings.event_source
         # one CloudEvents batch, or a request per event (one CloudEvent, or the Hive
@@ -223,7 +244,8 @@ class LaneSender:
             chunks = [wanted] if wanted else []
         else:
             chunks = [[event] for event in wanted]
-        for chunk in chunks:
+        failure = self.refusal(target.info.url) if chunks else None
+        for chunk in chunks if failure is None else ():
             signed = self.signed(target)
             if signed is None:
                 return Outcome(None, changed=True)
@@ -263,7 +285,7 @@ class LaneSender:
         now = time.time()
         since = lane.failing_since or now
         attempts = lane.attempts + 1
-        parked = now - since >= self._settings.webhook_max_age
+        parked = failure.refused or now - since >= self._settings.webhook_max_age
         delay = backoff_delay(
             attempts,
             initial=BACKOFF_INITIAL,
@@ -275,7 +297,17 @@ class LaneSender:
         fence = webhooks.record_failure(member_id, at, recorded)
         if fence != "ok":
             return self.fenced(lane, fence)
-        if parked:
+        if parked and failure.refused:
+            self.stats.parked += 1
+            logger.error(
+                "relay webhook parked webhook=%s topic=%s: %s (then hcat-notify webhooks "
+                "retry|drop %s)",
+                info.name,
+                lane.topic,
+                error,
+                info.name,
+            )
+        elif parked:
             self.stats.parked += 1
             logger.error(
                 "relay webhook parked webhook=%s topic=%s after %d attempts since %.0f s "

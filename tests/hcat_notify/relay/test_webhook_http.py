@@ -1,13 +1,16 @@
 """The relays' HTTP transport against a real receiver on loopback: what it sends, what it
-makes of each answer, no redirects followed, a timeout per request; and a proxy the
-environment names is used."""
+makes of each answer, no redirects followed, one deadline for the whole of a request, an
+answer read as sent (never decoded) up to a cap; and a proxy the environment names is
+used."""
 
 from __future__ import annotations
+
+import tracemalloc
 
 import pytest
 
 from hcat_notify.relay.webhook_http import ANSWER_CAP, USER_AGENT, HttpxPoster
-from tests.fixtures.webhook_receiver import Receiver
+from tests.fixtures.webhook_receiver import Receiver, nested_gzip
 
 
 @pytest.fixture
@@ -61,6 +64,45 @@ def test_a_request_without_an_answer_times_out():
     assert result.error.startswith("timeout")
 
 
+@pytest.mark.usefixtures("no_proxy")
+@pytest.mark.parametrize("fate", ["drip-body", "drip-head"])
+def test_an_answer_dripped_slowly_is_given_up_at_the_requests_deadline(fate: str):
+    # each read gets a piece within the timeout: only a deadline for the whole request
+    # ends it (it was read to the cap, or the header limit, some 5 s later)
+    receiver = Receiver(answer=lambda _n: fate)
+    poster = HttpxPoster(timeout=0.5, connections=1)
+    try:
+        result = poster.post(receiver.url, b"{}", {})
+        hung_up = receiver.hung_up.wait(10)  # the receiver sees the connection closed
+    finally:
+        poster.close()
+        receiver.close()
+    assert result.status is None
+    assert result.error is not None
+    assert result.error.startswith("timeout"), result.error
+    assert hung_up
+
+
+@pytest.mark.usefixtures("no_proxy")
+def test_an_encoded_answer_is_read_as_sent_never_decoded():
+    receiver = Receiver(answer=lambda _n: "gzip")
+    receiver.encoded = nested_gzip(8 << 20)  # a few hundred bytes, 8 MiB decoded
+    poster = HttpxPoster(timeout=5.0, connections=1)
+    tracemalloc.start()
+    try:
+        result = poster.post(receiver.url, b"{}", {})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        poster.close()
+        receiver.close()
+    (request,) = receiver.received
+    assert request.headers["accept-encoding"] == "identity"
+    assert result.status == 500
+    assert result.error == "HTTP 500 (a body in content-encoding 'gzip, gzip', not decoded)"
+    assert peak < 1 << 20, peak  # what the relay held: no decoded answer
+
+
 def test_a_proxy_the_environment_names_carries_the_requests(monkeypatch: pytest.MonkeyPatch):
     proxy = Receiver()  # answers 200 to whatever comes: the request in absolute form
     monkeypatch.setenv("HTTP_PROXY", proxy.url.rsplit("/", 1)[0])
@@ -76,3 +118,20 @@ def test_a_proxy_the_environment_names_carries_the_requests(monkeypatch: pytest.
     assert result.ok
     (request,) = proxy.received
     assert request.path == target
+
+
+def test_a_host_no_proxy_names_is_reached_directly(monkeypatch: pytest.MonkeyPatch):
+    proxy, target = Receiver(), Receiver()
+    monkeypatch.setenv("HTTP_PROXY", proxy.url.rsplit("/", 1)[0])
+    monkeypatch.setenv("NO_PROXY", "example.org,127.0.0.1")
+    monkeypatch.delenv("no_proxy", raising=False)
+    poster = HttpxPoster(timeout=5.0, connections=1)
+    try:
+        result = poster.post(target.url, b"{}", {"content-type": "application/json"})
+    finally:
+        poster.close()
+        proxy.close()
+        target.close()
+    assert result.ok
+    assert proxy.received == []
+    assert [r.path for r in target.received] == ["/hook"]
