@@ -180,6 +180,8 @@ class ApiClient:
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from None
         self._urls = given
+        self._principal = auth[0] if auth is not None else None
+        self._credentials_from = ""  # where the settings took the credentials from
         self._timeout = timeout
         self._current = 0
         self._lock = threading.Lock()
@@ -202,7 +204,13 @@ class ApiClient:
             else (settings.consumer_user, settings.consumer_password)
         )
         chosen = urls if urls else settings.api_urls
-        return cls(chosen, auth=auth, timeout=settings.api_timeout)
+        client = cls(chosen, auth=auth, timeout=settings.api_timeout)
+        client._credentials_from = (
+            "the publisher principal, HCAT_NOTIFY_BROKER_USER / HCAT_NOTIFY_BROKER_PASSWORD"
+            if writer
+            else "the consumer principal, HCAT_NOTIFY_CONSUMER_USER / HCAT_NOTIFY_CONSUMER_PASSWORD"
+        )
+        return client
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -256,28 +264,41 @@ class ApiClient:
             return last
         raise ApiUnavailableError("no HTTP API instance answered: " + "; ".join(failures))
 
+    def _error(self, response: httpx.Response) -> HcatNotifyError:
+        """:func:`error_of`; a 401 names the principal refused, and where the settings
+        took it from."""
+        found = error_of(response)
+        if response.status_code != 401:
+            return found
+        url = response.request.url
+        who = "no credentials" if self._principal is None else f"API principal {self._principal!r}"
+        hint = f" ({self._credentials_from})" if self._credentials_from else ""
+        return ApiAuthError(
+            f"the API at {url.scheme}://{url.netloc.decode()} refused {who}{hint}: {found}"
+        )
+
     def _get(self, model: type[Model], path: str, params: Params | None = None) -> Model:
         response = self._send("GET", path, params=params)
         if response.status_code != 200:
-            raise error_of(response)
+            raise self._error(response)
         return _decode(model, response)
 
     def _post(self, model: type[Model], path: str, body: Any) -> Model:
         response = self._send("POST", path, body=body)
         if response.status_code not in (200, 201):
-            raise error_of(response)
+            raise self._error(response)
         return _decode(model, response)
 
     def _delete(self, model: type[Model], path: str, params: Params) -> Model:
         response = self._send("DELETE", path, params=params)
         if response.status_code != 200:
-            raise error_of(response)
+            raise self._error(response)
         return _decode(model, response)
 
     def _put(self, model: type[Model], path: str, body: Any) -> Model:
         response = self._send("PUT", path, body=body)
         if response.status_code != 200:
-            raise error_of(response)
+            raise self._error(response)
         return _decode(model, response)
 
     @property
@@ -387,7 +408,7 @@ class ApiClient:
             "GET", "/v1/events", params=params, wait=wait, accept=CLOUDEVENTS_BATCH_JSON
         )
         if response.status_code != 200:
-            raise error_of(response)
+            raise self._error(response)
         kind = response.headers.get("content-type", "").split(";")[0].strip()
         found = response.headers.get(CURSOR_HEADER)
         events = response.json() if kind == CLOUDEVENTS_BATCH_JSON else None
@@ -427,7 +448,7 @@ class ApiClient:
             return _decode(CoveringDone, response).to_done()
         if response.status_code == 404 and _problem(response).get("type") == NOT_DONE:
             return None
-        raise error_of(response)
+        raise self._error(response)
 
     def last_event_id(self) -> int:
         """The highest event id handed out so far."""
@@ -583,7 +604,7 @@ class RemoteSets:
             return _decode(RuleVersion, response).to_record()
         if response.status_code == 404 and _problem(response).get("type") == NO_RULE:
             return None
-        raise error_of(response)
+        raise self._client._error(response)
 
     def state(self, table: TableName | str, spec: SpecLike) -> SetReport:
         """Where the set ``spec`` (exactly the rule's set keys) stands.

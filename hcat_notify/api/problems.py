@@ -300,7 +300,10 @@ def problem_doc(description: str) -> dict[str, Any]:
 
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: problem_doc("Malformed input: a table name, spec, cursor or body."),
+    400: problem_doc(
+        "Malformed input: a table name, spec, cursor or body, or a body sent to a route "
+        "that takes none."
+    ),
     401: problem_doc("No or wrong credentials."),
     503: problem_doc("The catalog database cannot be reached."),
 }

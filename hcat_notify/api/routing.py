@@ -1,5 +1,6 @@
-"""The route class of every API router: ``HEAD`` wherever ``GET`` is, and JSON bodies
-taken only as UTF-8 ``application/json`` and parsed strictly.
+"""The route class of every API router: ``HEAD`` wherever ``GET`` is, JSON bodies
+taken only as UTF-8 ``application/json`` and parsed strictly, and a body refused (400,
+``InvalidInputError``) by a route that takes none (``POST .../pause``).
 
 FastAPI's routes answer ``HEAD`` with 405 (Starlette's add it, FastAPI's do not) and
 parse a body with :func:`json.loads` as it comes: a form-encoded or typeless body is
@@ -129,14 +130,26 @@ def check_media_type(content_type: str | None) -> None:
             )
 
 
+async def _has_body(request: Request) -> bool:
+    """Whether the request carries a body: a ``Content-Length`` above 0, or a chunked
+    body that is not empty (read, within the app's body limit)."""
+    length = request.headers.get("content-length")
+    if length is not None:
+        return length.strip() not in ("", "0")
+    if "transfer-encoding" in request.headers:
+        return bool(await request.body())
+    return False
+
+
 class _JsonRequest(Request):
     async def json(self) -> Any:
         return parse_json(await self.body())
 
 
 class ApiRoute(APIRoute):
-    """An API route that answers ``HEAD`` as ``GET`` (the server sends no body) and
-    takes its JSON body through :func:`check_media_type` and :func:`parse_json`."""
+    """An API route that answers ``HEAD`` as ``GET`` (the server sends no body), takes
+    its JSON body through :func:`check_media_type` and :func:`parse_json`, and refuses
+    a body if it takes none (nothing is done)."""
 
     def _heads_as_get(self, scope: Scope) -> bool:
         return scope["method"] == "HEAD" and "GET" in self.methods
@@ -155,7 +168,14 @@ class ApiRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
         if self.body_field is None:
-            return handler
+            takes_none = f"{self.path} takes no body"
+
+            async def refuse_a_body(request: Request) -> Response:
+                if await _has_body(request):
+                    raise InvalidInputError(f"malformed request: {request.method} {takes_none}")
+                return await handler(request)
+
+            return refuse_a_body
 
         async def take_json(request: Request) -> Response:
             strict = _JsonRequest(request.scope, request.receive)

@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 2 a user or environment error, reported as one line on stderr
 (never a traceback); 1 is kept for "waited and it did not happen"; 130 interrupted
-(Ctrl-C); 141 the reader of standard output went away (``watch | head -1``).
+(Ctrl-C); 141 the reader of standard output went away (``table list | head -1``,
+``watch | head -1``), quietly.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 
 import click
 
-from hcat_notify.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, parse_duration
+from hcat_notify.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, ReaderGone, parse_duration
 from hcat_notify.cli.root import cli
 
 __all__ = ["EXIT_BROKEN_PIPE", "cli", "main", "parse_duration"]
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.Abort:
         click.echo("hcat-notify: error: interrupted", err=True)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:
+    except ReaderGone:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
     except SystemExit as exc:

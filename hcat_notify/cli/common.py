@@ -13,6 +13,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
+import re
+import select
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
@@ -31,11 +35,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CREATES_CATALOG",
+    "EVENT_ID",
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
     "EXIT_TIMEOUT",
     "SECONDS",
     "CliContext",
+    "ReaderGone",
     "emit",
     "emit_pages",
     "fail",
@@ -46,6 +52,8 @@ __all__ = [
     "parse_duration",
     "progress_bar",
     "spec_args",
+    "stdout_pipe",
+    "stdout_reader_gone",
 ]
 
 EXIT_ERROR = 2
@@ -78,6 +86,63 @@ class _Seconds(click.ParamType[float]):
 SECONDS = _Seconds()
 """Click type for ``--timeout``-like options."""
 
+_MAX_EVENT_ID = 2**63 - 1
+
+
+class _EventId(click.ParamType[int]):
+    """An event id: a positive integer (``0``, ``-1``, ``abc`` refused, naming the rule)."""
+
+    name = "event_id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            number = int(text) if re.fullmatch(r"-?\d{1,20}", text) else 0
+        if not 1 <= number <= _MAX_EVENT_ID:
+            self.fail(
+                f"{value!r} is not an event id: an event id is a positive integer "
+                f"(1 to {_MAX_EVENT_ID})",
+                param,
+                ctx,
+            )
+        return number
+
+
+EVENT_ID = _EventId()
+"""Click type of an event id (``outbox retry``, ``webhooks replay --from-event``)."""
+
+
+class ReaderGone(Exception):  # noqa: N818 - a condition, not a failure
+    """Standard output's reader went away (``hcat-notify ... | head -1``): the command
+    ends quietly with exit 141, as a Unix tool killed by SIGPIPE does."""
+
+
+def stdout_pipe() -> int | None:
+    """Standard output's descriptor if it is a pipe or a socket, else None (a file or a
+    terminal, whose reader never goes away; no real descriptor, as under capture)."""
+    try:
+        fd = sys.stdout.fileno()
+        mode = os.fstat(fd).st_mode
+    except (OSError, ValueError, AttributeError):
+        return None
+    return fd if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) else None
+
+
+def stdout_reader_gone(fd: int | None = None, timeout_ms: int = 0) -> bool:
+    """Whether the reader of standard output (or of the pipe ``fd``) went away: its write
+    end reports POLLERR / POLLHUP once nobody reads. Waits up to ``timeout_ms``."""
+    fd = stdout_pipe() if fd is None else fd
+    if fd is None:
+        return False
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLERR, POLLHUP and POLLNVAL come whatever the mask
+    try:
+        return bool(poller.poll(timeout_ms))
+    except OSError:
+        return False
+
 
 class CliContext:
     """What the global options give every command (``@click.pass_obj``)."""
@@ -102,19 +167,43 @@ class CliContext:
             self._settings = load_settings(config_file=self.config_file, **self.overrides)
         return self._settings
 
-    def catalog(self, *, write: bool = True) -> Catalog:
-        """Open the catalog; ``write=False`` for commands that only read.
+    @contextlib.contextmanager
+    def catalog(
+        self, *, write: bool = True, idle_in_transaction: float | None = None
+    ) -> Iterator[Catalog]:
+        """The open catalog, closed at the end of the ``with`` block; ``write=False``
+        for commands that only read.
 
         A reading command never creates or migrates a catalog. A writing one migrates
         it, but creates it (a SQLite file, the schema of an empty database) only if it
         is one of :data:`CREATES_CATALOG`, what a fresh install begins with: any other,
-        pointed at a mistyped home, says ``no catalog at ...`` and creates nothing.
+        pointed at a mistyped home, says ``no catalog at ...`` and creates nothing. One
+        of those that fails, having created a SQLite catalog that still holds nothing
+        (no table, no event, no pending write), removes it again, and the directories
+        it made for it: a failed first step leaves nothing behind.
+        ``idle_in_transaction`` is :meth:`Catalog.open`'s.
         """
         from hcat_notify.store import Catalog
 
-        if write:
-            return Catalog.open(self.settings, create=_command_path() in CREATES_CATALOG)
-        return Catalog.open(self.settings, upgrade=False, create=False)
+        if not write:
+            with Catalog.open(self.settings, upgrade=False, create=False) as opened:
+                yield opened
+            return
+        create = _command_path() in CREATES_CATALOG
+        made = _sqlite_paths_made(self.settings.database_url) if create else None
+        undo = False
+        try:
+            with Catalog.open(
+                self.settings, create=create, idle_in_transaction=idle_in_transaction
+            ) as opened:
+                try:
+                    yield opened
+                except BaseException as exc:
+                    undo = made is not None and _failure(exc) and _holds_nothing(opened)
+                    raise
+        finally:
+            if undo and made is not None:
+                _remove_made(made)
 
 
 CREATES_CATALOG = frozenset({("table", "create"), ("import",), ("db", "upgrade")})
@@ -122,6 +211,57 @@ CREATES_CATALOG = frozenset({("table", "create"), ("import",), ("db", "upgrade")
 is none: the first steps of a fresh install (README's Quickstart and "Try it by hand",
 ``deploy/local/demo.sh``). Kept here rather than on each command, since ``import`` is a
 plugin's (``spark_output``)."""
+
+
+def _sqlite_paths_made(url: str) -> list[Path] | None:
+    """What opening the SQLite catalog at ``url`` would create: its file, then the
+    missing directories above it, innermost first; None when the file exists or the
+    catalog is not a SQLite file."""
+    from hcat_notify.store.quick import sqlite_file
+
+    path = sqlite_file(url)
+    if path is None:
+        return None
+    path = path.absolute()
+    if path.exists():
+        return None
+    made = [path]
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        made.append(parent)
+        parent = parent.parent
+    return made
+
+
+def _failure(exc: BaseException) -> bool:
+    return not (isinstance(exc, SystemExit) and exc.code in (0, None))
+
+
+def _holds_nothing(catalog: Catalog) -> bool:
+    """A catalog nobody wrote to: no table, no event, no write pending (another process
+    may have created it at the same moment and used it; then it stays)."""
+    try:
+        return (
+            not catalog.list_tables(limit=1)
+            and catalog.last_event_id() == 0
+            and not catalog.commits.pending()
+        )
+    except HcatNotifyError:
+        return False
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove a SQLite catalog file (with its journal files) and the directories made
+    for it, those that are empty."""
+    database, *directories = made
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(OSError):
+            database.with_name(database.name + suffix).unlink()
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
 
 
 def _command_path() -> tuple[str, ...]:

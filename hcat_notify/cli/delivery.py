@@ -6,10 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import select
 import signal
-import stat
 import sys
 import threading
 import time
@@ -23,11 +20,14 @@ from hcat_notify.cli.common import (
     EXIT_TIMEOUT,
     SECONDS,
     CliContext,
+    ReaderGone,
     emit,
     fail,
     handle_errors,
     json_default,
     output_option,
+    stdout_pipe,
+    stdout_reader_gone,
 )
 from hcat_notify.errors import BrokerCredentialsError, InvalidInputError
 from hcat_notify.relay.config import RelayConfig
@@ -171,7 +171,11 @@ def relay(
     if buckets is not None:
         settings = dataclasses.replace(settings, relay_buckets=buckets)
     try:
-        with Relay(settings, config=config, member_id=member_id) as publisher:
+        with (
+            # Never creates a catalog: a relay at a mistyped home says "no catalog at".
+            obj.catalog(idle_in_transaction=config.session_timeout) as catalog,
+            Relay(settings, config=config, catalog=catalog, member_id=member_id) as publisher,
+        ):
             if once:
                 _drain(obj, publisher)
                 return
@@ -280,21 +284,15 @@ def _noticing_reader_gone(on_gone: Callable[[], None]) -> Iterator[None]:
     Only for a pipe or a socket, whose write end reports POLLERR / POLLHUP once nobody
     reads; a file or a terminal never goes away so.
     """
-    try:
-        fd = sys.stdout.fileno()
-        mode = os.fstat(fd).st_mode
-    except (OSError, ValueError, AttributeError):  # no real descriptor (captured)
-        mode = 0
-    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+    fd = stdout_pipe()
+    if fd is None:
         yield
         return
     done = threading.Event()
-    poller = select.poll()
-    poller.register(fd, 0)  # POLLERR, POLLHUP and POLLNVAL come whatever the mask
 
     def look() -> None:
         while not done.is_set():
-            if poller.poll(200):
+            if stdout_reader_gone(fd, 200):
                 on_gone()
                 return
 
@@ -340,7 +338,7 @@ def watch(
     from hcat_notify.consumer import NotificationConsumer
 
     with (
-        _reader(obj, subscriber) as catalog,  # never creates a catalog
+        _reader(obj, subscriber, takeover) as catalog,  # never creates a catalog
         NotificationConsumer(
             list(names),
             settings=obj.settings,
@@ -360,7 +358,7 @@ def watch(
         finally:
             signal.signal(signal.SIGTERM, previous)
     if out.closed:
-        raise BrokenPipeError
+        raise ReaderGone
 
 
 @click.command()
@@ -399,7 +397,7 @@ def wait(
 
     wanted = PartitionSpec.from_args(spec)
     started = time.monotonic()
-    with _reader(obj, subscriber) as catalog:
+    with _reader(obj, subscriber, takeover) as catalog:
         table_info = catalog.get_table(name)
         wanted = table_info.covering_spec(wanted)
         found = catalog.find_covering_done(table_info.name, wanted, min_generation=min_generation)
@@ -437,11 +435,18 @@ def wait(
         sys.exit(EXIT_TIMEOUT)
 
 
-def _reader(obj: CliContext, subscriber: str | None) -> AbstractContextManager[CatalogReader]:
+def _reader(
+    obj: CliContext, subscriber: str | None, takeover: bool
+) -> AbstractContextManager[CatalogReader]:
     """The HTTP API when HCAT_NOTIFY_API_URL names it (and no durable subscriber needs
     the database), else the catalog database, which must exist."""
     from hcat_notify.consumer import open_reader
 
+    if takeover and subscriber is None:
+        raise InvalidInputError(
+            "--takeover takes a durable subscriber over from a live process: "
+            "name it with --subscriber"
+        )
     reader = open_reader(obj.settings, durable=subscriber is not None)
     return contextlib.closing(reader)
 

@@ -4,13 +4,21 @@ what operators do about events the broker will not take."""
 from __future__ import annotations
 
 import getpass
+import re
 import socket
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from hcat_notify.cli.common import SECONDS, CliContext, emit, handle_errors, output_option
+from hcat_notify.cli.common import (
+    EVENT_ID,
+    SECONDS,
+    CliContext,
+    emit,
+    handle_errors,
+    output_option,
+)
 from hcat_notify.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -226,8 +234,21 @@ def _event_ids(event_ids: tuple[int, ...], every: bool, parked: list[RefusedEven
     return list(dict.fromkeys(event_ids))
 
 
-@outbox.command("retry")
-@click.argument("event_ids", nargs=-1, type=click.IntRange(1, 2**63 - 1), metavar="EVENT_ID...")
+class _EventIdsCommand(click.Command):
+    """A command of EVENT_ID arguments: ``-1`` is a bad event id, not an unknown option."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            if re.fullmatch(r"-\d+", exc.option_name):
+                ids = next(p for p in self.params if isinstance(p, click.Argument))
+                EVENT_ID.convert(exc.option_name, ids, ctx)  # fails, naming the rule
+            raise
+
+
+@outbox.command("retry", cls=_EventIdsCommand)
+@click.argument("event_ids", nargs=-1, type=EVENT_ID, metavar="EVENT_ID...")
 @click.option("--all", "every", is_flag=True, help="Every parked event.")
 @output_option
 @click.pass_obj
@@ -248,8 +269,8 @@ def outbox_retry(obj: CliContext, event_ids: tuple[int, ...], every: bool) -> No
     )
 
 
-@outbox.command("drop")
-@click.argument("event_ids", nargs=-1, type=click.IntRange(1, 2**63 - 1), metavar="EVENT_ID...")
+@outbox.command("drop", cls=_EventIdsCommand)
+@click.argument("event_ids", nargs=-1, type=EVENT_ID, metavar="EVENT_ID...")
 @click.option("--all", "every", is_flag=True, help="Every parked event.")
 @click.option("--reason", help="Why, for the record.")
 @output_option

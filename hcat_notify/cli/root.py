@@ -10,15 +10,17 @@ the start-up budget of ``hcat-notify --help`` (docs/architecture.md, "Start-up t
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
-from hcat_notify.cli.common import CliContext
+from hcat_notify.cli.common import CliContext, ReaderGone, stdout_reader_gone
 
 __all__ = ["ENTRY_POINT_GROUP", "cli", "find_plugins"]
 
@@ -111,6 +113,19 @@ def find_plugins(group: str = ENTRY_POINT_GROUP) -> dict[str, str]:
     return found
 
 
+@contextlib.contextmanager
+def _pipe_errors() -> Iterator[None]:
+    """A broken pipe as every command ends on it: :class:`ReaderGone` when standard
+    output's reader went away (``table list | head -1``: exit 141, quietly, as for
+    ``watch``), else one error line. Click would exit 1 on either, silently."""
+    try:
+        yield
+    except BrokenPipeError as exc:
+        if stdout_reader_gone():
+            raise ReaderGone from exc
+        raise click.ClickException(f"broken pipe: {exc}") from exc
+
+
 class _LazyGroup(click.Group):
     """A group whose commands are imported on first use (ours) or found as plugins."""
 
@@ -124,6 +139,20 @@ class _LazyGroup(click.Group):
                 name: target for name, target in find_plugins().items() if name not in _COMMANDS
             }
         return self._plugins
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        with _pipe_errors():  # --help, --version
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _pipe_errors():  # every command's output
+            return super().invoke(ctx)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*_COMMANDS, *self._plugin_entry_points(), *self.commands})

@@ -8,15 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from hcat_notify.cli.common import CliContext, emit, handle_errors, output_option
+from hcat_notify.cli.common import EVENT_ID, CliContext, emit, handle_errors, output_option
 from hcat_notify.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from hcat_notify.store.webhooks import WebhookInfo, WebhookTopic
 
 __all__ = ["webhooks"]
-
-EVENT_ID = click.IntRange(1, 2**63 - 1)
 
 
 def _when(seconds: float | None) -> str | None:
@@ -37,6 +35,8 @@ def _info_dict(info: WebhookInfo) -> dict[str, Any]:
         "disabled_reason": info.disabled_reason,
         "start_after": info.start_after,
         "created_at": _when(info.created_at),
+        "rotating_until": _when(info.rotating_until),  # the API's rotatingUntil
+        # Its name before it was the API's, kept for the scripts that read it.
         "previous_secret_signs_until": _when(info.rotating_until),
     }
 
@@ -166,8 +166,8 @@ def webhooks_show(
 
     def text() -> str:
         lines = [_line(data)]
-        if data["previous_secret_signs_until"]:
-            lines.append(f"previous secret signs too until {data['previous_secret_signs_until']}")
+        if data["rotating_until"]:
+            lines.append(f"previous secret signs too until {data['rotating_until']}")
         lines.append(
             f"delivered through event {figures.delivered}; topics failing: "
             f"{figures.failing}, parked: {figures.parked}"
@@ -240,7 +240,7 @@ def webhooks_rotate(obj: CliContext, name: str) -> None:
         data,
         lambda: (
             f"new signing secret (shown this once only): {secret}\n"
-            f"the previous one signs too until {data['previous_secret_signs_until']}"
+            f"the previous one signs too until {data['rotating_until']}"
         ),
     )
 

@@ -38,6 +38,18 @@ __all__ = ["NotificationConsumer"]
 logger = logging.getLogger(__name__)
 
 
+def _check_cursor_topics(cursor: Cursor, followed: set[str]) -> None:
+    """A cursor's watermarks must be of followed topics: one of another (a mistyped
+    topic) would leave the followed one without a watermark, caught up from its start."""
+    unknown = sorted(set(cursor.watermarks) - followed)
+    if unknown:
+        raise InvalidInputError(
+            f"the cursor names topic {unknown[0]!r}, which none of the tables followed "
+            f"uses (theirs: {', '.join(sorted(followed))}); give their topics' watermarks, "
+            "or *:N for every topic"
+        )
+
+
 class NotificationConsumer:
     """Subscribes to tables' notifications; catches up from the catalog; drops repeats.
 
@@ -66,8 +78,8 @@ class NotificationConsumer:
     iteration delivers.
 
     Raises:
-        InvalidInputError: no tables, a cursor that does not parse, or both a cursor
-            and a subscriber.
+        InvalidInputError: no tables, a cursor that does not parse or names a topic
+            none of the tables uses, or both a cursor and a subscriber.
     """
 
     def __init__(
@@ -126,6 +138,9 @@ class NotificationConsumer:
                         raise  # no past to catch up: the drop is all there is to say
                     logger.info("consumer follows %s, which was dropped: %s", name, exc)
                     self._dropped[name] = exc
+            topics = {name: info.topic for name, info in self._tables.items()}
+            topics.update({name: str(exc.topic) for name, exc in self._dropped.items()})
+            _check_cursor_topics(start, set(topics.values()))
         except BaseException:
             self.close()
             raise
@@ -134,8 +149,6 @@ class NotificationConsumer:
         self._handled: Notification | None = None  # delivered, its handling not recorded
         self._legacy_floor: int | None = None  # see _catch_up: an older version's subscriber
         self._pending_ack: ReceivedMessage | None = None
-        topics = {name: info.topic for name, info in self._tables.items()}
-        topics.update({name: str(exc.topic) for name, exc in self._dropped.items()})
         self._subscriptions = plan_subscriptions(topics, self._catalog.list_tables())
 
     # -- setup --------------------------------------------------------------------------

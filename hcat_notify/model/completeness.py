@@ -227,6 +227,17 @@ def _check_parts(
     return ordered
 
 
+def _bounded_duration(given: int | str, what: str, most_days: int) -> int:
+    """Seconds of a duration of a rule (``--quiet``, ``--deadline-after``): 1 second to
+    ``most_days`` days, so that ``0s`` is refused by each alike."""
+    seconds = parse_duration(given, what=what)
+    if not 1 <= seconds <= most_days * 86400:
+        raise InvalidRuleError(
+            f"{what} must be between 1 second and {most_days} days, not {given!r}"
+        )
+    return seconds
+
+
 def _check_deadline(
     set_keys: tuple[str, ...],
     deadline: str | None,
@@ -256,11 +267,7 @@ def _check_deadline(
         relative = text
     after = None
     if deadline_after is not None:
-        after = parse_duration(deadline_after, what="deadline-after")
-        if not 1 <= after <= MAX_DEADLINE_DAYS * 86400:
-            raise InvalidRuleError(
-                f"deadline-after must be between 1 second and {MAX_DEADLINE_DAYS} days"
-            )
+        after = _bounded_duration(deadline_after, "deadline-after", MAX_DEADLINE_DAYS)
     if on_deadline is None:
         return relative, after, OnDeadline.LATE
     try:
@@ -321,9 +328,7 @@ def parse_rule(
             )
     quiet_seconds = None
     if quiet is not None:
-        quiet_seconds = parse_duration(quiet, what="quiet period") or None
-        if quiet_seconds is not None and quiet_seconds > MAX_QUIET_SECONDS:
-            raise InvalidRuleError("a quiet period must be at most 31 days")
+        quiet_seconds = _bounded_duration(quiet, "quiet period", MAX_QUIET_SECONDS // 86400)
     relative, after, verdict = _check_deadline(checked_set, deadline, deadline_after, on_deadline)
     return SetRule(
         set_keys=checked_set,

@@ -133,7 +133,7 @@ def export_table(
 
     Raises:
         hcat_notify.TableNotFoundError: no such table.
-        hcat_notify.InvalidInputError: ``to`` already holds an export, is a file,
+        hcat_notify.InvalidInputError: ``to`` is empty, already holds an export, is a file,
             overlaps the table's location or a partition's, or cannot be created;
             ``spec`` matches no partition.
         OSError: a partition's files cannot be read or the destination written.
@@ -143,6 +143,10 @@ def export_table(
     chosen = catalog.list_partitions(info.name, wanted)
     if wanted and not chosen:
         raise InvalidInputError(f"no partition of {info.name} matches {wanted}; nothing exported")
+    if not to.strip():  # Path("") is the current directory
+        raise InvalidInputError(
+            f"an export needs a destination directory (a path or URI), not {to!r}"
+        )
     try:
         destination = TableLocation.parse(to)
     except (OSError, ValueError) as exc:

@@ -188,10 +188,18 @@ def _refused(capsys, db_url: str, *args: str) -> str:
 
 
 def test_export_refuses_a_file_a_spec_matching_nothing_and_the_table_itself(
-    capsys, db_url: str, export: Path, tmp_path: Path
+    capsys, db_url: str, export: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     source = tmp_path / "src"
     table_files = _files(source)
+    # no destination: not the current directory, not a directory named " "
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    for empty in ("", " "):
+        err = _refused(capsys, db_url, "export", "web.src", "--to", empty)
+        assert f"an export needs a destination directory (a path or URI), not {empty!r}" in err
+    assert list(cwd.iterdir()) == []
     a_file = tmp_path / "a-file"
     a_file.write_text("keep me")
     err = _refused(capsys, db_url, "export", "web.src", "--to", str(a_file))

@@ -110,6 +110,18 @@ def test_problems_become_the_same_exception_type(status, error, raised):
         client.get_table("web.clicks")
 
 
+def test_a_401_names_the_principal_refused():
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = {"status": 401, "detail": "unknown principal or wrong secret"}
+        return httpx.Response(401, json={**body, "error": "ApiAuthError"}, headers=PROBLEM)
+
+    with _client(handler) as client, pytest.raises(ApiAuthError) as caught:
+        client.get_table("web.clicks")
+    assert str(caught.value) == (
+        "the API at http://a:8080 refused API principal 'u': unknown principal or wrong secret"
+    )
+
+
 def test_not_done_is_none():
     def handler(request: httpx.Request) -> httpx.Response:
         assert request.url.params["spec"] == "datestamp=1/region=us%2Feast"

@@ -123,6 +123,37 @@ def _one_line_error(code: int, err: str) -> None:
         (["watch", "web.t", "--cursor", "hcat.web.t"], "expected TOPIC:EVENT_ID"),
         (["watch", "web.t", "--cursor", "1", "--subscriber", "s"], "not both"),
         (["watch", "web.t", "--subscriber", "a b"], "invalid subscriber name"),
+        # a topic none of the tables uses; a takeover of no subscriber (review, item 10)
+        (
+            ["watch", "web.t", "--cursor", "nosuch.topic:3"],
+            "the cursor names topic 'nosuch.topic', which none of the tables followed uses "
+            "(theirs: hcat.web.t)",
+        ),
+        (["watch", "web.t", "--takeover"], "--takeover takes a durable subscriber over"),
+        (["wait", "web.t", "ds=1", "--takeover"], "name it with --subscriber"),
+        # a rule's durations: 0s refused alike
+        (
+            ["table", "expect", "web.t", "--set", "ds", "--min-partitions", "1", "--quiet", "0s"],
+            "quiet period must be between 1 second and 31 days, not '0s'",
+        ),
+        (
+            [
+                "table",
+                "expect",
+                "web.t",
+                "--set",
+                "ds",
+                "--min-partitions",
+                "1",
+                "--deadline-after",
+                "0s",
+            ],
+            "deadline-after must be between 1 second and 366 days, not '0s'",
+        ),
+        # event ids: -1 is a bad id, not an unknown option
+        (["outbox", "retry", "-1"], "'-1' is not an event id: an event id is a positive integer"),
+        (["outbox", "drop", "3", "0"], "'0' is not an event id: an event id is a positive integer"),
+        (["webhooks", "replay", "h", "--from-event", "-1"], "'-1' is not an event id"),
         # click's own usage errors, one line too
         (
             [

@@ -263,6 +263,7 @@ WRITERS_THAT_CREATE_NOTHING = [
     ["webhooks", "replay", "h", "--from-event", "1"],
     ["subscribers", "--remove", "s"],
     ["outbox", "drop", "--all"],
+    ["relay", "--once"],
 ]
 
 
@@ -418,3 +419,59 @@ def test_no_help_shows_sphinx_markup():
     for path, text in pages.items():
         for markup in (":meth:", ":func:", ":class:", ":data:", "``"):
             assert markup not in text, (path, text)
+
+
+def test_a_failing_first_step_leaves_no_catalog_behind(tmp_path: Path, capsys):
+    """``table create`` and ``import`` create a catalog at a new home, but one that
+    fails removes it again, with the directories made for it."""
+    for n, args in enumerate(
+        (
+            ["import", str(tmp_path / "no-export")],
+            ["table", "create", "web.t", "--location", " ", "--partition-keys", "ds"],
+            ["table", "create", "web.t", "--location", "/w/t", "--partition-keys", "ds,ds"],
+        )
+    ):
+        # A home each: this process remembers a catalog it saw at the newest revision.
+        code = main(["--home", str(tmp_path / "mistyped" / str(n) / "home"), *args])
+        out, err = capsys.readouterr()
+        assert (code, out) == (2, ""), err
+        assert err.count("\n") == 1, err
+        assert list(tmp_path.iterdir()) == [], args
+    home = tmp_path / "mistyped" / "home"
+    create = ["table", "create", "web.t", "--location", "/w/t", "--partition-keys", "ds"]
+    assert main(["--home", str(home), *create]) == 0
+    # a catalog that was there before stays, whatever fails
+    assert main(["--home", str(home), *create]) == 2
+    assert main(["--home", str(home), "import", str(tmp_path / "no-export")]) == 2
+    assert main(["--home", str(home), "topic", "web.t"]) == 0
+    assert capsys.readouterr().out.endswith("hcat.web.t\n")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["table", "list"],
+        ["-o", "json", "table", "list"],
+        ["partitions", "web.t"],
+        ["table", "show", "web.t"],
+        ["webhooks", "list"],
+        ["--help"],
+    ],
+)
+def test_a_closed_standard_output_ends_quietly_with_141(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, args: list[str]
+):
+    """``hcat-notify ... | head -1``: the reader went away; every command ends as ``watch``
+    does, exit 141, nothing on stderr (click alone would exit 1)."""
+    home = ["--home", str(tmp_path / "home")]
+    create = ["table", "create", "web.t", "--location", "/w/t", "--partition-keys", "ds"]
+    assert main([*home, *create]) == 0
+    capsys.readouterr()
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    with open(write, "w") as closed:
+        monkeypatch.setattr(sys, "stdout", closed)
+        code = main([*home, *args])
+        monkeypatch.undo()
+    assert code == 141
+    assert capsys.readouterr().err == ""

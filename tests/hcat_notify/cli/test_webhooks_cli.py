@@ -110,7 +110,11 @@ def test_the_secret_is_printed_once(run: Run):
     rotated = json.loads(out)
     assert rotated["secret"].startswith("whsec_")
     assert rotated["secret"] != secret
-    assert rotated["previous_secret_signs_until"] is not None
+    # one moment, under the API's name (rotatingUntil) and the one it had before
+    assert rotated["rotating_until"] is not None
+    assert rotated["previous_secret_signs_until"] == rotated["rotating_until"]
+    shown_after = json.loads(run("-o", "json", "webhooks", "show", "ops")[1])
+    assert shown_after["rotating_until"] == rotated["rotating_until"]
     assert json.loads(run("-o", "json", "webhooks", "pause", "ops")[1])["state"] == "paused"
     assert json.loads(run("-o", "json", "webhooks", "resume", "ops")[1])["state"] == "active"
     for day in ("1", "2", "3"):  # events up to 5 at least: none to start from beyond it

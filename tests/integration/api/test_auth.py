@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import httpx
 import pytest
 
+from hcat_notify.api.client import ApiClient
+from hcat_notify.config import Settings
+from hcat_notify.errors import ApiAuthError
 from hcat_notify.model.events import EventType
 from hcat_notify.store import Catalog
 from tests.integration.api.support import READER, WRITER, ApiServer
@@ -118,3 +122,18 @@ def test_malformed_authorization_header(api: ApiServer):
     response = httpx.get(f"{api.url}/v1/tables", headers={"Authorization": "Basic !!!"})
     assert response.status_code == 401
     assert response.headers["content-type"] == "application/problem+json"
+
+
+def test_a_wrong_consumer_password_names_the_principal_and_its_settings(
+    api: ApiServer, api_settings: Settings, table: str
+):
+    """What ``wait`` / ``watch`` with HCAT_NOTIFY_API_URL and a wrong
+    HCAT_NOTIFY_CONSUMER_PASSWORD say: which principal, and where it was set."""
+    wrong = dataclasses.replace(api_settings, api_url=api.url, consumer_password="wrong")
+    with ApiClient.from_settings(wrong) as client, pytest.raises(ApiAuthError) as caught:
+        client.get_table(table)
+    assert str(caught.value) == (
+        f"the API at {api.url} refused API principal {api_settings.consumer_user!r} (the "
+        "consumer principal, HCAT_NOTIFY_CONSUMER_USER / HCAT_NOTIFY_CONSUMER_PASSWORD): "
+        "unknown principal or wrong secret"
+    )

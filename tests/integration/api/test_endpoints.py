@@ -386,6 +386,15 @@ def test_webhooks_managed_by_writers(
     )
     assert batched.json()["webhook"]["contentType"] == "application/cloudevents-batch+json"
     assert writer.delete(f"/v1/webhooks/{hook}b").status_code == 204
+    # a body the route does not take: refused, nothing done
+    refused = writer.post(f"/v1/webhooks/{hook}/pause", json={"state": "paused"})
+    assert refused.status_code == 400, refused.text
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["error"] == "InvalidInputError"
+    assert refused.json()["detail"] == (
+        "malformed request: POST /v1/webhooks/{name}/pause takes no body"
+    )
+    assert api_catalog.webhooks.get(hook).state.value == "active"
     assert writer.post(f"/v1/webhooks/{hook}/pause").json()["state"] == "paused"
     assert api_catalog.webhooks.get(hook).state.value == "paused"
     assert writer.post(f"/v1/webhooks/{hook}/resume").json()["state"] == "active"
