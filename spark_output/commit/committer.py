@@ -27,13 +27,17 @@ from hcat_notify import (
     ConcurrentWriteError,
     PartitionSpec,
     TableInfo,
+    UnsafeMoveError,
+    Warehouse,
     WriteMode,
     staging_entry_id,
     validate_job_id,
+    warehouse_bases,
 )
 from spark_output.commit.moves import (
     STAGING_DIR,
     TRASH_DIR,
+    PlanPaths,
     apply_moves,
     new_partitions,
     remove_job_dirs,
@@ -119,6 +123,10 @@ class PartitionCommitter:
         self.fs: pafs.FileSystem = self.location.fs
         self.staging = self.location.join(STAGING_DIR, job_id)
         self.trash = self.location.join(TRASH_DIR, job_id)
+        # Trusted directories its local moves start from (moves.PlanPaths): the roots
+        # (the table's location, inside one, is then checked component by component).
+        self.bases = warehouse_bases(Warehouse.of(catalog.settings).roots)
+        self.paths = PlanPaths(self.fs, [*self.bases, self.location.path])
 
     @property
     def staging_uri(self) -> str:
@@ -239,7 +247,11 @@ class PartitionCommitter:
             move = dataclasses.replace(move, added=tuple(names))
         if self.mode is WriteMode.OVERWRITE or item.archived:
             # Swap the whole directory: readers see the old or the new partition.
-            return dataclasses.replace(move, trash=self.location.join(TRASH_DIR, self.job_id, spec))
+            return dataclasses.replace(
+                move,
+                trash=self.location.join(TRASH_DIR, self.job_id, spec),
+                staged_inode=self.paths.inode(item.directory),
+            )
         # File by file, so that a concurrent append to the same partition (allowed) never
         # collides with this one. A partition that does not exist yet is renamed whole if
         # it still does not at move time (every file lands at the same target): only on a
@@ -262,7 +274,7 @@ class PartitionCommitter:
         manifest = posixpath.join(item.directory, MANIFEST_NAME)
         renamed = posixpath.join(item.directory, name)
         if whole_dir and exists(self.fs, manifest):
-            self.fs.move(manifest, renamed)
+            self.paths.move(manifest, renamed)
         for source in (manifest, renamed):
             if exists(self.fs, source):
                 files.append(FileMove(source, posixpath.join(final, name)))
@@ -345,7 +357,15 @@ class PartitionCommitter:
                 phases["register"] = time.monotonic() - clock
             except Exception as exc:
                 # Not committed: put every file back where it was and close the entry.
-                undo_moves(self.fs, plan)
+                try:
+                    undo_moves(self.fs, plan, bases=self.move_bases(plan))
+                except UnsafeMoveError as refused:
+                    # What cannot be put back without following a link stays, with the
+                    # entry pending, the staging and the trash: `recover` reports it.
+                    raise UnsafeMoveError(
+                        f"{exc}; undoing the write was refused too, and it stays pending "
+                        f"(hcat-notify recover reports it): {refused}"
+                    ) from exc
                 self.catalog.commits.abort(self.job_id, reason=f"{type(exc).__name__}: {exc}")
                 self.cleanup()
                 raise
@@ -357,7 +377,19 @@ class PartitionCommitter:
     def move(self, plan: CommitPlan) -> None:
         """Step 5: carry out the journalled plan's moves (the files are in place, not yet
         registered: a crash from here on is rolled forward by recovery)."""
-        apply_moves(self.fs, plan)
+        apply_moves(self.fs, plan, bases=self.move_bases(plan))
+
+    def move_bases(self, plan: CommitPlan) -> list[str]:
+        """The trusted directories of the plan's local moves (:class:`PlanPaths`): the
+        warehouse roots, and the registered locations outside the table that it appends
+        to (read from the registry when it was planned; inside a root, that root is the
+        base)."""
+        outside = [
+            move.final
+            for move in plan.partitions
+            if not move.final.startswith(self.location.path.rstrip("/") + "/")
+        ]
+        return [*self.bases, *outside]
 
     def _compact(
         self,

@@ -29,9 +29,11 @@ from hcat_notify import (
     JournalState,
     PartitionSpec,
     TableNotFoundError,
+    UnsafeMoveError,
     Warehouse,
     staging_entry_id,
     validate_job_id,
+    warehouse_bases,
 )
 from spark_output.commit.moves import (
     STAGING_DIR,
@@ -153,6 +155,7 @@ def recover(
     """
     outcomes: list[Recovery] = []
     now = datetime.now(UTC)
+    bases = warehouse_bases(Warehouse.of(catalog.settings).roots)
     for entry in catalog.commits.pending(table):
         try:
             alive = not force and not is_abandoned(entry, now=now, stale_after=stale_after)
@@ -192,7 +195,17 @@ def recover(
                 )
             continue
         record: CommitRecord | None = None
-        if all(moves_done(filesystem, item) for item in plan.partitions):
+        try:  # from the roots, never through a link (a check above may be raced)
+            done = moves_done(filesystem, plan, bases=bases)
+            if not done:
+                undo_moves(filesystem, plan, bases=bases)
+        except UnsafeMoveError as exc:
+            logger.warning("recovery refused job=%s table=%s: %s", entry.job_id, entry.table, exc)
+            outcomes.append(
+                Recovery(entry.job_id, str(entry.table), RecoveryAction.REFUSED, reason=str(exc))
+            )
+            continue
+        if done:
             record = catalog.commits.complete(
                 entry.job_id,
                 new_partitions(plan, location),
@@ -201,7 +214,6 @@ def recover(
             )
             action = RecoveryAction.ROLLED_FORWARD
         else:
-            undo_moves(filesystem, plan)
             catalog.commits.abort(entry.job_id, reason="rolled back by recovery")
             action = RecoveryAction.ROLLED_BACK
         remove_job_dirs(filesystem, location.path, plan.staging, plan.trash)

@@ -1,0 +1,129 @@
+"""The committer's moves never follow a link planted meanwhile (third trust review, the
+race: ow_race.py). A link planted in a component of a target before the moves, or
+between two partitions' moves, is refused with one error naming it; nothing further is
+moved, what was moved is put back, and nothing outside the warehouse changes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hcat_notify import Catalog, load_settings, register_partitions
+from hcat_notify.errors import UnsafeMoveError
+from spark_output.commit import committer as committer_module
+from spark_output.commit.committer import PartitionCommitter
+from spark_output.commit.moves import PlanPaths, apply_moves
+
+
+@contextmanager
+def _planted(directory: Path, target: Path) -> Iterator[None]:
+    """``directory`` swapped for a link to ``target`` (the attacker), then swapped back."""
+    directory.rename(directory.with_name(directory.name + ".real"))
+    directory.symlink_to(target)
+    try:
+        yield
+    finally:  # so that a write that followed the link would go on and commit
+        directory.unlink()
+        directory.with_name(directory.name + ".real").rename(directory)
+
+
+def _overwrite(tmp_path: Path, table_dir: Path, groups: list[str], hook: Callable[[], None]) -> str:
+    """An overwrite of ``g=<group>/p=1`` (each registered, holding ``part-0`` "old"), with
+    ``hook`` installed before the commit; returns the error it raised, once checked that
+    the write was undone and closed."""
+    with Catalog.open(load_settings(home=tmp_path / "home", db_url=None)) as catalog:
+        table = catalog.create_table("web.t", location=str(table_dir), partition_keys=["g", "p"])
+        for group in groups:
+            old = table_dir / f"g={group}" / "p=1"
+            old.mkdir(parents=True)
+            (old / "part-0.parquet").write_text("old")
+            register_partitions(catalog, "web.t", [({"g": group, "p": "1"}, str(old))])
+        committer = PartitionCommitter(catalog, table, job_id="job1", mode="overwrite")
+        for group in groups:
+            staged = Path(committer.staging) / f"g={group}" / "p=1"
+            staged.mkdir(parents=True)
+            (staged / "part-00000-x.parquet").write_text("new")
+        hook()
+        with pytest.raises(UnsafeMoveError) as raised:
+            committer.commit(
+                started_at=catalog.now(), max_partitions=10, mark_set_done=None,
+                compact=None, phases={},
+            )  # fmt: skip
+        assert catalog.commits.pending() == []  # undone and closed
+        assert [p.location for p in catalog.partitions.list("web.t")] == [
+            f"file://{table_dir}/g={group}/p=1" for group in groups
+        ]
+    return str(raised.value)
+
+
+def _as_it_was(table_dir: Path, groups: list[str]) -> None:
+    """Every partition holds its old file only; the job's directories are gone."""
+    for group in groups:
+        assert os.listdir(table_dir / f"g={group}" / "p=1") == ["part-0.parquet"]
+    assert sorted(os.listdir(table_dir)) == [f"g={group}" for group in groups]
+
+
+def _victim_unchanged(victim: Path) -> None:
+    assert sorted(os.listdir(victim)) == ["data", "p=1"]
+    assert os.listdir(victim / "p=1") == ["precious"]
+    assert (victim / "p=1" / "precious").read_text() == "outside"
+
+
+def test_a_link_planted_before_the_moves_is_refused(
+    tmp_path: Path, narrow_warehouse: Path, victim: Path, monkeypatch: pytest.MonkeyPatch
+):
+    table_dir = narrow_warehouse / "t"
+    (victim / "p=1").mkdir()
+    (victim / "p=1" / "precious").write_text("outside")
+    real = apply_moves
+
+    def planted_then_moved(*args: Any, **kwargs: Any) -> None:
+        with _planted(table_dir / "g=1", victim):
+            real(*args, **kwargs)
+
+    def install() -> None:
+        monkeypatch.setattr(committer_module, "apply_moves", planted_then_moved)
+
+    error = _overwrite(tmp_path, table_dir, ["1"], install)
+    assert error == f"{table_dir}/g=1 is a symbolic link; nothing is moved through or as a link"
+    _as_it_was(table_dir, ["1"])
+    _victim_unchanged(victim)
+
+
+def test_a_link_planted_between_two_partitions_moves_is_refused_and_the_first_undone(
+    tmp_path: Path, narrow_warehouse: Path, victim: Path, monkeypatch: pytest.MonkeyPatch
+):
+    table_dir = narrow_warehouse / "t"
+    (victim / "p=1").mkdir()
+    (victim / "p=1" / "precious").write_text("outside")
+    real_apply, real_move = apply_moves, PlanPaths.move
+    made: list[str] = []
+
+    def plant_after_the_first_partition(paths: PlanPaths, source: str, target: str, **kw: Any):
+        if len(made) == 2:  # g=1/p=1 to the trash, then the staged g=1/p=1 in its place
+            (table_dir / "g=2").rename(table_dir / "g=2.real")
+            (table_dir / "g=2").symlink_to(victim)
+        made.append(target)
+        real_move(paths, source, target, **kw)
+
+    def moved_then_swapped_back(*args: Any, **kwargs: Any) -> None:
+        try:
+            real_apply(*args, **kwargs)
+        finally:  # so that a write that followed the link would go on and commit
+            (table_dir / "g=2").unlink()
+            (table_dir / "g=2.real").rename(table_dir / "g=2")
+
+    def install() -> None:
+        monkeypatch.setattr(PlanPaths, "move", plant_after_the_first_partition)
+        monkeypatch.setattr(committer_module, "apply_moves", moved_then_swapped_back)
+
+    error = _overwrite(tmp_path, table_dir, ["1", "2"], install)
+    assert error == f"{table_dir}/g=2 is a symbolic link; nothing is moved through or as a link"
+    assert made[:2] == [f"{table_dir}/_hcat_trash/job1/g=1/p=1", f"{table_dir}/g=1/p=1"]
+    _as_it_was(table_dir, ["1", "2"])
+    _victim_unchanged(victim)
