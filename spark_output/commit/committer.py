@@ -39,6 +39,7 @@ from spark_output.commit.moves import (
     TRASH_DIR,
     PlanPaths,
     apply_moves,
+    cleanup_job,
     new_partitions,
     remove_job_dirs,
     undo_moves,
@@ -370,7 +371,7 @@ class PartitionCommitter:
                 self.cleanup()
                 raise
             clock = time.monotonic()
-            self.cleanup()
+            cleanup_job(self.catalog, str(self.table.name), self.location, plan)
             phases["cleanup"] = time.monotonic() - clock
             return record, plan
 

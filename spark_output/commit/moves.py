@@ -10,11 +10,12 @@ import contextlib
 import logging
 import posixpath
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pyarrow import fs as pafs
 
 from hcat_notify import (
+    Catalog,
     InvalidInputError,
     NewPartition,
     PartitionSpec,
@@ -34,6 +35,8 @@ __all__ = [
     "TRASH_DIR",
     "PlanPaths",
     "apply_moves",
+    "cleanup_job",
+    "held_by_others",
     "job_dir_problem",
     "moves_done",
     "new_partitions",
@@ -275,3 +278,42 @@ def remove_job_dirs(filesystem: pafs.FileSystem, table_path: str, *directories: 
         with contextlib.suppress(OSError):  # another job's directory may be in it
             remove_empty_dir(filesystem, path)
     return kept
+
+
+def held_by_others(
+    catalog: Catalog, table: str, directories: Mapping[str, str]
+) -> list[tuple[str, str]]:
+    """``(directory, its other user)`` for each of ``directories`` (a location → the
+    partition spec it is for) that another table or partition holds: its registered
+    location is the directory, lies inside or contains it
+    (:meth:`hcat_notify.store.TablesView.location_holders`). ``table`` itself, and its
+    partition at that spec, do not count."""
+    holders = catalog.tables.location_holders(list(directories), table=table)
+    return [
+        (directory, str(use))
+        for directory, uses in holders.items()
+        for use in uses
+        if not (use.table == table and use.partition in (None, directories[directory]))
+    ]
+
+
+def cleanup_job(
+    catalog: Catalog,
+    table: str,
+    location: TableLocation,
+    plan: CommitPlan,
+) -> list[str]:
+    """Delete the job's staging and trash (:func:`remove_job_dirs`) once its write is
+    over, keeping the trash, as every purge would, when another table or partition holds
+    it or what it replaced (:func:`held_by_others`: registered in the trash, or at a
+    replaced partition's directory). What is kept is logged and returned, one line each.
+    """
+    replaced = {location.uri_of(move.final): move.spec for move in plan.partitions if move.trash}
+    held = replaced and held_by_others(
+        catalog, table, {location.uri_of(plan.trash): "", **replaced}
+    )
+    if not held:
+        return remove_job_dirs(location.fs, location.path, plan.staging, plan.trash)
+    kept = [f"{plan.trash}: {directory} is used by {use}" for directory, use in held]
+    logger.warning("kept the trash %s: %s", plan.trash, "; ".join(kept))
+    return kept + remove_job_dirs(location.fs, location.path, plan.staging)

@@ -38,6 +38,8 @@ from hcat_notify import (
 from spark_output.commit.moves import (
     STAGING_DIR,
     TRASH_DIR,
+    cleanup_job,
+    held_by_others,
     moves_done,
     new_partitions,
     remove_job_dirs,
@@ -216,7 +218,7 @@ def recover(
         else:
             catalog.commits.abort(entry.job_id, reason="rolled back by recovery")
             action = RecoveryAction.ROLLED_BACK
-        remove_job_dirs(filesystem, location.path, plan.staging, plan.trash)
+        cleanup_job(catalog, str(entry.table), location, plan)
         logger.warning("recovered job=%s table=%s: %s", entry.job_id, entry.table, action)
         outcomes.append(Recovery(entry.job_id, str(entry.table), action, record))
     return outcomes
@@ -399,15 +401,12 @@ def _held_problem(
     catalog: Catalog, entry: JournalEntry, plan: CommitPlan, root: TableLocation
 ) -> str | None:
     """Why a target of ``plan`` is not the job's: another table or partition holds it (is
-    it, lies inside or contains it: :meth:`location_holders`)."""
+    it, lies inside or contains it: :func:`held_by_others`)."""
     targets = {root.uri_of(move.final): move for move in plan.partitions}
-    holders = catalog.tables.location_holders(list(targets), table=str(entry.table))
-    for target, uses in holders.items():
+    specs = {target: move.spec for target, move in targets.items()}
+    for target, use in held_by_others(catalog, str(entry.table), specs):
         move = targets[target]
-        for use in uses:
-            if use.table == str(entry.table) and use.partition in (None, move.spec):
-                continue  # the table itself, or the partition the move writes
-            return f"partition {move.spec}: its target {move.final} is used by {use}"
+        return f"partition {move.spec}: its target {move.final} is used by {use}"
     return None
 
 

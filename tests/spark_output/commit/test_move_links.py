@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from hcat_notify import Catalog, load_settings, register_partitions
+from hcat_notify import Catalog, NewPartition, PartitionSpec, load_settings, register_partitions
 from hcat_notify.errors import UnsafeMoveError
 from spark_output.commit import committer as committer_module
 from spark_output.commit.committer import PartitionCommitter
@@ -127,3 +127,43 @@ def test_a_link_planted_between_two_partitions_moves_is_refused_and_the_first_un
     assert made[:2] == [f"{table_dir}/_hcat_trash/job1/g=1/p=1", f"{table_dir}/g=1/p=1"]
     _as_it_was(table_dir, ["1", "2"])
     _victim_unchanged(victim)
+
+
+@pytest.mark.parametrize("where", ["in the trash", "at the partition"])
+def test_the_trash_is_kept_when_another_table_holds_what_it_replaced(
+    tmp_path: Path, narrow_warehouse: Path, monkeypatch: pytest.MonkeyPatch, where: str
+):
+    # the committer deleted its trash without asking, as every purge does, whether
+    # another table holds it: an external table's partition registered in the trash
+    # (or, once the overwrite's check passed, at the partition it replaces) lost its files
+    table_dir = narrow_warehouse / "t"
+    old = table_dir / "g=1" / "p=1"
+    trashed = table_dir / "_hcat_trash" / "job1" / "g=1" / "p=1"
+    with Catalog.open(load_settings(home=tmp_path / "home", db_url=None)) as catalog:
+        table = catalog.create_table("web.t", location=str(table_dir), partition_keys=["g", "p"])
+        old.mkdir(parents=True)
+        (old / "part-0.parquet").write_text("old")
+        register_partitions(catalog, "web.t", [({"g": "1", "p": "1"}, str(old))])
+        catalog.create_table(
+            "web.x", location=str(tmp_path / "x"), partition_keys=["q"],
+            table_type="EXTERNAL_TABLE",
+        )  # fmt: skip
+        held = str(trashed if where == "in the trash" else old)
+
+        def registered_meanwhile(*args: Any, **kwargs: Any) -> None:
+            new = NewPartition(PartitionSpec.parse("q=1"), held, file_count=1, total_bytes=3)
+            catalog.partitions.register("web.x", [new])  # as the API registers (sizes given)
+            apply_moves(*args, **kwargs)
+
+        monkeypatch.setattr(committer_module, "apply_moves", registered_meanwhile)
+        committer = PartitionCommitter(catalog, table, job_id="job1", mode="overwrite")
+        staged = Path(committer.staging) / "g=1" / "p=1"
+        staged.mkdir(parents=True)
+        (staged / "part-00000-x.parquet").write_text("new")
+        committer.commit(
+            started_at=catalog.now(), max_partitions=10, mark_set_done=None, compact=None,
+            phases={},
+        )  # fmt: skip
+    assert (trashed / "part-0.parquet").read_text() == "old"  # kept, hidden from readers
+    assert os.listdir(old) == ["part-00000-x.parquet"]
+    assert not Path(committer.staging).exists()
