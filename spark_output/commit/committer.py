@@ -371,7 +371,7 @@ class PartitionCommitter:
                 self.cleanup()
                 raise
             clock = time.monotonic()
-            cleanup_job(self.catalog, str(self.table.name), self.location, plan)
+            self.cleanup(plan)
             phases["cleanup"] = time.monotonic() - clock
             return record, plan
 
@@ -454,6 +454,10 @@ class PartitionCommitter:
         own journal entry answers for it now)."""
         self.catalog.commits.abort(staging_entry_id(self.job_id), reason=reason)
 
-    def cleanup(self) -> None:
-        """Remove this job's staging and trash directories."""
-        remove_job_dirs(self.fs, self.location.path, self.staging, self.trash)
+    def cleanup(self, committed: CommitPlan | None = None) -> None:
+        """Remove this job's staging and trash directories; once ``committed``, the trash
+        only if no other table holds it (:func:`~spark_output.commit.moves.cleanup_job`)."""
+        if committed is not None:
+            cleanup_job(self.catalog, str(self.table.name), self.location, committed)
+        else:
+            remove_job_dirs(self.fs, self.location.path, self.staging, self.trash)

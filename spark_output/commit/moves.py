@@ -2,6 +2,8 @@
 
 Every function here is idempotent, because recovery may run it again after a crash at
 any point: a move already made is not made twice, one not made is not undone.
+On a local filesystem no move, undo or check follows a symbolic link (:class:`PlanPaths`,
+:mod:`hcat_notify.safe_move`).
 """
 
 from __future__ import annotations
