@@ -25,6 +25,7 @@ from hcat_notify import (
     Catalog,
     CommitRecord,
     ConcurrentWriteError,
+    JournalState,
     PartitionSpec,
     TableInfo,
     UnsafeMoveError,
@@ -144,8 +145,8 @@ class PartitionCommitter:
         if exists(self.fs, self.staging):
             raise ConcurrentWriteError(
                 f"job {self.job_id} is writing to {self.table.name} already: its staging "
-                f"directory {self.staging} exists (a writer that died filling it leaves it: "
-                "remove it once that writer is gone); nothing was written"
+                f"directory {self.staging} exists (if that writer is gone, 'hcat-notify "
+                "recover --force' removes what it journalled); nothing was written"
             )
 
     # -- 1-2: discover ---------------------------------------------------------------------
@@ -453,6 +454,13 @@ class PartitionCommitter:
         """Close the entry of :meth:`journal_staging` (the staging is gone, or the job's
         own journal entry answers for it now)."""
         self.catalog.commits.abort(staging_entry_id(self.job_id), reason=reason)
+
+    def cleanup_unless_pending(self) -> None:
+        """After a failed commit: :meth:`cleanup`, unless the job's journal entry is still
+        pending (its undo was refused: recovery answers for the staging and the trash)."""
+        entry = self.catalog.commits.get(self.job_id)
+        if entry is None or entry.state is not JournalState.PENDING:
+            self.cleanup()
 
     def cleanup(self, committed: CommitPlan | None = None) -> None:
         """Remove this job's staging and trash directories; once ``committed``, the trash

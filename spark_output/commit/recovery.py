@@ -8,6 +8,7 @@ process (:func:`writing`), so that recovery in the same process never touches th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import posixpath
@@ -42,7 +43,6 @@ from spark_output.commit.moves import (
     held_by_others,
     moves_done,
     new_partitions,
-    remove_job_dirs,
     undo_moves,
 )
 from spark_output.commit.plan import CommitPlan, MoveKind, PartitionMove
@@ -184,8 +184,9 @@ def recover(
             job = catalog.commits.get(plan.stages_for)
             if job is None or job.state is not JournalState.PENDING:
                 # Never journalled: the staging is all the job left. Closed: what is left
-                # is what its cleanup did not get to.
-                remove_job_dirs(filesystem, location.path, plan.staging, plan.trash)
+                # is what its cleanup did not get to (its trash kept if another table
+                # holds what it replaced).
+                cleanup_job(catalog, str(entry.table), location, _replaced(plan, job))
             # else the job's own entry (recovered next: it is younger) owns the staging
             catalog.commits.abort(entry.job_id, reason="staging closed by recovery")
             if job is None:
@@ -222,6 +223,18 @@ def recover(
         logger.warning("recovered job=%s table=%s: %s", entry.job_id, entry.table, action)
         outcomes.append(Recovery(entry.job_id, str(entry.table), action, record))
     return outcomes
+
+
+def _replaced(plan: CommitPlan, job: JournalEntry | None) -> CommitPlan:
+    """A staging entry's plan with the partitions its job's plan replaced (for the holder
+    check of :func:`cleanup_job`; nothing is moved by it)."""
+    if job is None:
+        return plan
+    try:
+        moved = CommitPlan.from_json(job.plan).partitions
+    except (KeyError, TypeError, ValueError):
+        moved = ()
+    return dataclasses.replace(plan, partitions=moved)
 
 
 def _checked_location(
