@@ -61,7 +61,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_STALE_AFTER = timedelta(hours=1)
-"""A pending entry of another host counts as abandoned after this long."""
+"""A pending entry of another host counts as abandoned after this long (not a staging
+entry: :func:`is_abandoned`)."""
 
 # Jobs committing in this process: their pending entries are not abandoned.
 _ACTIVE_JOBS: set[str] = set()
@@ -115,14 +116,17 @@ def _pid_alive(pid: int) -> bool:
 def is_abandoned(
     entry: JournalEntry, *, now: datetime, stale_after: timedelta = DEFAULT_STALE_AFTER
 ) -> bool:
-    """Whether a pending journal entry's writer is gone (so recovery may touch it)."""
-    owner = CommitPlan.from_json(entry.plan).owner
+    """Whether a pending journal entry's writer is gone (so recovery may touch it). A
+    staging entry of another host never is (its job may fill the staging for hours, a
+    Spark job: only ``force`` takes it)."""
+    plan = CommitPlan.from_json(entry.plan)
+    owner = plan.owner
     if owner.host == socket.gethostname():
         if owner.pid == os.getpid():
             with _ACTIVE_LOCK:
                 return entry.job_id not in _ACTIVE_JOBS
         return not _pid_alive(owner.pid)
-    return now - entry.started_at > stale_after
+    return plan.stages_for is None and now - entry.started_at > stale_after
 
 
 def recover(
