@@ -157,6 +157,8 @@ class PartitionCommitter:
         Raises:
             TooManyPartitionsError: more than ``max_partitions``.
             CommitError: a directory that is not ``key=value`` of the table's keys.
+            hcat_notify.UnsafeMoveError: (local) a staged directory is, or is reached
+                through, a symbolic link.
         """
         keys = self.table.partition_keys
         found: list[StagedPartition] = []
@@ -167,6 +169,7 @@ class PartitionCommitter:
             for info in infos:
                 if info.type != pafs.FileType.Directory or is_hidden(info.base_name):
                     continue
+                self.paths.exists(info.path)  # (local) refuses a link: compaction deletes
                 if depth + 1 < len(keys):
                     frontier.append((info.path, depth + 1))
                 else:

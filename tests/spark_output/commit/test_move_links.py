@@ -167,3 +167,39 @@ def test_the_trash_is_kept_when_another_table_holds_what_it_replaced(
     assert (trashed / "part-0.parquet").read_text() == "old"  # kept, hidden from readers
     assert os.listdir(old) == ["part-00000-x.parquet"]
     assert not Path(committer.staging).exists()
+
+
+def test_a_staged_partition_reached_through_a_link_is_refused_before_compaction(
+    tmp_path: Path, narrow_warehouse: Path, victim: Path
+):
+    # write-time compaction merges a staged partition's files and deletes the originals:
+    # through a link planted in the staging, it deleted the files of the link's target
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark_output.compaction.policy import CompactionPolicy
+    from spark_output.compaction.staged import compact_staged
+
+    outside = victim / "g" / "p=1"
+    outside.mkdir(parents=True)
+    for name in ("part-0.parquet", "part-1.parquet"):
+        pq.write_table(pa.table({"id": [1, 2]}), outside / name)
+    table_dir = narrow_warehouse / "t"
+    with Catalog.open(load_settings(home=tmp_path / "home", db_url=None)) as catalog:
+        table = catalog.create_table("web.t", location=str(table_dir), partition_keys=["g", "p"])
+        committer = PartitionCommitter(catalog, table, job_id="job1", mode="append")
+        staging = Path(committer.staging)
+        staging.mkdir(parents=True)
+        (staging / "g=1").symlink_to(victim / "g")
+        policy = CompactionPolicy(min_files=2)
+
+        def compact(fs: Any, staged: Any) -> Any:
+            return compact_staged(fs, staged, policy=policy, storage_format="parquet")
+
+        with pytest.raises(UnsafeMoveError, match=f"^{staging}/g=1 is a symbolic link"):
+            committer.commit(
+                started_at=catalog.now(), max_partitions=10, mark_set_done=None,
+                compact=compact, phases={},
+            )  # fmt: skip
+        assert catalog.commits.pending() == []
+    assert sorted(os.listdir(outside)) == ["part-0.parquet", "part-1.parquet"]
