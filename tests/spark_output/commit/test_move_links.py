@@ -18,6 +18,7 @@ from hcat_notify.errors import UnsafeMoveError
 from spark_output.commit import committer as committer_module
 from spark_output.commit.committer import PartitionCommitter
 from spark_output.commit.moves import PlanPaths, apply_moves
+from spark_output.commit.recovery import recover
 
 
 @contextmanager
@@ -203,3 +204,58 @@ def test_a_staged_partition_reached_through_a_link_is_refused_before_compaction(
             )  # fmt: skip
         assert catalog.commits.pending() == []
     assert sorted(os.listdir(outside)) == ["part-0.parquet", "part-1.parquet"]
+
+
+def test_what_cannot_be_put_back_without_a_link_stays_pending_for_recover(
+    tmp_path: Path, narrow_warehouse: Path, victim: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # the link is planted where the first partition was moved: its undo is refused too;
+    # the entry stays pending with the staging and the trash (the old partition), and
+    # recover puts everything back once the link is gone
+    table_dir = narrow_warehouse / "t"
+    (victim / "p=1").mkdir()
+    (victim / "p=1" / "precious").write_text("outside")
+    real_move = PlanPaths.move
+    made: list[str] = []
+
+    def plant_after_the_first_partition(paths: PlanPaths, source: str, target: str, **kw: Any):
+        if len(made) == 2:  # g=1/p=1 swapped; g=1/p=2 is next, under the same g=1
+            (table_dir / "g=1").rename(table_dir / "g=1.real")
+            (table_dir / "g=1").symlink_to(victim)
+        made.append(target)
+        real_move(paths, source, target, **kw)
+
+    monkeypatch.setattr(PlanPaths, "move", plant_after_the_first_partition)
+    with Catalog.open(load_settings(home=tmp_path / "home", db_url=None)) as catalog:
+        table = catalog.create_table("web.t", location=str(table_dir), partition_keys=["g", "p"])
+        for spec in ("p=1", "p=2"):
+            old = table_dir / "g=1" / spec
+            old.mkdir(parents=True)
+            (old / "part-0.parquet").write_text("old")
+            register_partitions(catalog, "web.t", [({"g": "1", "p": spec[2:]}, str(old))])
+        committer = PartitionCommitter(catalog, table, job_id="job1", mode="overwrite")
+        for spec in ("p=1", "p=2"):
+            (Path(committer.staging) / "g=1" / spec).mkdir(parents=True)
+            (Path(committer.staging) / "g=1" / spec / "part-00000-x.parquet").write_text("new")
+        with pytest.raises(UnsafeMoveError) as raised:
+            committer.commit(
+                started_at=catalog.now(), max_partitions=10, mark_set_done=None,
+                compact=None, phases={},
+            )  # fmt: skip
+        link = f"{table_dir}/g=1 is a symbolic link; nothing is moved through or as a link"
+        assert str(raised.value) == (
+            f"{link}; undoing the write was refused too, and it stays pending "
+            f"(hcat-notify recover reports it): {link}"
+        )
+        assert [entry.job_id for entry in catalog.commits.pending()] == ["job1"]
+        _victim_unchanged(victim)
+        assert os.listdir(table_dir / "_hcat_trash" / "job1" / "g=1" / "p=1") == ["part-0.parquet"]
+        monkeypatch.undo()
+        (table_dir / "g=1").unlink()  # the operator removes the link
+        (table_dir / "g=1.real").rename(table_dir / "g=1")
+        (outcome,) = recover(catalog, force=True)
+        assert outcome.action == "rolled back"
+    _as_it_was(table_dir, ["1"])
+    assert sorted(os.listdir(table_dir / "g=1")) == ["p=1", "p=2"]
+    assert os.listdir(table_dir / "g=1" / "p=2") == ["part-0.parquet"]
+    _victim_unchanged(victim)
