@@ -84,10 +84,14 @@ def open_dir_below(path: str, bases: Sequence[str], *, create: bool = False) -> 
         shown = base.rstrip("/")
         for part in parts:
             shown = f"{shown}/{part}"
-            if create:
-                with contextlib.suppress(FileExistsError):  # a directory, or what _step refuses
+            try:
+                fds.append(_step(fds[-1], part, shown))
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):  # made meanwhile: _step checks it
                     os.mkdir(part, dir_fd=fds[-1])
-            fds.append(_step(fds[-1], part, shown))
+                fds.append(_step(fds[-1], part, shown))
         yield fds[-1]
     finally:
         for fd in fds:
