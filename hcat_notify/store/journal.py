@@ -309,13 +309,11 @@ class CommitJournal:
             InvalidInputError: an invalid job id (:func:`validate_job_id`; an entry's id
                 may add ``.staging``), a partition that is not a path spec
                 (:meth:`PartitionSpec.to_path`), unknown mode, the job id was used
-                before, or the new table's location is another table's.
+                before (not: an aborted :func:`staging_entry_id`, begun again when its job
+                is retried), or the new table's location is another table's.
             ConcurrentWriteError: another write overwrites one of the partitions, or
                 this one overwrites a partition another write claims or committed since
                 ``started_at``.
-
-        A staging entry (:func:`staging_entry_id`) that was aborted is begun again (its
-        job is retried with the same id); its job's own entry never is.
         """
         validate_job_id(job_id, entry=True)
         for spec in partitions:
