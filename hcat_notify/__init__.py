@@ -43,6 +43,7 @@ from hcat_notify.errors import (
     TableNotFoundError,
     UnknownPartitionKeyError,
     UnsafeDeleteError,
+    UnsafeMoveError,
 )
 from hcat_notify.lazy import lazy_exports
 
@@ -92,6 +93,12 @@ if TYPE_CHECKING:
         open_below,
         remove_tree,
         warehouse_bases,
+    )
+    from hcat_notify.safe_move import (
+        move_below,
+        open_dir_below,
+        remove_empty_below,
+        stat_below,
     )
     from hcat_notify.store import (
         DEFAULT_RETENTION,
@@ -182,6 +189,7 @@ __all__ = [
     "TreeEntry",
     "UnknownPartitionKeyError",
     "UnsafeDeleteError",
+    "UnsafeMoveError",
     "Warehouse",
     "WriteMode",
     "destination_for",
@@ -194,16 +202,20 @@ __all__ = [
     "list_data_files",
     "list_tree",
     "load_settings",
+    "move_below",
     "open_below",
+    "open_dir_below",
     "parse_rule",
     "path_exists",
     "reason_to_keep",
     "register_partitions",
+    "remove_empty_below",
     "remove_tree",
     "resolve_topic",
     "send_mark_set_done",
     "split_location",
     "staging_entry_id",
+    "stat_below",
     "storage_location",
     "table_definition",
     "unescape_path_name",
@@ -269,6 +281,10 @@ __getattr__, __dir__ = lazy_exports(
                 "warehouse_bases",
             ],
             "hcat_notify.safe_delete",
+        ),
+        **dict.fromkeys(
+            ["move_below", "open_dir_below", "remove_empty_below", "stat_below"],
+            "hcat_notify.safe_move",
         ),
         "Warehouse": "hcat_notify.warehouse",
         "DEFAULT_PARTITION_NAME": _SPECS,

@@ -69,6 +69,8 @@ __all__ = [
     "TableExistsError",
     "TableNotFoundError",
     "UnknownPartitionKeyError",
+    "UnsafeDeleteError",
+    "UnsafeMoveError",
 ]
 
 
@@ -110,6 +112,13 @@ class UnsafeDeleteError(HcatNotifyError):
     """A local delete refused: the path runs through a symbolic link, is not inside its
     base, or is not the directory that was checked (docs/operations.md, "Warehouse
     roots"). The message names the path and why; the directory stays."""
+
+
+class UnsafeMoveError(HcatNotifyError):
+    """A local move of a write or of its recovery refused: a component of the path is a
+    symbolic link, the path is not inside its base, or the directory is not the one the
+    job staged (docs/operations.md, "Warehouse roots"). The message names the path and
+    why; nothing was moved by that step."""
 
 
 class PartitionNotFoundError(InvalidInputError, LookupError):

@@ -8,7 +8,6 @@ a data file" are hcat_notify's (:mod:`hcat_notify.files`: :class:`TableLocation`
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import posixpath
 from collections.abc import Iterable
@@ -20,6 +19,7 @@ from hcat_notify import (
     LocationNotFoundError,
     TableLocation,
     is_hidden,
+    remove_empty_below,
     split_location,
 )
 from hcat_notify import list_data_files as _list_data_files
@@ -100,15 +100,8 @@ def remove_empty_dir(filesystem: pafs.FileSystem, directory: str) -> bool:
         OSError: any other failure to remove it.
     """
     if isinstance(filesystem, pafs.LocalFileSystem):
-        try:
-            os.rmdir(directory)
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                return False
-            raise
-        return True
+        written = os.path.abspath(directory)
+        return remove_empty_below(written, [posixpath.dirname(written)])
     if not exists(filesystem, directory) or filesystem.get_file_info(pafs.FileSelector(directory)):
         return False
     filesystem.delete_dir(directory)

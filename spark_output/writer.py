@@ -24,12 +24,13 @@ from hcat_notify import (
     TableInfo,
     TableName,
     load_settings,
+    staging_entry_id,
     validate_job_id,
 )
 from spark_output import spark_catalog
 from spark_output.commit.committer import CompactHook, PartitionCommitter, StagedPartition
 from spark_output.commit.plan import CommitPlan
-from spark_output.commit.recovery import recover
+from spark_output.commit.recovery import recover, writing
 from spark_output.compaction.policy import CompactionPolicy
 from spark_output.compaction.staged import compact_staged
 from spark_output.errors import (
@@ -271,35 +272,41 @@ def write_partitions(
         started_at = catalog.now()
         committer = PartitionCommitter(catalog, info, job_id=job, mode=mode)
         committer.check_staging_free()  # else the cleanup below would delete its files
-        columns = {column.lower(): column for column in df.columns}
-        clock = time.monotonic()
-        try:
-            (
-                df.write.format(info.storage_format)
-                .partitionBy(*[columns[key] for key in info.partition_keys])
-                .mode("errorifexists")
-                .save(committer.staging_uri)
-            )
-        except Exception as exc:
-            committer.cleanup()
-            raise WriteFailedError(
-                f"the Spark job writing {info.name} failed; the table is unchanged: "
-                f"{spark_catalog.error_line(exc)}"
-            ) from exc
-        phases["stage"] = time.monotonic() - clock
-        try:
-            record, plan = committer.commit(
-                started_at=started_at,
-                max_partitions=max_partitions,
-                mark_set_done=mark_set_done,
-                compact=_compaction_hook(compaction, info),
-                phases=phases,
-                archives=isinstance(compaction, CompactionPolicy) and compaction.mode == "har",
-                announce=announce,
-            )
-        except Exception:
-            committer.cleanup()
-            raise
+        with writing(staging_entry_id(job)):
+            # Journalled before Spark writes: 'recover' removes what a crash leaves staged.
+            committer.journal_staging(started_at=started_at)
+            columns = {column.lower(): column for column in df.columns}
+            clock = time.monotonic()
+            try:
+                (
+                    df.write.format(info.storage_format)
+                    .partitionBy(*[columns[key] for key in info.partition_keys])
+                    .mode("errorifexists")
+                    .save(committer.staging_uri)
+                )
+            except Exception as exc:
+                committer.cleanup()
+                committer.end_staging("the Spark job failed; staging removed")
+                raise WriteFailedError(
+                    f"the Spark job writing {info.name} failed; the table is unchanged: "
+                    f"{spark_catalog.error_line(exc)}"
+                ) from exc
+            phases["stage"] = time.monotonic() - clock
+            try:
+                record, plan = committer.commit(
+                    started_at=started_at,
+                    max_partitions=max_partitions,
+                    mark_set_done=mark_set_done,
+                    compact=_compaction_hook(compaction, info),
+                    phases=phases,
+                    archives=isinstance(compaction, CompactionPolicy) and compaction.mode == "har",
+                    announce=announce,
+                )
+            except Exception:
+                committer.cleanup_unless_pending()
+                committer.end_staging("the commit failed")
+                raise
+            committer.end_staging(f"published by job {job}")
         clock = time.monotonic()
         spark_errors = _sync_spark_catalog(df.sparkSession, info, plan, record)
         phases["spark_catalog"] = time.monotonic() - clock

@@ -33,7 +33,12 @@ from hcat_notify.errors import (
 )
 from hcat_notify.model.changes import AnnounceMode
 from hcat_notify.model.events import EventType
-from hcat_notify.model.names import TableName, validate_identifier, validate_job_id
+from hcat_notify.model.names import (
+    TableName,
+    staging_entry_id,
+    validate_identifier,
+    validate_job_id,
+)
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.model.wire import PartitionDetails
 from hcat_notify.store import completeness
@@ -183,6 +188,17 @@ def _update_existing(
     return spec.to_path(), event_id
 
 
+def _reopens(job_id: str, previous: CommitJournalRow) -> bool:
+    """Whether ``begin`` may begin the closed entry ``previous`` again: an aborted staging
+    entry, whose staging is gone (the job's Spark phase failed, or recovery removed it)."""
+    job = job_id.removesuffix(staging_entry_id(""))
+    return (
+        job != job_id
+        and job_id == staging_entry_id(job)
+        and previous.state == JournalState.ABORTED.value
+    )
+
+
 def _entry(row: CommitJournalRow) -> JournalEntry:
     return JournalEntry(
         job_id=row.job_id,
@@ -293,7 +309,8 @@ class CommitJournal:
             InvalidInputError: an invalid job id (:func:`validate_job_id`; an entry's id
                 may add ``.staging``), a partition that is not a path spec
                 (:meth:`PartitionSpec.to_path`), unknown mode, the job id was used
-                before, or the new table's location is another table's.
+                before (not: an aborted :func:`staging_entry_id`, begun again when its job
+                is retried), or the new table's location is another table's.
             ConcurrentWriteError: another write overwrites one of the partitions, or
                 this one overwrites a partition another write claims or committed since
                 ``started_at``.
@@ -322,7 +339,10 @@ class CommitJournal:
                 info = info_of(row)
                 table_ops.check_table_location(tx, name, info.location, table_type=info.table_type)
             previous = tx.session.get(CommitJournalRow, job_id)
-            if previous is not None:
+            if previous is not None and _reopens(job_id, previous):
+                tx.session.delete(previous)  # its job is retried: a closed staging entry
+                tx.session.flush()
+            elif previous is not None:
                 raise InvalidInputError(f"job id {job_id} was already used ({previous.state})")
             for other in tx.session.scalars(
                 select(CommitJournalRow).where(

@@ -25,16 +25,22 @@ from hcat_notify import (
     Catalog,
     CommitRecord,
     ConcurrentWriteError,
+    JournalState,
     PartitionSpec,
     TableInfo,
+    UnsafeMoveError,
+    Warehouse,
     WriteMode,
     staging_entry_id,
     validate_job_id,
+    warehouse_bases,
 )
 from spark_output.commit.moves import (
     STAGING_DIR,
     TRASH_DIR,
+    PlanPaths,
     apply_moves,
+    cleanup_job,
     new_partitions,
     remove_job_dirs,
     undo_moves,
@@ -119,6 +125,10 @@ class PartitionCommitter:
         self.fs: pafs.FileSystem = self.location.fs
         self.staging = self.location.join(STAGING_DIR, job_id)
         self.trash = self.location.join(TRASH_DIR, job_id)
+        # Trusted directories its local moves start from (moves.PlanPaths): the roots
+        # (the table's location, inside one, is then checked component by component).
+        self.bases = warehouse_bases(Warehouse.of(catalog.settings).roots)
+        self.paths = PlanPaths(self.fs, [*self.bases, self.location.path])
 
     @property
     def staging_uri(self) -> str:
@@ -135,8 +145,8 @@ class PartitionCommitter:
         if exists(self.fs, self.staging):
             raise ConcurrentWriteError(
                 f"job {self.job_id} is writing to {self.table.name} already: its staging "
-                f"directory {self.staging} exists (a writer that died filling it leaves it: "
-                "remove it once that writer is gone); nothing was written"
+                f"directory {self.staging} exists (if that writer is gone, 'hcat-notify "
+                "recover --force' removes what it journalled); nothing was written"
             )
 
     # -- 1-2: discover ---------------------------------------------------------------------
@@ -147,6 +157,8 @@ class PartitionCommitter:
         Raises:
             TooManyPartitionsError: more than ``max_partitions``.
             CommitError: a directory that is not ``key=value`` of the table's keys.
+            hcat_notify.UnsafeMoveError: (local) a staged directory is, or is reached
+                through, a symbolic link.
         """
         keys = self.table.partition_keys
         found: list[StagedPartition] = []
@@ -157,6 +169,7 @@ class PartitionCommitter:
             for info in infos:
                 if info.type != pafs.FileType.Directory or is_hidden(info.base_name):
                     continue
+                self.paths.exists(info.path)  # (local) refuses a link: compaction deletes
                 if depth + 1 < len(keys):
                     frontier.append((info.path, depth + 1))
                 else:
@@ -239,7 +252,11 @@ class PartitionCommitter:
             move = dataclasses.replace(move, added=tuple(names))
         if self.mode is WriteMode.OVERWRITE or item.archived:
             # Swap the whole directory: readers see the old or the new partition.
-            return dataclasses.replace(move, trash=self.location.join(TRASH_DIR, self.job_id, spec))
+            return dataclasses.replace(
+                move,
+                trash=self.location.join(TRASH_DIR, self.job_id, spec),
+                staged_inode=self.paths.inode(item.directory),
+            )
         # File by file, so that a concurrent append to the same partition (allowed) never
         # collides with this one. A partition that does not exist yet is renamed whole if
         # it still does not at move time (every file lands at the same target): only on a
@@ -262,7 +279,7 @@ class PartitionCommitter:
         manifest = posixpath.join(item.directory, MANIFEST_NAME)
         renamed = posixpath.join(item.directory, name)
         if whole_dir and exists(self.fs, manifest):
-            self.fs.move(manifest, renamed)
+            self.paths.move(manifest, renamed)
         for source in (manifest, renamed):
             if exists(self.fs, source):
                 files.append(FileMove(source, posixpath.join(final, name)))
@@ -345,19 +362,39 @@ class PartitionCommitter:
                 phases["register"] = time.monotonic() - clock
             except Exception as exc:
                 # Not committed: put every file back where it was and close the entry.
-                undo_moves(self.fs, plan)
+                try:
+                    undo_moves(self.fs, plan, bases=self.move_bases(plan))
+                except UnsafeMoveError as refused:
+                    # What cannot be put back without following a link stays, with the
+                    # entry pending, the staging and the trash: `recover` reports it.
+                    raise UnsafeMoveError(
+                        f"{exc}; undoing the write was refused too, and it stays pending "
+                        f"(hcat-notify recover reports it): {refused}"
+                    ) from exc
                 self.catalog.commits.abort(self.job_id, reason=f"{type(exc).__name__}: {exc}")
                 self.cleanup()
                 raise
             clock = time.monotonic()
-            self.cleanup()
+            self.cleanup(plan)
             phases["cleanup"] = time.monotonic() - clock
             return record, plan
 
     def move(self, plan: CommitPlan) -> None:
         """Step 5: carry out the journalled plan's moves (the files are in place, not yet
         registered: a crash from here on is rolled forward by recovery)."""
-        apply_moves(self.fs, plan)
+        apply_moves(self.fs, plan, bases=self.move_bases(plan))
+
+    def move_bases(self, plan: CommitPlan) -> list[str]:
+        """The trusted directories of the plan's local moves (:class:`PlanPaths`): the
+        warehouse roots, and the registered locations outside the table that it appends
+        to (read from the registry when it was planned; inside a root, that root is the
+        base)."""
+        outside = [
+            move.final
+            for move in plan.partitions
+            if not move.final.startswith(self.location.path.rstrip("/") + "/")
+        ]
+        return [*self.bases, *outside]
 
     def _compact(
         self,
@@ -421,6 +458,17 @@ class PartitionCommitter:
         own journal entry answers for it now)."""
         self.catalog.commits.abort(staging_entry_id(self.job_id), reason=reason)
 
-    def cleanup(self) -> None:
-        """Remove this job's staging and trash directories."""
-        remove_job_dirs(self.fs, self.location.path, self.staging, self.trash)
+    def cleanup_unless_pending(self) -> None:
+        """After a failed commit: :meth:`cleanup`, unless the job's journal entry is still
+        pending (its undo was refused: recovery answers for the staging and the trash)."""
+        entry = self.catalog.commits.get(self.job_id)
+        if entry is None or entry.state is not JournalState.PENDING:
+            self.cleanup()
+
+    def cleanup(self, committed: CommitPlan | None = None) -> None:
+        """Remove this job's staging and trash directories; once ``committed``, the trash
+        only if no other table holds it (:func:`~spark_output.commit.moves.cleanup_job`)."""
+        if committed is not None:
+            cleanup_job(self.catalog, str(self.table.name), self.location, committed)
+        else:
+            remove_job_dirs(self.fs, self.location.path, self.staging, self.trash)

@@ -2,6 +2,8 @@
 
 Every function here is idempotent, because recovery may run it again after a crash at
 any point: a move already made is not made twice, one not made is not undone.
+On a local filesystem no move, undo or check follows a symbolic link (:class:`PlanPaths`,
+:mod:`hcat_notify.safe_move`).
 """
 
 from __future__ import annotations
@@ -9,15 +11,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import posixpath
+import stat
+from collections.abc import Mapping, Sequence
 
 from pyarrow import fs as pafs
 
 from hcat_notify import (
+    Catalog,
     InvalidInputError,
     NewPartition,
     PartitionSpec,
     UnsafeDeleteError,
+    UnsafeMoveError,
+    move_below,
+    remove_empty_below,
     remove_tree,
+    stat_below,
     validate_job_id,
 )
 from spark_output.commit.plan import CommitPlan, MoveKind, PartitionMove
@@ -26,7 +35,10 @@ from spark_output.fs import TableLocation, crc_sidecar, exists, move, remove_emp
 __all__ = [
     "STAGING_DIR",
     "TRASH_DIR",
+    "PlanPaths",
     "apply_moves",
+    "cleanup_job",
+    "held_by_others",
     "job_dir_problem",
     "moves_done",
     "new_partitions",
@@ -40,70 +52,170 @@ STAGING_DIR = "_hcat_staging"  # hidden from readers: the name starts with "_"
 TRASH_DIR = "_hcat_trash"
 
 
-def apply_moves(filesystem: pafs.FileSystem, plan: CommitPlan) -> None:
-    """Perform the plan's moves; on failure undo what was done and re-raise."""
+class PlanPaths:
+    """A plan's paths on its filesystem: what is there, moves, empty-directory removals.
+
+    On a local filesystem each step reaches its directories from the outermost of
+    ``bases`` that holds them, never through a symbolic link, and a path that is itself a
+    link is refused (:mod:`hcat_notify.safe_move`, :class:`hcat_notify.UnsafeMoveError`);
+    on HDFS and S3 (no links) it is pyarrow's, by path.
+    """
+
+    def __init__(self, filesystem: pafs.FileSystem, bases: Sequence[str]) -> None:
+        self.filesystem = filesystem
+        self.local = isinstance(filesystem, pafs.LocalFileSystem)
+        self.bases = list(bases)
+
+    def exists(self, path: str) -> bool:
+        """Whether something is at ``path``.
+
+        Raises:
+            UnsafeMoveError: (local) ``path``, or a component of it, is a link.
+        """
+        if not self.local:
+            return exists(self.filesystem, path)
+        found = stat_below(path, self.bases)
+        if found is not None and stat.S_ISLNK(found.st_mode):
+            raise UnsafeMoveError(
+                f"{path} is a symbolic link; nothing is moved through or as a link"
+            )
+        return found is not None
+
+    def inode(self, path: str) -> int | None:
+        """The inode of the directory at ``path`` (local only; else None)."""
+        if not self.local:
+            return None
+        found = stat_below(path, self.bases)
+        return None if found is None or not stat.S_ISDIR(found.st_mode) else found.st_ino
+
+    def move(self, source: str, target: str, *, inode: int | None = None) -> None:
+        """Rename ``source`` to ``target``, creating the target's parent (locally:
+        :func:`hcat_notify.safe_move.move_below`, ``source`` being ``inode`` if given)."""
+        if self.local:
+            move_below(source, target, self.bases, inode=inode)
+        else:
+            move(self.filesystem, source, target)
+
+    def remove_empty_dir(self, directory: str) -> bool:
+        """:func:`spark_output.fs.remove_empty_dir`, locally without following a link."""
+        if self.local:
+            return remove_empty_below(directory, self.bases)
+        return remove_empty_dir(self.filesystem, directory)
+
+
+def _plan_paths(filesystem: pafs.FileSystem, plan: CommitPlan, bases: Sequence[str]) -> PlanPaths:
+    return PlanPaths(filesystem, [*bases, plan.table_path])
+
+
+def apply_moves(
+    filesystem: pafs.FileSystem, plan: CommitPlan, *, bases: Sequence[str] = ()
+) -> None:
+    """Perform the plan's moves; on failure undo what was done and re-raise.
+
+    Args:
+        filesystem: the table's.
+        plan: the journalled plan.
+        bases: trusted directories beside the plan's table (:class:`PlanPaths`): the
+            local warehouse roots (:func:`hcat_notify.warehouse_bases`), and for the
+            committer the registered locations outside the table it appends to.
+
+    Raises:
+        UnsafeMoveError: (local) a path runs through a symbolic link, or a directory is
+            not the one the job staged: nothing further is moved.
+    """
+    paths = _plan_paths(filesystem, plan, bases)
     try:
         for entry in plan.partitions:
             if entry.kind is MoveKind.DIR:
-                if entry.trash is not None and exists(filesystem, entry.final):
-                    move(filesystem, entry.final, entry.trash)
-                move(filesystem, entry.staged, entry.final)
-            elif not (entry.whole_dir and _rename_new_dir(filesystem, entry)):
+                if entry.trash is not None and paths.exists(entry.final):
+                    paths.move(entry.final, entry.trash)
+                paths.move(entry.staged, entry.final, inode=entry.staged_inode)
+            elif not (entry.whole_dir and _rename_new_dir(paths, entry)):
                 for file in entry.files:
-                    move(filesystem, file.source, file.target)
-    except Exception:
-        undo_moves(filesystem, plan)
+                    paths.move(file.source, file.target)
+    except Exception as exc:
+        try:
+            undo_moves(filesystem, plan, bases=bases)
+        except UnsafeMoveError as refused:  # the caller's undo meets it again
+            exc.add_note(f"undoing the moves was refused: {refused}")
         raise
 
 
-def _rename_new_dir(filesystem: pafs.FileSystem, entry: PartitionMove) -> bool:
+def _rename_new_dir(paths: PlanPaths, entry: PartitionMove) -> bool:
     # One rename instead of one per file; False when a concurrent append to the same
     # partition created ``final`` meanwhile: then the files are moved one by one, next to
     # that writer's. A rename onto a non-empty directory fails; onto an empty one (a
     # writer that created it and is about to move its files in) it replaces it, and that
     # writer's moves, made by path, land in this directory.
-    if exists(filesystem, entry.final):
+    if paths.exists(entry.final):
         return False
     try:
-        move(filesystem, entry.staged, entry.final)
+        paths.move(entry.staged, entry.final)
     except OSError:
-        if exists(filesystem, entry.staged) and exists(filesystem, entry.final):
+        if paths.exists(entry.staged) and paths.exists(entry.final):
             return False
         raise
     return True
 
 
-def moves_done(filesystem: pafs.FileSystem, entry: PartitionMove) -> bool:
-    """Whether every move of ``entry`` was made."""
-    if entry.kind is MoveKind.DIR:
-        return not exists(filesystem, entry.staged) and exists(filesystem, entry.final)
-    return all(
-        not exists(filesystem, file.source) and exists(filesystem, file.target)
-        for file in entry.files
-    )
+def moves_done(filesystem: pafs.FileSystem, plan: CommitPlan, *, bases: Sequence[str] = ()) -> bool:
+    """Whether every move of ``plan`` was made (a directory move: the directory at its
+    target is the one the job staged, when the plan journalled its inode).
 
-
-def undo_moves(filesystem: pafs.FileSystem, plan: CommitPlan) -> None:
-    """Put back whatever moves of ``plan`` were made."""
-    for entry in reversed(plan.partitions):
+    Raises:
+        UnsafeMoveError: (local) a path runs through a symbolic link.
+    """
+    paths = _plan_paths(filesystem, plan, bases)
+    for entry in plan.partitions:
         if entry.kind is MoveKind.DIR:
-            if not exists(filesystem, entry.staged) and exists(filesystem, entry.final):
-                move(filesystem, entry.final, entry.staged)
-            if (
-                entry.trash
-                and exists(filesystem, entry.trash)
-                and not exists(filesystem, entry.final)
-            ):
-                move(filesystem, entry.trash, entry.final)
-            continue
-        for file in reversed(entry.files):
-            if not exists(filesystem, file.source) and exists(filesystem, file.target):
-                move(filesystem, file.target, file.source)
-            if entry.whole_dir and exists(filesystem, crc_sidecar(file.target)):
-                # A directory renamed whole brought the files' checksum sidecars along.
-                move(filesystem, crc_sidecar(file.target), crc_sidecar(file.source))
-        if entry.new_dir:
-            remove_empty_dir(filesystem, entry.final)
+            done = not paths.exists(entry.staged) and paths.exists(entry.final)
+            if done and entry.staged_inode is not None and paths.local:
+                done = paths.inode(entry.final) == entry.staged_inode
+        else:
+            done = all(
+                not paths.exists(file.source) and paths.exists(file.target) for file in entry.files
+            )
+        if not done:
+            return False
+    return True
+
+
+def undo_moves(filesystem: pafs.FileSystem, plan: CommitPlan, *, bases: Sequence[str] = ()) -> None:
+    """Put back whatever moves of ``plan`` were made (``bases``: :func:`apply_moves`).
+
+    A partition whose undo would move through a symbolic link, or move back a directory
+    that is not the one the job staged, is left as it is; the others are undone.
+
+    Raises:
+        UnsafeMoveError: naming what was left, once every other partition is undone.
+    """
+    paths = _plan_paths(filesystem, plan, bases)
+    refused: list[str] = []
+    for entry in reversed(plan.partitions):
+        try:
+            _undo(paths, entry)
+        except UnsafeMoveError as exc:
+            logger.warning("did not undo partition %s: %s", entry.spec, exc)
+            refused.append(str(exc))
+    if refused:
+        raise UnsafeMoveError("; ".join(refused))
+
+
+def _undo(paths: PlanPaths, entry: PartitionMove) -> None:
+    if entry.kind is MoveKind.DIR:
+        if not paths.exists(entry.staged) and paths.exists(entry.final):
+            paths.move(entry.final, entry.staged, inode=entry.staged_inode)
+        if entry.trash and paths.exists(entry.trash) and not paths.exists(entry.final):
+            paths.move(entry.trash, entry.final)
+        return
+    for file in reversed(entry.files):
+        if not paths.exists(file.source) and paths.exists(file.target):
+            paths.move(file.target, file.source)
+        if entry.whole_dir and paths.exists(crc_sidecar(file.target)):
+            # A directory renamed whole brought the files' checksum sidecars along.
+            paths.move(crc_sidecar(file.target), crc_sidecar(file.source))
+    if entry.new_dir:
+        paths.remove_empty_dir(entry.final)
 
 
 def new_partitions(plan: CommitPlan, location: TableLocation) -> list[NewPartition]:
@@ -168,3 +280,42 @@ def remove_job_dirs(filesystem: pafs.FileSystem, table_path: str, *directories: 
         with contextlib.suppress(OSError):  # another job's directory may be in it
             remove_empty_dir(filesystem, path)
     return kept
+
+
+def held_by_others(
+    catalog: Catalog, table: str, directories: Mapping[str, str]
+) -> list[tuple[str, str]]:
+    """``(directory, its other user)`` for each of ``directories`` (a location → the
+    partition spec it is for) that another table or partition holds: its registered
+    location is the directory, lies inside or contains it
+    (:meth:`hcat_notify.store.TablesView.location_holders`). ``table`` itself, and its
+    partition at that spec, do not count."""
+    holders = catalog.tables.location_holders(list(directories), table=table)
+    return [
+        (directory, str(use))
+        for directory, uses in holders.items()
+        for use in uses
+        if not (use.table == table and use.partition in (None, directories[directory]))
+    ]
+
+
+def cleanup_job(
+    catalog: Catalog,
+    table: str,
+    location: TableLocation,
+    plan: CommitPlan,
+) -> list[str]:
+    """Delete the job's staging and trash (:func:`remove_job_dirs`) once its write is
+    over, keeping the trash, as every purge would, when another table or partition holds
+    it or what it replaced (:func:`held_by_others`: registered in the trash, or at a
+    replaced partition's directory). What is kept is logged and returned, one line each.
+    """
+    replaced = {location.uri_of(move.final): move.spec for move in plan.partitions if move.trash}
+    held = replaced and held_by_others(
+        catalog, table, {location.uri_of(plan.trash): "", **replaced}
+    )
+    if not held:
+        return remove_job_dirs(location.fs, location.path, plan.staging, plan.trash)
+    kept = [f"{plan.trash}: {directory} is used by {use}" for directory, use in held]
+    logger.warning("kept the trash %s: %s", plan.trash, "; ".join(kept))
+    return kept + remove_job_dirs(location.fs, location.path, plan.staging)

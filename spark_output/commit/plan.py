@@ -51,6 +51,9 @@ class PartitionMove:
         archived: the directory holds a Hadoop Archive.
         location: the registered location when it is not ``final`` (a ``har://`` URI).
         trash: with :attr:`MoveKind.DIR`, where the replaced directory is moved.
+        staged_inode: with :attr:`MoveKind.DIR` on a local filesystem, the staged
+            directory's inode (a rename keeps it): the move, its undo and recovery's
+            "done" act only on that directory (None in plans of earlier releases).
         new_dir: with :attr:`MoveKind.FILES`, ``final`` did not exist before.
         whole_dir: with :attr:`MoveKind.FILES` and ``new_dir``: when ``final`` still does
             not exist at move time, the staged directory is renamed to it in one step
@@ -69,6 +72,7 @@ class PartitionMove:
     archived: bool = False
     location: str | None = None
     trash: str | None = None
+    staged_inode: int | None = None
     new_dir: bool = False
     whole_dir: bool = False
     files: tuple[FileMove, ...] = ()
@@ -90,6 +94,8 @@ class PartitionMove:
             data["added"] = list(self.added)
         if self.kind is MoveKind.DIR:
             data["trash"] = self.trash
+            if self.staged_inode is not None:
+                data["staged_inode"] = self.staged_inode
         else:
             data["new_dir"] = self.new_dir
             if self.whole_dir:
@@ -114,6 +120,7 @@ class PartitionMove:
             archived=bool(data.get("archived", False)),
             location=data.get("location"),
             trash=data.get("trash"),
+            staged_inode=None if data.get("staged_inode") is None else int(data["staged_inode"]),
             new_dir=bool(data.get("new_dir", False)),
             whole_dir=bool(data.get("whole_dir", False)),
             files=tuple(FileMove(str(s), str(t)) for s, t in data.get("files", [])),

@@ -8,6 +8,7 @@ process (:func:`writing`), so that recovery in the same process never touches th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import posixpath
@@ -29,16 +30,19 @@ from hcat_notify import (
     JournalState,
     PartitionSpec,
     TableNotFoundError,
+    UnsafeMoveError,
     Warehouse,
     staging_entry_id,
     validate_job_id,
+    warehouse_bases,
 )
 from spark_output.commit.moves import (
     STAGING_DIR,
     TRASH_DIR,
+    cleanup_job,
+    held_by_others,
     moves_done,
     new_partitions,
-    remove_job_dirs,
     undo_moves,
 )
 from spark_output.commit.plan import CommitPlan, MoveKind, PartitionMove
@@ -57,7 +61,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_STALE_AFTER = timedelta(hours=1)
-"""A pending entry of another host counts as abandoned after this long."""
+"""A pending entry of another host counts as abandoned after this long (not a staging
+entry: :func:`is_abandoned`)."""
 
 # Jobs committing in this process: their pending entries are not abandoned.
 _ACTIVE_JOBS: set[str] = set()
@@ -111,14 +116,17 @@ def _pid_alive(pid: int) -> bool:
 def is_abandoned(
     entry: JournalEntry, *, now: datetime, stale_after: timedelta = DEFAULT_STALE_AFTER
 ) -> bool:
-    """Whether a pending journal entry's writer is gone (so recovery may touch it)."""
-    owner = CommitPlan.from_json(entry.plan).owner
+    """Whether a pending journal entry's writer is gone (so recovery may touch it). A
+    staging entry of another host never is (its job may fill the staging for hours, a
+    Spark job: only ``force`` takes it)."""
+    plan = CommitPlan.from_json(entry.plan)
+    owner = plan.owner
     if owner.host == socket.gethostname():
         if owner.pid == os.getpid():
             with _ACTIVE_LOCK:
                 return entry.job_id not in _ACTIVE_JOBS
         return not _pid_alive(owner.pid)
-    return now - entry.started_at > stale_after
+    return plan.stages_for is None and now - entry.started_at > stale_after
 
 
 def recover(
@@ -153,6 +161,7 @@ def recover(
     """
     outcomes: list[Recovery] = []
     now = datetime.now(UTC)
+    bases = warehouse_bases(Warehouse.of(catalog.settings).roots)
     for entry in catalog.commits.pending(table):
         try:
             alive = not force and not is_abandoned(entry, now=now, stale_after=stale_after)
@@ -179,8 +188,9 @@ def recover(
             job = catalog.commits.get(plan.stages_for)
             if job is None or job.state is not JournalState.PENDING:
                 # Never journalled: the staging is all the job left. Closed: what is left
-                # is what its cleanup did not get to.
-                remove_job_dirs(filesystem, location.path, plan.staging, plan.trash)
+                # is what its cleanup did not get to (its trash kept if another table
+                # holds what it replaced).
+                cleanup_job(catalog, str(entry.table), location, _replaced(plan, job))
             # else the job's own entry (recovered next: it is younger) owns the staging
             catalog.commits.abort(entry.job_id, reason="staging closed by recovery")
             if job is None:
@@ -192,7 +202,17 @@ def recover(
                 )
             continue
         record: CommitRecord | None = None
-        if all(moves_done(filesystem, item) for item in plan.partitions):
+        try:  # from the roots, never through a link (a check above may be raced)
+            done = moves_done(filesystem, plan, bases=bases)
+            if not done:
+                undo_moves(filesystem, plan, bases=bases)
+        except UnsafeMoveError as exc:
+            logger.warning("recovery refused job=%s table=%s: %s", entry.job_id, entry.table, exc)
+            outcomes.append(
+                Recovery(entry.job_id, str(entry.table), RecoveryAction.REFUSED, reason=str(exc))
+            )
+            continue
+        if done:
             record = catalog.commits.complete(
                 entry.job_id,
                 new_partitions(plan, location),
@@ -201,13 +221,24 @@ def recover(
             )
             action = RecoveryAction.ROLLED_FORWARD
         else:
-            undo_moves(filesystem, plan)
             catalog.commits.abort(entry.job_id, reason="rolled back by recovery")
             action = RecoveryAction.ROLLED_BACK
-        remove_job_dirs(filesystem, location.path, plan.staging, plan.trash)
+        cleanup_job(catalog, str(entry.table), location, plan)
         logger.warning("recovered job=%s table=%s: %s", entry.job_id, entry.table, action)
         outcomes.append(Recovery(entry.job_id, str(entry.table), action, record))
     return outcomes
+
+
+def _replaced(plan: CommitPlan, job: JournalEntry | None) -> CommitPlan:
+    """A staging entry's plan with the partitions its job's plan replaced (for the holder
+    check of :func:`cleanup_job`; nothing is moved by it)."""
+    if job is None:
+        return plan
+    try:
+        moved = CommitPlan.from_json(job.plan).partitions
+    except (KeyError, TypeError, ValueError):
+        moved = ()
+    return dataclasses.replace(plan, partitions=moved)
 
 
 def _checked_location(
@@ -387,15 +418,12 @@ def _held_problem(
     catalog: Catalog, entry: JournalEntry, plan: CommitPlan, root: TableLocation
 ) -> str | None:
     """Why a target of ``plan`` is not the job's: another table or partition holds it (is
-    it, lies inside or contains it: :meth:`location_holders`)."""
+    it, lies inside or contains it: :func:`held_by_others`)."""
     targets = {root.uri_of(move.final): move for move in plan.partitions}
-    holders = catalog.tables.location_holders(list(targets), table=str(entry.table))
-    for target, uses in holders.items():
+    specs = {target: move.spec for target, move in targets.items()}
+    for target, use in held_by_others(catalog, str(entry.table), specs):
         move = targets[target]
-        for use in uses:
-            if use.table == str(entry.table) and use.partition in (None, move.spec):
-                continue  # the table itself, or the partition the move writes
-            return f"partition {move.spec}: its target {move.final} is used by {use}"
+        return f"partition {move.spec}: its target {move.final} is used by {use}"
     return None
 
 

@@ -323,7 +323,7 @@ def import_table(
                 phases={},
             )
         except Exception:
-            committer.cleanup()  # a commit refused before its journal entry left it
+            committer.cleanup_unless_pending()  # one refused before its entry left it
             committer.end_staging("the commit failed; its moves were undone")
             raise
         committer.end_staging(f"published by job {job}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -92,3 +92,35 @@ def test_recover_rolls_back_and_leaves_live_writers_alone(capsys, db_url: str, t
         code, _, err = _run(capsys, db_url, "recover", "web.nope")
         assert code == 2
         assert "table web.nope is not registered" in err
+
+
+def test_a_staging_entry_of_another_host_is_taken_only_with_force(
+    capsys, db_url: str, tmp_path: Path
+):
+    # a write journals its staging before Spark writes, which may take hours: another
+    # host's write to the table (which recovers first) must not remove it after an hour
+    root = tmp_path / "t"
+    staging = root / STAGING_DIR / "nightly"
+    (staging / "ds=1").mkdir(parents=True)
+    (staging / "ds=1" / "part-0.parquet").write_bytes(b"x")
+    plan = {
+        "owner": {"host": "another-host", "pid": 1}, "staging": str(staging),
+        "trash": str(root / "_hcat_trash" / "nightly"), "table_path": str(root),
+        "table_uri": f"file://{root}", "partitions": [], "stages_for": "nightly",
+    }  # fmt: skip
+    with Catalog.open(load_settings(home=tmp_path, db_url=db_url)) as catalog:
+        catalog.create_table("web.t", location=str(root), partition_keys=["ds"])
+        catalog.commits.begin(
+            "nightly.staging", "web.t", mode="append", partitions=[], plan=plan,
+            started_at=datetime.now(UTC) - timedelta(hours=5),
+        )  # fmt: skip
+    code, out, _ = _run(capsys, db_url, "-o", "json", "recover")
+    assert (code, json.loads(out)) == (
+        0, [{"job_id": "nightly.staging", "table": "web.t", "action": "skipped (writer alive)"}]
+    )  # fmt: skip
+    assert (staging / "ds=1" / "part-0.parquet").exists()
+    code, out, _ = _run(capsys, db_url, "-o", "json", "recover", "--force")
+    assert (code, json.loads(out)) == (
+        0, [{"job_id": "nightly.staging", "table": "web.t", "action": "rolled back"}]
+    )  # fmt: skip
+    assert not (root / STAGING_DIR).exists()

@@ -11,6 +11,7 @@ import os
 import socket
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, update
@@ -23,7 +24,8 @@ from hcat_notify.errors import InvalidInputError
 from hcat_notify.store import Catalog
 from hcat_notify.store.journal import table_definition
 from hcat_notify.store.models import CommitJournalRow, PartitionRow
-from spark_output.commit.moves import STAGING_DIR, TRASH_DIR
+from spark_output.commit import recovery
+from spark_output.commit.moves import STAGING_DIR, TRASH_DIR, moves_done
 from spark_output.commit.plan import CommitPlan, FileMove, MoveKind, Owner, PartitionMove
 from spark_output.commit.recovery import plan_problem
 from spark_output.fs import TableLocation
@@ -340,3 +342,84 @@ def test_recover_acts_only_inside_the_roots_and_only_on_moves_the_committer_make
         "partition p=1: it moves a whole directory without a trash to put back"
     )
     assert _still_pending(tmp_path, db_url) == ["ext-new", "no-trash"]
+
+
+def test_recover_refuses_a_link_planted_after_its_check(
+    capsys, db_url: str, tmp_path: Path, narrow_warehouse: Path, victim: Path,
+    monkeypatch: pytest.MonkeyPatch,
+):  # fmt: skip
+    # third review (race_mid.py): <table>/g=1 swapped for a link to a directory outside
+    # after recovery's link check; the rollback moved the victim's p=1 into the staging
+    # (rename(2) follows a link in an intermediate component) and deleted it with it
+    root = narrow_warehouse / "e"
+    (root / "g=1" / "p=1").mkdir(parents=True)
+    (root / "g=1" / "p=1" / "part-0").write_text("moved in by the job")
+    (victim / "p=1").mkdir()
+    (victim / "p=1" / "precious").write_text("outside")
+    staging, trash = root / STAGING_DIR / "evil", root / TRASH_DIR / "evil"
+    (staging / "g=1" / "p=2").mkdir(parents=True)  # not moved yet: a rollback
+    with _open(tmp_path, db_url) as catalog:
+        catalog.create_table("web.e", location=str(root), partition_keys=["g", "p"])
+        _begin(catalog, "evil", "web.e", root, [
+            _dir_move(spec, staging / spec, root / spec, trash=str(trash / spec))
+            for spec in ("g=1/p=1", "g=1/p=2")
+        ], mode="overwrite")  # fmt: skip
+    checked = moves_done
+
+    def swapped_after_the_check(*args: Any, **kwargs: Any) -> bool:
+        if not (root / "g=1").is_symlink():
+            (root / "g=1").rename(root / "g=1.real")
+            (root / "g=1").symlink_to(victim)
+        return checked(*args, **kwargs)
+
+    monkeypatch.setattr(recovery, "moves_done", swapped_after_the_check)
+    code, outcomes = _recover(capsys, db_url)
+    assert sorted(os.listdir(victim)) == ["data", "p=1"]
+    assert (victim / "p=1" / "precious").read_text() == "outside"
+    assert code == EXIT_ERROR
+    assert outcomes["evil"]["action"] == REFUSED
+    assert outcomes["evil"]["reason"] == (
+        f"{root}/g=1 is a symbolic link; nothing is moved through or as a link"
+    )
+    assert _still_pending(tmp_path, db_url) == ["evil"]
+    assert (staging / "g=1" / "p=2").is_dir()  # nothing of the job's deleted either
+
+
+def test_recover_moves_back_only_the_directory_the_job_staged(
+    capsys, db_url: str, tmp_path: Path, narrow_warehouse: Path
+):
+    # the journalled inode of a staged directory: a rollback does not move (and then
+    # delete with the staging) another directory found at the target meanwhile
+    root = narrow_warehouse / "e"
+    staging = root / STAGING_DIR / "job"
+    staged = staging / "p=1"
+    staged.mkdir(parents=True)
+    inode = os.stat(staged).st_ino
+    staged.rename(tmp_path / "elsewhere")  # moved, then not the job's directory at p=1
+    (root / "p=1").mkdir()
+    (root / "p=1" / "part-0").write_text("not the job's")
+    (staging / "p=2").mkdir()  # not moved yet: a rollback
+    moves = [
+        _dir_move(spec, staging / spec, root / spec, trash=str(root / TRASH_DIR / "job" / spec))
+        for spec in ("p=1", "p=2")
+    ]
+    plan = CommitPlan(
+        owner=Owner(socket.gethostname(), DEAD_PID), staging=str(staging),
+        trash=str(root / TRASH_DIR / "job"), table_path=str(root), table_uri=str(root),
+        partitions=tuple(moves),
+    ).to_json()  # fmt: skip
+    plan["partitions"][0]["staged_inode"] = inode  # what the committer journals
+    with _open(tmp_path, db_url) as catalog:
+        catalog.create_table("web.e", location=str(root), partition_keys=["p"])
+        catalog.commits.begin(
+            "job", "web.e", mode="overwrite", partitions=["p=1", "p=2"], plan=plan,
+            started_at=catalog.now(),
+        )  # fmt: skip
+    code, outcomes = _recover(capsys, db_url)
+    assert (root / "p=1" / "part-0").read_text() == "not the job's"
+    assert code == EXIT_ERROR
+    assert outcomes["job"]["action"] == REFUSED
+    assert outcomes["job"]["reason"].startswith(
+        f"{root}/p=1 is not the directory this job staged (inode "
+    )
+    assert _still_pending(tmp_path, db_url) == ["job"]

@@ -224,9 +224,11 @@ def test_crash_between_moves_and_commit_is_rolled_forward_by_recover(
     assert len(_visible_partitions(root)) == 4  # files are in place ...
     assert catalog.list_partitions("web.clicks") == []  # ... but not registered or announced
     assert _events(catalog) == []
-    (pending,) = catalog.commits.pending("web.clicks")
+    # the job's entry, and the one its staging was journalled by before Spark wrote
+    staged, pending = catalog.commits.pending("web.clicks")  # oldest first
+    assert staged.job_id == f"{pending.job_id}.staging"
 
-    outcomes = recover(catalog, "web.clicks")
+    outcomes = recover(catalog, "web.clicks")  # the staging entry closed with the job's
     assert [(o.job_id, o.action) for o in outcomes] == [(pending.job_id, "rolled forward")]
     assert {p.spec.to_path() for p in catalog.list_partitions("web.clicks")} == _visible_partitions(
         root
@@ -248,7 +250,7 @@ def test_crash_before_the_moves_is_rolled_back_by_the_next_write(spark, settings
             "web.clicks",
             settings=settings,
         )
-    assert len(catalog.commits.pending("web.clicks")) == 1
+    assert len(catalog.commits.pending("web.clicks")) == 2  # the job's, and its staging's
     rows = _rows(["20110301"], REGIONS[:2])
     result = write_partitions(
         _frame(spark, rows), "web.clicks", settings=settings
@@ -257,6 +259,41 @@ def test_crash_before_the_moves_is_rolled_back_by_the_next_write(spark, settings
     assert _visible_partitions(Path(table.location)) == set(result.partitions_created)
     assert _read(spark, table) == sorted(rows)  # the crashed write left nothing visible
     assert [e.headers["HCAT_SPEC"] for e in _events(catalog)] == sorted(result.partitions_created)
+
+
+def test_a_retry_of_a_job_id_whose_writer_died_in_the_spark_phase_writes(
+    spark, settings, catalog, table, monkeypatch
+):
+    # third trust review (LOW): the writer journals its staging before Spark writes, so
+    # the next write removes what a writer that died there left (it was refused until
+    # removed by hand), and no other entry can claim that staging while Spark writes
+    from pyspark.sql import DataFrameWriter
+
+    staging = Path(table.location) / "_hcat_staging" / "daily-1"
+    real_save = DataFrameWriter.save
+    seen: list[str] = []
+
+    def died_part_way(self: DataFrameWriter, *args: Any, **kwargs: Any) -> None:
+        (staging / "datestamp=20110228" / "region=us").mkdir(parents=True)
+        (staging / "datestamp=20110228" / "region=us" / "part-00000-half.parquet").write_text("")
+        raise SimulatedCrash("the writer died while Spark wrote")
+
+    def journalled_first(self: DataFrameWriter, *args: Any, **kwargs: Any) -> None:
+        seen.extend(entry.job_id for entry in catalog.commits.pending("web.clicks"))
+        real_save(self, *args, **kwargs)
+
+    frame = _frame(spark, _rows(["20110228"], ["us"]))
+    monkeypatch.setattr(DataFrameWriter, "save", died_part_way)
+    with pytest.raises(SimulatedCrash):
+        write_partitions(frame, "web.clicks", job_id="daily-1", settings=settings)
+    monkeypatch.setattr(DataFrameWriter, "save", journalled_first)
+    result = write_partitions(frame, "web.clicks", job_id="daily-1", settings=settings)
+    assert seen == ["daily-1.staging"]  # pending (and this process's) while Spark wrote
+    assert result.partitions_created == ("datestamp=20110228/region=us",)
+    (written,) = catalog.list_partitions("web.clicks")
+    assert "part-00000-half.parquet" not in os.listdir(written.location.removeprefix("file://"))
+    assert catalog.commits.pending() == []
+    assert not staging.exists()
 
 
 def test_rerunning_a_committed_job_id_is_a_no_op(spark, settings, catalog, table):

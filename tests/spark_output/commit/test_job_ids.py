@@ -136,3 +136,31 @@ def test_a_second_writer_with_the_same_job_id_is_refused_before_spark_writes(
             second.check_staging_free()
         PartitionCommitter(catalog, table, job_id="job-2", mode="append").check_staging_free()
     assert (first / "part-0.parquet").read_text() == "first writer's"
+
+
+def test_only_an_aborted_staging_entry_is_begun_again(
+    db_url: str, tmp_path: Path, narrow_warehouse: Path
+):
+    # a write journals its staging before Spark writes; a retry with the same job id after
+    # a failed Spark job (entry aborted) begins it again, a live one's is never taken
+    catalog, _ = _table(tmp_path, db_url, narrow_warehouse)
+    with catalog:
+        committer = PartitionCommitter(
+            catalog, catalog.get_table("db.t"), job_id="j", mode="append"
+        )
+        committer.journal_staging(started_at=catalog.now())
+        with pytest.raises(
+            InvalidInputError, match=r"^job id j\.staging was already used \(pending\)$"
+        ):
+            committer.journal_staging(started_at=catalog.now())
+        committer.end_staging("the Spark job failed; staging removed")
+        committer.journal_staging(started_at=catalog.now())  # the retry
+        assert [entry.job_id for entry in catalog.commits.pending()] == ["j.staging"]
+        catalog.commits.begin(
+            "j", "db.t", mode="append", partitions=[], plan={}, started_at=catalog.now()
+        )
+        catalog.commits.abort("j")
+        with pytest.raises(InvalidInputError, match=r"^job id j was already used \(aborted\)$"):
+            catalog.commits.begin(
+                "j", "db.t", mode="append", partitions=[], plan={}, started_at=catalog.now()
+            )

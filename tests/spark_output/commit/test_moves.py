@@ -11,7 +11,6 @@ import pytest
 from pyarrow import fs as pafs
 
 from hcat_notify import Catalog, PartitionSpec, load_settings
-from spark_output import fs as spark_fs
 from spark_output.commit import moves
 from spark_output.commit.committer import PartitionCommitter, StagedPartition
 from spark_output.commit.moves import apply_moves, moves_done, undo_moves
@@ -65,7 +64,7 @@ def test_a_new_partition_is_renamed_whole_with_its_sidecars(tmp_path: Path) -> N
     assert _listing(final) == sorted(
         [*NAMES, ".part-00000-a.parquet.crc", ".part-00001-a.parquet.crc"]
     )
-    assert moves_done(filesystem, plan.partitions[0])
+    assert moves_done(filesystem, plan)
 
 
 def test_a_partition_created_meanwhile_gets_the_files_one_by_one(tmp_path: Path) -> None:
@@ -79,7 +78,7 @@ def test_a_partition_created_meanwhile_gets_the_files_one_by_one(tmp_path: Path)
     assert _listing(final) == sorted([*NAMES, "part-00000-other.parquet"])
     assert (final / "part-00000-other.parquet").read_text() == "theirs"
     assert _listing(staged) == [".part-00000-a.parquet.crc", ".part-00001-a.parquet.crc"]
-    assert moves_done(filesystem, plan.partitions[0])
+    assert moves_done(filesystem, plan)
 
 
 def test_undo_of_a_whole_rename_puts_back_files_and_sidecars_and_removes_the_partition(
@@ -96,7 +95,7 @@ def test_undo_of_a_whole_rename_puts_back_files_and_sidecars_and_removes_the_par
     assert _listing(staged) == sorted(
         [*NAMES, ".part-00000-a.parquet.crc", ".part-00001-a.parquet.crc"]
     )
-    assert not moves_done(filesystem, plan.partitions[0])
+    assert not moves_done(filesystem, plan)
 
 
 def test_undo_leaves_a_concurrent_writers_files_where_they_are(tmp_path: Path) -> None:
@@ -140,19 +139,19 @@ def test_two_writers_past_the_check_the_second_rename_fails_and_moves_file_by_fi
     plan, staged, final = _stage(tmp_path)
     final.mkdir()
     (final / "part-00000-other.parquet").write_text("theirs")  # renamed in by the other
-    real_exists = spark_fs.exists
+    real_exists = moves.PlanPaths.exists
 
     first = {"seen": False}
 
     def before_the_other_rename(  # the first check ran before the other writer's rename
-        fs: pafs.FileSystem, path: str
+        paths: moves.PlanPaths, path: str
     ) -> bool:
         if path == str(final) and not first["seen"]:
             first["seen"] = True
             return False
-        return real_exists(fs, path)
+        return real_exists(paths, path)
 
-    monkeypatch.setattr(moves, "exists", before_the_other_rename)
+    monkeypatch.setattr(moves.PlanPaths, "exists", before_the_other_rename)
 
     apply_moves(filesystem, plan)
 
@@ -160,8 +159,8 @@ def test_two_writers_past_the_check_the_second_rename_fails_and_moves_file_by_fi
     assert _listing(final) == sorted([*NAMES, "part-00000-other.parquet"])
     assert _listing(staged) == [".part-00000-a.parquet.crc", ".part-00001-a.parquet.crc"]
     assert (final / "part-00000-other.parquet").read_text() == "theirs"
-    monkeypatch.setattr(moves, "exists", real_exists)
-    assert moves_done(filesystem, plan.partitions[0])
+    monkeypatch.setattr(moves.PlanPaths, "exists", real_exists)
+    assert moves_done(filesystem, plan)
 
 
 def test_remove_empty_dir_never_deletes_a_file(tmp_path: Path) -> None:
