@@ -16,7 +16,7 @@ import posixpath
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pyarrow import fs as pafs
 
@@ -33,6 +33,7 @@ __all__ = [
     "ManifestError",
     "OutsideExportError",
     "check_inside",
+    "copy_stream",
     "copy_with_checksum",
     "file_checksum",
 ]
@@ -267,19 +268,32 @@ def file_checksum(filesystem: pafs.FileSystem, path: str) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
+class _Readable(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
+class _Writable(Protocol):
+    def write(self, data: bytes, /) -> Any: ...
+
+
+def copy_stream(reader: _Readable, writer: _Writable) -> tuple[int, str]:
+    """Copy what ``reader`` holds to ``writer``, hashing it on the way: (size, SHA-256)."""
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := reader.read(_CHUNK):
+        digest.update(chunk)
+        writer.write(chunk)
+        size += len(chunk)
+    return size, digest.hexdigest()
+
+
 def copy_with_checksum(
     source_fs: pafs.FileSystem, source: str, target_fs: pafs.FileSystem, target: str
 ) -> tuple[int, str]:
     """Copy a file between filesystems, hashing it on the way: (size, SHA-256)."""
-    digest = hashlib.sha256()
-    size = 0
     target_fs.create_dir(posixpath.dirname(target), recursive=True)
     with (
         source_fs.open_input_stream(source) as reader,
         target_fs.open_output_stream(target) as writer,
     ):
-        while chunk := reader.read(_CHUNK):
-            digest.update(chunk)
-            writer.write(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
+        return copy_stream(reader, writer)
