@@ -5,8 +5,11 @@ location or table type from the manifest that the operator did not give."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +17,10 @@ from hcat_notify import register_partitions
 from hcat_notify.cli import main
 from hcat_notify.errors import InvalidInputError, LinkInPartitionError
 from hcat_notify.store import Catalog
+from spark_output.compaction.har import HarEntry
+from spark_output.compaction.har.index import index_bytes
 from spark_output.transfer import export_table
+from tests.counts import row_counts
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +48,7 @@ def _tree(root: Path) -> dict[str, str]:
     }
 
 
-def _refused(capsys, db_url: str, *args: str) -> str:
+def _refused(capsys: pytest.CaptureFixture[str], db_url: str, *args: str) -> str:
     code = main(["--db-url", db_url, *args])
     out, err = capsys.readouterr()
     assert (code, out) == (2, ""), err
@@ -155,3 +161,126 @@ def test_export_refuses_a_partition_holding_a_link_and_reads_nothing_through_it(
     with pytest.raises(LinkInPartitionError):
         export_table(catalog, "web.a", to=str(tmp_path / "exp"))
     assert not (tmp_path / "exp").exists()
+
+
+def _archived_export(root: Path, part: str, master: bytes | None = None) -> Path:
+    """An export made by hand of web.har: partition ds=1 archived, its archive's one file
+    at ``part`` (the review's repro: an absolute path reads a file outside the archive)."""
+    archive = root / "data" / "ds=1" / "_hcat_archive.har"
+    archive.mkdir(parents=True)
+    entries = [
+        HarEntry(path="/", is_dir=True, children=("part-0.csv",)),
+        HarEntry(path="/part-0.csv", is_dir=False, part=part, offset=0, length=5),
+    ]
+    index, masterindex = index_bytes(entries)
+    (archive / "_index").write_bytes(index)
+    (archive / "_masterindex").write_bytes(master or masterindex)
+    (archive / "part-0").write_bytes(b"a,1\n\n")
+    files: list[dict[str, Any]] = [
+        {
+            "path": f"_hcat_archive.har/{name}",
+            "size": len(data := (archive / name).read_bytes()),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+        for name in ("_index", "_masterindex", "part-0")
+    ]
+    manifest = {
+        "format": "hcat-notify-export",
+        "version": 1,
+        "exportId": f"har-{root.name}",
+        "exportedAt": "2026-11-28T00:00:00+00:00",
+        "table": {
+            "db": "web",
+            "table": "har",
+            "location": str(root.parent / "warehouse" / "har"),
+            "storageFormat": "csv",
+            "tableType": "MANAGED_TABLE",
+            "properties": {},
+            "retentionSeconds": 86400,
+        },
+        "partitionKeys": ["ds"],
+        "partitions": [
+            {
+                "spec": "ds=1",
+                "values": {"ds": "1"},
+                "location": "x",
+                "archived": True,
+                "fileCount": len(files),
+                "bytes": sum(item["size"] for item in files),
+                "files": files,
+            }
+        ],
+    }
+    (root / "_hcat_export.json").write_text(json.dumps(manifest))
+    return root
+
+
+@sqlite_only
+def test_import_refuses_an_archive_whose_index_reaches_outside_it(
+    capsys, catalog: Catalog, db_url: str, tmp_path: Path, narrow_warehouse: Path
+):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET\n")
+    before = row_counts(catalog)
+    for name, part, master, problem in (
+        ("abs", str(secret), None, "a part is a file part-N inside the archive"),
+        ("up", "../../../../secret.txt", None, "a part is a file part-N inside the archive"),
+        ("master", "part-0", b"3 \n0 x y z \n", "malformed _masterindex"),
+    ):
+        export = _archived_export(tmp_path / name, part, master)
+        err = _refused(capsys, db_url, "import", str(export))
+        assert f"{export}/data/ds=1/_hcat_archive.har is not a sound archive" in err, err
+        assert problem in err, err
+        assert "nothing imported" in err
+    assert row_counts(catalog) == before
+    assert not (narrow_warehouse / "har").exists()
+    # the same export with a sound index imports
+    export = _archived_export(tmp_path / "sound", "part-0")
+    code = main(["--db-url", db_url, "import", str(export)])
+    assert code == 0, capsys.readouterr().err
+    assert catalog.get_table("web.har").table_type == "MANAGED_TABLE"
+
+
+def _as_external(export: Path, location: str, table_type: str = "EXTERNAL_TABLE") -> None:
+    manifest = export / "_hcat_export.json"
+    data = json.loads(manifest.read_text())
+    data["table"].update(tableType=table_type, location=location)
+    manifest.write_text(json.dumps(data))
+
+
+@sqlite_only
+def test_import_makes_a_managed_table_unless_the_operator_says_external(
+    capsys, catalog: Catalog, db_url: str, tmp_path: Path, narrow_warehouse: Path
+):
+    _table(catalog, "web.a", narrow_warehouse / "a", "ds=1")
+    export = tmp_path / "export"
+    export_table(catalog, "web.a", to=str(export))
+    outside = tmp_path / "outside"
+    _as_external(export, str(outside))  # the manifest asks for an external table outside
+    before = row_counts(catalog)
+    err = _refused(capsys, db_url, "import", str(export), "--as", "web.e")
+    assert f"the export's table was external, at {outside}" in err
+    err = _refused(capsys, db_url, "import", str(export), "--as", "web.e", "--external")
+    assert "--external needs --location" in err
+    err = _refused(capsys, db_url, "import", str(export), "--external", "--replace")
+    assert "--external applies to a new table; web.a exists" in err
+    _as_external(export, "file://otherhost/w/t", "MANAGED_TABLE")
+    err = _refused(capsys, db_url, "import", str(export), "--as", "web.e")
+    assert "names the host 'otherhost'" in err
+    err = _refused(
+        capsys, db_url, "import", str(export), "--as", "web.e", "--location", "file://h/w/t"
+    )
+    assert "names the host 'h'" in err
+    assert row_counts(catalog) == before
+    assert not outside.exists()
+    # what the operator names: a managed table inside the roots, an external one anywhere
+    for name, options in (
+        ("web.m", ["--location", str(narrow_warehouse / "m")]),
+        ("web.x", ["--external", "--location", str(tmp_path / "ext")]),
+    ):
+        code = main(["--db-url", db_url, "import", str(export), "--as", name, *options])
+        assert code == 0, capsys.readouterr().err
+    assert catalog.get_table("web.m").table_type == "MANAGED_TABLE"
+    assert catalog.get_table("web.x").table_type == "EXTERNAL_TABLE"
+    assert (tmp_path / "ext" / "ds=1" / "part-0.csv").read_text() == "web.a,ds=1\n"
+    assert not outside.exists()
