@@ -5,6 +5,7 @@ target left alone), and a link planted after the listing is not read (``O_NOFOLL
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -37,7 +38,9 @@ def _state(directory: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("mode", ["har", "merge"])
-def test_a_partition_holding_a_link_is_not_compacted(tmp_path: Path, mode: str) -> None:
+def test_a_partition_holding_a_link_is_not_compacted(
+    tmp_path: Path, mode: Literal["merge", "har"]
+) -> None:
     directory, secret = _partition(tmp_path)
     before = _state(directory)
     policy = CompactionPolicy(mode=mode, min_files=2)
