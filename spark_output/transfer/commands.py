@@ -31,7 +31,9 @@ def _show_bar(obj: CliContext) -> bool:
 @click.command("export")
 @click.argument("name", metavar="DB.TABLE")
 @click.argument("spec", nargs=-1, metavar="[K=V]...")
-@click.option("--to", "destination", required=True, metavar="URI", help="Export directory.")
+@click.option(
+    "--to", "destination", required=True, metavar="URI", help="Export directory (new or empty)."
+)
 @output_option
 @click.pass_obj
 @handle_errors
@@ -40,7 +42,9 @@ def export(obj: CliContext, name: str, spec: tuple[str, ...], destination: str) 
 
     Files go to URI/data/<spec>/, hashed on the way; URI/_hcat_export.json (format
     version, table definition, partition keys, every partition's files with sizes and
-    SHA-256 checksums) is written last. HDFS and S3 URIs work.
+    SHA-256 checksums) is written last. HDFS and S3 URIs work. URI must be a new or
+    an empty directory, apart from every table's location and the warehouse roots;
+    no file is written over or through a link.
     """
     from spark_output.transfer.export import export_table
 
