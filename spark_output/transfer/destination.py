@@ -37,6 +37,9 @@ class ExportTarget(Protocol):
 
     uri: str
 
+    def make_dirs(self, relative: str) -> None:
+        """The directory ``relative`` (``/``-separated) and those above it."""
+
     def new_file(self, relative: str) -> BinaryIO:
         """A new file at ``relative`` (``/``-separated), its directories made as needed."""
 
@@ -48,8 +51,9 @@ def _is_local(where: TableLocation) -> bool:
     return isinstance(where.fs, pafs.LocalFileSystem)
 
 
-def _refuse(to: str, why: str) -> InvalidInputError:
-    return InvalidInputError(f"cannot export to {to}: {why}; nothing written")
+def _refuse(label: str, why: str) -> InvalidInputError:
+    """``label``: what was refused, ``export to /x``."""
+    return InvalidInputError(f"cannot {label}: {why}; nothing written")
 
 
 def check_destination(catalog: Catalog, destination: TableLocation, to: str, table: str) -> None:
@@ -61,26 +65,27 @@ def check_destination(catalog: Catalog, destination: TableLocation, to: str, tab
             included); at or around a warehouse root.
     """
     path = os.path.realpath(destination.path) if _is_local(destination) else destination.path
+    label = f"export to {to}"
     kind = destination.fs.get_file_info(path).type
     if kind not in (pafs.FileType.Directory, pafs.FileType.NotFound):
-        raise _refuse(to, "it is a file, not a directory")
+        raise _refuse(label, "it is a file, not a directory")
     uses = location_holders(catalog, [destination.uri])[destination.uri]
     if uses:
         # The table's own location first: the usual mistake.
         use = sorted(uses, key=lambda u: (u.table != table, u.partition is not None))[0]
         raise _refuse(
-            to,
+            label,
             f"it overlaps {use.location}, where {use.table} keeps its files; choose a "
             "directory outside every table",
         )
     key = location_key(destination.uri)
     for root in Warehouse.of(catalog.settings).roots:
         if location_key(root).within(key):
-            raise _refuse(to, f"it is or holds the warehouse root {root}")
+            raise _refuse(label, f"it is or holds the warehouse root {root}")
     if kind == pafs.FileType.Directory and destination.fs.get_file_info(pafs.FileSelector(path)):
         held = destination.fs.get_file_info(posixpath.join(path, MANIFEST_NAME)).type
         raise _refuse(
-            to,
+            label,
             f"it already holds an export ({MANIFEST_NAME})"
             if held != pafs.FileType.NotFound
             else "it is not empty (an export writes only into a new or an empty directory, "
@@ -89,8 +94,17 @@ def check_destination(catalog: Catalog, destination: TableLocation, to: str, tab
 
 
 @contextmanager
-def open_destination(destination: TableLocation, to: str) -> Iterator[ExportTarget]:
+def open_destination(
+    destination: TableLocation,
+    to: str,
+    *,
+    action: str = "export to",
+    unfinished: str = "the export is incomplete (it has no manifest)",
+) -> Iterator[ExportTarget]:
     """Create the checked destination (or take it empty) and yield it for writing.
+
+    ``action`` and ``unfinished`` word the errors (``cannot export to /x: ...``, and what
+    a stop midway leaves).
 
     Raises:
         hcat_notify.InvalidInputError: it cannot be created, or (local) something
@@ -100,17 +114,17 @@ def open_destination(destination: TableLocation, to: str) -> Iterator[ExportTarg
         try:
             destination.fs.create_dir(destination.path, recursive=True)
         except OSError as exc:
-            raise _refuse(to, str(exc)) from exc
+            raise _refuse(f"{action} {to}", str(exc)) from exc
         yield _RemoteTarget(destination)
         return
-    fd = _create_local(os.path.realpath(destination.path), to)
+    fd = _create_local(os.path.realpath(destination.path), f"{action} {to}")
     try:
-        yield _LocalTarget(destination.uri, fd, to)
+        yield _LocalTarget(destination.uri, fd, f"{action} {to}", unfinished)
     finally:
         os.close(fd)
 
 
-def _create_local(path: str, to: str) -> int:
+def _create_local(path: str, label: str) -> int:
     """Open (creating what is missing) every directory of ``path`` from ``/``, each with
     ``O_NOFOLLOW``; ``path`` itself must be new or empty. Its descriptor."""
     parts = [part for part in path.split("/") if part]
@@ -123,16 +137,16 @@ def _create_local(path: str, to: str) -> int:
             except FileExistsError:
                 pass
             except OSError as exc:
-                raise _refuse(to, f"cannot create {part}: {exc.strerror}") from exc
+                raise _refuse(label, f"cannot create {part}: {exc.strerror}") from exc
             try:
                 inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 shown = "/" + "/".join(parts[: index + 1])
-                raise _refuse(to, f"{shown} is a link or not a directory") from exc
+                raise _refuse(label, f"{shown} is a link or not a directory") from exc
             os.close(fd)
             fd = inner
             if last and os.listdir(fd):
-                raise _refuse(to, "it is not empty (something appeared in it meanwhile)")
+                raise _refuse(label, "it is not empty (something appeared in it meanwhile)")
         return fd
     except BaseException:
         os.close(fd)
@@ -143,17 +157,17 @@ class _LocalTarget:
     """A local destination: directories made fresh, files created exclusively, nothing
     followed."""
 
-    def __init__(self, uri: str, fd: int, to: str) -> None:
+    def __init__(self, uri: str, fd: int, label: str, unfinished: str) -> None:
         self.uri = uri
         self._fd = fd
-        self._to = to
+        self._label = label
+        self._unfinished = unfinished
         self._made: set[str] = set()
 
     def _appeared(self, relative: str, exc: OSError) -> InvalidInputError:
         return InvalidInputError(
-            f"export to {self._to} stopped: {relative} appeared meanwhile or is a link "
-            f"({exc.strerror}); nothing is written through a link; the export is incomplete "
-            "(it has no manifest)"
+            f"{self._label} stopped: {relative} appeared meanwhile or is a link "
+            f"({exc.strerror}); nothing is written through a link; {self._unfinished}"
         )
 
     def _directory(self, relative: str) -> int:
@@ -182,6 +196,9 @@ class _LocalTarget:
             os.close(fd)
             raise
 
+    def make_dirs(self, relative: str) -> None:
+        os.close(self._directory(relative))
+
     def new_file(self, relative: str) -> BinaryIO:
         directory = self._directory(posixpath.dirname(relative))
         try:
@@ -207,6 +224,9 @@ class _RemoteTarget:
     def __init__(self, destination: TableLocation) -> None:
         self.uri = destination.uri
         self._where = destination
+
+    def make_dirs(self, relative: str) -> None:
+        self._where.fs.create_dir(self._where.join(relative), recursive=True)
 
     def new_file(self, relative: str) -> BinaryIO:
         path = self._where.join(relative)

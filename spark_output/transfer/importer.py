@@ -36,16 +36,18 @@ from hcat_notify import (
     TableNotFoundError,
     table_definition,
 )
+from hcat_notify.files import open_data_file
 from hcat_notify.warehouse import canonical_location, location_key
 from spark_output.commit.committer import PartitionCommitter, StagedPartition, staging_entry_id
 from spark_output.commit.recovery import recover, writing
 from spark_output.compaction.har.reader import list_har
 from spark_output.errors import HarError
+from spark_output.transfer.destination import open_destination
 from spark_output.transfer.manifest import (
     ExportedPartition,
     Manifest,
     check_inside,
-    copy_with_checksum,
+    copy_stream,
     file_checksum,
 )
 
@@ -270,27 +272,34 @@ def _stage(
     source: str,
     progress: Progress,
 ) -> None:
+    """Copy the export's files into the job's staging directory, which must be new (or
+    empty): on the local filesystem every directory and file is created by this copy,
+    never through a link (:func:`~spark_output.transfer.destination.open_destination`)."""
     total = sum(len(partition.files) for partition in partitions)
     done = 0
-    for partition in partitions:
-        directory = posixpath.join(committer.staging, partition.spec.to_path())
-        committer.fs.create_dir(directory, recursive=True)
-        for item in partition.files:
-            # Again: an entry may have been swapped for a link since it was verified.
-            check_inside(root.fs, root.path, f"{partition.data_dir}/{item.path}", source)
-            size, digest = copy_with_checksum(
-                root.fs,
-                root.join(partition.data_dir, item.path),
-                committer.fs,
-                posixpath.join(directory, item.path),
-            )
-            if (size, digest) != (item.size, item.sha256):  # changed since verified
-                raise ChecksumMismatchError(
-                    f"{source}/{partition.data_dir}/{item.path} changed while it was "
-                    "copied; nothing imported"
-                )
-            done += 1
-            progress(done, total, f"copying {partition.spec}/{item.path}")
+    staging = TableLocation(committer.fs, committer.staging, committer.staging_uri)
+    unfinished = "nothing imported (the staging is removed)"
+    with open_destination(
+        staging, staging.uri, action="stage the import in", unfinished=unfinished
+    ) as target:
+        for partition in partitions:
+            target.make_dirs(partition.spec.to_path())
+            for item in partition.files:
+                # Again: an entry may have been swapped for a link since it was verified.
+                check_inside(root.fs, root.path, f"{partition.data_dir}/{item.path}", source)
+                relative = posixpath.join(partition.spec.to_path(), item.path)
+                with (
+                    open_data_file(root.fs, root.join(partition.data_dir, item.path)) as reader,
+                    target.new_file(relative) as writer,
+                ):
+                    size, digest = copy_stream(reader, writer)
+                if (size, digest) != (item.size, item.sha256):  # changed since verified
+                    raise ChecksumMismatchError(
+                        f"{source}/{partition.data_dir}/{item.path} changed while it was "
+                        "copied; nothing imported"
+                    )
+                done += 1
+                progress(done, total, f"copying {partition.spec}/{item.path}")
 
 
 def import_table(
@@ -369,6 +378,7 @@ def import_table(
     )
     started_at = catalog.now()
     archives = any(partition.archived for partition in manifest.partitions)
+    committer.check_staging_free()  # whatever is there is not this import's
     with writing(staging_entry_id(job)):
         # Journalled before the first copy: 'recover' removes what a crash leaves staged.
         committer.journal_staging(started_at=started_at)

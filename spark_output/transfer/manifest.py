@@ -3,8 +3,7 @@
 An export directory holds ``data/<spec>/<file>`` and, written last, the manifest: format
 version, table definition, partition keys, and every partition with its files, sizes and
 SHA-256 checksums (``schemas/export_manifest.schema.json``). An export without a
-manifest is incomplete. :func:`copy_with_checksum` copies one file between any two
-pyarrow filesystems and hashes it on the way.
+manifest is incomplete. :func:`copy_stream` copies one file and hashes it on the way.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ __all__ = [
     "OutsideExportError",
     "check_inside",
     "copy_stream",
-    "copy_with_checksum",
     "file_checksum",
 ]
 
@@ -285,15 +283,3 @@ def copy_stream(reader: _Readable, writer: _Writable) -> tuple[int, str]:
         writer.write(chunk)
         size += len(chunk)
     return size, digest.hexdigest()
-
-
-def copy_with_checksum(
-    source_fs: pafs.FileSystem, source: str, target_fs: pafs.FileSystem, target: str
-) -> tuple[int, str]:
-    """Copy a file between filesystems, hashing it on the way: (size, SHA-256)."""
-    target_fs.create_dir(posixpath.dirname(target), recursive=True)
-    with (
-        source_fs.open_input_stream(source) as reader,
-        target_fs.open_output_stream(target) as writer,
-    ):
-        return copy_stream(reader, writer)

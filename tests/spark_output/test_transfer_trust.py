@@ -15,11 +15,11 @@ import pytest
 
 from hcat_notify import register_partitions
 from hcat_notify.cli import main
-from hcat_notify.errors import InvalidInputError, LinkInPartitionError
+from hcat_notify.errors import InvalidInputError, LinkInPartitionError, TableNotFoundError
 from hcat_notify.store import Catalog
 from spark_output.compaction.har import HarEntry
 from spark_output.compaction.har.index import index_bytes
-from spark_output.transfer import export_table
+from spark_output.transfer import export_table, import_table
 from tests.counts import row_counts
 
 pytestmark = pytest.mark.integration
@@ -284,3 +284,50 @@ def test_import_makes_a_managed_table_unless_the_operator_says_external(
     assert catalog.get_table("web.x").table_type == "EXTERNAL_TABLE"
     assert (tmp_path / "ext" / "ds=1" / "part-0.csv").read_text() == "web.a,ds=1\n"
     assert not outside.exists()
+
+
+@sqlite_only
+def test_an_import_writes_nothing_through_a_link_planted_in_its_staging(
+    capsys, catalog: Catalog, db_url: str, tmp_path: Path
+):
+    _table(catalog, "web.a", tmp_path / "a", "ds=1")
+    export = tmp_path / "export"
+    summary = export_table(catalog, "web.a", to=str(export))
+    victim = tmp_path / "victim_file"
+    victim.write_text("precious\n")
+    # the job id is the export's id and the target table, hashed: predictable
+    job = "import-" + hashlib.sha256(f"{summary.export_id}|web.dst".encode()).hexdigest()[:24]
+    planted = tmp_path / "dst" / "_hcat_staging" / job / "ds=1"
+    planted.mkdir(parents=True)
+    (planted / "part-0.csv").symlink_to(victim)
+    before = row_counts(catalog)
+    args = ("import", str(export), "--as", "web.dst", "--location", str(tmp_path / "dst"))
+    err = _refused(capsys, db_url, *args)
+    assert f"its staging directory {tmp_path}/dst/_hcat_staging/{job} exists" in err
+    assert victim.read_text() == "precious\n"
+    assert row_counts(catalog) == before
+
+
+@sqlite_only
+def test_a_link_planted_in_the_staging_during_an_import_is_not_followed(
+    catalog: Catalog, tmp_path: Path
+):
+    _table(catalog, "web.a", tmp_path / "a", "ds=1", "ds=2")
+    export = tmp_path / "export"
+    export_table(catalog, "web.a", to=str(export))
+    victim_dir = tmp_path / "victim_dir"
+    victim_dir.mkdir()
+    staging = tmp_path / "dst" / "_hcat_staging"
+
+    def plant(done: int, total: int, item: str) -> None:
+        if item.startswith("copying ds=1"):  # ds=2's directory becomes a link
+            (next(staging.iterdir()) / "ds=2").symlink_to(victim_dir, target_is_directory=True)
+
+    with pytest.raises(InvalidInputError, match=r"ds=2 appeared meanwhile or is a link"):
+        import_table(
+            catalog, str(export), target="web.dst", location=str(tmp_path / "dst"), progress=plant
+        )
+    assert victim_dir.is_dir()
+    assert list(victim_dir.iterdir()) == []
+    with pytest.raises(TableNotFoundError):
+        catalog.get_table("web.dst")
