@@ -60,12 +60,20 @@ def check_destination(catalog: Catalog, destination: TableLocation, to: str, tab
     """Refuse a destination an export may not write to (``to`` as given, for messages).
 
     Raises:
-        hcat_notify.InvalidInputError: a file; a directory that is not empty; at, inside
+        hcat_notify.InvalidInputError: a file; a symbolic link (local: a link planted
+            at a new destination's name would choose where it lands); a directory that
+            is not empty; at, inside
             or around a registered table's or partition's location (``table``'s own
             included); at or around a warehouse root.
     """
     path = os.path.realpath(destination.path) if _is_local(destination) else destination.path
     label = f"export to {to}"
+    written = location_key(to, resolve=False)  # TableLocation.parse resolved links
+    if written.scheme == "file" and os.path.islink(written.path):
+        raise _refuse(
+            label,
+            f"it is a symbolic link (to {os.readlink(written.path)}); give the directory itself",
+        )
     kind = destination.fs.get_file_info(path).type
     if kind not in (pafs.FileType.Directory, pafs.FileType.NotFound):
         raise _refuse(label, "it is a file, not a directory")

@@ -81,6 +81,12 @@ def test_export_refuses_a_destination_holding_anything_and_writes_nothing(
         assert _tree(destination) == before
     assert victim.read_text() == "precious\n"
     assert list(victim_dir.iterdir()) == []
+    # (c) the destination's name a link, even to a directory that is not there yet
+    dangling = tmp_path / "exp_dangling"
+    dangling.symlink_to(victim_dir / "new", target_is_directory=True)
+    err = _refused(capsys, db_url, "export", "web.a", "--to", str(dangling))
+    assert f"it is a symbolic link (to {victim_dir / 'new'})" in err
+    assert list(victim_dir.iterdir()) == []
     # a new directory, and an empty one, are what an export writes to
     (tmp_path / "empty").mkdir()
     for destination in (tmp_path / "new" / "export", tmp_path / "empty"):
