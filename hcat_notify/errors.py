@@ -12,6 +12,7 @@ pydantic) are mapped to these at one boundary each and chained with ``from``.
     │   ├── UnknownPartitionKeyError  spec names a key the table does not have
     │   ├── LocationNotFoundError   a location does not exist or holds no data files
     │   ├── LocationOutsideWarehouseError  a managed location outside the warehouse roots
+    │   ├── LinkInPartitionError    a partition directory holds a symbolic link
     │   ├── PartitionNotFoundError  no registered partition matches the spec (a drop)
     │   ├── HistoryGoneError    events after a position were pruned from the outbox
     │   └── InvalidRuleError        a completeness rule does not fit the table or is malformed
@@ -57,6 +58,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidRuleError",
     "InvalidSpecError",
+    "LinkInPartitionError",
     "LocationNotFoundError",
     "LocationOutsideWarehouseError",
     "PartitionExistsError",
@@ -106,6 +108,11 @@ class LocationOutsideWarehouseError(InvalidInputError):
     """A managed table's or partition's location lies outside the warehouse roots (or
     resolves through a symlink to outside them): register it under a root, or as an
     external table."""
+
+
+class LinkInPartitionError(InvalidInputError):
+    """A partition's directory holds a symbolic link where data files are expected: what
+    it points to may lie outside the warehouse, so it is neither counted nor copied."""
 
 
 class UnsafeDeleteError(HcatNotifyError):

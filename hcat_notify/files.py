@@ -11,14 +11,17 @@ touch files load.
 
 from __future__ import annotations
 
+import errno
+import os
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 from pyarrow import fs as pafs
 
-from hcat_notify.errors import InvalidInputError, LocationNotFoundError
+from hcat_notify.errors import InvalidInputError, LinkInPartitionError, LocationNotFoundError
 from hcat_notify.model.locations import split_location, storage_location
 from hcat_notify.model.specs import PartitionSpec
 from hcat_notify.store.records import NewPartition, TableInfo
@@ -31,6 +34,7 @@ __all__ = [
     "list_data_files",
     "measure_partition",
     "measure_partitions",
+    "open_data_file",
     "path_exists",
     "split_location",
     "storage_location",
@@ -107,9 +111,17 @@ def list_data_files(filesystem: pafs.FileSystem, directory: str) -> list[FileSta
     """A partition's data files: regular files directly in ``directory`` that are not
     hidden (:func:`is_hidden`), sorted by name. Subdirectories are not looked into.
 
+    On the local filesystem entries are not followed (``lstat``): a visible symbolic link
+    is refused, since whatever it points to (a file outside the warehouse, say) would be
+    counted, compacted and exported as the partition's data (docs/operations.md,
+    "Warehouse roots").
+
     Raises:
         LocationNotFoundError: ``directory`` is not a directory.
+        LinkInPartitionError: ``directory`` (local) holds a visible symbolic link.
     """
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        return _list_local(directory)
     if filesystem.get_file_info(directory).type != pafs.FileType.Directory:
         raise LocationNotFoundError(f"partition directory not found: {directory}")
     found = [
@@ -118,6 +130,49 @@ def list_data_files(filesystem: pafs.FileSystem, directory: str) -> list[FileSta
         if info.type == pafs.FileType.File and not is_hidden(info.base_name)
     ]
     return sorted(found, key=lambda stat: stat.name)
+
+
+def _list_local(directory: str) -> list[FileStat]:
+    if not os.path.isdir(directory):
+        raise LocationNotFoundError(f"partition directory not found: {directory}")
+    found = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if is_hidden(entry.name):
+                continue
+            if entry.is_symlink():
+                raise LinkInPartitionError(
+                    f"{entry.path} is a symbolic link (to {os.readlink(entry.path)}); a "
+                    "partition's data files must be regular files in its directory, never "
+                    "links: replace it with the file or remove it"
+                )
+            if entry.is_file(follow_symlinks=False):
+                size = entry.stat(follow_symlinks=False).st_size
+                found.append(FileStat(name=entry.name, path=entry.path, size=size))
+    return sorted(found, key=lambda stat: stat.name)
+
+
+def open_data_file(filesystem: pafs.FileSystem, path: str) -> pa.NativeFile:
+    """A data file opened for reading (random access), never through a link on the local
+    filesystem (``O_NOFOLLOW``): a link planted after :func:`list_data_files` listed the
+    directory is refused, not read.
+
+    Raises:
+        LinkInPartitionError: ``path`` (local) is a symbolic link.
+        OSError: it cannot be opened.
+    """
+    if not isinstance(filesystem, pafs.LocalFileSystem):
+        return filesystem.open_input_file(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkInPartitionError(
+                f"{path} is a symbolic link (to {os.readlink(path)}); data files are never "
+                "read through a link"
+            ) from exc
+        raise
+    return pa.PythonFile(os.fdopen(fd, "rb"), mode="r")
 
 
 def measure_partition(location: str) -> tuple[TableLocation, list[FileStat]]:

@@ -24,6 +24,7 @@ from hcat_notify import (
 )
 from hcat_notify import list_data_files as _list_data_files
 from hcat_notify import path_exists as exists
+from hcat_notify.files import open_data_file
 from spark_output.errors import PartitionDirectoryNotFoundError
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "link_or_copy",
     "list_data_files",
     "move",
+    "open_data_file",
     "remove_empty_dir",
     "split_location",
 ]

@@ -12,7 +12,7 @@ import pyarrow.orc as orc
 import pyarrow.parquet as pq
 
 from spark_output.errors import CompactionError
-from spark_output.fs import FileStat
+from spark_output.fs import FileStat, open_data_file
 
 __all__ = [
     "BATCH_ROWS",
@@ -80,7 +80,7 @@ def read_batches(
     """The file's rows in batches, from ``data`` (its bytes, already read) if given.
     Parquet columns chosen by :func:`_dictionary_columns` come as dictionary arrays
     (:func:`_dense` turns them back)."""
-    opened = fs.open_input_file(path) if data is None else pa.BufferReader(data)
+    opened = open_data_file(fs, path) if data is None else pa.BufferReader(data)
     with opened as source:
         if storage_format == "parquet":
             pf = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
@@ -102,7 +102,7 @@ def read_batches(
 
 
 def _read_file(fs: pafs.FileSystem, path: str) -> pa.Buffer:
-    with fs.open_input_file(path) as source:
+    with open_data_file(fs, path) as source:
         data: pa.Buffer = source.read_buffer()
     return data
 
@@ -135,7 +135,7 @@ def parquet_or_orc_rows(fs: pafs.FileSystem, path: str, storage_format: str | No
     """Row count from a Parquet or ORC file's footer; None for other formats."""
     if storage_format not in ("parquet", "orc"):
         return None
-    with fs.open_input_file(path) as source:
+    with open_data_file(fs, path) as source:
         if storage_format == "parquet":
             return int(pq.ParquetFile(source).metadata.num_rows)
         return int(orc.ORCFile(source).nrows)

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from spark_output.compaction.read import StorageFormat
 from spark_output.errors import CompactionError
+from spark_output.fs import open_data_file
 
 __all__ = ["MergedFileWriter", "OrcOptions", "ParquetOptions", "WriteOptions", "write_options"]
 
@@ -84,7 +85,7 @@ def write_options(
 
 
 def _parquet_options(fs: pafs.FileSystem, path: str, directory: str) -> ParquetOptions:
-    with fs.open_input_file(path) as source:
+    with open_data_file(fs, path) as source:
         pf = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
         schema = pf.schema_arrow
         meta = pf.metadata
@@ -149,7 +150,7 @@ def _dictionary_choice(meta: pq.FileMetaData) -> bool | tuple[str, ...]:
 
 
 def _orc_options(fs: pafs.FileSystem, path: str, directory: str) -> OrcOptions:
-    with fs.open_input_file(path) as source:
+    with open_data_file(fs, path) as source:
         of = orc.ORCFile(source)
         codec = str(of.compression).upper()
         if codec not in _ORC_CODECS:

@@ -31,7 +31,9 @@ def _show_bar(obj: CliContext) -> bool:
 @click.command("export")
 @click.argument("name", metavar="DB.TABLE")
 @click.argument("spec", nargs=-1, metavar="[K=V]...")
-@click.option("--to", "destination", required=True, metavar="URI", help="Export directory.")
+@click.option(
+    "--to", "destination", required=True, metavar="URI", help="Export directory (new or empty)."
+)
 @output_option
 @click.pass_obj
 @handle_errors
@@ -40,7 +42,9 @@ def export(obj: CliContext, name: str, spec: tuple[str, ...], destination: str) 
 
     Files go to URI/data/<spec>/, hashed on the way; URI/_hcat_export.json (format
     version, table definition, partition keys, every partition's files with sizes and
-    SHA-256 checksums) is written last. HDFS and S3 URIs work.
+    SHA-256 checksums) is written last. HDFS and S3 URIs work. URI must be a new or
+    an empty directory, apart from every table's location and the warehouse roots;
+    no file is written over or through a link.
     """
     from spark_output.transfer.export import export_table
 
@@ -59,7 +63,17 @@ def export(obj: CliContext, name: str, spec: tuple[str, ...], destination: str) 
 @click.command("import")
 @click.argument("source", metavar="URI")
 @click.option("--as", "target", metavar="DB.TABLE", help="Import as this table.")
-@click.option("--location", metavar="URI", help="Location of a new table (default: the source's).")
+@click.option(
+    "--location",
+    metavar="URI",
+    help="Location of a new table (default: the source's, which must lie inside the "
+    "warehouse roots).",
+)
+@click.option(
+    "--external",
+    is_flag=True,
+    help="Register the new table as EXTERNAL_TABLE at --location (required with it).",
+)
 @click.option("--mark-done", multiple=True, metavar="K=V", help="Announce this set complete too.")
 @click.option("--replace", is_flag=True, help="Overwrite partitions that exist (INSERT replace).")
 @output_option
@@ -70,6 +84,7 @@ def import_(
     source: str,
     target: str | None,
     location: str | None,
+    external: bool,
     mark_done: tuple[str, ...],
     replace: bool,
 ) -> None:
@@ -78,7 +93,8 @@ def import_(
     The table (if new), its partitions (ADD_PARTITION, or INSERT with replace: true for
     replaced ones) and the done are registered in one transaction, all or nothing;
     'hcat-notify recover' finishes or undoes an interrupted import. Importing the same
-    export again does nothing.
+    export again does nothing. A new table is managed (inside the warehouse roots) unless
+    --external --location URI; the export's own table type is not followed.
     """
     from spark_output.transfer.importer import import_table
 
@@ -90,6 +106,7 @@ def import_(
             location=location,
             mark_done=spec_args(mark_done),
             replace=replace,
+            external=external,
             progress=bar,
         )
 

@@ -4,6 +4,8 @@ The files go to ``<to>/data/<spec>/...`` (hashed while they are copied, through
 ``pyarrow.fs``, so the destination may be HDFS or S3), then the manifest
 ``<to>/_hcat_export.json`` is written last: an export is complete exactly when its
 manifest exists. A partition archived in a Hadoop Archive is exported as its archive.
+``<to>`` must be new or empty, and apart from every table and warehouse root
+(:mod:`spark_output.transfer.destination`); no data file is read through a link.
 """
 
 from __future__ import annotations
@@ -21,19 +23,24 @@ from pyarrow import fs as pafs
 from hcat_notify import (
     Catalog,
     InvalidInputError,
+    LinkInPartitionError,
     PartitionInfo,
     PartitionSpec,
+    TableInfo,
     TableLocation,
     list_data_files,
-    split_location,
     storage_location,
 )
+from hcat_notify.files import open_data_file
+from hcat_notify.safe_delete import list_tree
+from spark_output.transfer.destination import ExportTarget, check_destination, open_destination
 from spark_output.transfer.manifest import (
+    DATA_DIR,
     MANIFEST_NAME,
     ExportedFile,
     ExportedPartition,
     Manifest,
-    copy_with_checksum,
+    copy_stream,
 )
 
 __all__ = ["ExportSummary", "export_table"]
@@ -57,68 +64,49 @@ def _no_progress(done: int, total: int, item: str) -> None:
     """Default progress callback: nothing shown."""
 
 
+def _archive_files(archive: TableLocation) -> list[tuple[str, str]]:
+    """An archive directory's files as (path, path relative to the archive's parent);
+    on the local filesystem listed without following a link, and a link refused."""
+    name = posixpath.basename(archive.path)
+    if not isinstance(archive.fs, pafs.LocalFileSystem):
+        selector = pafs.FileSelector(archive.path, recursive=True)
+        return [
+            (info.path, posixpath.join(name, info.path[len(archive.path) + 1 :]))
+            for info in archive.fs.get_file_info(selector)
+            if info.type == pafs.FileType.File
+        ]
+    fd = os.open(archive.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        entries = list_tree(fd)
+    finally:
+        os.close(fd)
+    links = [entry.path for entry in entries if entry.kind in ("link", "other")]
+    if links:
+        raise LinkInPartitionError(
+            f"{archive.path}/{links[0]} is a symbolic link or a special file; an archive is "
+            "exported only as regular files, never through a link"
+        )
+    return [
+        (archive.join(entry.path), posixpath.join(name, entry.path))
+        for entry in entries
+        if entry.kind == "file"
+    ]
+
+
 def _source_files(partition: PartitionInfo) -> tuple[TableLocation, list[tuple[str, str]]]:
     """The partition's directory and its files as (path on the filesystem, relative path)."""
     stored = storage_location(partition.location)
     if stored != partition.location:  # an archive: export the archive directory
         archive = TableLocation.parse(stored)
-        selector = pafs.FileSelector(archive.path, recursive=True)
-        files = [
-            (
-                info.path,
-                posixpath.join(
-                    posixpath.basename(archive.path), info.path[len(archive.path) + 1 :]
-                ),
-            )
-            for info in archive.fs.get_file_info(selector)
-            if info.type == pafs.FileType.File
-        ]
-        return archive, sorted(files, key=lambda item: item[1])
+        return archive, sorted(_archive_files(archive), key=lambda item: item[1])
     where = TableLocation.parse(partition.location)
     return where, [(stat.path, stat.name) for stat in list_data_files(where.fs, where.path)]
 
 
-def _comparable(where: TableLocation) -> tuple[str, str, str]:
-    """(scheme, authority, path) of a location, symlinks resolved on the local filesystem."""
-    if isinstance(where.fs, pafs.LocalFileSystem):
-        return "file", "", os.path.realpath(where.path)
-    scheme, authority, _ = split_location(where.uri)
-    return scheme, authority, where.path
-
-
-def _overlap(first: TableLocation, second: TableLocation) -> bool:
-    """Whether one location is the other or inside it."""
-    (*one, a), (*other, b) = _comparable(first), _comparable(second)
-    if one != other:
-        return False
-    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
-
-
-def _check_destination(
-    destination: TableLocation, to: str, table: str, locations: list[str]
-) -> None:
-    """Refuse a destination that is a file, or where the export would mix with the
-    table's own files (an export inside its table breaks ``discover``; a table inside the
-    export could be overwritten by its own copy)."""
-    kind = destination.fs.get_file_info(destination.path).type
-    if kind not in (pafs.FileType.Directory, pafs.FileType.NotFound):
-        raise InvalidInputError(
-            f"cannot export to {to}: it is a file, not a directory; nothing written"
-        )
-    for location in locations:
-        try:
-            where = TableLocation.parse(storage_location(location))
-        except (OSError, ValueError):
-            continue  # not a location this export could write into
-        if _overlap(destination, where):
-            raise InvalidInputError(
-                f"cannot export to {to}: it overlaps {location}, where {table} keeps its "
-                "files; choose a directory outside the table; nothing written"
-            )
-    if destination.fs.get_file_info(destination.join(MANIFEST_NAME)).type != (
-        pafs.FileType.NotFound
-    ):
-        raise InvalidInputError(f"{to} already holds an export ({MANIFEST_NAME}); nothing written")
+def _copy(source: TableLocation, path: str, target: ExportTarget, relative: str) -> tuple[int, str]:
+    """Copy one data file into the export (never reading through a link): (size, SHA-256)."""
+    with open_data_file(source.fs, path) as reader, target.new_file(relative) as writer:
+        return copy_stream(reader, writer)
 
 
 def export_table(
@@ -133,9 +121,12 @@ def export_table(
 
     Raises:
         hcat_notify.TableNotFoundError: no such table.
-        hcat_notify.InvalidInputError: ``to`` is empty, already holds an export, is a file,
-            overlaps the table's location or a partition's, or cannot be created;
-            ``spec`` matches no partition.
+        hcat_notify.InvalidInputError: ``to`` is empty, a file or a directory that is not
+            empty, is at, inside or around a registered table's or partition's location,
+            is or holds a warehouse root, or cannot be created; something appeared in it
+            during the export; ``spec`` matches no partition.
+        hcat_notify.LinkInPartitionError: a partition's directory (or archive) holds a
+            symbolic link (local filesystem).
         OSError: a partition's files cannot be read or the destination written.
     """
     info = catalog.get_table(table)
@@ -151,28 +142,52 @@ def export_table(
         destination = TableLocation.parse(to)
     except (OSError, ValueError) as exc:
         raise InvalidInputError(f"cannot export to {to!r}: {exc}") from exc
-    locations = [info.location, *(partition.location for partition in chosen)]
-    _check_destination(destination, to, str(info.name), locations)
-    try:
-        destination.fs.create_dir(destination.path, recursive=True)
-    except OSError as exc:
-        raise InvalidInputError(f"cannot export to {to}: {exc}") from exc
+    check_destination(catalog, destination, to, str(info.name))
+    # Listed before anything is written: a link in a partition refuses the export.
     sources = [(partition, *_source_files(partition)) for partition in chosen]
+    with open_destination(destination, to) as target:
+        exported = _copy_all(sources, target, progress)
+        manifest = _manifest(info, exported)
+        text = json.dumps(manifest.to_json(), indent=1, ensure_ascii=False).encode("utf-8")
+        temporary = f".{MANIFEST_NAME}.{manifest.export_id}"
+        with target.new_file(temporary) as stream:
+            stream.write(text)
+        # Last: the export is complete now.
+        target.rename(temporary, MANIFEST_NAME)
+    return ExportSummary(
+        table=str(info.name),
+        destination=destination.uri,
+        export_id=manifest.export_id,
+        partitions=len(exported),
+        files=sum(len(partition.files) for partition in exported),
+        bytes=sum(item.size for partition in exported for item in partition.files),
+    )
+
+
+def _copy_all(
+    sources: list[tuple[PartitionInfo, TableLocation, list[tuple[str, str]]]],
+    target: ExportTarget,
+    progress: Progress,
+) -> list[ExportedPartition]:
     total = sum(len(files) for _, _, files in sources)
     done = 0
     exported = []
     for partition, where, files in sources:
         copied = []
         for path, relative in files:
-            target = destination.join("data", partition.spec.to_path(), relative)
-            size, digest = copy_with_checksum(where.fs, path, destination.fs, target)
+            inside = posixpath.join(DATA_DIR, partition.spec.to_path(), relative)
+            size, digest = _copy(where, path, target, inside)
             copied.append(ExportedFile(relative, size, digest))
             done += 1
             progress(done, total, f"{partition.spec}/{relative}")
         exported.append(
             ExportedPartition(partition.spec, partition.location, partition.archived, tuple(copied))
         )
-    manifest = Manifest(
+    return exported
+
+
+def _manifest(info: TableInfo, exported: list[ExportedPartition]) -> Manifest:
+    return Manifest(
         export_id=uuid.uuid4().hex,
         exported_at=datetime.now(UTC).isoformat(timespec="seconds"),
         table=info.name,
@@ -186,18 +201,4 @@ def export_table(
         },
         partition_keys=info.partition_keys,
         partitions=tuple(exported),
-    )
-    text = json.dumps(manifest.to_json(), indent=1, ensure_ascii=False).encode("utf-8")
-    temporary = destination.join(f".{MANIFEST_NAME}.{manifest.export_id}")
-    with destination.fs.open_output_stream(temporary) as stream:
-        stream.write(text)
-    # Last: the export is complete now.
-    destination.fs.move(temporary, destination.join(MANIFEST_NAME))
-    return ExportSummary(
-        table=str(info.name),
-        destination=destination.uri,
-        export_id=manifest.export_id,
-        partitions=len(exported),
-        files=total,
-        bytes=sum(item.size for partition in exported for item in partition.files),
     )

@@ -36,13 +36,18 @@ from hcat_notify import (
     TableNotFoundError,
     table_definition,
 )
+from hcat_notify.files import open_data_file
+from hcat_notify.warehouse import canonical_location, location_key
 from spark_output.commit.committer import PartitionCommitter, StagedPartition, staging_entry_id
 from spark_output.commit.recovery import recover, writing
+from spark_output.compaction.har.reader import list_har
+from spark_output.errors import HarError
+from spark_output.transfer.destination import open_destination
 from spark_output.transfer.manifest import (
     ExportedPartition,
     Manifest,
     check_inside,
-    copy_with_checksum,
+    copy_stream,
     file_checksum,
 )
 
@@ -50,6 +55,8 @@ __all__ = ["ChecksumMismatchError", "ImportSummary", "import_table"]
 
 Progress = Callable[[int, int, str], None]
 _MAX_ATTEMPTS = 1000
+EXTERNAL_TABLE = "EXTERNAL_TABLE"
+MANAGED_TABLE = "MANAGED_TABLE"
 
 
 class ChecksumMismatchError(InvalidInputError):
@@ -85,6 +92,25 @@ def _keep(filesystem: pafs.FileSystem, staged: StagedPartition) -> StagedPartiti
     return staged
 
 
+def _check_archives(root: TableLocation, partition: ExportedPartition, source: str) -> None:
+    """Read each archive's index of an archived partition, as a reader would: a part
+    outside the archive, an entry beyond its part, or a malformed line refuses it."""
+    indexes = [item.path for item in partition.files if posixpath.basename(item.path) == "_index"]
+    if not indexes:
+        raise InvalidInputError(
+            f"{source}/{partition.data_dir} is listed as archived but holds no archive "
+            "index (_index); nothing imported"
+        )
+    for index in indexes:
+        archive = posixpath.join(partition.data_dir, posixpath.dirname(index))
+        try:
+            list_har(root.fs, root.join(archive))
+        except HarError as exc:
+            raise InvalidInputError(
+                f"{source}/{archive} is not a sound archive: {exc}; nothing imported"
+            ) from exc
+
+
 def _verify(root: TableLocation, manifest: Manifest, source: str, progress: Progress) -> None:
     total = sum(len(partition.files) for partition in manifest.partitions)
     done = 0
@@ -103,21 +129,44 @@ def _verify(root: TableLocation, manifest: Manifest, source: str, progress: Prog
                 )
             done += 1
             progress(done, total, f"verifying {partition.spec}/{item.path}")
+        if partition.archived:
+            _check_archives(root, partition, source)
 
 
 def _new_table(
-    name: TableName, manifest: Manifest, location: str | None
+    name: TableName, manifest: Manifest, location: str | None, external: bool
 ) -> tuple[TableInfo, dict[str, Any]]:
-    """A record of the table an import registers, and its definition for the journal."""
+    """A record of the table an import registers, and its definition for the journal.
+
+    The manifest is not trusted with where files land: the table is managed (its
+    location then checked against the warehouse roots like any other) unless the
+    operator asks for an external one, at a location the operator names."""
     source = manifest.definition
+    if external and location is None:
+        raise InvalidInputError(
+            f"--external needs --location: an external table {name} is registered where you "
+            "choose, never where an export's manifest says; nothing imported"
+        )
+    if location is None and source["tableType"] == EXTERNAL_TABLE:
+        raise InvalidInputError(
+            f"the export's table was external, at {source['location']}: an import makes a "
+            "managed table inside the warehouse roots; give --location (inside them), or "
+            "--external --location URI for an external table; nothing imported"
+        )
+    table_type = EXTERNAL_TABLE if external else MANAGED_TABLE
     # The source's topic override named its own topic: the new table gets one of its own.
     properties = {k: v for k, v in source["properties"].items() if k != TOPIC_NAME_PROPERTY}
-    where = location or source["location"]
+    where = canonical_location(
+        location if location is not None else source["location"],
+        what=f"location of table {name}",
+        relative=location is not None,
+        strip=True,
+    )
     definition = table_definition(
         location=where,
         partition_keys=manifest.partition_keys,
         storage_format=source["storageFormat"],
-        table_type=source["tableType"],
+        table_type=table_type,
         properties=properties,
     )
     definition["retention_seconds"] = source["retentionSeconds"]
@@ -127,7 +176,7 @@ def _new_table(
         location=TableLocation.parse(where).uri,
         storage_format=source["storageFormat"],
         partition_keys=manifest.partition_keys,
-        table_type=source["tableType"],
+        table_type=table_type,
         properties=properties,
         retention=timedelta(seconds=source["retentionSeconds"]),
         topic="",
@@ -139,7 +188,13 @@ def _new_table(
 
 
 def _check_existing(
-    catalog: Catalog, info: TableInfo, manifest: Manifest, location: str | None, replace: bool
+    catalog: Catalog,
+    info: TableInfo,
+    manifest: Manifest,
+    location: str | None,
+    *,
+    replace: bool,
+    external: bool,
 ) -> None:
     if info.partition_keys != manifest.partition_keys:
         raise InvalidInputError(
@@ -151,10 +206,14 @@ def _check_existing(
             f"the export holds {manifest.definition['storageFormat']} files, {info.name} is "
             f"{info.storage_format}; nothing imported"
         )
-    if (
-        location is not None
-        and TableLocation.parse(location).uri != TableLocation.parse(info.location).uri
-    ):
+    if external:
+        raise InvalidInputError(
+            f"--external applies to a new table; {info.name} exists ({info.table_type})"
+        )
+    same = location is None or location_key(
+        canonical_location(location, what="--location", relative=True, strip=True)
+    ) == location_key(info.location)
+    if not same:
         raise InvalidInputError(
             f"--location applies to a new table; {info.name} lives at {info.location}"
         )
@@ -213,27 +272,34 @@ def _stage(
     source: str,
     progress: Progress,
 ) -> None:
+    """Copy the export's files into the job's staging directory, which must be new (or
+    empty): on the local filesystem every directory and file is created by this copy,
+    never through a link (:func:`~spark_output.transfer.destination.open_destination`)."""
     total = sum(len(partition.files) for partition in partitions)
     done = 0
-    for partition in partitions:
-        directory = posixpath.join(committer.staging, partition.spec.to_path())
-        committer.fs.create_dir(directory, recursive=True)
-        for item in partition.files:
-            # Again: an entry may have been swapped for a link since it was verified.
-            check_inside(root.fs, root.path, f"{partition.data_dir}/{item.path}", source)
-            size, digest = copy_with_checksum(
-                root.fs,
-                root.join(partition.data_dir, item.path),
-                committer.fs,
-                posixpath.join(directory, item.path),
-            )
-            if (size, digest) != (item.size, item.sha256):  # changed since verified
-                raise ChecksumMismatchError(
-                    f"{source}/{partition.data_dir}/{item.path} changed while it was "
-                    "copied; nothing imported"
-                )
-            done += 1
-            progress(done, total, f"copying {partition.spec}/{item.path}")
+    staging = TableLocation(committer.fs, committer.staging, committer.staging_uri)
+    unfinished = "nothing imported (the staging is removed)"
+    with open_destination(
+        staging, staging.uri, action="stage the import in", unfinished=unfinished
+    ) as target:
+        for partition in partitions:
+            target.make_dirs(partition.spec.to_path())
+            for item in partition.files:
+                # Again: an entry may have been swapped for a link since it was verified.
+                check_inside(root.fs, root.path, f"{partition.data_dir}/{item.path}", source)
+                relative = posixpath.join(partition.spec.to_path(), item.path)
+                with (
+                    open_data_file(root.fs, root.join(partition.data_dir, item.path)) as reader,
+                    target.new_file(relative) as writer,
+                ):
+                    size, digest = copy_stream(reader, writer)
+                if (size, digest) != (item.size, item.sha256):  # changed since verified
+                    raise ChecksumMismatchError(
+                        f"{source}/{partition.data_dir}/{item.path} changed while it was "
+                        "copied; nothing imported"
+                    )
+                done += 1
+                progress(done, total, f"copying {partition.spec}/{item.path}")
 
 
 def import_table(
@@ -244,16 +310,24 @@ def import_table(
     location: str | None = None,
     mark_done: PartitionSpec | Mapping[str, str | None] | None = None,
     replace: bool = False,
+    external: bool = False,
     progress: Progress = _no_progress,
 ) -> ImportSummary:
     """Import the export at ``source`` into ``target`` (default: the exported table's name).
+
+    A new table is managed, at ``location`` or else the manifest's location (inside the
+    warehouse roots, as any managed table), unless ``external``: then an external table
+    at ``location``, which must be given. The manifest's table type is not followed.
 
     Raises:
         ManifestError: no manifest, or a corrupt one.
         ChecksumMismatchError: a data file is missing or differs (the error names it).
         OutsideExportError: an entry is a symbolic link or resolves outside the export.
         hcat_notify.InvalidInputError: the table has other partition keys or format, a
-            bad done spec, or ``location`` given for an existing table.
+            bad done spec, ``location`` or ``external`` given for an existing table,
+            ``external`` without ``location``, an exported external table without
+            ``location``, a malformed location, or an archive whose index is unsound
+            (a part outside the archive, an entry beyond its part, a malformed line).
         hcat_notify.PartitionExistsError: a partition is registered and not ``replace``.
         (Nothing is registered or announced when any of these is raised.)
     """
@@ -267,14 +341,14 @@ def import_table(
     try:
         info = catalog.get_table(name)
     except TableNotFoundError:
-        info, definition = _new_table(name, manifest, location)
+        info, definition = _new_table(name, manifest, location, external)
     done_spec = info.done_spec(mark_done) if mark_done is not None else None
     recover(catalog, str(name))  # what a crashed import or write of the table left
     job, already = _job_id(catalog, manifest, name)
     files = sum(len(p.files) for p in manifest.partitions)
     size = sum(f.size for p in manifest.partitions for f in p.files)
     if definition is None and not already:
-        _check_existing(catalog, info, manifest, location, replace)
+        _check_existing(catalog, info, manifest, location, replace=replace, external=external)
     if not already:
         _check_free(catalog, info, manifest, definition is not None)
     if already:
@@ -304,6 +378,7 @@ def import_table(
     )
     started_at = catalog.now()
     archives = any(partition.archived for partition in manifest.partitions)
+    committer.check_staging_free()  # whatever is there is not this import's
     with writing(staging_entry_id(job)):
         # Journalled before the first copy: 'recover' removes what a crash leaves staged.
         committer.journal_staging(started_at=started_at)

@@ -3,8 +3,7 @@
 An export directory holds ``data/<spec>/<file>`` and, written last, the manifest: format
 version, table definition, partition keys, and every partition with its files, sizes and
 SHA-256 checksums (``schemas/export_manifest.schema.json``). An export without a
-manifest is incomplete. :func:`copy_with_checksum` copies one file between any two
-pyarrow filesystems and hashes it on the way.
+manifest is incomplete. :func:`copy_stream` copies one file and hashes it on the way.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import posixpath
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pyarrow import fs as pafs
 
@@ -33,7 +32,7 @@ __all__ = [
     "ManifestError",
     "OutsideExportError",
     "check_inside",
-    "copy_with_checksum",
+    "copy_stream",
     "file_checksum",
 ]
 
@@ -267,19 +266,20 @@ def file_checksum(filesystem: pafs.FileSystem, path: str) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def copy_with_checksum(
-    source_fs: pafs.FileSystem, source: str, target_fs: pafs.FileSystem, target: str
-) -> tuple[int, str]:
-    """Copy a file between filesystems, hashing it on the way: (size, SHA-256)."""
+class _Readable(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
+class _Writable(Protocol):
+    def write(self, data: bytes, /) -> Any: ...
+
+
+def copy_stream(reader: _Readable, writer: _Writable) -> tuple[int, str]:
+    """Copy what ``reader`` holds to ``writer``, hashing it on the way: (size, SHA-256)."""
     digest = hashlib.sha256()
     size = 0
-    target_fs.create_dir(posixpath.dirname(target), recursive=True)
-    with (
-        source_fs.open_input_stream(source) as reader,
-        target_fs.open_output_stream(target) as writer,
-    ):
-        while chunk := reader.read(_CHUNK):
-            digest.update(chunk)
-            writer.write(chunk)
-            size += len(chunk)
+    while chunk := reader.read(_CHUNK):
+        digest.update(chunk)
+        writer.write(chunk)
+        size += len(chunk)
     return size, digest.hexdigest()

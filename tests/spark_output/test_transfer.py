@@ -351,13 +351,13 @@ def test_a_manifest_with_repeated_or_inconsistent_entries_is_refused_up_front(
 _IMPORT_THAT_HANGS = """
 import sys, threading
 from spark_output.transfer import importer
-real = importer.copy_with_checksum
+real = importer.copy_stream
 def copy_then_hang(*args):
     result = real(*args)
     print("copied", flush=True)
     threading.Event().wait()
     return result
-importer.copy_with_checksum = copy_then_hang
+importer.copy_stream = copy_then_hang
 from hcat_notify.cli import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ __all__ = [
     "HarEntry",
     "index_bytes",
     "index_order",
+    "is_part_name",
     "parse_entry",
 ]
 
@@ -31,6 +33,15 @@ FILE_PERMISSION = 0o644
 
 DIR_PERMISSION = 0o755
 """Permission recorded for archived directories."""
+
+
+_PART_NAME = re.compile(r"part-[0-9]+")
+
+
+def is_part_name(name: str) -> bool:
+    """Whether ``name`` is a part file's: ``part-N``, as our writer and Hadoop's
+    ``HadoopArchives`` name them (one plain name inside the archive, never a path)."""
+    return _PART_NAME.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)
@@ -97,13 +108,22 @@ def parse_entry(line: str) -> HarEntry:
     """One ``_index`` line (without its newline) as :class:`HarEntry`.
 
     Raises:
-        HarError: the line has too few fields.
+        HarError: the line is malformed: too few fields, a number that is not one, a
+            negative offset or length, or a part that is not a ``part-N`` name inside
+            the archive.
     """
+    try:
+        return _parse_entry(line)
+    except ValueError as exc:  # int() of a field that is not a number
+        raise HarError(f"malformed _index line {line[:200]!r}: {exc}") from exc
+
+
+def _parse_entry(line: str) -> HarEntry:
     fields = line.split(" ")
     while fields and fields[-1] == "":  # Java's split drops trailing empty strings
         fields.pop()
     if len(fields) < 5:
-        raise HarError(f"malformed _index line: {line!r}")
+        raise HarError(f"malformed _index line: {line[:200]!r}")
     path = java_url_decode(fields[0])
     is_dir = fields[1] == "dir"
     props_field = fields[2] if is_dir else (fields[5] if len(fields) > 5 else "")
@@ -124,12 +144,20 @@ def parse_entry(line: str) -> HarEntry:
             group=group,
             children=tuple(java_url_decode(c) for c in fields[5:]),
         )
+    if not is_part_name(fields[2]):
+        raise HarError(
+            f"_index entry {path!r} names the part {fields[2][:200]!r}: a part is a file "
+            "part-N inside the archive"
+        )
+    offset, length = int(fields[3]), int(fields[4])
+    if offset < 0 or length < 0:
+        raise HarError(f"_index entry {path!r} has a negative offset or length")
     return HarEntry(
         path=path,
         is_dir=False,
         part=fields[2],
-        offset=int(fields[3]),
-        length=int(fields[4]),
+        offset=offset,
+        length=length,
         modification_time_ms=mtime,
         permission=permission,
         owner=owner,

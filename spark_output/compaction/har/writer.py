@@ -24,7 +24,7 @@ from spark_output.compaction.har.index import (
     index_order,
 )
 from spark_output.errors import HarError
-from spark_output.fs import delete_dir_quietly
+from spark_output.fs import delete_dir_quietly, open_data_file
 
 __all__ = ["DEFAULT_PART_SIZE", "HarInfo", "create_har"]
 
@@ -142,7 +142,7 @@ class _Parts:
             self.position = 0
         digest = hashlib.sha256()
         copied = 0
-        with self.fs.open_input_stream(info.path, compression=None) as src:
+        with open_data_file(self.fs, info.path) as src:
             while chunk := src.read(_COPY_CHUNK):
                 digest.update(chunk)
                 self._out.write(chunk)
