@@ -42,9 +42,9 @@ def check_api_location(
     external = ", ".join(settings.api_external_roots) or "none"
     raise LocationOutsideWarehouseError(
         f"{what} {location!r} is outside the warehouse roots ({', '.join(warehouse.roots)}) "
-        f"and the API's external roots ({external}): the API registers locations only "
-        "inside them (the operator may list more in api_external_roots); nothing was "
-        "registered"
+        f"and the API's external roots ({external}), symlinks resolved: the API registers "
+        "locations only inside them (the operator may list more in api_external_roots); "
+        "nothing was registered"
     )
 
 
