@@ -63,6 +63,12 @@ WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     413: problem_doc("The body is over 1 MiB."),
     415: problem_doc("The body is not JSON sent as application/json (UTF-8)."),
 }
+_LOCATION_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: problem_doc(
+        "Malformed input, or a location outside the warehouse roots and the API's external "
+        "roots (location-outside-warehouse; the same answer whether it exists or not)."
+    ),
+}
 _DROP_ERRORS: dict[int | str, dict[str, Any]] = {
     403: problem_doc("The principal is a reader."),
     409: problem_doc("A pending write claims the partitions (see hcat-notify recover)."),
@@ -98,7 +104,7 @@ async def list_tables(
     "",
     status_code=201,
     dependencies=[Depends(require_writer)],
-    responses={**WRITE_ERRORS, 409: problem_doc("The table exists.")},
+    responses={**WRITE_ERRORS, **_LOCATION_ERRORS, 409: problem_doc("The table exists.")},
 )
 async def create_table(body: CreateTable, state: State, response: Response) -> Table:
     """Register a partitioned table and announce it (CREATE_TABLE on the prefix topic):
@@ -159,7 +165,12 @@ async def list_partitions(
     "/{table}/partitions",
     status_code=201,
     dependencies=[Depends(require_writer)],
-    responses={**SPEC_ERRORS, **WRITE_ERRORS, 409: problem_doc("A partition exists.")},
+    responses={
+        **SPEC_ERRORS,
+        **WRITE_ERRORS,
+        **_LOCATION_ERRORS,
+        409: problem_doc("A partition exists."),
+    },
 )
 async def add_partitions(table: TablePath, body: NewPartitions, state: State) -> PartitionList:
     """Register new partitions with the sizes given and announce them (ADD_PARTITION: one
@@ -212,6 +223,7 @@ async def drop_table(table: TablePath, state: State, purge: PurgeQuery = False) 
     responses={
         **SPEC_ERRORS,
         **WRITE_ERRORS,
+        **_LOCATION_ERRORS,
         409: problem_doc("A partition exists."),
         422: problem_doc(
             "A key is not a partition key of the table, or a location does not exist or "
