@@ -252,22 +252,26 @@ def _message_cap(value: int) -> int:
     return value
 
 
-def _warehouse_roots(value: tuple[str, ...]) -> tuple[str, ...]:
+def _warehouse_roots(value: tuple[str, ...], what: str = "warehouse root") -> tuple[str, ...]:
     roots = []
     for raw in value:
         root = raw.strip().rstrip("/") if raw.strip() != "/" else "/"
         if not root:
-            raise ValueError("a warehouse root is empty")
+            raise ValueError(f"a {what} is empty")
         parts = urlsplit(root) if "://" in root else None
         path = parts.path if parts is not None else root
         if parts is None and not root.startswith(("/", "~")):
-            raise ValueError(f"warehouse root {raw!r} is not an absolute path or a URI")
+            raise ValueError(f"{what} {raw!r} is not an absolute path or a URI")
         if ".." in path.split("/"):
-            raise ValueError(f"warehouse root {raw!r} has a '..' segment")
+            raise ValueError(f"{what} {raw!r} has a '..' segment")
         if parts is None or parts.scheme == "file":
             root = os.path.abspath(os.path.expanduser(path))
         roots.append(root)
     return tuple(dict.fromkeys(roots))
+
+
+def _api_external_roots(value: tuple[str, ...]) -> tuple[str, ...]:
+    return _warehouse_roots(tuple(raw for raw in value if raw.strip()), "API external root")
 
 
 def _webhook_hosts(value: tuple[str, ...]) -> tuple[str, ...]:
@@ -319,6 +323,9 @@ class Settings:
     api_principals: tuple[Principal, ...] = field(default=DEFAULT_API_PRINCIPALS, repr=False)
     max_message_bytes: int = field(default=DEFAULT_MAX_MESSAGE_BYTES, metadata=_check(_message_cap))
     warehouse_roots: tuple[str, ...] = field(default=(), metadata=_check(_warehouse_roots))
+    api_external_roots: tuple[str, ...] = field(default=(), metadata=_check(_api_external_roots))
+    """Directories outside the warehouse roots where the HTTP API may register locations
+    too (external tables' data); the command line is not bound by them."""
     cloudevents_source: str | None = field(default=None, metadata=_check(_checked_source))
     """The ``source`` of the CloudEvents this catalog's events become (a URI)."""
     db_auto_upgrade: bool = False

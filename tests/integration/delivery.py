@@ -135,6 +135,8 @@ def cli_env(settings: Settings) -> dict[str, str]:
         env["HCAT_NOTIFY_API_URL"] = settings.api_url
     if settings.webhook_allow:
         env["HCAT_NOTIFY_WEBHOOK_ALLOW"] = ",".join(settings.webhook_allow)
+    if settings.api_external_roots:
+        env["HCAT_NOTIFY_API_EXTERNAL_ROOTS"] = ",".join(settings.api_external_roots)
     env["HCAT_NOTIFY_WEBHOOK_TIMEOUT"] = str(settings.webhook_timeout)
     env["HCAT_NOTIFY_WEBHOOK_MAX_AGE"] = str(settings.webhook_max_age)
     return env

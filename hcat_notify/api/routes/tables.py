@@ -27,13 +27,15 @@ from hcat_notify.api.datamodels import (
     TableList,
     announce_mode_of,
 )
+from hcat_notify.api.locations import check_partition_locations, check_table_location
 from hcat_notify.api.params import query_spec, spec_openapi
 from hcat_notify.api.problems import PROBLEM_RESPONSES, problem_doc
 from hcat_notify.api.routing import ApiRoute
 from hcat_notify.api.state import ApiState, in_thread, state_of
 from hcat_notify.errors import InvalidSpecError
 from hcat_notify.model.specs import PartitionSpec
-from hcat_notify.store.records import NewPartition
+from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
+from hcat_notify.store.table_changes import Registration
 
 __all__ = ["SPEC_ERRORS", "TABLE_PARAMETER", "WRITE_ERRORS", "State", "TablePath", "router"]
 
@@ -60,6 +62,12 @@ WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     403: problem_doc("The principal is a reader."),
     413: problem_doc("The body is over 1 MiB."),
     415: problem_doc("The body is not JSON sent as application/json (UTF-8)."),
+}
+_LOCATION_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: problem_doc(
+        "Malformed input, or a location outside the warehouse roots and the API's external "
+        "roots (location-outside-warehouse; the same answer whether it exists or not)."
+    ),
 }
 _DROP_ERRORS: dict[int | str, dict[str, Any]] = {
     403: problem_doc("The principal is a reader."),
@@ -96,13 +104,16 @@ async def list_tables(
     "",
     status_code=201,
     dependencies=[Depends(require_writer)],
-    responses={**WRITE_ERRORS, 409: problem_doc("The table exists.")},
+    responses={**WRITE_ERRORS, **_LOCATION_ERRORS, 409: problem_doc("The table exists.")},
 )
 async def create_table(body: CreateTable, state: State, response: Response) -> Table:
     """Register a partitioned table and announce it (CREATE_TABLE on the prefix topic):
-    ``hcat-notify table create``."""
-    info = await in_thread(
-        lambda: state.catalog().create_table(
+    ``hcat-notify table create``. Its location, also an external table's, must lie inside
+    a warehouse root or an API external root (400 otherwise)."""
+
+    def create() -> TableInfo:
+        check_table_location(state.settings, body.name, body.location)
+        return state.catalog().create_table(
             body.name,
             location=body.location,
             partition_keys=body.partition_keys,
@@ -112,7 +123,8 @@ async def create_table(body: CreateTable, state: State, response: Response) -> T
             topic=body.topic,
             properties=body.table_properties,
         )
-    )
+
+    info = await in_thread(create)
     response.headers["Location"] = f"/v1/tables/{info.name}"
     return Table.of_table(info)
 
@@ -153,11 +165,17 @@ async def list_partitions(
     "/{table}/partitions",
     status_code=201,
     dependencies=[Depends(require_writer)],
-    responses={**SPEC_ERRORS, **WRITE_ERRORS, 409: problem_doc("A partition exists.")},
+    responses={
+        **SPEC_ERRORS,
+        **WRITE_ERRORS,
+        **_LOCATION_ERRORS,
+        409: problem_doc("A partition exists."),
+    },
 )
 async def add_partitions(table: TablePath, body: NewPartitions, state: State) -> PartitionList:
     """Register new partitions with the sizes given and announce them (ADD_PARTITION: one
-    each, or batched for a table with announce mode write), all or none."""
+    each, or batched for a table with announce mode write), all or none. Each location
+    must lie inside a warehouse root or an API external root (400 otherwise)."""
     new = [
         NewPartition(
             spec=item.spec,
@@ -167,7 +185,13 @@ async def add_partitions(table: TablePath, body: NewPartitions, state: State) ->
         )
         for item in body.partitions
     ]
-    added = await in_thread(lambda: state.catalog().add_partitions(table, new, job_id=body.job_id))
+
+    def add() -> list[PartitionInfo]:
+        catalog = state.catalog()
+        check_partition_locations(catalog, table, [(i.spec, i.location) for i in body.partitions])
+        return catalog.add_partitions(table, new, job_id=body.job_id)
+
+    added = await in_thread(add)
     return PartitionList(partitions=[Partition.of_partition(p) for p in added])
 
 
@@ -199,6 +223,7 @@ async def drop_table(table: TablePath, state: State, purge: PurgeQuery = False) 
     responses={
         **SPEC_ERRORS,
         **WRITE_ERRORS,
+        **_LOCATION_ERRORS,
         409: problem_doc("A partition exists."),
         422: problem_doc(
             "A key is not a partition key of the table, or a location does not exist or "
@@ -211,18 +236,24 @@ async def register_partitions(
 ) -> Registered:
     """Register partitions whose files are already in place and announce them, with the
     mark-set-done if given, in one transaction (``hcat-notify partitions add``). The
-    server counts and measures each location's data files (HDFS and S3 URIs work)."""
+    server counts and measures each location's data files (HDFS and S3 URIs work), once
+    each location is found inside a warehouse root or an API external root (400
+    otherwise, nothing measured)."""
     pairs = [(item.spec, item.location) for item in body.partitions]
-    registration = await in_thread(
-        lambda: lifecycle.register_partitions(
-            state.catalog(),
+
+    def register() -> Registration:
+        catalog = state.catalog()
+        check_partition_locations(catalog, table, pairs)
+        return lifecycle.register_partitions(
+            catalog,
             table,
             pairs,
             mark_set_done=body.mark_set_done,
             announce=announce_mode_of(body.announce),
             job_id=body.job_id,
         )
-    )
+
+    registration = await in_thread(register)
     return Registered.of_registration(str(registration.partitions[0].table), registration)
 
 

@@ -110,6 +110,24 @@ def test_external_data_is_never_purged(run, roots: Path, tmp_path: Path, db_url:
     assert "web.ext" in _catalog_state(db_url, tmp_path)[0]
 
 
+def test_the_api_external_roots_do_not_bind_the_command_line(
+    run, roots: Path, tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
+):
+    """The operator's command line registers and measures an external table anywhere but
+    around a root, whatever the HTTP API may (docs/api.md, "Locations over the API")."""
+    monkeypatch.setenv("HCAT_NOTIFY_API_EXTERNAL_ROOTS", str(tmp_path / "landing"))
+    outside = _precious(tmp_path / "etc" / "t")
+    _precious(outside / "ds=1")
+    code, _, err = _create(run, "web.etc", str(outside), "--external")
+    assert (code, err) == (0, "")
+    code, _, err = run("partitions", "add", "web.etc", "ds=1", "--location", str(outside / "ds=1"))
+    assert (code, err) == (0, "")
+    with Catalog.open(load_settings(db_url=db_url)) as catalog:
+        assert [(p.file_count, p.total_bytes) for p in catalog.list_partitions("web.etc")] == [
+            (1, 6)
+        ]
+
+
 def test_outside_warehouse_is_an_explicit_logged_exception_and_never_purged(
     run, roots: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):

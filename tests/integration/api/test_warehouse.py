@@ -1,6 +1,8 @@
 """The warehouse boundary through the HTTP API, as an attacker with a writer principal
 would try it, against a real ``hcat-notify serve`` whose operator set one narrow root
-(SQLite and PostgreSQL): nothing outside the root is registered or deleted."""
+and one API external root (SQLite and PostgreSQL): nothing outside the root is registered
+or deleted, and nothing outside both is registered or measured (docs/api.md, "Locations
+over the API")."""
 
 from __future__ import annotations
 
@@ -24,12 +26,19 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def roots_settings(api_settings: Settings, warehouse: Path) -> Settings:
+def landing(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The operator's one API external root."""
+    return tmp_path_factory.mktemp("landing")
+
+
+@pytest.fixture(scope="module")
+def roots_settings(api_settings: Settings, warehouse: Path, landing: Path) -> Settings:
     return load_settings(
         home=api_settings.home,
         db_url=api_settings.database_url,
         broker_url=api_settings.broker_url,
         warehouse_roots=[str(warehouse)],
+        api_external_roots=[str(landing)],
     )
 
 
@@ -78,7 +87,7 @@ def _refused(response: httpx.Response, problem: str) -> None:
         ("/", "is the root of its filesystem"),
         ("file://{root}/../../../etc", "has a '..' segment"),
         ("{root}/../finance", "has a '..' segment"),
-        ("{root}/link", "resolves through a symlink to"),
+        ("{root}/link", "is outside the warehouse roots"),  # where it leads: not said
     ],
 )
 def test_a_table_outside_the_roots_is_refused_and_nothing_registered(
@@ -121,7 +130,7 @@ def test_a_partition_outside_the_roots_is_refused(
     before = catalog.last_event_id()
     for location, problem in [
         (str(outside), "is outside the warehouse roots"),
-        (str(root / "ds=2"), "resolves through a symlink to"),
+        (str(root / "ds=2"), "symlinks resolved"),
         (f"{root}/../../finance/ledger", "has a '..' segment"),
     ]:
         spec = {"ds": "1"}
@@ -144,10 +153,10 @@ def test_a_partition_outside_the_roots_is_refused(
 
 
 def test_external_data_is_never_purged_through_the_api(
-    client: httpx.Client, catalog: Catalog, tmp_path: Path
+    client: httpx.Client, catalog: Catalog, landing: Path
 ):
     name = _name()
-    outside = _precious(tmp_path / "finance" / "ledger")
+    outside = _precious(landing / name / "ledger")
     created = client.post(
         "/v1/tables",
         json={
@@ -196,3 +205,74 @@ def test_a_purge_through_the_api_keeps_a_shared_directory(
     assert "still used by partition ds=2" in dropped.json()["kept"][0]
     assert (shared / "part-0.parquet").read_bytes() == b"ledger"
     assert [p.spec.to_path() for p in catalog.list_partitions(name)] == ["ds=2"]
+
+
+def _outside_refusal(response: httpx.Response, location: str) -> dict[str, str]:
+    """The refusal of a location outside the warehouse and the API external roots, with
+    the location as given taken out of its detail (the rest is the same for any)."""
+    assert response.status_code == 400, response.text
+    body = response.json()
+    assert body["error"] == "LocationOutsideWarehouseError"
+    assert "the API registers locations only inside them" in body["detail"]
+    return {**body, "detail": body["detail"].replace(repr(location), "<location>")}
+
+
+def test_an_external_table_outside_the_api_places_is_one_refusal_exists_or_not(
+    client: httpx.Client, catalog: Catalog, tmp_path: Path
+):
+    there = _precious(tmp_path / "etc" / "ssl" / "certs")
+    before = (len(catalog.list_tables()), catalog.last_event_id())
+    answers = []
+    for location in (str(there), str(tmp_path / "etc" / "nonexistent")):
+        body = {
+            "name": "api.probe",
+            "location": location,
+            "partitionKeys": ["k"],
+            "tableType": "EXTERNAL_TABLE",
+        }
+        answers.append(_outside_refusal(client.post("/v1/tables", json=body), location))
+    assert answers[0] == answers[1]
+    assert answers[0]["type"] == "urn:hcat-notify:problem:location-outside-warehouse"
+    assert (len(catalog.list_tables()), catalog.last_event_id()) == before
+
+
+def test_an_external_table_inside_an_api_external_root_is_registered_and_measured(
+    client: httpx.Client, catalog: Catalog, landing: Path, warehouse: Path
+):
+    name, inside = _name(), _name()
+    data = _precious(landing / name / "ds=1")
+    created = client.post("/v1/tables", json={**_external(name), "location": str(landing / name)})
+    assert created.status_code == 201, created.text
+    registered = client.post(
+        f"/v1/tables/{name}/partitions:register",
+        json={"partitions": [{"spec": {"ds": "1"}, "location": str(data)}]},
+    )
+    assert registered.status_code == 201, registered.text
+    assert [(p.file_count, p.total_bytes) for p in catalog.list_partitions(name)] == [(1, 6)]
+    in_root = {**_external(inside), "location": str(warehouse / inside)}  # as before
+    assert client.post("/v1/tables", json=in_root).status_code == 201
+
+
+def test_partitions_outside_the_api_places_are_refused_before_any_measure(
+    client: httpx.Client, catalog: Catalog, tmp_path: Path
+):
+    """Even of the operator's external table (registered without the API) outside them."""
+    name = _name()
+    operators = _precious(tmp_path / "operators" / "t")
+    catalog.create_table(name, location=str(operators), partition_keys=["ds"],
+                         table_type="EXTERNAL_TABLE")  # fmt: skip
+    there = _precious(operators / "ds=1")
+    before = catalog.last_event_id()
+    for route in ("partitions:register", "partitions"):
+        answers = []
+        for location in (str(there), str(operators / "ds=2"), str(tmp_path / "empty")):
+            item = {"spec": {"ds": "1"}, "location": location}
+            sent = client.post(f"/v1/tables/{name}/{route}", json={"partitions": [item]})
+            answers.append(_outside_refusal(sent, location))
+        assert answers[0] == answers[1] == answers[2]
+    assert catalog.list_partitions(name) == []
+    assert catalog.last_event_id() == before
+
+
+def _external(name: str) -> dict[str, object]:
+    return {"name": name, "partitionKeys": ["ds"], "tableType": "EXTERNAL_TABLE"}
