@@ -42,7 +42,7 @@ from spark_output.commit.moves import (
     apply_moves,
     cleanup_job,
     new_partitions,
-    remove_job_dirs,
+    remove_unheld_job_dirs,
     undo_moves,
 )
 from spark_output.commit.plan import CommitPlan, FileMove, MoveKind, Owner, PartitionMove
@@ -466,9 +466,13 @@ class PartitionCommitter:
             self.cleanup()
 
     def cleanup(self, committed: CommitPlan | None = None) -> None:
-        """Remove this job's staging and trash directories; once ``committed``, the trash
-        only if no other table holds it (:func:`~spark_output.commit.moves.cleanup_job`)."""
+        """Remove this job's staging and trash directories, each only if no other table
+        holds it (:func:`~spark_output.commit.moves.remove_unheld_job_dirs`); once
+        ``committed``, the trash also only if none holds what it replaced
+        (:func:`~spark_output.commit.moves.cleanup_job`)."""
         if committed is not None:
             cleanup_job(self.catalog, str(self.table.name), self.location, committed)
         else:
-            remove_job_dirs(self.fs, self.location.path, self.staging, self.trash)
+            remove_unheld_job_dirs(
+                self.catalog, str(self.table.name), self.location, self.staging, self.trash
+            )

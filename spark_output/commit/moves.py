@@ -43,6 +43,7 @@ __all__ = [
     "moves_done",
     "new_partitions",
     "remove_job_dirs",
+    "remove_unheld_job_dirs",
     "undo_moves",
 ]
 
@@ -306,16 +307,42 @@ def cleanup_job(
     plan: CommitPlan,
 ) -> list[str]:
     """Delete the job's staging and trash (:func:`remove_job_dirs`) once its write is
-    over, keeping the trash, as every purge would, when another table or partition holds
-    it or what it replaced (:func:`held_by_others`: registered in the trash, or at a
-    replaced partition's directory). What is kept is logged and returned, one line each.
+    over (:func:`remove_unheld_job_dirs`), keeping the trash, as every purge would, also
+    when another table or partition holds what it replaced (registered at a replaced
+    partition's directory). What is kept is logged and returned, one line each.
     """
     replaced = {location.uri_of(move.final): move.spec for move in plan.partitions if move.trash}
-    held = replaced and held_by_others(
-        catalog, table, {location.uri_of(plan.trash): "", **replaced}
+    return remove_unheld_job_dirs(
+        catalog, table, location, plan.staging, plan.trash, replaced=replaced
     )
-    if not held:
-        return remove_job_dirs(location.fs, location.path, plan.staging, plan.trash)
-    kept = [f"{plan.trash}: {directory} is used by {use}" for directory, use in held]
-    logger.warning("kept the trash %s: %s", plan.trash, "; ".join(kept))
-    return kept + remove_job_dirs(location.fs, location.path, plan.staging)
+
+
+def remove_unheld_job_dirs(
+    catalog: Catalog,
+    table: str,
+    location: TableLocation,
+    staging: str,
+    trash: str,
+    *,
+    replaced: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Delete a job's ``staging`` and ``trash`` (:func:`remove_job_dirs`), each unless
+    another table or partition holds it (:func:`held_by_others`: registered in it, at it
+    or around it; for the trash also at one of ``replaced``, a location → its partition
+    spec, which the trash now holds): that one is kept, as every purge keeps it. One
+    holder query for both. What is kept is logged and returned, one line each.
+    """
+    staging_uri = location.uri_of(staging)
+    directories = {staging_uri: "", location.uri_of(trash): "", **(replaced or {})}
+    held = held_by_others(catalog, table, directories)
+    kept: list[str] = []
+    removed: list[str] = []
+    for directory, is_staging in ((staging, True), (trash, False)):
+        # the staging's own holders; the trash's, and those of what it replaced
+        uses = [f"{at} is used by {use}" for at, use in held if (at == staging_uri) is is_staging]
+        if uses:
+            logger.warning("kept %s: %s", directory, "; ".join(uses))
+            kept += [f"{directory}: {line}" for line in uses]
+        else:
+            removed.append(directory)
+    return kept + remove_job_dirs(location.fs, location.path, *removed)
