@@ -141,8 +141,18 @@ class PartitionCommitter:
 
         Raises:
             ConcurrentWriteError: naming the directory; nothing was written.
+            hcat_notify.UnsafeMoveError: (local) the staging directory, or a directory on
+                its way below the warehouse root or the table's location, is a symbolic
+                link (never followed); nothing was written.
         """
-        if exists(self.fs, self.staging):
+        try:
+            taken = self.paths.exists(self.staging)
+        except UnsafeMoveError as exc:
+            raise UnsafeMoveError(
+                f"cannot write to {self.table.name}: {str(exc).partition('; nothing')[0]}; "
+                "nothing was written"
+            ) from exc
+        if taken:
             raise ConcurrentWriteError(
                 f"job {self.job_id} is writing to {self.table.name} already: its staging "
                 f"directory {self.staging} exists (if that writer is gone, 'hcat-notify "
