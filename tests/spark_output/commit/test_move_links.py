@@ -208,6 +208,34 @@ def test_an_appends_cleanup_keeps_a_job_directory_another_table_holds(
     assert not (table_dir / other / "job1").exists()  # the job's other directory: removed
 
 
+def test_a_partition_registered_around_the_table_keeps_no_job_directory(
+    tmp_path: Path, narrow_warehouse: Path
+):
+    # only a location at or inside a job's directory holds it: an external table's
+    # partition registered around the table (not checked at registration) would
+    # otherwise keep every job's staging and trash
+    around = narrow_warehouse / "x"
+    (around / "d.parquet").parent.mkdir()
+    (around / "d.parquet").write_text("d")
+    with Catalog.open(load_settings(home=tmp_path / "home", db_url=None)) as catalog:
+        table = catalog.create_table("web.t", location=str(around / "t"), partition_keys=["g"])
+        catalog.create_table(
+            "web.x", location=str(tmp_path / "e"), partition_keys=["q"],
+            table_type="EXTERNAL_TABLE",
+        )  # fmt: skip
+        register_partitions(catalog, "web.x", {"q=1": str(around)})
+        committer = PartitionCommitter(catalog, table, job_id="job1", mode="append")
+        staged = Path(committer.staging) / "g=1"
+        staged.mkdir(parents=True)
+        (staged / "part-00000-x.parquet").write_text("new")
+        (Path(committer.staging) / "_SUCCESS").write_text("")
+        committer.commit(
+            started_at=catalog.now(), max_partitions=10, mark_set_done=None, compact=None,
+            phases={},
+        )  # fmt: skip
+    assert sorted(os.listdir(around / "t")) == ["g=1"]
+
+
 def test_a_staged_partition_reached_through_a_link_is_refused_before_compaction(
     tmp_path: Path, narrow_warehouse: Path, victim: Path
 ):
