@@ -42,7 +42,7 @@ from spark_output.commit.moves import (
     apply_moves,
     cleanup_job,
     new_partitions,
-    remove_job_dirs,
+    remove_unheld_job_dirs,
     undo_moves,
 )
 from spark_output.commit.plan import CommitPlan, FileMove, MoveKind, Owner, PartitionMove
@@ -141,8 +141,18 @@ class PartitionCommitter:
 
         Raises:
             ConcurrentWriteError: naming the directory; nothing was written.
+            hcat_notify.UnsafeMoveError: (local) the staging directory, or a directory on
+                its way below the warehouse root or the table's location, is a symbolic
+                link (never followed); nothing was written.
         """
-        if exists(self.fs, self.staging):
+        try:
+            taken = self.paths.exists(self.staging)
+        except UnsafeMoveError as exc:
+            raise UnsafeMoveError(
+                f"cannot write to {self.table.name}: {str(exc).partition('; nothing')[0]}; "
+                "nothing was written"
+            ) from exc
+        if taken:
             raise ConcurrentWriteError(
                 f"job {self.job_id} is writing to {self.table.name} already: its staging "
                 f"directory {self.staging} exists (if that writer is gone, 'hcat-notify "
@@ -466,9 +476,13 @@ class PartitionCommitter:
             self.cleanup()
 
     def cleanup(self, committed: CommitPlan | None = None) -> None:
-        """Remove this job's staging and trash directories; once ``committed``, the trash
-        only if no other table holds it (:func:`~spark_output.commit.moves.cleanup_job`)."""
+        """Remove this job's staging and trash directories, each only if no other table
+        holds it (:func:`~spark_output.commit.moves.remove_unheld_job_dirs`); once
+        ``committed``, the trash also only if none holds what it replaced
+        (:func:`~spark_output.commit.moves.cleanup_job`)."""
         if committed is not None:
             cleanup_job(self.catalog, str(self.table.name), self.location, committed)
         else:
-            remove_job_dirs(self.fs, self.location.path, self.staging, self.trash)
+            remove_unheld_job_dirs(
+                self.catalog, str(self.table.name), self.location, self.staging, self.trash
+            )

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import posixpath
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from pyarrow import fs as pafs
 
@@ -29,6 +29,7 @@ from hcat_notify import (
     stat_below,
     validate_job_id,
 )
+from hcat_notify.warehouse import location_key
 from spark_output.commit.plan import CommitPlan, MoveKind, PartitionMove
 from spark_output.fs import TableLocation, crc_sidecar, exists, move, remove_empty_dir
 
@@ -43,6 +44,7 @@ __all__ = [
     "moves_done",
     "new_partitions",
     "remove_job_dirs",
+    "remove_unheld_job_dirs",
     "undo_moves",
 ]
 
@@ -283,20 +285,31 @@ def remove_job_dirs(filesystem: pafs.FileSystem, table_path: str, *directories: 
 
 
 def held_by_others(
-    catalog: Catalog, table: str, directories: Mapping[str, str]
+    catalog: Catalog,
+    table: str,
+    directories: Mapping[str, str],
+    *,
+    inside_only: Collection[str] = (),
 ) -> list[tuple[str, str]]:
     """``(directory, its other user)`` for each of ``directories`` (a location → the
     partition spec it is for) that another table or partition holds: its registered
     location is the directory, lies inside or contains it
-    (:meth:`hcat_notify.store.TablesView.location_holders`). ``table`` itself, and its
-    partition at that spec, do not count."""
+    (:meth:`hcat_notify.store.TablesView.location_holders`); for those of
+    ``inside_only``, only at or inside it. ``table`` itself, and its partition at that
+    spec, do not count."""
     holders = catalog.tables.location_holders(list(directories), table=table)
     return [
         (directory, str(use))
         for directory, uses in holders.items()
         for use in uses
         if not (use.table == table and use.partition in (None, directories[directory]))
+        and not (directory in inside_only and _around(directory, use.location))
     ]
+
+
+def _around(directory: str, location: str) -> bool:
+    """Whether ``location`` contains ``directory`` (is not it, nor inside it)."""
+    return location_key(directory).within(location_key(location), strict=True)
 
 
 def cleanup_job(
@@ -306,16 +319,45 @@ def cleanup_job(
     plan: CommitPlan,
 ) -> list[str]:
     """Delete the job's staging and trash (:func:`remove_job_dirs`) once its write is
-    over, keeping the trash, as every purge would, when another table or partition holds
-    it or what it replaced (:func:`held_by_others`: registered in the trash, or at a
-    replaced partition's directory). What is kept is logged and returned, one line each.
+    over (:func:`remove_unheld_job_dirs`), keeping the trash, as every purge would, also
+    when another table or partition holds what it replaced (registered at a replaced
+    partition's directory). What is kept is logged and returned, one line each.
     """
     replaced = {location.uri_of(move.final): move.spec for move in plan.partitions if move.trash}
-    held = replaced and held_by_others(
-        catalog, table, {location.uri_of(plan.trash): "", **replaced}
+    return remove_unheld_job_dirs(
+        catalog, table, location, plan.staging, plan.trash, replaced=replaced
     )
-    if not held:
-        return remove_job_dirs(location.fs, location.path, plan.staging, plan.trash)
-    kept = [f"{plan.trash}: {directory} is used by {use}" for directory, use in held]
-    logger.warning("kept the trash %s: %s", plan.trash, "; ".join(kept))
-    return kept + remove_job_dirs(location.fs, location.path, plan.staging)
+
+
+def remove_unheld_job_dirs(
+    catalog: Catalog,
+    table: str,
+    location: TableLocation,
+    staging: str,
+    trash: str,
+    *,
+    replaced: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Delete a job's ``staging`` and ``trash`` (:func:`remove_job_dirs`), each unless
+    another table or partition holds it (:func:`held_by_others`: registered at it or
+    inside it; for the trash also at, inside or around one of ``replaced``, a location →
+    its partition spec, which the trash now holds): that one is kept, as every purge
+    keeps it. One holder query for both. What is kept is logged and returned, one line
+    each.
+    """
+    staging_uri, trash_uri = location.uri_of(staging), location.uri_of(trash)
+    directories = {staging_uri: "", trash_uri: "", **(replaced or {})}
+    # A table around the job's directories (a catalog's overlap from before the check)
+    # holds none of its files: only one registered at or inside them keeps them.
+    held = held_by_others(catalog, table, directories, inside_only=(staging_uri, trash_uri))
+    kept: list[str] = []
+    removed: list[str] = []
+    for directory, is_staging in ((staging, True), (trash, False)):
+        # the staging's own holders; the trash's, and those of what it replaced
+        uses = [f"{at} is used by {use}" for at, use in held if (at == staging_uri) is is_staging]
+        if uses:
+            logger.warning("kept %s: %s", directory, "; ".join(uses))
+            kept += [f"{directory}: {line}" for line in uses]
+        else:
+            removed.append(directory)
+    return kept + remove_job_dirs(location.fs, location.path, *removed)

@@ -2,8 +2,10 @@
 
 :func:`check_destination` refuses, before anything is written, a destination that is a
 file, that holds anything, that is, holds or lies inside a registered table's or
-partition's location, or that is or holds a warehouse root. :func:`open_destination`
-then creates it; on the local filesystem every directory below it is made fresh
+partition's location, that is or holds a warehouse root, or (local) that is reached
+through a symbolic link anywhere on its path. :func:`open_destination` then creates it,
+descending the checked path (never resolved again) without following a link; on the
+local filesystem every directory below it is made fresh
 (``mkdir``) and opened ``O_NOFOLLOW``, every file is created ``O_CREAT | O_EXCL |
 O_NOFOLLOW`` relative to its directory's descriptor, so that a link or file planted
 during the export stops the export instead of being written through. docs/operations.md,
@@ -15,13 +17,13 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import BinaryIO, Protocol
 
 from pyarrow import fs as pafs
 
-from hcat_notify import Catalog, InvalidInputError, TableLocation
+from hcat_notify import Catalog, InvalidInputError, TableLocation, UnsafeMoveError, open_dir_below
 from hcat_notify.lifecycle import location_holders
 from hcat_notify.warehouse import Warehouse, location_key
 from spark_output.transfer.manifest import MANIFEST_NAME
@@ -60,20 +62,17 @@ def check_destination(catalog: Catalog, destination: TableLocation, to: str, tab
     """Refuse a destination an export may not write to (``to`` as given, for messages).
 
     Raises:
-        hcat_notify.InvalidInputError: a file; a symbolic link (local: a link planted
-            at a new destination's name would choose where it lands); a directory that
-            is not empty; at, inside
+        hcat_notify.InvalidInputError: a file; (local) a path reached through a symbolic
+            link, at its final name or at any directory on the way (a link would choose
+            where it lands; :func:`open_destination` then descends the checked path
+            without following one); a directory that is not empty; at, inside
             or around a registered table's or partition's location (``table``'s own
             included); at or around a warehouse root.
     """
-    path = os.path.realpath(destination.path) if _is_local(destination) else destination.path
     label = f"export to {to}"
-    written = location_key(to, resolve=False)  # TableLocation.parse resolved links
-    if written.scheme == "file" and os.path.islink(written.path):
-        raise _refuse(
-            label,
-            f"it is a symbolic link (to {os.readlink(written.path)}); give the directory itself",
-        )
+    path = destination.path
+    if _is_local(destination):
+        path = _unlinked(destination.path, location_key(to, resolve=False).path, label)
     kind = destination.fs.get_file_info(path).type
     if kind not in (pafs.FileType.Directory, pafs.FileType.NotFound):
         raise _refuse(label, "it is a file, not a directory")
@@ -108,11 +107,14 @@ def open_destination(
     *,
     action: str = "export to",
     unfinished: str = "the export is incomplete (it has no manifest)",
+    bases: Sequence[str] | None = None,
 ) -> Iterator[ExportTarget]:
     """Create the checked destination (or take it empty) and yield it for writing.
 
     ``action`` and ``unfinished`` word the errors (``cannot export to /x: ...``, and what
-    a stop midway leaves).
+    a stop midway leaves). Locally its path, as checked (never resolved again), is
+    descended from ``/`` without following a link, or, given ``bases`` (trusted
+    directories: an import's staging), from the outermost of them that holds it.
 
     Raises:
         hcat_notify.InvalidInputError: it cannot be created, or (local) something
@@ -125,11 +127,54 @@ def open_destination(
             raise _refuse(f"{action} {to}", str(exc)) from exc
         yield _RemoteTarget(destination)
         return
-    fd = _create_local(os.path.realpath(destination.path), f"{action} {to}")
+    label = f"{action} {to}"
+    if bases is None:
+        fd = _create_local(destination.path, label)
+    else:
+        fd = _create_below(destination.path, bases, label)
     try:
-        yield _LocalTarget(destination.uri, fd, f"{action} {to}", unfinished)
+        yield _LocalTarget(destination.uri, fd, label, unfinished)
     finally:
         os.close(fd)
+
+
+def _unlinked(parsed: str, written: str, label: str) -> str:
+    """``written`` (the destination as given, absolute), once checked that no component
+    of it is a symbolic link and that it is the path ``parsed`` (resolved when parsed)."""
+    shown = ""
+    for part in [part for part in written.split("/") if part]:
+        shown = f"{shown}/{part}"
+        if os.path.islink(shown):
+            where = "it is" if shown == written else f"{shown}, on its way, is"
+            raise _refuse(
+                label,
+                f"{where} a symbolic link (to {os.readlink(shown)}); give the directory "
+                "itself, reached through no link",
+            )
+    resolved = os.path.realpath(written)
+    if not written == resolved == parsed:  # a link appeared since it was parsed
+        raise _refuse(label, f"{written} now resolves to {resolved}; give the directory itself")
+    return written
+
+
+def _create_below(path: str, bases: Sequence[str], label: str) -> int:
+    """Open (creating what is missing) the directory ``path`` from the outermost of
+    ``bases`` that holds it (:func:`hcat_notify.open_dir_below`: nothing below the base
+    followed); it must be new or empty. Its descriptor."""
+    holding = [b for b in bases if path == b or path.startswith(b.rstrip("/") + "/")]
+    try:
+        if holding:  # the base itself (a new table's location outside the roots) may be new
+            os.makedirs(min(holding, key=len), exist_ok=True)
+        with open_dir_below(path, bases, create=True) as found:
+            fd = os.dup(found)
+    except UnsafeMoveError as exc:
+        raise _refuse(label, str(exc).partition("; nothing is moved")[0]) from exc
+    except OSError as exc:
+        raise _refuse(label, f"cannot create {path}: {exc.strerror}") from exc
+    if os.listdir(fd):
+        os.close(fd)
+        raise _refuse(label, "it is not empty (something appeared in it meanwhile)")
+    return fd
 
 
 def _create_local(path: str, label: str) -> int:

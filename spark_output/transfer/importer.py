@@ -274,13 +274,18 @@ def _stage(
 ) -> None:
     """Copy the export's files into the job's staging directory, which must be new (or
     empty): on the local filesystem every directory and file is created by this copy,
-    never through a link (:func:`~spark_output.transfer.destination.open_destination`)."""
+    never through a link, from the warehouse root or the table's location as written
+    (:func:`~spark_output.transfer.destination.open_destination`)."""
     total = sum(len(partition.files) for partition in partitions)
     done = 0
     staging = TableLocation(committer.fs, committer.staging, committer.staging_uri)
     unfinished = "nothing imported (the staging is removed)"
     with open_destination(
-        staging, staging.uri, action="stage the import in", unfinished=unfinished
+        staging,
+        staging.uri,
+        action="stage the import in",
+        unfinished=unfinished,
+        bases=committer.paths.bases,
     ) as target:
         for partition in partitions:
             target.make_dirs(partition.spec.to_path())

@@ -17,9 +17,12 @@ from hcat_notify import register_partitions
 from hcat_notify.cli import main
 from hcat_notify.errors import InvalidInputError, LinkInPartitionError, TableNotFoundError
 from hcat_notify.store import Catalog
+from spark_output.commit.committer import PartitionCommitter
 from spark_output.compaction.har import HarEntry
 from spark_output.compaction.har.index import index_bytes
+from spark_output.transfer import export as export_module
 from spark_output.transfer import export_table, import_table
+from spark_output.transfer.destination import check_destination
 from tests.counts import row_counts
 
 pytestmark = pytest.mark.integration
@@ -337,3 +340,91 @@ def test_a_link_planted_in_the_staging_during_an_import_is_not_followed(
     assert list(victim_dir.iterdir()) == []
     with pytest.raises(TableNotFoundError):
         catalog.get_table("web.dst")
+
+
+@sqlite_only
+def test_export_refuses_a_link_on_the_way_to_its_destination(
+    capsys, catalog: Catalog, db_url: str, tmp_path: Path
+):
+    # fifth review, finding 3 (t1b): only a link at the final name was refused; one at a
+    # directory on the way chose where the export landed (a directory the attacker
+    # cannot write, or another table's)
+    _table(catalog, "web.a", tmp_path / "a", "ds=1")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "drop").mkdir()
+    (tmp_path / "drop" / "sub").symlink_to(elsewhere, target_is_directory=True)
+    err = _refused(capsys, db_url, "export", "web.a", "--to", str(tmp_path / "drop/sub/exp"))
+    assert f"{tmp_path}/drop/sub, on its way, is a symbolic link (to {elsewhere})" in err
+    assert "nothing written" in err
+    assert list(elsewhere.iterdir()) == []
+
+
+@sqlite_only
+def test_a_parent_swapped_for_a_link_after_the_check_stops_the_export(
+    catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # fifth review, finding 3 (t1): the destination was resolved again after the check:
+    # a parent swapped for a link in between sent the export into web.b's location
+    _table(catalog, "web.a", tmp_path / "a", "ds=1")
+    _table(catalog, "web.b", tmp_path / "b", "ds=1")
+    sub = tmp_path / "drop" / "sub"
+    sub.mkdir(parents=True)
+
+    def then_swapped(*args: Any) -> None:
+        check_destination(*args)
+        sub.rename(sub.with_name("sub.old"))
+        sub.symlink_to(tmp_path / "b", target_is_directory=True)
+
+    monkeypatch.setattr(export_module, "check_destination", then_swapped)
+    with pytest.raises(InvalidInputError, match=rf"{tmp_path}/drop/sub is a link"):
+        export_table(catalog, "web.a", to=str(sub / "exp"))
+    assert _tree(tmp_path / "b") == {"ds=1/part-0.csv": "web.b,ds=1\n"}
+
+
+def _staging_linked(catalog: Catalog, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """web.a exported; web.dst (empty) at ``dst``; an empty directory outside: (export,
+    dst, outside)."""
+    _table(catalog, "web.a", tmp_path / "a", "ds=1")
+    export = tmp_path / "export"
+    export_table(catalog, "web.a", to=str(export))
+    _table(catalog, "web.dst", tmp_path / "dst")
+    (tmp_path / "dst").mkdir()
+    outside = tmp_path / "outside_stage"
+    outside.mkdir()
+    return export, tmp_path / "dst", outside
+
+
+@sqlite_only
+def test_an_import_refuses_a_staging_directory_that_is_a_link(
+    capsys, catalog: Catalog, db_url: str, tmp_path: Path
+):
+    # fifth review, finding 2 (t5): a link at <table>/_hcat_staging was followed (the
+    # staging resolved, then created): the import copied the export's data outside the
+    # warehouse, then failed, leaving it there
+    export, dst, outside = _staging_linked(catalog, tmp_path)
+    (dst / "_hcat_staging").symlink_to(outside, target_is_directory=True)
+    before = row_counts(catalog)
+    err = _refused(capsys, db_url, "import", str(export), "--as", "web.dst")
+    assert list(outside.iterdir()) == []
+    assert f"cannot write to web.dst: {dst}/_hcat_staging is a symbolic link" in err
+    assert row_counts(catalog) == before
+
+
+@sqlite_only
+def test_a_staging_link_planted_after_the_check_is_not_followed(
+    catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    export, dst, outside = _staging_linked(catalog, tmp_path)
+    journal = PartitionCommitter.journal_staging
+
+    def then_planted(self: PartitionCommitter, **kwargs: Any) -> None:
+        journal(self, **kwargs)  # after check_staging_free, before the copy
+        (dst / "_hcat_staging").symlink_to(outside, target_is_directory=True)
+
+    monkeypatch.setattr(PartitionCommitter, "journal_staging", then_planted)
+    with pytest.raises(InvalidInputError, match=rf"{dst}/_hcat_staging is a symbolic link"):
+        import_table(catalog, str(export), target="web.dst")
+    assert list(outside.iterdir()) == []
+    assert catalog.list_partitions("web.dst") == []
+    assert catalog.commits.pending() == []

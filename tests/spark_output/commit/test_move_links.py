@@ -170,6 +170,72 @@ def test_the_trash_is_kept_when_another_table_holds_what_it_replaced(
     assert not Path(committer.staging).exists()
 
 
+@pytest.mark.parametrize(
+    ("job_dir", "outcome"),
+    [("_hcat_trash", "committed"), ("_hcat_staging", "committed"), ("_hcat_trash", "failed")],
+)
+def test_an_appends_cleanup_keeps_a_job_directory_another_table_holds(
+    tmp_path: Path, narrow_warehouse: Path, job_dir: str, outcome: str
+):
+    # fifth review, finding 4: only an overwrite asked who holds its trash; an append's,
+    # an import's and a failed write's cleanup deleted an external table registered in
+    # the job's (predictable) staging or trash directory
+    table_dir = narrow_warehouse / "t"
+    external = table_dir / job_dir / "job1" / "_x"  # hidden: no staged partition
+    (external / "q=1").mkdir(parents=True)
+    (external / "q=1" / "part-0.parquet").write_text("external")
+    with Catalog.open(load_settings(home=tmp_path / "home", db_url=None)) as catalog:
+        table = catalog.create_table("web.t", location=str(table_dir), partition_keys=["g"])
+        catalog.create_table(
+            "web.x", location=str(external), partition_keys=["q"], table_type="EXTERNAL_TABLE"
+        )
+        register_partitions(catalog, "web.x", {"q=1": str(external / "q=1")})
+        committer = PartitionCommitter(catalog, table, job_id="job1", mode="append")
+        staged = Path(committer.staging) / "g=1"
+        staged.mkdir(parents=True)
+        (staged / "part-00000-x.parquet").write_text("new")
+        if outcome == "committed":
+            committer.commit(
+                started_at=catalog.now(), max_partitions=10, mark_set_done=None, compact=None,
+                phases={},
+            )  # fmt: skip
+            assert os.listdir(table_dir / "g=1") == ["part-00000-x.parquet"]
+        else:
+            committer.cleanup()  # a write that failed before its commit
+            assert not staged.exists()
+    assert (external / "q=1" / "part-0.parquet").read_text() == "external"
+    other = "_hcat_staging" if job_dir == "_hcat_trash" else "_hcat_trash"
+    assert not (table_dir / other / "job1").exists()  # the job's other directory: removed
+
+
+def test_a_partition_registered_around_the_table_keeps_no_job_directory(
+    tmp_path: Path, narrow_warehouse: Path
+):
+    # only a location at or inside a job's directory holds it: an external table's
+    # partition registered around the table (not checked at registration) would
+    # otherwise keep every job's staging and trash
+    around = narrow_warehouse / "x"
+    (around / "d.parquet").parent.mkdir()
+    (around / "d.parquet").write_text("d")
+    with Catalog.open(load_settings(home=tmp_path / "home", db_url=None)) as catalog:
+        table = catalog.create_table("web.t", location=str(around / "t"), partition_keys=["g"])
+        catalog.create_table(
+            "web.x", location=str(tmp_path / "e"), partition_keys=["q"],
+            table_type="EXTERNAL_TABLE",
+        )  # fmt: skip
+        register_partitions(catalog, "web.x", {"q=1": str(around)})
+        committer = PartitionCommitter(catalog, table, job_id="job1", mode="append")
+        staged = Path(committer.staging) / "g=1"
+        staged.mkdir(parents=True)
+        (staged / "part-00000-x.parquet").write_text("new")
+        (Path(committer.staging) / "_SUCCESS").write_text("")
+        committer.commit(
+            started_at=catalog.now(), max_partitions=10, mark_set_done=None, compact=None,
+            phases={},
+        )  # fmt: skip
+    assert sorted(os.listdir(around / "t")) == ["g=1"]
+
+
 def test_a_staged_partition_reached_through_a_link_is_refused_before_compaction(
     tmp_path: Path, narrow_warehouse: Path, victim: Path
 ):
