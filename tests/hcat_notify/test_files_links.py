@@ -5,6 +5,7 @@ docs/operations.md, "Warehouse roots"."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -77,3 +78,62 @@ def test_partitions_add_refuses_a_partition_holding_a_link(
     )
     assert main(["--db-url", db_url, "partitions", "list", "web.t"]) == 0
     assert capsys.readouterr().out == "no partitions\n"
+
+
+def _swap_for_link(directory: Path, to: Path) -> None:
+    """What someone who can write in ``directory``'s parent does: move it aside, link."""
+    directory.rename(directory.with_name(f".{directory.name}.orig"))
+    directory.symlink_to(to, target_is_directory=True)
+
+
+@pytest.fixture
+def outside_dir(tmp_path: Path) -> Path:
+    """A directory outside the table whose file is named like the partition's."""
+    directory = tmp_path / "outside_dir"
+    (directory / "k").mkdir(parents=True)
+    (directory / "part-0.csv").write_text("salary,123456\n")
+    (directory / "k" / "part-0.csv").write_text("salary,654321\n")
+    return directory
+
+
+@pytest.mark.parametrize("where", ["partition", "above"])
+def test_a_directory_swapped_for_a_link_is_not_read_through(
+    tmp_path: Path, partition: Path, outside_dir: Path, where: str
+) -> None:
+    """A partition's directory, or one above it below the base, replaced by a link to a
+    directory outside: listing and opening are refused, naming the link; nothing read."""
+    table = partition.parent  # tmp_path/t: the trusted base (a table's location)
+    nested = table / "a=1" / "k"
+    nested.mkdir(parents=True)
+    (nested / "part-0.csv").write_text("a,1\n")
+    bases = [str(tmp_path), str(table)]
+    if where == "partition":
+        directory, link = partition, partition
+        _swap_for_link(partition, outside_dir)
+    else:
+        directory, link = nested, nested.parent
+        _swap_for_link(nested.parent, outside_dir)
+    message = rf"{link} is a symbolic link \(to {outside_dir}\); a partition's directory"
+    with pytest.raises(LinkInPartitionError, match=message):
+        list_data_files(LOCAL, str(directory), bases=bases)
+    with pytest.raises(LinkInPartitionError, match=message):
+        open_data_file(LOCAL, str(directory / "part-0.csv"), bases=bases)
+    if where == "partition":  # without bases, from its parent: the last component
+        with pytest.raises(LinkInPartitionError, match=message):
+            list_data_files(LOCAL, str(directory))
+        with pytest.raises(LinkInPartitionError, match=message):
+            measure_partition(f"file://{directory}")  # what 'partitions add' measures
+    assert (outside_dir / "part-0.csv").read_text() == "salary,123456\n"
+
+
+def test_a_fifo_in_place_of_a_data_file_is_refused_not_waited_on(partition: Path) -> None:
+    """A data file swapped for a FIFO after the listing: refused at once (an open that
+    waited for a writer would hang the export or compaction for ever)."""
+    listed = list_data_files(LOCAL, str(partition))
+    path = partition / "part-0.csv"
+    path.rename(partition / ".part-0.csv.orig")
+    os.mkfifo(path)
+    with pytest.raises(LinkInPartitionError, match=r"part-0\.csv is not a regular file"):
+        open_data_file(LOCAL, listed[0].path, bases=[str(partition.parent)])
+    with pytest.raises(LinkInPartitionError, match=r"part-0\.csv is not a regular file"):
+        open_data_file(LOCAL, listed[0].path)
