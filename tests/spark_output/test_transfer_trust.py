@@ -169,6 +169,46 @@ def test_export_refuses_a_partition_holding_a_link_and_reads_nothing_through_it(
     assert not (tmp_path / "exp").exists()
 
 
+@sqlite_only
+@pytest.mark.parametrize("where", ["partition", "table"])
+def test_export_reads_nothing_through_a_directory_swapped_for_a_link(
+    capsys, narrow_warehouse: Path, catalog: Catalog, db_url: str, tmp_path: Path, where: str
+):
+    """A partition's directory, or the table's below the warehouse root, swapped for a
+    link to a directory outside whose files bear the partition's names: refused by name,
+    nothing exported (fifth security review, finding 1)."""
+    _table(catalog, "web.a", narrow_warehouse / "a", "ds=1")
+    outside = tmp_path / "outside"
+    (outside / "ds=1").mkdir(parents=True)
+    for directory in (outside, outside / "ds=1"):
+        (directory / "part-0.csv").write_text("outside: private\n")
+    link = narrow_warehouse / "a" / "ds=1" if where == "partition" else narrow_warehouse / "a"
+    link.rename(link.with_name(f".{link.name}.orig"))
+    link.symlink_to(outside, target_is_directory=True)
+    err = _refused(capsys, db_url, "export", "web.a", "--to", str(tmp_path / "exp"))
+    assert f"{link} is a symbolic link (to {outside})" in err, err
+    assert not (tmp_path / "exp").exists()
+
+
+@sqlite_only
+def test_a_fifo_in_place_of_a_data_file_refuses_the_export_at_once(
+    catalog: Catalog, tmp_path: Path
+):
+    """A data file swapped for a FIFO after the listing: refused, not waited on (an
+    export that opened it blocking would hang for ever; finding 5)."""
+    _table(catalog, "web.a", tmp_path / "a", "ds=1", "ds=2")
+    swapped = tmp_path / "a" / "ds=2" / "part-0.csv"
+
+    def plant(done: int, total: int, item: str) -> None:
+        if done == 1:  # ds=1 copied; ds=2 was listed already
+            swapped.rename(swapped.with_name(".part-0.csv.orig"))
+            os.mkfifo(swapped)
+
+    with pytest.raises(LinkInPartitionError, match=r"ds=2/part-0\.csv is not a regular file"):
+        export_table(catalog, "web.a", to=str(tmp_path / "exp"), progress=plant)
+    assert not (tmp_path / "exp" / "_hcat_export.json").exists()
+
+
 def _archived_export(root: Path, part: str, master: bytes | None = None) -> Path:
     """An export made by hand of web.har: partition ds=1 archived, its archive's one file
     at ``part`` (the review's repro: an absolute path reads a file outside the archive)."""
