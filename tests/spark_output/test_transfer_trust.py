@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ from hcat_notify import register_partitions
 from hcat_notify.cli import main
 from hcat_notify.errors import InvalidInputError, LinkInPartitionError, TableNotFoundError
 from hcat_notify.store import Catalog
+from spark_output.compaction import CompactionPolicy
 from spark_output.compaction.har import HarEntry
 from spark_output.compaction.har.index import index_bytes
+from spark_output.maintenance.table_compaction import compact_table
 from spark_output.transfer import export_table, import_table
 from tests.counts import row_counts
 
@@ -187,6 +190,26 @@ def test_export_reads_nothing_through_a_directory_swapped_for_a_link(
     link.symlink_to(outside, target_is_directory=True)
     err = _refused(capsys, db_url, "export", "web.a", "--to", str(tmp_path / "exp"))
     assert f"{link} is a symbolic link (to {outside})" in err, err
+    assert not (tmp_path / "exp").exists()
+
+
+@sqlite_only
+def test_export_reads_no_archive_through_a_directory_swapped_for_a_link(
+    narrow_warehouse: Path, catalog: Catalog, tmp_path: Path
+):
+    """An archived partition's directories are reached from the root as well: the
+    table's ``_hcat_compacted`` swapped for a link to a copy outside is refused."""
+    _table(catalog, "web.a", narrow_warehouse / "a", "ds=1")
+    (narrow_warehouse / "a" / "ds=1" / "part-1.csv").write_text("web.a,ds=1,1\n")
+    policy = CompactionPolicy(mode="har", min_files=2)
+    assert compact_table(catalog, "web.a", policy=policy, workers=1).partitions_compacted == 1
+    compacted = narrow_warehouse / "a" / "_hcat_compacted"
+    outside = tmp_path / "outside"
+    shutil.copytree(compacted, outside)
+    compacted.rename(compacted.with_name(".compacted.orig"))
+    compacted.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(LinkInPartitionError, match=f"{compacted} is a symbolic link"):
+        export_table(catalog, "web.a", to=str(tmp_path / "exp"))
     assert not (tmp_path / "exp").exists()
 
 
