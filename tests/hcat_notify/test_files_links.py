@@ -11,8 +11,9 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
+from hcat_notify import Catalog, discover_partitions
 from hcat_notify.cli import main
-from hcat_notify.errors import LinkInPartitionError
+from hcat_notify.errors import InvalidInputError, LinkInPartitionError
 from hcat_notify.files import list_data_files, measure_partition, open_data_file
 
 LOCAL = pafs.LocalFileSystem()
@@ -137,3 +138,21 @@ def test_a_fifo_in_place_of_a_data_file_is_refused_not_waited_on(partition: Path
         open_data_file(LOCAL, listed[0].path, bases=[str(partition.parent)])
     with pytest.raises(LinkInPartitionError, match=r"part-0\.csv is not a regular file"):
         open_data_file(LOCAL, listed[0].path)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_discover_refuses_a_directory_above_a_partition_that_is_a_link(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    (table / "a=1" / "k=1").mkdir(parents=True)
+    (table / "a=1" / "k=1" / "part-0.csv").write_text("a,1\n")
+    outside = tmp_path / "outside"
+    (outside / "k=2").mkdir(parents=True)
+    (outside / "k=2" / "part-0.csv").write_text("salary,1\n")
+    (table / "a=2").symlink_to(outside, target_is_directory=True)
+    catalog.create_table("web.t", location=str(table), partition_keys=["a", "k"])
+    with pytest.raises(InvalidInputError, match=rf"{table}/a=2 is a symbolic link \(to "):
+        discover_partitions(catalog, "web.t")
+    assert catalog.list_partitions("web.t") == []
