@@ -163,14 +163,20 @@ def partition_bases(roots: Sequence[str], table_location: str) -> tuple[str, ...
     return tuple(bases)
 
 
-def _first_link(path: str) -> str | None:
-    """The first component of ``path`` that is a symbolic link now (for a message)."""
-    shown = ""
-    for part in [part for part in path.split("/") if part]:
-        shown = f"{shown}/{part}"
-        with contextlib.suppress(OSError):
-            if os.path.islink(shown):
-                return shown
+def _first_link(path: str, bases: Sequence[str]) -> str | None:
+    """The first component of ``path`` below the outermost of ``bases`` holding it that
+    is a symbolic link now (for a message: the base itself may be a link, trusted)."""
+    parts = [part for part in path.split("/") if part]
+    held = [
+        top
+        for top in ([part for part in base.split("/") if part] for base in bases)
+        if parts[: len(top)] == top
+    ]
+    start = min((len(top) for top in held), default=0)
+    for end in range(start + 1, len(parts) + 1):
+        shown = "/" + "/".join(parts[:end])
+        if os.path.islink(shown):
+            return shown
     return None
 
 
@@ -187,12 +193,12 @@ def open_partition_dir(directory: str, bases: Sequence[str] = ()) -> Iterator[in
         LocationNotFoundError: ``directory`` (or a component) is missing or not a directory.
     """
     written = os.path.abspath(directory)
-    parent = posixpath.dirname(written.rstrip("/")) or "/"
+    trusted = [*bases, posixpath.dirname(written.rstrip("/")) or "/"]
     with contextlib.ExitStack() as stack:
         try:
-            fd = stack.enter_context(open_dir_below(written, [*bases, parent]))
+            fd = stack.enter_context(open_dir_below(written, trusted))
         except UnsafeMoveError as exc:
-            link = _first_link(written)
+            link = _first_link(written, trusted)
             if link is None:
                 raise LinkInPartitionError(f"cannot read {directory}: {exc}") from exc
             raise LinkInPartitionError(

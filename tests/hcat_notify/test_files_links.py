@@ -127,6 +127,22 @@ def test_a_directory_swapped_for_a_link_is_not_read_through(
     assert (outside_dir / "part-0.csv").read_text() == "salary,123456\n"
 
 
+def test_a_base_that_is_a_link_is_trusted_and_the_link_below_it_named(
+    tmp_path: Path, outside_dir: Path
+) -> None:
+    """A warehouse root may be a link (the operator's); a link below it is what is named."""
+    real = tmp_path / "real"
+    (real / "t" / "k=1").mkdir(parents=True)
+    (real / "t" / "k=1" / "part-0.csv").write_text("a,1\n")
+    base = tmp_path / "root"
+    base.symlink_to(real, target_is_directory=True)
+    partition = f"{base}/t/k=1"
+    assert [f.name for f in list_data_files(LOCAL, partition, bases=[str(base)])] == ["part-0.csv"]
+    _swap_for_link(real / "t" / "k=1", outside_dir)
+    with pytest.raises(LinkInPartitionError, match=rf"^{partition} is a symbolic link"):
+        list_data_files(LOCAL, partition, bases=[str(base)])
+
+
 def test_a_fifo_in_place_of_a_data_file_is_refused_not_waited_on(partition: Path) -> None:
     """A data file swapped for a FIFO after the listing: refused at once (an open that
     waited for a writer would hang the export or compaction for ever)."""
