@@ -81,6 +81,13 @@ def test_partitions_add_refuses_a_partition_holding_a_link(
     assert capsys.readouterr().out == "no partitions\n"
 
 
+def _data_dir(directory: Path, text: str = "a,1\n") -> Path:
+    """``directory``, made with its parents, holding ``part-0.csv``."""
+    directory.mkdir(parents=True)
+    (directory / "part-0.csv").write_text(text)
+    return directory
+
+
 def _swap_for_link(directory: Path, to: Path) -> None:
     """What someone who can write in ``directory``'s parent does: move it aside, link."""
     directory.rename(directory.with_name(f".{directory.name}.orig"))
@@ -104,9 +111,7 @@ def test_a_directory_swapped_for_a_link_is_not_read_through(
     """A partition's directory, or one above it below the base, replaced by a link to a
     directory outside: listing and opening are refused, naming the link; nothing read."""
     table = partition.parent  # tmp_path/t: the trusted base (a table's location)
-    nested = table / "a=1" / "k"
-    nested.mkdir(parents=True)
-    (nested / "part-0.csv").write_text("a,1\n")
+    nested = _data_dir(table / "a=1" / "k")
     bases = [str(tmp_path), str(table)]
     if where == "partition":
         directory, link = partition, partition
@@ -131,14 +136,12 @@ def test_a_base_that_is_a_link_is_trusted_and_the_link_below_it_named(
     tmp_path: Path, outside_dir: Path
 ) -> None:
     """A warehouse root may be a link (the operator's); a link below it is what is named."""
-    real = tmp_path / "real"
-    (real / "t" / "k=1").mkdir(parents=True)
-    (real / "t" / "k=1" / "part-0.csv").write_text("a,1\n")
+    real = _data_dir(tmp_path / "real" / "t" / "k=1")
     base = tmp_path / "root"
-    base.symlink_to(real, target_is_directory=True)
+    base.symlink_to(tmp_path / "real", target_is_directory=True)
     partition = f"{base}/t/k=1"
     assert [f.name for f in list_data_files(LOCAL, partition, bases=[str(base)])] == ["part-0.csv"]
-    _swap_for_link(real / "t" / "k=1", outside_dir)
+    _swap_for_link(real, outside_dir)
     with pytest.raises(LinkInPartitionError, match=rf"^{partition} is a symbolic link"):
         list_data_files(LOCAL, partition, bases=[str(base)])
 
@@ -161,12 +164,8 @@ def test_a_fifo_in_place_of_a_data_file_is_refused_not_waited_on(partition: Path
 def test_discover_refuses_a_directory_above_a_partition_that_is_a_link(
     catalog: Catalog, tmp_path: Path
 ) -> None:
-    table = tmp_path / "t"
-    (table / "a=1" / "k=1").mkdir(parents=True)
-    (table / "a=1" / "k=1" / "part-0.csv").write_text("a,1\n")
-    outside = tmp_path / "outside"
-    (outside / "k=2").mkdir(parents=True)
-    (outside / "k=2" / "part-0.csv").write_text("salary,1\n")
+    table = _data_dir(tmp_path / "t" / "a=1" / "k=1").parent.parent
+    outside = _data_dir(tmp_path / "outside" / "k=2", "salary,1\n").parent
     (table / "a=2").symlink_to(outside, target_is_directory=True)
     catalog.create_table("web.t", location=str(table), partition_keys=["a", "k"])
     with pytest.raises(InvalidInputError, match=rf"{table}/a=2 is a symbolic link \(to "):
