@@ -11,19 +11,29 @@ touch files load.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import posixpath
-from collections.abc import Mapping, Sequence
+import stat
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 from pyarrow import fs as pafs
 
-from hcat_notify.errors import InvalidInputError, LinkInPartitionError, LocationNotFoundError
+from hcat_notify.errors import (
+    InvalidInputError,
+    LinkInPartitionError,
+    LocationNotFoundError,
+    UnsafeMoveError,
+)
 from hcat_notify.model.locations import split_location, storage_location
 from hcat_notify.model.specs import PartitionSpec
+from hcat_notify.safe_delete import warehouse_bases
+from hcat_notify.safe_move import open_dir_below
 from hcat_notify.store.records import NewPartition, TableInfo
 from hcat_notify.warehouse import Warehouse
 
@@ -35,6 +45,9 @@ __all__ = [
     "measure_partition",
     "measure_partitions",
     "open_data_file",
+    "open_data_file_at",
+    "open_partition_dir",
+    "partition_bases",
     "path_exists",
     "split_location",
     "storage_location",
@@ -107,21 +120,27 @@ def path_exists(filesystem: pafs.FileSystem, path: str) -> bool:
     return bool(filesystem.get_file_info(path).type != pafs.FileType.NotFound)
 
 
-def list_data_files(filesystem: pafs.FileSystem, directory: str) -> list[FileStat]:
+def list_data_files(
+    filesystem: pafs.FileSystem, directory: str, *, bases: Sequence[str] = ()
+) -> list[FileStat]:
     """A partition's data files: regular files directly in ``directory`` that are not
     hidden (:func:`is_hidden`), sorted by name. Subdirectories are not looked into.
 
-    On the local filesystem entries are not followed (``lstat``): a visible symbolic link
-    is refused, since whatever it points to (a file outside the warehouse, say) would be
-    counted, compacted and exported as the partition's data (docs/operations.md,
-    "Warehouse roots").
+    On the local filesystem nothing is followed: the directory is reached from the
+    outermost of ``bases`` that holds it (else from its parent) without following a
+    link (:func:`open_partition_dir`), listed through that descriptor, and a visible
+    entry that is a symbolic link is refused, since whatever it points to (a file
+    outside the warehouse, say) would be counted, compacted and exported as the
+    partition's data (docs/operations.md, "Warehouse roots").
 
     Raises:
         LocationNotFoundError: ``directory`` is not a directory.
-        LinkInPartitionError: ``directory`` (local) holds a visible symbolic link.
+        LinkInPartitionError: (local) ``directory`` holds a visible symbolic link, or a
+            directory on the way from its base is one.
     """
     if isinstance(filesystem, pafs.LocalFileSystem):
-        return _list_local(directory)
+        with open_partition_dir(directory, bases) as fd:
+            return _list_local(directory, fd)
     if filesystem.get_file_info(directory).type != pafs.FileType.Directory:
         raise LocationNotFoundError(f"partition directory not found: {directory}")
     found = [
@@ -132,46 +151,138 @@ def list_data_files(filesystem: pafs.FileSystem, directory: str) -> list[FileSta
     return sorted(found, key=lambda stat: stat.name)
 
 
-def _list_local(directory: str) -> list[FileStat]:
-    if not os.path.isdir(directory):
-        raise LocationNotFoundError(f"partition directory not found: {directory}")
+def partition_bases(roots: Sequence[str], table_location: str) -> tuple[str, ...]:
+    """The trusted directories from which a table's local partition directories are
+    reached (:func:`open_partition_dir`): the warehouse roots (as written and resolved),
+    and the table's registered location (an external table's place)."""
+    bases = warehouse_bases(roots)
+    with contextlib.suppress(ValueError, OSError):
+        where = TableLocation.parse(table_location)
+        if isinstance(where.fs, pafs.LocalFileSystem) and where.path not in bases:
+            bases.append(where.path)
+    return tuple(bases)
+
+
+def _first_link(path: str, bases: Sequence[str]) -> str | None:
+    """The first component of ``path`` below the outermost of ``bases`` holding it that
+    is a symbolic link now (for a message: the base itself may be a link, trusted)."""
+    parts = [part for part in path.split("/") if part]
+    held = [
+        top
+        for top in ([part for part in base.split("/") if part] for base in bases)
+        if parts[: len(top)] == top
+    ]
+    start = min((len(top) for top in held), default=0)
+    for end in range(start + 1, len(parts) + 1):
+        shown = "/" + "/".join(parts[:end])
+        if os.path.islink(shown):
+            return shown
+    return None
+
+
+@contextmanager
+def open_partition_dir(directory: str, bases: Sequence[str] = ()) -> Iterator[int]:
+    """A descriptor of the local directory ``directory``, reached from the outermost of
+    ``bases`` that holds it (the warehouse roots, the table's registered location), else
+    from its parent, every component below that base opened with ``O_NOFOLLOW``
+    (:func:`hcat_notify.open_dir_below`): a directory swapped for a link is refused,
+    never followed.
+
+    Raises:
+        LinkInPartitionError: a component below the base is a symbolic link.
+        LocationNotFoundError: ``directory`` (or a component) is missing or not a directory.
+    """
+    written = os.path.abspath(directory)
+    trusted = [*bases, posixpath.dirname(written.rstrip("/")) or "/"]
+    with contextlib.ExitStack() as stack:
+        try:
+            fd = stack.enter_context(open_dir_below(written, trusted))
+        except UnsafeMoveError as exc:
+            link = _first_link(written, trusted)
+            if link is None:
+                raise LinkInPartitionError(f"cannot read {directory}: {exc}") from exc
+            raise LinkInPartitionError(
+                f"{link} is a symbolic link (to {os.readlink(link)}); a partition's "
+                f"directory is never read through a link: nothing of {directory} is read"
+            ) from exc
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise LocationNotFoundError(f"partition directory not found: {directory}") from exc
+        yield fd
+
+
+def _list_local(directory: str, fd: int) -> list[FileStat]:
     found = []
-    with os.scandir(directory) as entries:
+    with os.scandir(fd) as entries:
         for entry in entries:
             if is_hidden(entry.name):
                 continue
+            path = posixpath.join(directory, entry.name)
             if entry.is_symlink():
                 raise LinkInPartitionError(
-                    f"{entry.path} is a symbolic link (to {os.readlink(entry.path)}); a "
+                    f"{path} is a symbolic link (to {os.readlink(entry.name, dir_fd=fd)}); a "
                     "partition's data files must be regular files in its directory, never "
                     "links: replace it with the file or remove it"
                 )
             if entry.is_file(follow_symlinks=False):
                 size = entry.stat(follow_symlinks=False).st_size
-                found.append(FileStat(name=entry.name, path=entry.path, size=size))
+                found.append(FileStat(name=entry.name, path=path, size=size))
     return sorted(found, key=lambda stat: stat.name)
 
 
-def open_data_file(filesystem: pafs.FileSystem, path: str) -> pa.NativeFile:
-    """A data file opened for reading (random access), never through a link on the local
-    filesystem (``O_NOFOLLOW``): a link planted after :func:`list_data_files` listed the
-    directory is refused, not read.
+def open_data_file_at(dir_fd: int, name: str, shown: str) -> int:
+    """A descriptor (blocking, read-only) of the regular file ``name`` in the directory
+    ``dir_fd``, never through a link (``O_NOFOLLOW``) and never blocking on a FIFO or a
+    device put in its place (opened ``O_NONBLOCK``, checked with ``fstat``, then made
+    blocking). ``shown`` is its path, for messages.
 
     Raises:
-        LinkInPartitionError: ``path`` (local) is a symbolic link.
+        LinkInPartitionError: it is a symbolic link, or not a regular file.
+        OSError: it cannot be opened.
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkInPartitionError(
+                f"{shown} is a symbolic link (to {os.readlink(name, dir_fd=dir_fd)}); data "
+                "files are never read through a link"
+            ) from exc
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise LinkInPartitionError(
+                f"{shown} is not a regular file (a FIFO, device, socket or directory); "
+                "data files are read only from regular files"
+            )
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_data_file(
+    filesystem: pafs.FileSystem, path: str, *, bases: Sequence[str] = ()
+) -> pa.NativeFile:
+    """A data file opened for reading (random access). On the local filesystem its
+    directory is reached as :func:`open_partition_dir` reaches it (from ``bases``, else
+    from its parent) and the file opened by :func:`open_data_file_at`: a link planted
+    after :func:`list_data_files` listed the directory, in its place or in any directory
+    on the way, is refused, not read; a FIFO put in its place is refused, not waited on.
+
+    Raises:
+        LinkInPartitionError: (local) a symbolic link on the way or at ``path``, or not a
+            regular file.
         OSError: it cannot be opened.
     """
     if not isinstance(filesystem, pafs.LocalFileSystem):
         return filesystem.open_input_file(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise LinkInPartitionError(
-                f"{path} is a symbolic link (to {os.readlink(path)}); data files are never "
-                "read through a link"
-            ) from exc
-        raise
+    written = os.path.abspath(path)
+    directory, name = posixpath.split(written)
+    with open_partition_dir(directory, bases) as dir_fd:
+        fd = open_data_file_at(dir_fd, name, written)
     return pa.PythonFile(os.fdopen(fd, "rb"), mode="r")
 
 

@@ -133,7 +133,9 @@ def _walk(
             except InvalidInputError as exc:
                 foreign.append((relative, str(exc)))
                 continue
-            files = list_data_files(root.fs, entry.path)
+            # from the table's location: a partition directory, or one above it, that is
+            # a link (pyarrow's walk follows it) is refused, never listed
+            files = list_data_files(root.fs, entry.path, bases=(root.path,))
             if not files:
                 empty.append(relative)
                 continue

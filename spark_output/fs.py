@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-from collections.abc import Iterable
+import shutil
+from collections.abc import Iterable, Sequence
 
 from pyarrow import fs as pafs
 
@@ -24,7 +25,8 @@ from hcat_notify import (
 )
 from hcat_notify import list_data_files as _list_data_files
 from hcat_notify import path_exists as exists
-from hcat_notify.files import open_data_file
+from hcat_notify.errors import LinkInPartitionError
+from hcat_notify.files import open_data_file, open_data_file_at, open_partition_dir
 from spark_output.errors import PartitionDirectoryNotFoundError
 
 __all__ = [
@@ -45,14 +47,17 @@ __all__ = [
 ]
 
 
-def list_data_files(filesystem: pafs.FileSystem, directory: str) -> list[FileStat]:
-    """A partition's data files (:func:`hcat_notify.list_data_files`).
+def list_data_files(
+    filesystem: pafs.FileSystem, directory: str, *, bases: Sequence[str] = ()
+) -> list[FileStat]:
+    """A partition's data files (:func:`hcat_notify.list_data_files`; on the local
+    filesystem reached from ``bases`` without following a link).
 
     Raises:
         PartitionDirectoryNotFoundError: ``directory`` is not a directory.
     """
     try:
-        return _list_data_files(filesystem, directory)
+        return _list_data_files(filesystem, directory, bases=bases)
     except LocationNotFoundError as exc:
         raise PartitionDirectoryNotFoundError(str(exc)) from exc
 
@@ -63,16 +68,58 @@ def move(filesystem: pafs.FileSystem, source: str, target: str) -> None:
     filesystem.move(source, target)
 
 
-def link_or_copy(filesystem: pafs.FileSystem, source: str, target: str) -> None:
-    """Make ``target`` hold ``source``'s bytes: a hard link on a local filesystem (data
-    files are immutable, so sharing the inode is safe and costs no I/O), else a copy."""
-    if isinstance(filesystem, pafs.LocalFileSystem):
-        try:
-            os.link(source, target)
-            return
-        except OSError:
-            pass  # e.g. a filesystem without hard links: copy instead
-    filesystem.copy_file(source, target)
+def link_or_copy(
+    filesystem: pafs.FileSystem, source: str, target: str, *, bases: Sequence[str] = ()
+) -> None:
+    """Make ``target`` (a new file) hold ``source``'s bytes: a hard link on a local
+    filesystem (data files are immutable, so sharing the inode is safe and costs no I/O),
+    else a copy.
+
+    Locally both directories are reached from ``bases`` without following a link
+    (:func:`hcat_notify.files.open_partition_dir`), ``source`` is opened as a regular
+    file (never a link, never a FIFO), and the link or copy is made relative to those
+    descriptors: a directory swapped for a link after the listing is refused, nothing
+    read through it.
+
+    Raises:
+        LinkInPartitionError: (local) a link on the way or at ``source``, or ``source``
+            is not a regular file, or it changed while being linked.
+        OSError: the link or copy failed.
+    """
+    if not isinstance(filesystem, pafs.LocalFileSystem):
+        filesystem.copy_file(source, target)
+        return
+    source_dir, source_name = posixpath.split(os.path.abspath(source))
+    target_dir, target_name = posixpath.split(os.path.abspath(target))
+    with (
+        open_partition_dir(source_dir, bases) as source_fd,
+        open_partition_dir(target_dir, bases) as target_fd,
+    ):
+        fd = open_data_file_at(source_fd, source_name, source)
+        with os.fdopen(fd, "rb") as reader:
+            opened = os.fstat(fd)
+            try:
+                os.link(
+                    source_name,
+                    target_name,
+                    src_dir_fd=source_fd,
+                    dst_dir_fd=target_fd,
+                    follow_symlinks=False,
+                )
+            except OSError:
+                pass  # e.g. a filesystem without hard links: copy what was opened instead
+            else:
+                linked = os.lstat(target_name, dir_fd=target_fd)
+                if (linked.st_dev, linked.st_ino) == (opened.st_dev, opened.st_ino):
+                    return
+                os.unlink(target_name, dir_fd=target_fd)
+                raise LinkInPartitionError(
+                    f"{source} was replaced while it was being linked; nothing is copied"
+                )
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            out = os.open(target_name, flags, 0o644, dir_fd=target_fd)
+            with os.fdopen(out, "wb") as writer:
+                shutil.copyfileobj(reader, writer)
 
 
 def crc_sidecar(path: str) -> str:

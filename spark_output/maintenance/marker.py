@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import posixpath
 import uuid
@@ -18,21 +19,34 @@ from datetime import UTC, datetime
 
 import pyarrow.fs as pafs
 
+from hcat_notify.errors import LinkInPartitionError
+from hcat_notify.files import open_partition_dir
 from spark_output.fs import FileStat, TableLocation
 
 __all__ = ["SUPERSEDED_MARKER", "Marker", "MarkerError", "read_marker", "write_marker"]
+
+logger = logging.getLogger(__name__)
 
 SUPERSEDED_MARKER = "_hcat_superseded.json"
 """Marker written into a partition's old directory once its location has moved."""
 
 
 def write_marker(
-    old_location: str, *, table: str, spec: str, new_location: str, files: Sequence[FileStat]
+    old_location: str,
+    *,
+    table: str,
+    spec: str,
+    new_location: str,
+    files: Sequence[FileStat],
+    bases: Sequence[str] = (),
 ) -> None:
     """Leave ``_hcat_superseded.json`` in the old directory (best effort: without it, purge
     keeps the directory, which is safe). Written to a new hidden temporary, then renamed
     over the name, as :func:`spark_output.compaction.manifest.write_manifest` does, so
-    that nothing already at the name (a link) is written through."""
+    that nothing already at the name (a link) is written through. Locally the directory
+    is reached from ``bases`` without following a link
+    (:func:`hcat_notify.files.open_partition_dir`) and both are made relative to it: a
+    directory swapped for a link gets no marker."""
     old = TableLocation.parse(old_location)
     document = {
         "format": "hcat-superseded",
@@ -43,22 +57,36 @@ def write_marker(
         "superseded_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "files": [{"name": f.name, "size": f.size} for f in files],
     }
-    temp = posixpath.join(old.path, f".{SUPERSEDED_MARKER}.{uuid.uuid4().hex}.tmp")
+    name = f".{SUPERSEDED_MARKER}.{uuid.uuid4().hex}.tmp"
     body = json.dumps(document, indent=2, sort_keys=True).encode("utf-8") + b"\n"
+    if isinstance(old.fs, pafs.LocalFileSystem):
+        _write_local(old.path, name, body, bases)
+        return
+    temp = posixpath.join(old.path, name)
     try:
-        if isinstance(old.fs, pafs.LocalFileSystem):
-            # a new file of its own (O_EXCL never follows a link), renamed over the name:
-            # a link planted at the marker's name is replaced, never written through
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as out:
-                out.write(body)
-        else:
-            with old.fs.open_output_stream(temp, compression=None) as stream:
-                stream.write(body)
+        with old.fs.open_output_stream(temp, compression=None) as stream:
+            stream.write(body)
         old.fs.move(temp, posixpath.join(old.path, SUPERSEDED_MARKER))
     except OSError:
         with contextlib.suppress(OSError):
             old.fs.delete_file(temp)
+
+
+def _write_local(directory: str, temp: str, body: bytes, bases: Sequence[str]) -> None:
+    try:
+        with open_partition_dir(directory, bases) as dir_fd:
+            # a new file of its own (O_EXCL never follows a link), renamed over the name:
+            # a link planted at the marker's name is replaced, never written through
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                with os.fdopen(os.open(temp, flags, 0o644, dir_fd=dir_fd), "wb") as out:
+                    out.write(body)
+                os.rename(temp, SUPERSEDED_MARKER, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp, dir_fd=dir_fd)
+    except (OSError, LinkInPartitionError) as exc:
+        logger.warning("no superseded marker written in %s: %s", directory, exc)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from hcat_notify import (
     TableInfo,
     TableName,
 )
+from hcat_notify.files import partition_bases
 from spark_output import spark_catalog
 from spark_output.compaction.har.locations import har_location
 from spark_output.compaction.har.partition import archive_partition
@@ -85,7 +86,9 @@ class PartitionPlan:
     """One partition to compact, as planned on the driver (picklable, shipped to tasks).
 
     ``location`` is the registered location (URI) read at plan time with ``version``;
-    ``target_uri`` the new directory the compacted copy goes to.
+    ``target_uri`` the new directory the compacted copy goes to; ``bases`` the trusted
+    local directories both are reached from without following a link
+    (:func:`hcat_notify.files.partition_bases`).
     """
 
     table: str
@@ -96,6 +99,7 @@ class PartitionPlan:
     storage_format: str
     policy: CompactionPolicy
     files: tuple[FileStat, ...]
+    bases: tuple[str, ...] = ()
 
     @property
     def bytes(self) -> int:
@@ -184,6 +188,7 @@ def _plan_partition(
     root: TableLocation,
     partition: PartitionInfo,
     policy: CompactionPolicy,
+    bases: tuple[str, ...],
 ) -> PartitionPlan | PartitionResult:
     spec = partition.spec.to_path()
     skip = PartitionResult(
@@ -199,7 +204,7 @@ def _plan_partition(
         return _replace(skip, reason="archived (a Hadoop Archive is not compacted again)")
     try:
         location = TableLocation.parse(partition.location)
-        files = list_data_files(location.fs, location.path)
+        files = list_data_files(location.fs, location.path, bases=bases)
     except (CompactionError, OSError, ValueError) as exc:  # ValueError: an unusable location
         return _replace(
             skip,
@@ -229,6 +234,7 @@ def _plan_partition(
         storage_format=table.storage_format,
         policy=policy,
         files=tuple(files),
+        bases=bases,
     )
 
 
@@ -271,7 +277,14 @@ def _compact_one(plan: PartitionPlan) -> _TaskResult:
         fs.create_dir(target.path, recursive=True)
         created = True
         for stat in plan.files:
-            link_or_copy(source.fs, stat.path, posixpath.join(target.path, stat.name))
+            # by name from the partition's directory, reached again from the bases: a
+            # directory swapped for a link since the listing is refused, not read
+            link_or_copy(
+                source.fs,
+                posixpath.join(source.path, stat.name),
+                posixpath.join(target.path, stat.name),
+                bases=plan.bases,
+            )
         result: PartitionCompaction
         if plan.policy.mode == "har":
             result = archive_partition(
@@ -392,6 +405,7 @@ def _switch(
         spec=plan.spec,
         new_location=task.new_location,
         files=plan.files,
+        bases=plan.bases,
     )
     if spark is not None and spark_table:
         spark_errors += spark_catalog.set_location(
@@ -501,11 +515,12 @@ def compact_table(
         )
     partitions = catalog.list_partitions(info.name, spec)
     root = TableLocation.parse(info.location)
+    bases = partition_bases(catalog.settings.warehouse, info.location)
 
     plans: list[PartitionPlan] = []
     results: dict[str, PartitionResult] = {}
     for partition in partitions:
-        planned = _plan_partition(info, root, partition, policy)
+        planned = _plan_partition(info, root, partition, policy, bases)
         if isinstance(planned, PartitionPlan):
             plans.append(planned)
         else:

@@ -11,10 +11,9 @@ manifest exists. A partition archived in a Hadoop Archive is exported as its arc
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -31,7 +30,7 @@ from hcat_notify import (
     list_data_files,
     storage_location,
 )
-from hcat_notify.files import open_data_file
+from hcat_notify.files import open_data_file, open_partition_dir, partition_bases
 from hcat_notify.safe_delete import list_tree
 from spark_output.transfer.destination import ExportTarget, check_destination, open_destination
 from spark_output.transfer.manifest import (
@@ -64,9 +63,10 @@ def _no_progress(done: int, total: int, item: str) -> None:
     """Default progress callback: nothing shown."""
 
 
-def _archive_files(archive: TableLocation) -> list[tuple[str, str]]:
+def _archive_files(archive: TableLocation, bases: Sequence[str]) -> list[tuple[str, str]]:
     """An archive directory's files as (path, path relative to the archive's parent);
-    on the local filesystem listed without following a link, and a link refused."""
+    on the local filesystem reached from ``bases`` and listed without following a link,
+    and a link refused."""
     name = posixpath.basename(archive.path)
     if not isinstance(archive.fs, pafs.LocalFileSystem):
         selector = pafs.FileSelector(archive.path, recursive=True)
@@ -75,11 +75,8 @@ def _archive_files(archive: TableLocation) -> list[tuple[str, str]]:
             for info in archive.fs.get_file_info(selector)
             if info.type == pafs.FileType.File
         ]
-    fd = os.open(archive.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
+    with open_partition_dir(archive.path, bases) as fd:
         entries = list_tree(fd)
-    finally:
-        os.close(fd)
     links = [entry.path for entry in entries if entry.kind in ("link", "other")]
     if links:
         raise LinkInPartitionError(
@@ -93,19 +90,28 @@ def _archive_files(archive: TableLocation) -> list[tuple[str, str]]:
     ]
 
 
-def _source_files(partition: PartitionInfo) -> tuple[TableLocation, list[tuple[str, str]]]:
+def _source_files(
+    partition: PartitionInfo, bases: Sequence[str]
+) -> tuple[TableLocation, list[tuple[str, str]]]:
     """The partition's directory and its files as (path on the filesystem, relative path)."""
     stored = storage_location(partition.location)
     if stored != partition.location:  # an archive: export the archive directory
         archive = TableLocation.parse(stored)
-        return archive, sorted(_archive_files(archive), key=lambda item: item[1])
+        return archive, sorted(_archive_files(archive, bases), key=lambda item: item[1])
     where = TableLocation.parse(partition.location)
-    return where, [(stat.path, stat.name) for stat in list_data_files(where.fs, where.path)]
+    listed = list_data_files(where.fs, where.path, bases=bases)
+    return where, [(stat.path, stat.name) for stat in listed]
 
 
-def _copy(source: TableLocation, path: str, target: ExportTarget, relative: str) -> tuple[int, str]:
-    """Copy one data file into the export (never reading through a link): (size, SHA-256)."""
-    with open_data_file(source.fs, path) as reader, target.new_file(relative) as writer:
+def _copy(
+    source: TableLocation, path: str, target: ExportTarget, relative: str, bases: Sequence[str]
+) -> tuple[int, str]:
+    """Copy one data file into the export (never reading through a link, its directory
+    reached again from ``bases``): (size, SHA-256)."""
+    with (
+        open_data_file(source.fs, path, bases=bases) as reader,
+        target.new_file(relative) as writer,
+    ):
         return copy_stream(reader, writer)
 
 
@@ -143,10 +149,12 @@ def export_table(
     except (OSError, ValueError) as exc:
         raise InvalidInputError(f"cannot export to {to!r}: {exc}") from exc
     check_destination(catalog, destination, to, str(info.name))
-    # Listed before anything is written: a link in a partition refuses the export.
-    sources = [(partition, *_source_files(partition)) for partition in chosen]
+    # Listed before anything is written: a link in a partition, or on the way to it
+    # from the warehouse root or the table's location, refuses the export.
+    bases = partition_bases(catalog.settings.warehouse, info.location)
+    sources = [(partition, *_source_files(partition, bases)) for partition in chosen]
     with open_destination(destination, to) as target:
-        exported = _copy_all(sources, target, progress)
+        exported = _copy_all(sources, target, progress, bases)
         manifest = _manifest(info, exported)
         text = json.dumps(manifest.to_json(), indent=1, ensure_ascii=False).encode("utf-8")
         temporary = f".{MANIFEST_NAME}.{manifest.export_id}"
@@ -168,6 +176,7 @@ def _copy_all(
     sources: list[tuple[PartitionInfo, TableLocation, list[tuple[str, str]]]],
     target: ExportTarget,
     progress: Progress,
+    bases: Sequence[str] = (),
 ) -> list[ExportedPartition]:
     total = sum(len(files) for _, _, files in sources)
     done = 0
@@ -176,7 +185,7 @@ def _copy_all(
         copied = []
         for path, relative in files:
             inside = posixpath.join(DATA_DIR, partition.spec.to_path(), relative)
-            size, digest = _copy(where, path, target, inside)
+            size, digest = _copy(where, path, target, inside, bases)
             copied.append(ExportedFile(relative, size, digest))
             done += 1
             progress(done, total, f"{partition.spec}/{relative}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,10 @@ from hcat_notify.cli import main
 from hcat_notify.errors import InvalidInputError, LinkInPartitionError, TableNotFoundError
 from hcat_notify.store import Catalog
 from spark_output.commit.committer import PartitionCommitter
+from spark_output.compaction import CompactionPolicy
 from spark_output.compaction.har import HarEntry
 from spark_output.compaction.har.index import index_bytes
+from spark_output.maintenance.table_compaction import compact_table
 from spark_output.transfer import export as export_module
 from spark_output.transfer import export_table, import_table
 from spark_output.transfer.destination import check_destination
@@ -170,6 +173,66 @@ def test_export_refuses_a_partition_holding_a_link_and_reads_nothing_through_it(
     with pytest.raises(LinkInPartitionError):
         export_table(catalog, "web.a", to=str(tmp_path / "exp"))
     assert not (tmp_path / "exp").exists()
+
+
+@sqlite_only
+@pytest.mark.parametrize("where", ["partition", "table"])
+def test_export_reads_nothing_through_a_directory_swapped_for_a_link(
+    capsys, narrow_warehouse: Path, catalog: Catalog, db_url: str, tmp_path: Path, where: str
+):
+    """A partition's directory, or the table's below the warehouse root, swapped for a
+    link to a directory outside whose files bear the partition's names: refused by name,
+    nothing exported (fifth security review, finding 1)."""
+    _table(catalog, "web.a", narrow_warehouse / "a", "ds=1")
+    outside = tmp_path / "outside"
+    (outside / "ds=1").mkdir(parents=True)
+    for directory in (outside, outside / "ds=1"):
+        (directory / "part-0.csv").write_text("outside: private\n")
+    link = narrow_warehouse / "a" / "ds=1" if where == "partition" else narrow_warehouse / "a"
+    link.rename(link.with_name(f".{link.name}.orig"))
+    link.symlink_to(outside, target_is_directory=True)
+    err = _refused(capsys, db_url, "export", "web.a", "--to", str(tmp_path / "exp"))
+    assert f"{link} is a symbolic link (to {outside})" in err, err
+    assert not (tmp_path / "exp").exists()
+
+
+@sqlite_only
+def test_export_reads_no_archive_through_a_directory_swapped_for_a_link(
+    narrow_warehouse: Path, catalog: Catalog, tmp_path: Path
+):
+    """An archived partition's directories are reached from the root as well: the
+    table's ``_hcat_compacted`` swapped for a link to a copy outside is refused."""
+    _table(catalog, "web.a", narrow_warehouse / "a", "ds=1")
+    (narrow_warehouse / "a" / "ds=1" / "part-1.csv").write_text("web.a,ds=1,1\n")
+    policy = CompactionPolicy(mode="har", min_files=2)
+    assert compact_table(catalog, "web.a", policy=policy, workers=1).partitions_compacted == 1
+    compacted = narrow_warehouse / "a" / "_hcat_compacted"
+    outside = tmp_path / "outside"
+    shutil.copytree(compacted, outside)
+    compacted.rename(compacted.with_name(".compacted.orig"))
+    compacted.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(LinkInPartitionError, match=f"{compacted} is a symbolic link"):
+        export_table(catalog, "web.a", to=str(tmp_path / "exp"))
+    assert not (tmp_path / "exp").exists()
+
+
+@sqlite_only
+def test_a_fifo_in_place_of_a_data_file_refuses_the_export_at_once(
+    catalog: Catalog, tmp_path: Path
+):
+    """A data file swapped for a FIFO after the listing: refused, not waited on (an
+    export that opened it blocking would hang for ever; finding 5)."""
+    _table(catalog, "web.a", tmp_path / "a", "ds=1", "ds=2")
+    swapped = tmp_path / "a" / "ds=2" / "part-0.csv"
+
+    def plant(done: int, total: int, item: str) -> None:
+        if done == 1:  # ds=1 copied; ds=2 was listed already
+            swapped.rename(swapped.with_name(".part-0.csv.orig"))
+            os.mkfifo(swapped)
+
+    with pytest.raises(LinkInPartitionError, match=r"ds=2/part-0\.csv is not a regular file"):
+        export_table(catalog, "web.a", to=str(tmp_path / "exp"), progress=plant)
+    assert not (tmp_path / "exp" / "_hcat_export.json").exists()
 
 
 def _archived_export(root: Path, part: str, master: bytes | None = None) -> Path:

@@ -4,6 +4,8 @@ target left alone), and a link planted after the listing is not read (``O_NOFOLL
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +19,7 @@ from spark_output.compaction.har import create_har
 from spark_output.compaction.partition import compact_partition
 from spark_output.compaction.policy import CompactionPolicy
 from spark_output.compaction.read import parquet_or_orc_rows, read_batches
+from spark_output.fs import link_or_copy
 
 LOCAL = pafs.LocalFileSystem()
 
@@ -63,3 +66,39 @@ def test_a_link_planted_after_the_listing_is_not_read(tmp_path: Path) -> None:
         list(read_batches(LOCAL, link, "parquet"))  # merge's read
     with pytest.raises(LinkInPartitionError):
         parquet_or_orc_rows(LOCAL, link, "parquet")
+
+
+def test_link_or_copy_links_or_copies_only_a_regular_file_reached_without_links(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compaction's link (or copy, where hard links fail) of a listed file: made relative
+    to directories reached from the base without following a link; a FIFO in the file's
+    place, or its directory swapped for a link, is refused and nothing is made."""
+    table = tmp_path / "t"
+    source, target = table / "k=1", table / "_hcat_compacted"
+    source.mkdir(parents=True)
+    target.mkdir()
+    (source / "part-0.parquet").write_bytes(b"PAR1 data")
+    bases = [str(table)]
+    link_or_copy(LOCAL, str(source / "part-0.parquet"), str(target / "a"), bases=bases)
+    assert (target / "a").stat().st_ino == (source / "part-0.parquet").stat().st_ino
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "link", _no_hard_links)
+        link_or_copy(LOCAL, str(source / "part-0.parquet"), str(target / "b"), bases=bases)
+    assert (target / "b").read_bytes() == b"PAR1 data"
+    assert (target / "b").stat().st_ino != (source / "part-0.parquet").stat().st_ino
+    os.mkfifo(source / "part-1.parquet")
+    with pytest.raises(LinkInPartitionError, match=r"part-1\.parquet is not a regular file"):
+        link_or_copy(LOCAL, str(source / "part-1.parquet"), str(target / "c"), bases=bases)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "part-0.parquet").write_bytes(b"secret")
+    source.rename(table / ".k=1.orig")
+    source.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(LinkInPartitionError, match=r"k=1 is a symbolic link"):
+        link_or_copy(LOCAL, str(source / "part-0.parquet"), str(target / "d"), bases=bases)
+    assert sorted(p.name for p in target.iterdir()) == ["a", "b"]
+
+
+def _no_hard_links(*args: object, **kwargs: object) -> None:
+    raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
