@@ -43,6 +43,7 @@ from hcat_notify.store.models import CommitJournalRow, PartitionRow, TableRow
 from hcat_notify.store.partitions import (
     check_partition_locations,
     insert_partitions,
+    keyed_location,
     unique_paths,
 )
 from hcat_notify.store.records import (
@@ -148,8 +149,9 @@ def _update_existing(
 ) -> tuple[str, int]:
     """Apply a write to an existing partition and announce it (INSERT); (path, event id)."""
     if overwrite:
+        where = check_partition_locations(tx, info, [(spec, item.location)])[0]
         values: dict[str, Any] = {
-            "location": check_partition_locations(tx, info, [(spec, item.location)])[0],
+            **keyed_location(info, where),
             "file_count": item.file_count,
             "total_bytes": item.total_bytes,
             "archived": item.archived,
