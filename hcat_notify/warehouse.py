@@ -267,6 +267,13 @@ class Warehouse:
                                              other.path + key.path[len(one.path):]))  # fmt: skip
         return list(dict.fromkeys(found))
 
+    def written_inside(self, location: str) -> bool:
+        """Whether ``location`` as written (symlinks not resolved) is, or lies inside, a
+        root: where :meth:`contains` then says no, a symlink takes it out of the roots
+        (or it is a root)."""
+        written = location_key(location, resolve=False)
+        return any(written.within(root) for root in self._root_keys(resolve=False))
+
     def contains(self, location: str) -> bool:
         """Whether ``location``, symlinks resolved, lies strictly inside a root, and is
         not a root nor holds one (nested roots: a purge never deletes a whole root)."""

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import create_engine, select, update
 
 from hcat_notify.config import load_settings
-from hcat_notify.errors import InvalidInputError
+from hcat_notify.errors import InvalidInputError, LocationOutsideWarehouseError
 from hcat_notify.lifecycle import drop_partitions, drop_table
 from hcat_notify.store import Catalog, NewPartition
 from hcat_notify.store.models import PartitionRow, TableRow
@@ -367,3 +367,38 @@ def test_an_external_location_around_the_warehouse_or_a_managed_table_is_refused
     external("db.e6", str(warehouse / "g" / "b" / "inside"))  # inside a managed one: as before
     external("db.e7", str(warehouse / "e7"))
     external("db.e8", str(warehouse / "e7" / "nested"))  # external inside external: as before
+
+
+# -- third review, LOW-MEDIUM: an append re-checks the partition's stored location -----------
+
+
+def test_an_append_through_a_link_planted_in_a_partition_is_refused(
+    cat: Catalog, warehouse: Path, tmp_path: Path
+):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    cat.create_table("db.t", location=str(warehouse / "t"), partition_keys=["p"])
+    cat.add_partitions(
+        "db.t", [_part("p=1", str(warehouse / "t/p=1")), _part("p=2", str(warehouse / "t/p=2"))]
+    )
+    (warehouse / "t").mkdir()
+    (warehouse / "t/p=1").symlink_to(outside)  # planted after the registration
+
+    def begin(job: str, spec: str) -> None:
+        cat.commits.begin(
+            job, "db.t", mode="append", partitions=[spec], plan={}, started_at=datetime.now(UTC)
+        )
+
+    with pytest.raises(LocationOutsideWarehouseError, match=r"partition p=1 of db\.t .*"
+                       r"resolves through a symlink to .*/outside") as caught:  # fmt: skip
+        begin("job1", "p=1")
+    assert "\n" not in str(caught.value)
+    assert cat.commits.pending() == []
+    # journalled before the link was planted: the registration refuses it too
+    begin("job2", "p=2")
+    (warehouse / "t/p=2").symlink_to(outside)
+    before = [(p.file_count, p.version) for p in cat.list_partitions("db.t")]
+    with pytest.raises(LocationOutsideWarehouseError, match="resolves through a symlink"):
+        cat.commits.complete("job2", [_part("p=2", str(warehouse / "t/p=2"))])
+    assert [(p.file_count, p.version) for p in cat.list_partitions("db.t")] == before
+    assert [entry.job_id for entry in cat.commits.pending()] == ["job2"]
