@@ -214,12 +214,14 @@ def canonical_location(
 
 
 def check_location_shape(location: str, *, what: str = "location") -> None:
-    """Refuse what no table or partition may be at, managed or external: a ``..``
-    segment, or a filesystem's (or bucket's) root.
+    """Refuse what no table or partition may be at, managed or external: nothing, a
+    ``..`` segment, or a filesystem's (or bucket's) root.
 
     Raises:
-        InvalidInputError: naming ``what`` and the problem.
+        InvalidInputError: naming ``what`` and the problem (an empty one too).
     """
+    if not location.strip():
+        raise InvalidInputError(f"{what} is empty: give a directory path or URI")
     if has_parent_segment(location):
         raise InvalidInputError(
             f"{what} {location!r} has a '..' segment; give the directory it means"
@@ -281,9 +283,11 @@ class Warehouse:
             return False  # stored by an older version: whose directory it is is unsure
         key = location_key(location)
         roots = self._root_keys(resolve=True)
-        return any(key.within(root, strict=True) for root in roots) and not any(
-            root.within(key) for root in roots
-        )
+        # a host on one side only is not the same filesystem here: hdfs:///w/t (the
+        # default filesystem) is not inside hdfs://nn/w
+        return any(
+            key.within(root, strict=True) and key.authority == root.authority for root in roots
+        ) and not any(root.within(key) for root in roots)
 
     def check(
         self,

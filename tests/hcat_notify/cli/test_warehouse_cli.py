@@ -100,6 +100,8 @@ def test_partition_locations_the_boundary_refuses(run, roots: Path, tmp_path: Pa
         (str(outside), "is outside the warehouse roots"),
         (str(roots / "clicks" / "ds=2"), "resolves through a symlink to"),
         (f"{roots}/clicks/../../outside", "has a '..' segment"),
+        ("", "location of partition ds=1 of web.clicks is empty"),  # said "outside" before
+        (" ", "is empty"),
     ]:
         code, _, err = run("partitions", "add", "web.clicks", "ds=1", "--location", location)
         assert (code, err.count("\n")) == (2, 1)
