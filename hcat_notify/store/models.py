@@ -96,13 +96,13 @@ class StoredRule(TypeDecorator[Any]):
 
 
 EVENT_ID = BigInteger().with_variant(Integer(), "sqlite")
-# Location keys (hcat_notify.warehouse.key_text) are looked up by prefix ranges: byte
-# order on PostgreSQL too, whatever the database's collation.
-LOCATION_KEY = Text().with_variant(Text(collation="C"), "postgresql")
 """The type of an event id that is its table's primary key: on SQLite ``INTEGER``, which
 makes the column the table's rowid (``BIGINT`` would keep a second B-tree of the ids
 beside the rowid's; SQLite's integers are 64-bit either way), ``BIGINT`` elsewhere
 (migration 0021)."""
+# Location keys (hcat_notify.warehouse.key_text) are looked up by prefix ranges: byte
+# order on PostgreSQL too, whatever the database's collation.
+LOCATION_KEY = Text().with_variant(Text(collation="C"), "postgresql")
 
 
 # Stable constraint names, so migrations can refer to them on every backend.

@@ -45,14 +45,38 @@ def _like(fragment: str) -> str:
     return f"%{escaped}%"
 
 
-def _matching(tx: Tx, table_where: ColumnElement[bool], part_where: ColumnElement[bool] | None
-              ) -> list[LocationUse]:  # fmt: skip
+def _matching(
+    tx: Tx,
+    table_where: ColumnElement[bool],
+    part_where: ColumnElement[bool] | None,
+    *,
+    keyed: bool = False,
+) -> list[LocationUse]:
+    """The tables and (``part_where``) partitions matching. ``keyed``: the partitions'
+    condition is on their location key, read from its index alone and their tables'
+    names by id after (joined, SQLite's planner, with the statistics of a bulk-loaded
+    catalog, walked a big table's partitions through the join instead)."""
     found: list[LocationUse] = []
     tables = select(TableRow.db_name, TableRow.table_name, TableRow.location).where(table_where)
     for db, name, location in tx.session.execute(tables):
         found.append(LocationUse(f"{db}.{name}", None, location))
     if part_where is None:
         return found
+    if keyed:
+        rows = tx.session.execute(
+            select(PartitionRow.table_id, PartitionRow.path_spec, PartitionRow.location).where(
+                part_where
+            )
+        ).all()
+        names = {
+            table_id: f"{db}.{name}"
+            for table_id, db, name in tx.session.execute(
+                select(TableRow.id, TableRow.db_name, TableRow.table_name).where(
+                    TableRow.id.in_(sorted({row[0] for row in rows}))
+                )
+            )
+        } if rows else {}  # fmt: skip
+        return found + [LocationUse(names[table_id], path, where) for table_id, path, where in rows]
     partitions = (
         select(TableRow.db_name, TableRow.table_name, PartitionRow.path_spec, PartitionRow.location)
         .join(TableRow, TableRow.id == PartitionRow.table_id)
@@ -68,6 +92,8 @@ def _equal(
     texts: Sequence[str],
     table_column: QueryableAttribute[str],
     partition_column: QueryableAttribute[str] | QueryableAttribute[str | None] | None,
+    *,
+    keyed: bool = False,
 ) -> list[LocationUse]:
     """Every table (and partition, with ``partition_column``) whose column holds one of
     ``texts``: ``IN (...)`` lookups."""
@@ -79,6 +105,7 @@ def _equal(
             tx,
             table_column.in_(chunk),
             None if partition_column is None else partition_column.in_(chunk),
+            keyed=keyed,
         )
     return list(dict.fromkeys(found))
 
@@ -114,7 +141,7 @@ def _keyed(
     texts = [k.text for key in wanted for k in (key.ancestors() if around else [key])]
     ranges = sorted({key.text for key in wanted})
     outside = PartitionRow.outside_key if partitions else None
-    found = _equal(tx, texts, TableRow.location_key, outside)
+    found = _equal(tx, texts, TableRow.location_key, outside, keyed=True)
     for start in range(0, len(ranges), _CHUNK):
         chunk = ranges[start : start + _CHUNK]
         found += _matching(
@@ -123,6 +150,7 @@ def _keyed(
             or_(*(_below(PartitionRow.outside_key, text) for text in chunk))
             if partitions
             else None,
+            keyed=True,
         )
     return list(dict.fromkeys(found))
 
