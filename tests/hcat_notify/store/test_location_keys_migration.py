@@ -9,12 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from alembic import command
 from sqlalchemy import inspect, text
 
 from hcat_notify.config import load_settings
 from hcat_notify.lifecycle import drop_partitions, drop_table
 from hcat_notify.store import Catalog
-from hcat_notify.store.engine import open_engine, upgrade
+from hcat_notify.store.engine import alembic_config, open_engine, upgrade
 from hcat_notify.store.revision import SCHEMA_REVISION
 from tests.revisions import catalog_at
 
@@ -109,6 +110,17 @@ def test_the_upgrade_rewrites_old_spellings_and_keys_every_location(
         ("har://hdfs-NN:8020/w/g/p=har/x.har/inner", None),
         (f"file://otherhost{wh}/e/p=host", None),
     ]
+    engine = open_engine(empty_db_url)
+    try:  # the downgrade drops the keys; the locations stay canonical
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection, None), "0022")
+            columns = {c["name"] for c in inspect(connection).get_columns("hcat_tables")}
+            columns |= {c["name"] for c in inspect(connection).get_columns("hcat_partitions")}
+        assert {"location_key", "outside_key"}.isdisjoint(columns)
+    finally:
+        engine.dispose()
+    tables = _select(empty_db_url, "SELECT location FROM hcat_tables ORDER BY id")
+    assert tables == [(new,) for _, new, _ in expected]
 
 
 def test_a_purge_after_the_upgrade_keeps_data_held_under_an_old_spelling(
