@@ -126,7 +126,9 @@ def upgrade() -> None:
         if updates:
             bind.execute(update, updates)
             rewritten += len(updates)
-        logger.info("0023: %d partitions read, %d rewritten or keyed", seen, rewritten)
+        if seen % (20 * _CHUNK) == 0:
+            logger.info("0023: %d partitions read, %d rewritten or keyed", seen, rewritten)
+    logger.info("0023: %d partitions read, %d rewritten or keyed", seen, rewritten)
     if bind.dialect.name == "postgresql":  # an older writer fails rather than store ""
         op.alter_column("hcat_tables", "location_key", server_default=None)
     op.create_index(_TABLE_INDEX, "hcat_tables", ["location_key"])
