@@ -164,7 +164,9 @@ def _update_existing(
 ) -> tuple[str, int]:
     """Apply a write to an existing partition and announce it (INSERT); (path, event id)."""
     if overwrite:
-        where = check_partition_locations(tx, info, [(spec, item.location)])[0]
+        where = check_partition_locations(tx, info, [(spec, item.location)], current=prow.location)[
+            0
+        ]
         values: dict[str, Any] = {
             **keyed_location(info, where),
             "file_count": item.file_count,

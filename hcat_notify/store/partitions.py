@@ -104,11 +104,15 @@ def check_partition_locations(
     located: Iterable[tuple[PartitionSpec, str]],
     *,
     outside_warehouse: bool = False,
+    current: str | None = None,
 ) -> list[str]:
     """The partition locations as stored (:func:`~hcat_notify.warehouse.canonical_location`),
     once the warehouse boundary allows them (:meth:`hcat_notify.warehouse.Warehouse.check`;
     any place for an external table). A managed table's may not be at, inside or around
-    another table's location (its own location, and tables around it, excepted).
+    another table's location (its own location, and tables around it, excepted), nor
+    another table's partition outside that table; ``current``, the existing partition's
+    location, is not checked against them again (a write that keeps a partition where it
+    is makes no new overlap: a purge keeps what another table registered there since).
 
     Raises:
         InvalidInputError: a relative path, a control character, a ``..`` segment, a
@@ -123,8 +127,9 @@ def check_partition_locations(
         where = canonical_location(location, what=what)
         warehouse.check(location, external=external, outside_warehouse=outside_warehouse, what=what)
         stored.append((spec, where))
-    if not external and stored:
-        _check_partition_overlaps(tx, info, stored)
+    moved = [(spec, where) for spec, where in stored if where != current]
+    if not external and moved:
+        _check_partition_overlaps(tx, info, moved)
     return [where for _, where in stored]
 
 

@@ -402,3 +402,24 @@ def test_an_append_through_a_link_planted_in_a_partition_is_refused(
         cat.commits.complete("job2", [_part("p=2", str(warehouse / "t/p=2"))])
     assert [(p.file_count, p.version) for p in cat.list_partitions("db.t")] == before
     assert [entry.job_id for entry in cat.commits.pending()] == ["job2"]
+
+
+def test_an_overwrite_in_place_completes_when_another_table_registered_there_meanwhile(
+    cat: Catalog, warehouse: Path
+):
+    # the partition check of 0023 is for new places: an overwrite that keeps its
+    # partition where it is makes no new overlap (the committer keeps its trash for the
+    # other table; tests/spark_output/commit/test_move_links.py)
+    cat.create_table("db.t", location=str(warehouse / "t"), partition_keys=["p"])
+    cat.add_partitions("db.t", [_part("p=1", str(warehouse / "t/p=1"))])
+    cat.create_table(
+        "db.x", location=str(warehouse / "x"), partition_keys=["q"], table_type="EXTERNAL_TABLE"
+    )
+    cat.commits.begin(
+        "job1", "db.t", mode="overwrite", partitions=["p=1"], plan={}, started_at=datetime.now(UTC)
+    )
+    cat.add_partitions("db.x", [_part("q=1", str(warehouse / "t/p=1"))])
+    cat.commits.complete("job1", [_part("p=1", str(warehouse / "t/p=1"))])
+    assert [p.version for p in cat.list_partitions("db.t")] == [2]
+    with pytest.raises(InvalidInputError, match=r"is the same location as partition q=1 of db\.x"):
+        cat.add_partitions("db.t", [_part("p=2", str(warehouse / "t/p=1"))])
