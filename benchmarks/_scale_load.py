@@ -21,6 +21,7 @@ from hcat_notify.model.wire import build_mark_set_done
 from hcat_notify.store import Catalog
 from hcat_notify.store.event_ids import allocate_event_ids
 from hcat_notify.store.event_rows import OUTBOX_COLUMNS, RETENTION_COLUMNS
+from hcat_notify.warehouse import key_text
 
 BIG = "scale.big"
 SMALL = "scale.small"
@@ -251,6 +252,7 @@ def grow(grown: Grown, size: int) -> float:
                         db_name=f"db{n % 100:02d}",
                         table_name=f"t{n:06d}",
                         location=f"/data/scale/t{n}",
+                        location_key=key_text(f"/data/scale/t{n}"),
                         topic=f"hcat.scale.t{n:06d}",
                     )
                     rows.append(

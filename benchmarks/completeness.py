@@ -82,6 +82,12 @@ def _table(catalog: Catalog, db: str, name: str, keys: list[str]) -> str:
     return full
 
 
+def _inside(table: str) -> str:
+    """A made-up partition directory inside ``table``'s location (two tables' partitions
+    at one directory are refused)."""
+    return f"/data/{table.replace('.', '/')}/d"
+
+
 # --------------------------------------------------------------------------- (a)
 
 
@@ -100,7 +106,7 @@ def _adds(
         spec = {"datestamp": str(day + index // DAY_PARTS), "region": region, "hour": hour}
         for which in (0, 1) if index % 2 == 0 else (1, 0):
             started = clock()
-            catalog.add_partitions(tables[which], [NewPartition(spec, "/data/x")])
+            catalog.add_partitions(tables[which], [NewPartition(spec, _inside(tables[which]))])
             spent[which] += clock() - started
     return spent
 
@@ -118,7 +124,7 @@ def _commit(catalog: Catalog, table: str, day: int, parts: int, clock: Clock) ->
     catalog.commits.complete(
         job,
         [
-            NewPartition(spec, f"/data/{path}", 1, 10)
+            NewPartition(spec, f"{_inside(table)}/{path}", 1, 10)
             for spec, path in zip(specs, paths, strict=True)
         ],
     )
@@ -261,14 +267,14 @@ def part_b(env: BenchEnv, catalog: Catalog, db: str, count: int, rounds: int) ->
             catalog.add_partitions(
                 ruled,
                 [
-                    NewPartition({"datestamp": str(base + i), "region": "a"}, "/data/d")
+                    NewPartition({"datestamp": str(base + i), "region": "a"}, _inside(ruled))
                     for i in range(count)
                 ],
             )
 
             def last_part(i: int, base: int = base) -> tuple[str, str]:
                 spec = {"datestamp": str(base + i), "region": "b"}
-                catalog.add_partitions(ruled, [NewPartition(spec, "/data/d")])
+                catalog.add_partitions(ruled, [NewPartition(spec, _inside(ruled))])
                 return ruled, f"datestamp={base + i}"
 
             def plain_done(i: int, base: int = base) -> tuple[str, str]:
@@ -340,7 +346,7 @@ def part_c(catalog: Catalog, db: str, sets: int, rounds: int) -> list[Row]:
         catalog.add_partitions(
             table,
             [
-                NewPartition({"datestamp": str(day), "region": "a"}, "/data/d")
+                NewPartition({"datestamp": str(day), "region": "a"}, _inside(table))
                 for day in range(first, min(first + 1000, sets))
             ],
         )

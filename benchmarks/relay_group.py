@@ -56,6 +56,7 @@ from hcat_notify.broker import consumer_connection
 from hcat_notify.model.topics import topic_bucket
 from hcat_notify.store import Catalog
 from hcat_notify.store.models import TableRow
+from hcat_notify.warehouse import key_text
 
 SESSION = 3.0  # the default session timeout
 MIN_MOVE = 5.0  # seconds a bucket stays put after a move, shorter than the default 30
@@ -116,6 +117,7 @@ def make_tables(env: BenchEnv, db: str, count: int) -> list[str]:
                         "db_name": db,
                         "table_name": name.split(".")[1],
                         "location": f"/bench/{name}",
+                        "location_key": key_text(f"/bench/{name}"),
                         "storage_format": "parquet",
                         "partition_keys": ["ds"],
                         "table_type": "MANAGED_TABLE",

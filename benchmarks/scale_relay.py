@@ -65,6 +65,7 @@ from hcat_notify.relay.member import Membership
 from hcat_notify.store import Catalog
 from hcat_notify.store.event_rows import OUTBOX_COLUMNS
 from hcat_notify.store.group import MemberReport
+from hcat_notify.warehouse import key_text
 
 STEPS = (1, 2, 4, 8, 16, 8, 4, 2, 1)
 QUICK_STEPS = (1, 2, 4, 2)
@@ -102,6 +103,7 @@ def make_topics(settings: Settings, count: int, first: int = 0) -> None:
                 topic = f"hcat.relay.t{n:06d}"
                 values = {**proto, "table_name": f"t{n:06d}", "topic": topic}
                 values["location"] = f"/data/relay/t{n:06d}"
+                values["location_key"] = key_text(values["location"])
                 rows.append(
                     [
                         json.dumps(v) if isinstance(v, dict | list) else v

@@ -36,7 +36,7 @@ from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
 from hcat_notify.store.table_changes import DroppedPartitions, DroppedTable, Registration
 from hcat_notify.store.usage import LocationUse
-from hcat_notify.warehouse import Warehouse, location_key
+from hcat_notify.warehouse import Warehouse, location_key, names_another_host
 
 __all__ = [
     "Discovery",
@@ -327,8 +327,7 @@ def _delete_directory(
         outcome.errors.append(f"{shown}: {exc}")
         return
     if why is not None:
-        outcome.kept.append(f"{shown}: {why}")
-        logger.warning("purge kept %s: %s", shown, why)
+        _keep(outcome, shown, why)
     else:
         outcome.deleted.append(shown)
 
@@ -345,13 +344,24 @@ def purge_partitions(
         try:
             where = _partition_directory(partition.location)
         except (OSError, ValueError) as exc:
-            outcome.errors.append(f"{partition.location}: {exc}")
+            if names_another_host(partition.location):
+                _keep(outcome, partition.location, _ANOTHER_HOST)
+            else:
+                outcome.errors.append(f"{partition.location}: {exc}")
         else:
             _delete_directory(
                 catalog, where, partition.location, warehouse, outcome, str(partition.table)
             )
         progress(done, len(partitions), partition.spec.to_path())
     return outcome
+
+
+_ANOTHER_HOST = "names another host (stored by an older version); no purge deletes it"
+
+
+def _keep(outcome: Purge, shown: str, why: str) -> None:
+    outcome.kept.append(f"{shown}: {why}")
+    logger.warning("purge kept %s: %s", shown, why)
 
 
 def _check_purge(info: TableInfo) -> None:
@@ -399,6 +409,10 @@ def drop_table(
     dropped = catalog.tables.drop(info.name, purged=purge)
     if not purge:
         return dropped, Purge()
+    if names_another_host(info.location):
+        outcome = purge_partitions(catalog, dropped.partitions, progress)
+        _keep(outcome, info.location, _ANOTHER_HOST)
+        return dropped, outcome
     root = TableLocation.parse(info.location)
     why = reason_to_keep(catalog, root.uri)
     inside = [
@@ -410,8 +424,7 @@ def drop_table(
     # A root that must stay: its partitions are deleted one by one, each checked.
     outcome = purge_partitions(catalog, outside if why is None else [*outside, *inside], progress)
     if why is not None:
-        outcome.kept.append(f"{info.location}: {why}")
-        logger.warning("purge kept %s: %s", info.location, why)
+        _keep(outcome, info.location, why)
         return dropped, outcome
     _delete_directory(catalog, root, info.location, Warehouse.of(catalog.settings), outcome, None)
     return dropped, outcome

@@ -27,8 +27,11 @@ __all__ = [
     "Warehouse",
     "canonical_location",
     "check_location_shape",
+    "key_outside",
+    "key_text",
     "location_key",
     "location_spellings",
+    "names_another_host",
 ]
 
 logger = logging.getLogger(__name__)
@@ -63,6 +66,13 @@ class LocationKey:
             return not strict
         return self.path.startswith(other.path.rstrip("/") + "/")
 
+    @property
+    def text(self) -> str:
+        """The key as the catalog indexes it (``file:///w/t``, ``s3:///bucket/k``,
+        ``hdfs://nn/w``): a directory inside this one has a key starting with this text
+        and ``/``."""
+        return f"{self.scheme}://{self.authority}{self.path}"
+
     def overlaps(self, other: LocationKey) -> bool:
         """Whether one of the two directories is the other or lies inside it."""
         return self.within(other) or other.within(self)
@@ -96,6 +106,39 @@ def location_key(location: str, *, resolve: bool = True) -> LocationKey:
         )
     host = authority.rpartition("@")[2].partition(":")[0].lower()
     return LocationKey(scheme, host, posixpath.normpath("/" + path.lstrip("/")))
+
+
+def names_another_host(location: str) -> bool:
+    """Whether ``location`` is a ``file:`` or ``local:`` URI naming a host other than
+    ``localhost`` (refused since it is registered; an older version stored such as
+    given): no purge deletes it (docs/operations.md, "Warehouse roots")."""
+    scheme, authority, _ = split_location(location)
+    return scheme.lower() in _LOCAL_SCHEMES[1:] and authority.lower() not in ("", "localhost")
+
+
+def key_text(location: str) -> str:
+    """The text the catalog indexes a stored location by (:attr:`LocationKey.text`,
+    symlinks not resolved: a stored location is resolved already), or ``""`` for one
+    that names no directory: a relative path, or another host's ``file:`` URI without a
+    path below its root. Another host's ``file://h/x`` is keyed as the local ``/x``: it
+    may be that directory, so every purge keeps it (its own never deletes it)."""
+    scheme, _, path = split_location(storage_location(location))
+    if scheme.lower() in _LOCAL_SCHEMES and not path.startswith("/"):
+        return ""
+    if names_another_host(location) and not path.strip("/"):
+        return ""
+    return location_key(location, resolve=False).text
+
+
+def key_outside(key: str, table_key: str) -> str | None:
+    """``key`` (:func:`key_text`) when it lies outside its table's (``table_key``), else
+    None (what a partition row keeps as ``outside_key``). A key naming no directory is
+    None too."""
+    if not key:
+        return None
+    if table_key and (key == table_key or key.startswith(table_key.rstrip("/") + "/")):
+        return None
+    return key
 
 
 def location_spellings(key: LocationKey) -> list[str]:
@@ -171,12 +214,14 @@ def canonical_location(
 
 
 def check_location_shape(location: str, *, what: str = "location") -> None:
-    """Refuse what no table or partition may be at, managed or external: a ``..``
-    segment, or a filesystem's (or bucket's) root.
+    """Refuse what no table or partition may be at, managed or external: nothing, a
+    ``..`` segment, or a filesystem's (or bucket's) root.
 
     Raises:
-        InvalidInputError: naming ``what`` and the problem.
+        InvalidInputError: naming ``what`` and the problem (an empty one too).
     """
+    if not location.strip():
+        raise InvalidInputError(f"{what} is empty: give a directory path or URI")
     if has_parent_segment(location):
         raise InvalidInputError(
             f"{what} {location!r} has a '..' segment; give the directory it means"
@@ -224,14 +269,25 @@ class Warehouse:
                                              other.path + key.path[len(one.path):]))  # fmt: skip
         return list(dict.fromkeys(found))
 
+    def written_inside(self, location: str) -> bool:
+        """Whether ``location`` as written (symlinks not resolved) is, or lies inside, a
+        root: where :meth:`contains` then says no, a symlink takes it out of the roots
+        (or it is a root)."""
+        written = location_key(location, resolve=False)
+        return any(written.within(root) for root in self._root_keys(resolve=False))
+
     def contains(self, location: str) -> bool:
         """Whether ``location``, symlinks resolved, lies strictly inside a root, and is
         not a root nor holds one (nested roots: a purge never deletes a whole root)."""
+        if names_another_host(location):
+            return False  # stored by an older version: whose directory it is is unsure
         key = location_key(location)
         roots = self._root_keys(resolve=True)
-        return any(key.within(root, strict=True) for root in roots) and not any(
-            root.within(key) for root in roots
-        )
+        # a host on one side only is not the same filesystem here: hdfs:///w/t (the
+        # default filesystem) is not inside hdfs://nn/w
+        return any(
+            key.within(root, strict=True) and key.authority == root.authority for root in roots
+        ) and not any(root.within(key) for root in roots)
 
     def check(
         self,

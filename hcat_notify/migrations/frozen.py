@@ -8,6 +8,8 @@ migration uses it: a new need gets a new name.
 
 from __future__ import annotations
 
+import os
+import posixpath
 import re
 import zlib
 from collections.abc import Mapping
@@ -21,6 +23,9 @@ __all__ = [
     "DEFAULT_BUCKETS",
     "DEFAULT_TOPIC_PREFIX",
     "UTCDateTime",
+    "canonical_location_0023",
+    "location_key_0023",
+    "outside_key_0023",
     "resolve_topic_0005",
     "topic_bucket_0007",
 ]
@@ -84,3 +89,76 @@ def topic_bucket_0007(topic: str, bucket_count: int) -> int:
     """The bucket of a topic as 0007 assigned it: CRC-32 of its UTF-8 name, modulo the
     bucket count (the same hash every process uses for ever)."""
     return zlib.crc32(topic.encode("utf-8")) % bucket_count
+
+
+# -- 0023: a stored location's canonical spelling and key (hcat_notify.warehouse) --------
+
+_LOCAL_0023 = ("file", "local")
+_BUCKETS_0023 = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs"}
+
+
+def _split_0023(location: str) -> tuple[str, str, str]:
+    """``(scheme, authority, path)`` as Hadoop's ``Path`` splits a location."""
+    colon, slash = location.find(":"), location.find("/")
+    if colon <= 1 or (slash != -1 and slash < colon):
+        return "", "", location
+    scheme, rest = location[:colon], location[colon + 1 :]
+    if rest.startswith("//"):
+        end = rest.find("/", 2)
+        return (scheme, rest[2:], "/") if end == -1 else (scheme, rest[2:end], rest[end:])
+    return scheme, "", rest
+
+
+def _another_host_0023(scheme: str, authority: str) -> bool:
+    return scheme.lower() in _LOCAL_0023 and authority.lower() not in ("", "localhost")
+
+
+def canonical_location_0023(location: str) -> str:
+    """The spelling the current code stores, or ``location`` where it has none."""
+    scheme, authority, path = _split_0023(location)
+    if not scheme:
+        return os.path.realpath(location) if location.startswith("/") else location
+    if scheme.lower() in _LOCAL_0023:
+        if _another_host_0023(scheme, authority) or not path.startswith("/"):
+            return location
+        return "file://" + os.path.realpath(posixpath.normpath(path))
+    return location.rstrip("/") or location
+
+
+def _archive_0023(location: str) -> str:
+    """A Hadoop Archive's directory on its filesystem (``har://file-/w/x.har/in``)."""
+    scheme, authority, path = _split_0023(location)
+    if scheme != "har":
+        return location
+    under, _, host = authority.partition("-")
+    segments = path.split("/")
+    archive = next((i for i, s in enumerate(segments) if s.endswith(".har")), len(segments) - 1)
+    path = "/".join(segments[: archive + 1])
+    return f"file://{path}" if under == "file" else f"{under}://{host}{path}"
+
+
+def location_key_0023(location: str) -> str:
+    """The key of a stored location (symlinks not resolved again)."""
+    scheme, authority, path = _split_0023(_archive_0023(location))
+    lowered = scheme.lower()
+    if lowered in ("", *_LOCAL_0023):
+        if not path.startswith("/") or (
+            _another_host_0023(scheme, authority) and not path.strip("/")
+        ):
+            return ""
+        return "file://" + posixpath.normpath(path)
+    if lowered in _BUCKETS_0023:
+        return f"{_BUCKETS_0023[lowered]}://" + posixpath.normpath(
+            f"/{authority}/{path.lstrip('/')}"
+        )
+    host = authority.rpartition("@")[2].partition(":")[0].lower()
+    return f"{lowered}://{host}" + posixpath.normpath("/" + path.lstrip("/"))
+
+
+def outside_key_0023(key: str, table_key: str) -> str | None:
+    """``key`` when it lies outside the table's (``table_key``), else None."""
+    if not key:
+        return None
+    if table_key and (key == table_key or key.startswith(table_key.rstrip("/") + "/")):
+        return None
+    return key

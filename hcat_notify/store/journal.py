@@ -48,6 +48,7 @@ from hcat_notify.store.models import CommitJournalRow, PartitionRow, TableRow
 from hcat_notify.store.partitions import (
     check_partition_locations,
     insert_partitions,
+    keyed_location,
     unique_paths,
 )
 from hcat_notify.store.records import (
@@ -142,6 +143,21 @@ def _check_overwritten(tx: Tx, info: TableInfo, specs: Sequence[str]) -> None:
             )
 
 
+def _check_appended(tx: Tx, info: TableInfo, spec: str, location: str) -> None:
+    """Refuse an append into a managed table's existing partition whose stored location
+    the boundary no longer allows: written inside a root, it now resolves outside them
+    through a symlink planted since (the files would land there), or it is a root. A
+    location registered outside the roots (the operator's ``--outside-warehouse``, or
+    before roots were configured) is written to as before (docs/operations.md,
+    "Warehouse roots")."""
+    if info.table_type == table_ops.EXTERNAL_TABLE:
+        return
+    warehouse = Warehouse.of(tx.settings)
+    if warehouse.contains(location) or not warehouse.written_inside(location):
+        return
+    warehouse.check(location, what=f"location of partition {spec} of {info.name} (appended to)")
+
+
 def _update_existing(
     tx: Tx,
     info: TableInfo,
@@ -153,13 +169,17 @@ def _update_existing(
 ) -> tuple[str, int]:
     """Apply a write to an existing partition and announce it (INSERT); (path, event id)."""
     if overwrite:
+        where = check_partition_locations(tx, info, [(spec, item.location)], current=prow.location)[
+            0
+        ]
         values: dict[str, Any] = {
-            "location": check_partition_locations(tx, info, [(spec, item.location)])[0],
+            **keyed_location(info, where),
             "file_count": item.file_count,
             "total_bytes": item.total_bytes,
             "archived": item.archived,
         }
     else:
+        _check_appended(tx, info, prow.path_spec, prow.location)
         values = {
             "file_count": prow.file_count + item.file_count,
             "total_bytes": prow.total_bytes + item.total_bytes,
@@ -314,6 +334,8 @@ class CommitJournal:
             ConcurrentWriteError: another write overwrites one of the partitions, or
                 this one overwrites a partition another write claims or committed since
                 ``started_at``.
+            LocationOutsideWarehouseError: an append into a managed table's partition
+                whose location now resolves outside the roots through a symlink.
         """
         validate_job_id(job_id, entry=True)
         for spec in partitions:
@@ -374,6 +396,14 @@ class CommitJournal:
                     )
             if row is not None and mode is WriteMode.OVERWRITE and wanted:
                 _check_overwritten(tx, info_of(row), sorted(wanted))
+            if row is not None and mode is WriteMode.APPEND and wanted:  # before any move
+                for spec, location in tx.session.execute(
+                    select(PartitionRow.path_spec, PartitionRow.location).where(
+                        PartitionRow.table_id == row.id,
+                        PartitionRow.path_spec.in_(sorted(wanted)),
+                    )
+                ):
+                    _check_appended(tx, info_of(row), spec, location)
             journal = CommitJournalRow(
                 job_id=job_id,
                 table_id=None if row is None else row.id,

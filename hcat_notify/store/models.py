@@ -100,6 +100,9 @@ EVENT_ID = BigInteger().with_variant(Integer(), "sqlite")
 makes the column the table's rowid (``BIGINT`` would keep a second B-tree of the ids
 beside the rowid's; SQLite's integers are 64-bit either way), ``BIGINT`` elsewhere
 (migration 0021)."""
+# Location keys (hcat_notify.warehouse.key_text) are looked up by prefix ranges: byte
+# order on PostgreSQL too, whatever the database's collation.
+LOCATION_KEY = Text().with_variant(Text(collation="C"), "postgresql")
 
 
 # Stable constraint names, so migrations can refer to them on every backend.
@@ -127,6 +130,8 @@ class TableRow(Base):
     __tablename__ = "hcat_tables"
     __table_args__ = (
         UniqueConstraint("db_name", "table_name"),
+        # which tables are at, inside or around a place: equality and prefix ranges
+        Index("ix_hcat_tables_location_key", "location_key"),
         # the tables with a completeness rule (/metrics), few among many
         Index(
             "ix_hcat_tables_with_rule",
@@ -140,6 +145,8 @@ class TableRow(Base):
     db_name: Mapped[str] = mapped_column(String(128))
     table_name: Mapped[str] = mapped_column(String(128))
     location: Mapped[str] = mapped_column(Text)
+    # the location's key (hcat_notify.warehouse.key_text; "" for one naming no directory)
+    location_key: Mapped[str] = mapped_column(LOCATION_KEY)
     storage_format: Mapped[str] = mapped_column(String(16))
     partition_keys: Mapped[list[Any]]
     table_type: Mapped[str] = mapped_column(String(32))
@@ -164,7 +171,17 @@ class PartitionRow(Base):
     """A registered partition; unique per (table, values) through its path spec."""
 
     __tablename__ = "hcat_partitions"
-    __table_args__ = (UniqueConstraint("table_id", "path_spec"),)
+    __table_args__ = (
+        UniqueConstraint("table_id", "path_spec"),
+        # the few partitions outside their table's location, by key (registration's
+        # overlap check; a partition inside its table costs this index nothing)
+        Index(
+            "ix_hcat_partitions_outside_key",
+            "outside_key",
+            sqlite_where=text("outside_key IS NOT NULL"),
+            postgresql_where=text("outside_key IS NOT NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, init=False)
     table_id: Mapped[int] = mapped_column(ForeignKey("hcat_tables.id", ondelete="CASCADE"))
@@ -181,6 +198,9 @@ class PartitionRow(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     version: Mapped[int] = mapped_column(Integer, default=1)
+    # the location's key (hcat_notify.warehouse.key_text) when it lies outside the
+    # table's location, else None
+    outside_key: Mapped[str | None] = mapped_column(LOCATION_KEY, default=None)
 
 
 class RetentionRow(Base):

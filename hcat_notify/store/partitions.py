@@ -22,12 +22,19 @@ from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
 from hcat_notify.store.tables import EXTERNAL_TABLE, info_of, overlap_error
 from hcat_notify.store.tx import Tx
 from hcat_notify.store.usage import overlapping_tables
-from hcat_notify.warehouse import Warehouse, canonical_location, location_key
+from hcat_notify.warehouse import (
+    Warehouse,
+    canonical_location,
+    key_outside,
+    key_text,
+    location_key,
+)
 
 __all__ = [
     "add_partitions",
     "check_partition_locations",
     "insert_partitions",
+    "keyed_location",
     "list_partitions",
     "partition_info",
     "partition_row",
@@ -82,17 +89,30 @@ def unique_paths(specs: Sequence[PartitionSpec]) -> list[str]:
     return paths
 
 
+def keyed_location(info: TableInfo, location: str) -> dict[str, str | None]:
+    """A partition row's ``location`` (as stored) and ``outside_key``: the location's key
+    when it lies outside the table's (:func:`hcat_notify.warehouse.key_outside`)."""
+    return {
+        "location": location,
+        "outside_key": key_outside(key_text(location), key_text(info.location)),
+    }
+
+
 def check_partition_locations(
     tx: Tx,
     info: TableInfo,
     located: Iterable[tuple[PartitionSpec, str]],
     *,
     outside_warehouse: bool = False,
+    current: str | None = None,
 ) -> list[str]:
     """The partition locations as stored (:func:`~hcat_notify.warehouse.canonical_location`),
     once the warehouse boundary allows them (:meth:`hcat_notify.warehouse.Warehouse.check`;
     any place for an external table). A managed table's may not be at, inside or around
-    another table's location (its own location, and tables around it, excepted).
+    another table's location (its own location, and tables around it, excepted), nor
+    another table's partition outside that table; ``current``, the existing partition's
+    location, is not checked against them again (a write that keeps a partition where it
+    is makes no new overlap: a purge keeps what another table registered there since).
 
     Raises:
         InvalidInputError: a relative path, a control character, a ``..`` segment, a
@@ -107,24 +127,27 @@ def check_partition_locations(
         where = canonical_location(location, what=what)
         warehouse.check(location, external=external, outside_warehouse=outside_warehouse, what=what)
         stored.append((spec, where))
-    if not external and stored:
-        _check_partition_overlaps(tx, info, stored)
+    moved = [(spec, where) for spec, where in stored if where != current]
+    if not external and moved:
+        _check_partition_overlaps(tx, info, moved)
     return [where for _, where in stored]
 
 
 def _check_partition_overlaps(
     tx: Tx, info: TableInfo, stored: Sequence[tuple[PartitionSpec, str]]
 ) -> None:
-    """Refuse a partition at, inside or around another table's location. Tables around
-    the partition's own table are let be (a catalog registered before this check may
-    hold such; a purge keeps what they hold)."""
+    """Refuse a partition at, inside or around another table's location, or another
+    table's partition lying outside that table (indexed lookups: :func:`overlapping_tables`;
+    a partition inside its own table is checked against those at or inside the table).
+    Tables and partitions around the partition's own table are let be (a catalog
+    registered before this check may hold such; a purge keeps what they hold)."""
     own = location_key(info.location)
     # stored locations are resolved already (canonical_location)
     keyed = [(spec, where, location_key(where, resolve=False)) for spec, where in stored]
     outside = [key for _, _, key in keyed if not key.within(own)]
     tables = [
         (use, other)
-        for _, use, other in overlapping_tables(tx, [own, *outside])
+        for _, use, other in overlapping_tables(tx, [own, *outside], partitions=True)
         if use.table != str(info.name)
     ]
     for spec, where, key in keyed:
@@ -188,6 +211,7 @@ def insert_partitions(
         )
     values: list[dict[str, Any]] = []
     inserted: list[PartitionInfo] = []
+    table_key = key_text(info.location)
     for (spec, item), event_id in zip(items, event_ids, strict=True):
         fields: dict[str, Any] = {
             "location": item.location,
@@ -205,6 +229,7 @@ def insert_partitions(
                 "table_id": row.id,
                 "partition_values": list(spec.values),
                 "path_spec": spec.to_path(),
+                "outside_key": key_outside(key_text(item.location), table_key),
                 **fields,
             }
         )
@@ -369,9 +394,7 @@ def update_partition(
     if prow is None:
         raise InvalidInputError(f"partition {full} of {info.name} is not registered")
     if "location" in changes:
-        changes = {
-            **changes,
-            "location": check_partition_locations(tx, info, [(full, changes["location"])])[0],
-        }
+        where = check_partition_locations(tx, info, [(full, changes["location"])])[0]
+        changes = {**changes, **keyed_location(info, where)}
     tx.compare_and_set(prow, expected_version, f"partition {full} of {info.name}", **changes)
     return partition_info(info, prow)

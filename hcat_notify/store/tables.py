@@ -25,7 +25,13 @@ from hcat_notify.store.records import (
 )
 from hcat_notify.store.tx import Tx
 from hcat_notify.store.usage import LocationUse, overlapping_tables
-from hcat_notify.warehouse import LocationKey, Warehouse, canonical_location, location_key
+from hcat_notify.warehouse import (
+    LocationKey,
+    Warehouse,
+    canonical_location,
+    key_text,
+    location_key,
+)
 
 __all__ = [
     "EXTERNAL_TABLE",
@@ -108,15 +114,16 @@ def check_overlap(
 ) -> None:
     """Refuse a location (``where``, as stored) at another table's location, and for a
     managed table's data (``table_type``) one at, inside or around another table's
-    location: a purge of one would delete the other's files (docs/operations.md,
-    "Warehouse roots"). ``what`` names the location in the message (the table's).
+    location or another table's partition lying outside that table (indexed lookups):
+    a purge of one would delete the other's files (docs/operations.md, "Warehouse
+    roots"). ``what`` names the location in the message (the table's).
 
     Raises:
         InvalidInputError: naming the other table.
     """
     key = location_key(where)
     managed = table_type != EXTERNAL_TABLE
-    for _, use, other in overlapping_tables(tx, [key]):
+    for _, use, other in overlapping_tables(tx, [key], partitions=managed):
         if use.table == str(name):
             continue
         if key == other:
@@ -135,10 +142,13 @@ def overlap_error(
     what: str, where: str, key: LocationKey, use: LocationUse, other: LocationKey
 ) -> InvalidInputError:
     """The error of a managed location ``where`` that overlaps the table ``use``."""
-    how = "lies inside" if key.within(other) else "contains"
+    if key == other:
+        how = f"is the same location as {_whose(use)}"
+    else:
+        how = f"{'lies inside' if key.within(other) else 'contains'} the location of {_whose(use)}"
     return InvalidInputError(
-        f"{what} {where!r} {how} the location of {_whose(use)} ({use.location}): a "
-        "managed table's files may not mix with another table's; nothing was registered"
+        f"{what} {where!r} {how} ({use.location}): a managed table's files may not mix "
+        "with another table's; nothing was registered"
     )
 
 
@@ -221,6 +231,7 @@ def create_table(
         db_name=name.db,
         table_name=name.table,
         location=where,
+        location_key=key_text(where),
         storage_format=fmt,
         partition_keys=keys,
         table_type=table_type,

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, or_, select
+from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy.orm import QueryableAttribute
 
 from hcat_notify.store.models import PartitionRow, TableRow
 from hcat_notify.store.tx import Tx
@@ -44,14 +45,38 @@ def _like(fragment: str) -> str:
     return f"%{escaped}%"
 
 
-def _matching(tx: Tx, table_where: ColumnElement[bool], part_where: ColumnElement[bool] | None
-              ) -> list[LocationUse]:  # fmt: skip
+def _matching(
+    tx: Tx,
+    table_where: ColumnElement[bool],
+    part_where: ColumnElement[bool] | None,
+    *,
+    keyed: bool = False,
+) -> list[LocationUse]:
+    """The tables and (``part_where``) partitions matching. ``keyed``: the partitions'
+    condition is on their location key, read from its index alone and their tables'
+    names by id after (joined, SQLite's planner, with the statistics of a bulk-loaded
+    catalog, walked a big table's partitions through the join instead)."""
     found: list[LocationUse] = []
     tables = select(TableRow.db_name, TableRow.table_name, TableRow.location).where(table_where)
     for db, name, location in tx.session.execute(tables):
         found.append(LocationUse(f"{db}.{name}", None, location))
     if part_where is None:
         return found
+    if keyed:
+        rows = tx.session.execute(
+            select(PartitionRow.table_id, PartitionRow.path_spec, PartitionRow.location).where(
+                part_where
+            )
+        ).all()
+        names = {
+            table_id: f"{db}.{name}"
+            for table_id, db, name in tx.session.execute(
+                select(TableRow.id, TableRow.db_name, TableRow.table_name).where(
+                    TableRow.id.in_(sorted({row[0] for row in rows}))
+                )
+            )
+        } if rows else {}  # fmt: skip
+        return found + [LocationUse(names[table_id], path, where) for table_id, path, where in rows]
     partitions = (
         select(TableRow.db_name, TableRow.table_name, PartitionRow.path_spec, PartitionRow.location)
         .join(TableRow, TableRow.id == PartitionRow.table_id)
@@ -62,16 +87,70 @@ def _matching(tx: Tx, table_where: ColumnElement[bool], part_where: ColumnElemen
     return found
 
 
-def locations_at(tx: Tx, texts: Sequence[str], *, partitions: bool = True) -> list[LocationUse]:
-    """Every table (and partition) whose location's text is one of ``texts``."""
+def _equal(
+    tx: Tx,
+    texts: Sequence[str],
+    table_column: QueryableAttribute[str],
+    partition_column: QueryableAttribute[str] | QueryableAttribute[str | None] | None,
+    *,
+    keyed: bool = False,
+) -> list[LocationUse]:
+    """Every table (and partition, with ``partition_column``) whose column holds one of
+    ``texts``: ``IN (...)`` lookups."""
     found: list[LocationUse] = []
     unique = sorted(set(texts))
     for start in range(0, len(unique), _IN_CHUNK):
         chunk = unique[start : start + _IN_CHUNK]
         found += _matching(
             tx,
-            TableRow.location.in_(chunk),
-            PartitionRow.location.in_(chunk) if partitions else None,
+            table_column.in_(chunk),
+            None if partition_column is None else partition_column.in_(chunk),
+            keyed=keyed,
+        )
+    return list(dict.fromkeys(found))
+
+
+def locations_at(tx: Tx, texts: Sequence[str], *, partitions: bool = True) -> list[LocationUse]:
+    """Every table (and partition) whose location's text is one of ``texts``."""
+    return _equal(tx, texts, TableRow.location, PartitionRow.location if partitions else None)
+
+
+def _below(column: QueryableAttribute[str | None], text: str) -> ColumnElement[bool]:
+    """``column`` holds a key lying strictly inside the key ``text``: a range of the index
+    (``/`` is followed by ``0`` in byte order)."""
+    prefix = text if text.endswith("/") else text + "/"
+    return and_(column >= prefix, column < prefix[:-1] + "0")
+
+
+def _keyed(
+    tx: Tx,
+    keys: Sequence[LocationKey],
+    *,
+    around: bool = True,
+    partitions: bool = True,
+) -> list[LocationUse]:
+    """The tables (and with ``partitions``, the partitions lying outside their table)
+    whose stored key is one of ``keys``, lies inside one, or (``around``) is one's
+    ancestor: equality and range lookups of the location keys' indexes. A key naming a
+    host is also looked up without it (``hdfs:///w`` may be ``hdfs://nn/w``)."""
+    wanted = [
+        spelling
+        for key in keys
+        for spelling in ([key, LocationKey(key.scheme, "", key.path)] if key.authority else [key])
+    ]
+    texts = [k.text for key in wanted for k in (key.ancestors() if around else [key])]
+    ranges = sorted({key.text for key in wanted})
+    outside = PartitionRow.outside_key if partitions else None
+    found = _equal(tx, texts, TableRow.location_key, outside, keyed=True)
+    for start in range(0, len(ranges), _CHUNK):
+        chunk = ranges[start : start + _CHUNK]
+        found += _matching(
+            tx,
+            or_(*(_below(TableRow.location_key, text) for text in chunk)),
+            or_(*(_below(PartitionRow.outside_key, text) for text in chunk))
+            if partitions
+            else None,
+            keyed=True,
         )
     return list(dict.fromkeys(found))
 
@@ -108,6 +187,9 @@ def location_holders(
             for text in location_spellings(ancestor)
         }
         uses += locations_at(tx, sorted(around))
+    # by key: a table, or a partition outside its table, that an older version stored
+    # in a spelling the lookups above miss (another host's file://h/x, which may be /x)
+    uses += _keyed(tx, [key for keys in wanted.values() for key in keys], around=containers)
     keyed = [(use, location_key(use.location), location_key(use.location, resolve=False))
              for use in dict.fromkeys(uses)]  # fmt: skip
     holders: dict[str, list[LocationUse]] = {}
@@ -128,29 +210,12 @@ def location_holders(
 def overlapping_tables(
     tx: Tx, keys: Sequence[LocationKey], *, partitions: bool = False
 ) -> list[tuple[LocationKey, LocationUse, LocationKey]]:
-    """The registered tables (and with ``partitions``, partitions) whose location is,
-    contains or lies inside one of ``keys`` (resolved): ``(key, the use, its key)`` for
-    each pair. One read of the locations per 50 keys, and one for their ancestors."""
-    fragments = sorted({key.path for key in keys})
-    uses: list[LocationUse] = []
-    for start in range(0, len(fragments), _CHUNK):
-        likes = [_like(fragment) for fragment in fragments[start : start + _CHUNK]]
-        uses += _matching(
-            tx,
-            or_(*(TableRow.location.like(like, escape="\\") for like in likes)),
-            or_(*(PartitionRow.location.like(like, escape="\\") for like in likes))
-            if partitions
-            else None,
-        )
-    around = {
-        text
-        for key in keys
-        for ancestor in key.ancestors()
-        for text in location_spellings(ancestor)
-    }
-    uses += locations_at(tx, sorted(around), partitions=partitions)
+    """The registered tables (and with ``partitions``, the partitions lying outside their
+    table) whose location is, contains or lies inside one of ``keys`` (resolved):
+    ``(key, the use, its key)`` for each pair. Indexed lookups of the location keys
+    (:func:`_keyed`), whatever the catalog's size."""
     found = []
-    for use in dict.fromkeys(uses):
+    for use in _keyed(tx, keys, partitions=partitions):
         other = location_key(use.location)
         found += [(key, use, other) for key in keys if key.overlaps(other)]
     return found

@@ -70,6 +70,12 @@ def test_what_lies_strictly_inside(tmp_path: Path):
     assert not warehouse.contains(str(tmp_path / "other"))
     assert not warehouse.contains(str(root / "escape" / "t"))
     assert not warehouse.contains("s3://other/wh/t")
+    hdfs = Warehouse(("hdfs://nn:8020/w",))
+    assert hdfs.contains("hdfs://NN/w/t")
+    # no host: the default filesystem, maybe another namenode's (it passed before)
+    assert not hdfs.contains("hdfs:///w/t")
+    with pytest.raises(LocationOutsideWarehouseError, match="outside the warehouse roots"):
+        hdfs.check("hdfs:///w/t")
     warehouse.check(str(tmp_path / "other"), external=True)
     with pytest.raises(LocationOutsideWarehouseError, match="symlink"):
         warehouse.check(str(root / "escape" / "t"))

@@ -231,7 +231,11 @@ class Stream:
                 else:
                     (added,) = self.catalog.add_partitions(
                         table.name,
-                        [NewPartition({"datestamp": f"w{number}-{n}", "region": "us"}, "/p")],
+                        [
+                            NewPartition(
+                                {"datestamp": f"w{number}-{n}", "region": "us"}, table.location
+                            )
+                        ],
                     )
                     assert added.event_id is not None
                     event_id = added.event_id

@@ -11,9 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, update
 
 from hcat_notify.config import load_settings
 from hcat_notify.store import Catalog
+from hcat_notify.store.models import PartitionRow
+from hcat_notify.warehouse import key_text
 
 
 @pytest.fixture
@@ -36,6 +39,21 @@ def _catalog_state(db_url: str, tmp_path: Path) -> tuple[list[str], int]:
     with Catalog.open(load_settings(home=tmp_path / "home", db_url=db_url)) as catalog:
         tables = [str(info.name) for info in catalog.list_tables()]
         return tables, len(catalog.outbox.events(limit=10_000))
+
+
+def _set_partition_location(db_url: str, spec: str, location: str, *, outside: bool) -> None:
+    """Rewrite a partition row's location (and its key: ``outside`` its table's), as an
+    older version's catalog may hold it after the upgrade to 0023."""
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                update(PartitionRow)
+                .where(PartitionRow.path_spec == spec)
+                .values(location=location, outside_key=key_text(location) if outside else None)
+            )
+    finally:
+        engine.dispose()
 
 
 def _create(
@@ -82,6 +100,8 @@ def test_partition_locations_the_boundary_refuses(run, roots: Path, tmp_path: Pa
         (str(outside), "is outside the warehouse roots"),
         (str(roots / "clicks" / "ds=2"), "resolves through a symlink to"),
         (f"{roots}/clicks/../../outside", "has a '..' segment"),
+        ("", "location of partition ds=1 of web.clicks is empty"),  # said "outside" before
+        (" ", "is empty"),
     ]:
         code, _, err = run("partitions", "add", "web.clicks", "ds=1", "--location", location)
         assert (code, err.count("\n")) == (2, 1)
@@ -178,18 +198,26 @@ def test_a_purge_keeps_a_directory_another_partition_uses(run, roots: Path):
     assert not shared.exists()
 
 
-def test_a_table_purge_keeps_its_root_when_another_table_uses_it(run, roots: Path):
+def test_a_table_purge_keeps_its_root_when_another_table_uses_it(run, roots: Path, db_url: str):
     root = roots / "clicks"
     _precious(root / "ds=1")
     _precious(root / "views" / "ds=1")  # another table's partition inside this root
     # registered before web.clicks was (a partition inside another table's location is
-    # refused): a table's location is checked against other tables' locations only
+    # refused)
     assert _create(run, "web.views", str(roots / "views_table"))[0] == 0
     code, _, err = run(
         "partitions", "add", "web.views", "ds=1", "--location", str(root / "views" / "ds=1")
     )
     assert code == 0, err
+    # a managed table around another table's partition is refused (second review,
+    # finding 6; an indexed lookup since 0023); a catalog of an older version may hold
+    # one all the same
+    code, _, err = _create(run, "web.clicks", str(root))
+    assert code == 2
+    assert "contains the location of partition ds=1 of web.views" in err
+    _set_partition_location(db_url, "ds=1", str(roots / "views_table" / "ds=1"), outside=False)
     assert _create(run, "web.clicks", str(root))[0] == 0
+    _set_partition_location(db_url, "ds=1", f"file://{root / 'views' / 'ds=1'}", outside=True)
     for table, where in (("web.clicks", root / "ds=1"),):
         code, _, err = run("partitions", "add", table, "ds=1", "--location", str(where))
         assert code == 0, err

@@ -35,8 +35,8 @@ def _ruled(catalog: Catalog, name: str) -> str:
     return name
 
 
-def _new(*parts: tuple[str, str, str]) -> list[NewPartition]:
-    return [NewPartition(dict(zip(KEYS, part, strict=True)), "/w/d") for part in parts]
+def _new(*parts: tuple[str, str, str], where: str = "/w/d") -> list[NewPartition]:
+    return [NewPartition(dict(zip(KEYS, part, strict=True)), where) for part in parts]
 
 
 def _sets(settings: Settings, name: str) -> list[tuple[Any, ...]]:
@@ -86,7 +86,8 @@ def test_an_add_counted_ahead_leaves_the_sets_and_dones_of_one_counted_at_commit
     writes += [[("1", "xx", "01")], [("3", "us", "00"), ("2", "xx", "00")]]
     for step, parts in enumerate(writes):
         catalog.add_partitions(ahead, _new(*parts))
-        catalog.partitions.register(at_commit, _new(*parts))
+        # another directory: another table's partition at /w/d would be refused
+        catalog.partitions.register(at_commit, _new(*parts, where="/w/e"))
         assert _sets(settings, ahead) == _sets(settings, at_commit), (step, parts)
         assert _dones(catalog, ahead) == _dones(catalog, at_commit), (step, parts)
     assert _dones(catalog, ahead) == [

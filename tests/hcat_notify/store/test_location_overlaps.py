@@ -13,13 +13,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, update
+from sqlalchemy import create_engine, select, update
 
 from hcat_notify.config import load_settings
-from hcat_notify.errors import InvalidInputError
+from hcat_notify.errors import InvalidInputError, LocationOutsideWarehouseError
 from hcat_notify.lifecycle import drop_partitions, drop_table
 from hcat_notify.store import Catalog, NewPartition
 from hcat_notify.store.models import PartitionRow, TableRow
+from hcat_notify.warehouse import key_outside, location_key
 from tests.counts import row_counts
 
 pytestmark = pytest.mark.integration
@@ -62,7 +63,8 @@ def _as_an_older_version_stored(
     catalog: Catalog, table: str, location: str, path: str = ""
 ) -> None:
     """Write a location as a version without the overlap check (or that stored locations
-    unresolved) left it: the catalog of an operator who upgrades."""
+    unresolved) left it, keyed as migration 0023 keys what it keeps: the catalog of an
+    operator who upgrades."""
     db, name = table.split(".")
     engine = create_engine(catalog.settings.database_url)
     try:
@@ -72,13 +74,18 @@ def _as_an_older_version_stored(
                     TableRow.db_name == db, TableRow.table_name == name
                 )
             ).one()[0]
+            table_key = connection.execute(
+                select(TableRow.location_key).where(TableRow.id == table_id)
+            ).scalar_one()
             if path:
                 statement = update(PartitionRow).where(
                     PartitionRow.table_id == table_id, PartitionRow.path_spec == path
                 )
+                keyed = {"outside_key": key_outside(location_key(location).text, table_key)}
             else:
                 statement = update(TableRow).where(TableRow.id == table_id)
-            connection.execute(statement.values(location=location))
+                keyed = {"location_key": location_key(location).text}
+            connection.execute(statement.values(location=location, **keyed))
     finally:
         engine.dispose()
 
@@ -118,6 +125,9 @@ def test_a_managed_location_at_inside_or_around_another_tables_is_refused(
          r"lies inside the location of table db\.a"),
         (lambda: cat.add_partitions("db.b", [_part("q=3", str(warehouse / "g"))]),
          r"'.*/wh/g' contains the location of table db\.a"),
+        # the same place is said as such (it "lay inside" before)
+        (lambda: cat.add_partitions("db.b", [_part("q=4", str(warehouse / "g/a"))]),
+         r"partition q=4 of db\.b '.*/wh/g/a' is the same location as table db\.a \("),
     ]  # fmt: skip
     for message in _each_refused(refused):
         assert "nothing was registered" in message or "already" in message
@@ -285,22 +295,55 @@ def test_a_local_uri_through_a_link_is_the_directory_it_names(cat: Catalog, ware
         cat.create_table("web.t", location=str(warehouse / "sub"), partition_keys=["p"])
 
 
-def test_a_partition_at_another_tables_outside_partition_is_kept_by_the_purge(
+def test_a_managed_location_at_or_around_another_tables_outside_partition_is_refused(
     cat: Catalog, warehouse: Path
 ):
-    # second review, finding 6: registering at another table's partition that lies
-    # outside that table is not refused (it would read every partition location at each
-    # registration, unindexed: left open), but no purge deletes the other's data
-    victim = _data(warehouse / "x" / "p1", "victim B")
-    shared = victim.parent
+    # second review, finding 6, an indexed lookup since migration 0023 (outside_key)
+    shared = warehouse / "x" / "p1"
+    _data(shared)
     cat.create_table("web.b", location=str(warehouse / "b"), partition_keys=["p"])
     cat.add_partitions("web.b", [_part("p=1", str(shared))])  # B's partition outside B
     cat.create_table("web.e", location=str(warehouse / "e"), partition_keys=["q"])
-    cat.add_partitions("web.e", [_part("q=2", str(shared))])
-    _, purged = drop_partitions(cat, "web.e", {"q": "2"}, purge=True)
-    assert purged.deleted == []
-    assert "still used by partition p=1 of web.b" in purged.kept[0]
-    assert victim.read_text() == "victim B"
+    before = row_counts(cat)
+    refused = [
+        (lambda: cat.add_partitions("web.e", [_part("q=2", str(shared))]),
+         r"partition q=2 of web\.e '.*/wh/x/p1' is the same location as partition p=1 "
+         r"of web\.b \("),
+        (lambda: cat.add_partitions("web.e", [_part("q=3", str(shared / "deeper"))]),
+         r"lies inside the location of partition p=1 of web\.b"),
+        (lambda: cat.add_partitions("web.e", [_part("q=4", str(warehouse / "x"))]),
+         r"'.*/wh/x' contains the location of partition p=1 of web\.b"),
+        (lambda: cat.create_table("web.a", location=str(warehouse / "x"), partition_keys=["p"]),
+         r"'.*/wh/x' contains the location of partition p=1 of web\.b"),
+        (lambda: cat.create_table("web.c", location=str(shared), partition_keys=["p"]),
+         r"is already the location of partition p=1 of web\.b"),
+    ]  # fmt: skip
+    _each_refused(refused)
+    assert row_counts(cat) == before
+    # beside it stays allowed, and so does B's own second partition next to it
+    cat.add_partitions("web.e", [_part("q=2", str(warehouse / "x" / "p2"))])
+    cat.add_partitions("web.b", [_part("p=2", str(warehouse / "x" / "p3"))])
+
+
+def test_a_partition_inside_its_table_at_another_tables_partition_there_is_refused(
+    cat: Catalog, warehouse: Path
+):
+    # an external table's partitions may lie anywhere, inside a managed table too
+    cat.create_table("web.m", location=str(warehouse / "m"), partition_keys=["p"])
+    cat.create_table(
+        "web.x", location=str(warehouse / "x"), partition_keys=["q"], table_type="EXTERNAL_TABLE"
+    )
+    cat.add_partitions("web.x", [_part("q=1", str(warehouse / "m" / "p=1"))])
+    before = row_counts(cat)
+    _each_refused([
+        (lambda: cat.add_partitions("web.m", [_part("p=1", str(warehouse / "m" / "p=1"))]),
+         r"partition p=1 of web\.m '.*/wh/m/p=1' is the same location as partition q=1 of "
+         r"web\.x"),
+        (lambda: cat.add_partitions("web.m", [_part("p=2", str(warehouse / "m"))]),
+         r"'.*/wh/m' contains the location of partition q=1 of web\.x"),
+    ])  # fmt: skip
+    assert row_counts(cat) == before
+    cat.add_partitions("web.m", [_part("p=2", str(warehouse / "m" / "p=2"))])
 
 
 def test_an_external_location_around_the_warehouse_or_a_managed_table_is_refused(
@@ -324,3 +367,59 @@ def test_an_external_location_around_the_warehouse_or_a_managed_table_is_refused
     external("db.e6", str(warehouse / "g" / "b" / "inside"))  # inside a managed one: as before
     external("db.e7", str(warehouse / "e7"))
     external("db.e8", str(warehouse / "e7" / "nested"))  # external inside external: as before
+
+
+# -- third review, LOW-MEDIUM: an append re-checks the partition's stored location -----------
+
+
+def test_an_append_through_a_link_planted_in_a_partition_is_refused(
+    cat: Catalog, warehouse: Path, tmp_path: Path
+):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    cat.create_table("db.t", location=str(warehouse / "t"), partition_keys=["p"])
+    cat.add_partitions(
+        "db.t", [_part("p=1", str(warehouse / "t/p=1")), _part("p=2", str(warehouse / "t/p=2"))]
+    )
+    (warehouse / "t").mkdir()
+    (warehouse / "t/p=1").symlink_to(outside)  # planted after the registration
+
+    def begin(job: str, spec: str) -> None:
+        cat.commits.begin(
+            job, "db.t", mode="append", partitions=[spec], plan={}, started_at=datetime.now(UTC)
+        )
+
+    with pytest.raises(LocationOutsideWarehouseError, match=r"partition p=1 of db\.t .*"
+                       r"resolves through a symlink to .*/outside") as caught:  # fmt: skip
+        begin("job1", "p=1")
+    assert "\n" not in str(caught.value)
+    assert cat.commits.pending() == []
+    # journalled before the link was planted: the registration refuses it too
+    begin("job2", "p=2")
+    (warehouse / "t/p=2").symlink_to(outside)
+    before = [(p.file_count, p.version) for p in cat.list_partitions("db.t")]
+    with pytest.raises(LocationOutsideWarehouseError, match="resolves through a symlink"):
+        cat.commits.complete("job2", [_part("p=2", str(warehouse / "t/p=2"))])
+    assert [(p.file_count, p.version) for p in cat.list_partitions("db.t")] == before
+    assert [entry.job_id for entry in cat.commits.pending()] == ["job2"]
+
+
+def test_an_overwrite_in_place_completes_when_another_table_registered_there_meanwhile(
+    cat: Catalog, warehouse: Path
+):
+    # the partition check of 0023 is for new places: an overwrite that keeps its
+    # partition where it is makes no new overlap (the committer keeps its trash for the
+    # other table; tests/spark_output/commit/test_move_links.py)
+    cat.create_table("db.t", location=str(warehouse / "t"), partition_keys=["p"])
+    cat.add_partitions("db.t", [_part("p=1", str(warehouse / "t/p=1"))])
+    cat.create_table(
+        "db.x", location=str(warehouse / "x"), partition_keys=["q"], table_type="EXTERNAL_TABLE"
+    )
+    cat.commits.begin(
+        "job1", "db.t", mode="overwrite", partitions=["p=1"], plan={}, started_at=datetime.now(UTC)
+    )
+    cat.add_partitions("db.x", [_part("q=1", str(warehouse / "t/p=1"))])
+    cat.commits.complete("job1", [_part("p=1", str(warehouse / "t/p=1"))])
+    assert [p.version for p in cat.list_partitions("db.t")] == [2]
+    with pytest.raises(InvalidInputError, match=r"is the same location as partition q=1 of db\.x"):
+        cat.add_partitions("db.t", [_part("p=2", str(warehouse / "t/p=1"))])
