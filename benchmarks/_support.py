@@ -282,7 +282,8 @@ def drop_workdir(workdir: Path, *, keep: bool) -> None:
 
 def command_env(settings: Settings) -> dict[str, str]:
     """The environment of an ``hcat-notify`` process on ``settings`` (home, catalog,
-    broker), none of the caller's own HCAT_NOTIFY_* settings."""
+    broker, the webhooks' plain-HTTP allow list), none of the caller's own HCAT_NOTIFY_*
+    settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HCAT_NOTIFY_")}
     env.update(
         HCAT_NOTIFY_HOME=str(settings.home),
@@ -291,6 +292,8 @@ def command_env(settings: Settings) -> dict[str, str]:
         HCAT_NOTIFY_BROKER_USER=settings.broker_user,
         HCAT_NOTIFY_BROKER_PASSWORD=settings.broker_password,
     )
+    if settings.webhook_allow:  # each relay checks its own allow list before it sends
+        env["HCAT_NOTIFY_WEBHOOK_ALLOW"] = ",".join(settings.webhook_allow)
     return env
 
 
