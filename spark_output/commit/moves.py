@@ -289,27 +289,33 @@ def held_by_others(
     table: str,
     directories: Mapping[str, str],
     *,
-    inside_only: Collection[str] = (),
+    job_dirs: Collection[str] = (),
+    table_location: str | None = None,
 ) -> list[tuple[str, str]]:
     """``(directory, its other user)`` for each of ``directories`` (a location → the
     partition spec it is for) that another table or partition holds: its registered
     location is the directory, lies inside or contains it
-    (:meth:`hcat_notify.store.TablesView.location_holders`); for those of
-    ``inside_only``, only at or inside it. ``table`` itself, and its partition at that
-    spec, do not count."""
+    (:meth:`hcat_notify.store.TablesView.location_holders`). For those of ``job_dirs``
+    (a job's staging and trash inside ``table_location``), one at or around
+    ``table_location`` does not count: it contains the table's own data as well.
+    ``table`` itself, and its partition at that spec, do not count."""
     holders = catalog.tables.location_holders(list(directories), table=table)
     return [
         (directory, str(use))
         for directory, uses in holders.items()
         for use in uses
         if not (use.table == table and use.partition in (None, directories[directory]))
-        and not (directory in inside_only and _around(directory, use.location))
+        and not (
+            table_location is not None
+            and directory in job_dirs
+            and _contains(use.location, table_location)
+        )
     ]
 
 
-def _around(directory: str, location: str) -> bool:
-    """Whether ``location`` contains ``directory`` (is not it, nor inside it)."""
-    return location_key(directory).within(location_key(location), strict=True)
+def _contains(location: str, table_location: str) -> bool:
+    """Whether ``location`` is ``table_location`` or contains it."""
+    return location_key(table_location).within(location_key(location))
 
 
 def cleanup_job(
@@ -339,17 +345,20 @@ def remove_unheld_job_dirs(
     replaced: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Delete a job's ``staging`` and ``trash`` (:func:`remove_job_dirs`), each unless
-    another table or partition holds it (:func:`held_by_others`: registered at it or
-    inside it; for the trash also at, inside or around one of ``replaced``, a location →
-    its partition spec, which the trash now holds): that one is kept, as every purge
-    keeps it. One holder query for both. What is kept is logged and returned, one line
-    each.
+    another table or partition holds it (:func:`held_by_others`: registered at it, inside
+    it or around it, unless at or around the table's location; for the trash also at,
+    inside or around one of ``replaced``, a location → its partition spec, which the trash
+    now holds): that one is kept, as every purge keeps it. One holder query for both.
+    What is kept is logged and returned, one line each.
     """
     staging_uri, trash_uri = location.uri_of(staging), location.uri_of(trash)
     directories = {staging_uri: "", trash_uri: "", **(replaced or {})}
-    # A table around the job's directories (a catalog's overlap from before the check)
-    # holds none of its files: only one registered at or inside them keeps them.
-    held = held_by_others(catalog, table, directories, inside_only=(staging_uri, trash_uri))
+    # One at or around the table's location (a catalog's overlap from before the check)
+    # holds none of the job's files; one between it and them (at or inside
+    # <table>/_hcat_trash, say) holds them as much as one inside them.
+    held = held_by_others(
+        catalog, table, directories, job_dirs=(staging_uri, trash_uri), table_location=location.uri
+    )
     kept: list[str] = []
     removed: list[str] = []
     for directory, is_staging in ((staging, True), (trash, False)):

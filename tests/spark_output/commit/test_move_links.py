@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from hcat_notify import Catalog, NewPartition, PartitionSpec, load_settings, register_partitions
+from hcat_notify import (
+    Catalog,
+    NewPartition,
+    PartitionSpec,
+    TableInfo,
+    load_settings,
+    register_partitions,
+)
 from hcat_notify.errors import UnsafeMoveError
 from spark_output.commit import committer as committer_module
 from spark_output.commit.committer import PartitionCommitter
@@ -170,6 +177,20 @@ def test_the_trash_is_kept_when_another_table_holds_what_it_replaced(
     assert not Path(committer.staging).exists()
 
 
+def _append_g1(catalog: Catalog, table: TableInfo) -> PartitionCommitter:
+    """An append of ``g=1`` (one staged file, and ``_SUCCESS``) by job ``job1``, committed."""
+    committer = PartitionCommitter(catalog, table, job_id="job1", mode="append")
+    staged = Path(committer.staging) / "g=1"
+    staged.mkdir(parents=True)
+    (staged / "part-00000-x.parquet").write_text("new")
+    (Path(committer.staging) / "_SUCCESS").write_text("")
+    committer.commit(
+        started_at=catalog.now(), max_partitions=10, mark_set_done=None, compact=None,
+        phases={},
+    )  # fmt: skip
+    return committer
+
+
 @pytest.mark.parametrize(
     ("job_dir", "outcome"),
     [("_hcat_trash", "committed"), ("_hcat_staging", "committed"), ("_hcat_trash", "failed")],
@@ -211,9 +232,9 @@ def test_an_appends_cleanup_keeps_a_job_directory_another_table_holds(
 def test_a_partition_registered_around_the_table_keeps_no_job_directory(
     tmp_path: Path, narrow_warehouse: Path
 ):
-    # only a location at or inside a job's directory holds it: an external table's
-    # partition registered around the table (not checked at registration) would
-    # otherwise keep every job's staging and trash
+    # a location at or around the table's own holds none of a job's directories: an
+    # external table's partition registered around the table (not checked at
+    # registration) would otherwise keep every job's staging and trash
     around = narrow_warehouse / "x"
     (around / "d.parquet").parent.mkdir()
     (around / "d.parquet").write_text("d")
@@ -224,16 +245,50 @@ def test_a_partition_registered_around_the_table_keeps_no_job_directory(
             table_type="EXTERNAL_TABLE",
         )  # fmt: skip
         register_partitions(catalog, "web.x", {"q=1": str(around)})
-        committer = PartitionCommitter(catalog, table, job_id="job1", mode="append")
-        staged = Path(committer.staging) / "g=1"
-        staged.mkdir(parents=True)
-        (staged / "part-00000-x.parquet").write_text("new")
-        (Path(committer.staging) / "_SUCCESS").write_text("")
-        committer.commit(
-            started_at=catalog.now(), max_partitions=10, mark_set_done=None, compact=None,
-            phases={},
-        )  # fmt: skip
+        _append_g1(catalog, table)
     assert sorted(os.listdir(around / "t")) == ["g=1"]
+
+
+@pytest.mark.parametrize(
+    ("job_dir", "registered"),
+    [("_hcat_trash", "table"), ("_hcat_trash", "partition"), ("_hcat_staging", "table")],
+)
+def test_a_location_between_the_table_and_a_job_directory_keeps_it(
+    tmp_path: Path,
+    narrow_warehouse: Path,
+    caplog: pytest.LogCaptureFixture,
+    job_dir: str,
+    registered: str,
+):
+    # sixth review, finding 3 (t11_import_trash_around.sh): an external table registered
+    # at <table>/_hcat_trash, around the job's (predictable) trash, lost the files it
+    # holds there: the cleanup took every location around a job directory for the
+    # table's own. Only the table's location (and what contains it) is.
+    table_dir = narrow_warehouse / "t"
+    around = table_dir / job_dir
+    held = around / "job1" / "_x" / "part-0.parquet"  # hidden: no staged partition
+    held.parent.mkdir(parents=True)
+    held.write_text("external")
+    with Catalog.open(load_settings(home=tmp_path / "home", db_url=None)) as catalog:
+        table = catalog.create_table("web.t", location=str(table_dir), partition_keys=["g"])
+        if registered == "table":
+            catalog.create_table(
+                "web.x", location=str(around), partition_keys=["q"], table_type="EXTERNAL_TABLE"
+            )
+        else:
+            catalog.create_table(
+                "web.x", location=str(tmp_path / "e"), partition_keys=["q"],
+                table_type="EXTERNAL_TABLE",
+            )  # fmt: skip
+            new = NewPartition(PartitionSpec.parse("q=1"), str(around), file_count=1, total_bytes=8)
+            catalog.partitions.register("web.x", [new])  # as the API registers (sizes given)
+        _append_g1(catalog, table)
+    assert os.listdir(table_dir / "g=1") == ["part-00000-x.parquet"]
+    assert held.read_text() == "external"
+    assert f"kept {around / 'job1'}: " in caplog.text  # and said so, naming its user
+    assert "web.x" in caplog.text
+    other = "_hcat_staging" if job_dir == "_hcat_trash" else "_hcat_trash"
+    assert not (table_dir / other).exists()  # the job's other directory: removed
 
 
 def test_a_staged_partition_reached_through_a_link_is_refused_before_compaction(
