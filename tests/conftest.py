@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,6 +37,14 @@ configure narrow roots."""
 
 
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Background ``hcat-notify`` commands a test left running are killed and waited for
+    (tests/integration/delivery.py, ``reap_leftovers``)."""
+    delivery = sys.modules.get("tests.integration.delivery")
+    if delivery is not None:
+        delivery.reap_leftovers()
 
 
 def pytest_configure(config: pytest.Config) -> None:

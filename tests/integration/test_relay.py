@@ -212,11 +212,14 @@ def test_a_batch_whose_bucket_was_lost_before_its_commit_is_withdrawn(
 
     committable = Pipeline.committable
     relays: list[Relay] = []
+    fenced: list[bool] = []  # what committable said of the batch found fenced
 
     def fenced_after_first(self, batch):
-        if relays[0].stats.batches == 1:  # the second batch: another member took the bucket
-            member = relays[0].membership
+        if relays[0].stats.batches == 1 and not fenced:  # the second batch: another member
+            member = relays[0].membership  # took the bucket
             member.lose({bucket: member.owned()[bucket].epoch})
+            fenced.append(committable(self, batch))
+            return fenced[0]
         return committable(self, batch)
 
     monkeypatch.setattr(Pipeline, "committable", fenced_after_first)
@@ -228,9 +231,16 @@ def test_a_batch_whose_bucket_was_lost_before_its_commit_is_withdrawn(
         recorder.drain(quiet=1.0)
     finally:
         recorder.close()
-    assert recorder.event_ids() == ids[:10]
-    assert stats.published == 10
-    assert stats.batches == 1
+    seen = recorder.event_ids()
+    assert fenced == [False]  # the second batch was withdrawn at its commit
+    assert seen[:10] == ids[:10]
+    if len(seen) > 10:
+        # A loaded machine: the drain outlasted the membership's next heartbeat, which
+        # found the bucket (only lost in this member's memory) still its own in the
+        # catalog; the withdrawn events went out then, once each, in order.
+        assert (seen, stats.published) == (ids, 20)
+    else:
+        assert (stats.published, stats.batches) == (10, 1)
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
