@@ -39,6 +39,10 @@ logger = logging.getLogger(__name__)
 _LOCAL_SCHEMES = ("", "file", "local")  # pyarrow's local:// is the local filesystem
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 _BUCKET_SCHEMES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs"}
+# the user part of an authority is the container here (abfss://container@account/...)
+_CONTAINER_SCHEMES = ("abfs", "abfss", "wasb", "wasbs")
+# object stores: a location names its bucket (or container's account) as the authority
+_OBJECT_STORE_SCHEMES = (*_BUCKET_SCHEMES, *_CONTAINER_SCHEMES, "adl", "oss", "cos", "cosn")
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,8 @@ class LocationKey:
     """A directory's identity across spellings: ``/w/t``, ``file:/w/t``, ``file:///w/t``
     and pyarrow's ``local:///w/t`` are one key; ``s3a://b/k`` and ``s3://b/k`` too (the
     bucket becomes the first path segment). ``authority`` is the host of other schemes,
-    port dropped."""
+    port dropped (for Azure's ``abfs[s]``/``wasb[s]``: ``container@host``, the container
+    being part of the directory's identity)."""
 
     scheme: str
     authority: str
@@ -81,8 +86,8 @@ class LocationKey:
         """This directory and every directory that contains it, innermost first."""
         found = [self]
         path = self.path
-        while path not in ("/", ""):
-            path = posixpath.dirname(path)
+        while (parent := posixpath.dirname(path)) != path:  # "//" is its own parent
+            path = parent
             found.append(LocationKey(self.scheme, self.authority, path))
         return found
 
@@ -104,7 +109,10 @@ def location_key(location: str, *, resolve: bool = True) -> LocationKey:
         return LocationKey(
             _BUCKET_SCHEMES[scheme], "", posixpath.normpath(f"/{authority}/{path.lstrip('/')}")
         )
-    host = authority.rpartition("@")[2].partition(":")[0].lower()
+    user, _, host = authority.rpartition("@")
+    host = host.partition(":")[0].lower()
+    if user and scheme in _CONTAINER_SCHEMES:
+        host = f"{user.lower()}@{host}"
     return LocationKey(scheme, host, posixpath.normpath("/" + path.lstrip("/")))
 
 
@@ -210,6 +218,11 @@ def canonical_location(
                 f"{what} {location!r} is a relative path; give an absolute one (file:///path)"
             )
         return "file://" + os.path.realpath(posixpath.normpath(path))
+    if scheme == "har" and authority.lower() in ("file-", "file-localhost"):  # local archive
+        archive = split_location(storage_location(stripped))[2]
+        inner = path[len(archive) :]
+        real = os.path.realpath(posixpath.normpath(archive))
+        return f"{scheme}://{authority}{real}{inner}".rstrip("/")
     return stripped.rstrip("/")
 
 
@@ -225,6 +238,11 @@ def check_location_shape(location: str, *, what: str = "location") -> None:
     if has_parent_segment(location):
         raise InvalidInputError(
             f"{what} {location!r} has a '..' segment; give the directory it means"
+        )
+    scheme, authority, _ = split_location(storage_location(location))
+    if scheme.lower() in _OBJECT_STORE_SCHEMES and not authority:
+        raise InvalidInputError(
+            f"{what} {location!r} names no bucket or container ({scheme}://<bucket>/path)"
         )
     key = location_key(location, resolve=False)
     root_depth = 1 if key.scheme in _BUCKET_SCHEMES.values() else 0
