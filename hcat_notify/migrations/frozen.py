@@ -117,7 +117,9 @@ def canonical_location_0023(location: str) -> str:
     """The spelling the current code stores, or ``location`` where it has none."""
     scheme, authority, path = _split_0023(location)
     if not scheme:
-        return os.path.realpath(location) if location.startswith("/") else location
+        # "~/x" was accepted as the writer's home: taken as the upgrading user's
+        expanded = os.path.expanduser(location) if location.startswith("~") else location
+        return os.path.realpath(expanded) if expanded.startswith("/") else location
     if scheme.lower() in _LOCAL_0023:
         if _another_host_0023(scheme, authority) or not path.startswith("/"):
             return location
