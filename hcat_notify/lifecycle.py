@@ -425,8 +425,8 @@ def drop_table(
         return dropped, Purge()
     if names_another_host(info.location) or not key_text(info.location):
         outcome = purge_partitions(catalog, dropped.partitions, progress)
-        why = _ANOTHER_HOST if names_another_host(info.location) else _UNKEYED
-        _keep(outcome, info.location, why)
+        hosted = names_another_host(info.location)
+        _keep(outcome, info.location, _ANOTHER_HOST if hosted else _UNKEYED)
         return dropped, outcome
     root = TableLocation.parse(info.location)
     why = reason_to_keep(catalog, root.uri)
