@@ -36,6 +36,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+# spark_output.commit.moves's STAGING_DIR and TRASH_DIR (a layer above this module)
+_JOB_DIRECTORIES = ("_hcat_staging", "_hcat_trash")
 _LOCAL_SCHEMES = ("", "file", "local")  # pyarrow's local:// is the local filesystem
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 _BUCKET_SCHEMES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs"}
@@ -228,7 +230,9 @@ def canonical_location(
 
 def check_location_shape(location: str, *, what: str = "location") -> None:
     """Refuse what no table or partition may be at, managed or external: nothing, a
-    ``..`` segment, or a filesystem's (or bucket's) root.
+    ``..`` segment, a filesystem's (or bucket's) root, an object store's URI without a
+    bucket, or a path through a table's hidden job directories (``_hcat_staging``,
+    ``_hcat_trash``).
 
     Raises:
         InvalidInputError: naming ``what`` and the problem (an empty one too).
@@ -239,7 +243,14 @@ def check_location_shape(location: str, *, what: str = "location") -> None:
         raise InvalidInputError(
             f"{what} {location!r} has a '..' segment; give the directory it means"
         )
-    scheme, authority, _ = split_location(storage_location(location))
+    scheme, authority, path = split_location(storage_location(location))
+    hidden = [segment for segment in path.split("/") if segment in _JOB_DIRECTORIES]
+    if hidden:
+        raise InvalidInputError(
+            f"{what} {location!r} has a {hidden[0]!r} segment: that is a table's hidden "
+            "job directory (a write's staging or trash), which its cleanup deletes; "
+            "nothing was registered"
+        )
     if scheme.lower() in _OBJECT_STORE_SCHEMES and not authority:
         raise InvalidInputError(
             f"{what} {location!r} names no bucket or container ({scheme}://<bucket>/path)"

@@ -154,3 +154,24 @@ def test_a_local_archive_is_stored_through_its_real_path(tmp_path: Path):
         assert stored == f"har://file-{host}{real}/inner"
         assert location_key(stored, resolve=False) == location_key(real)
     assert canonical_location("har://hdfs-nn/w/p.har", what="x") == "har://hdfs-nn/w/p.har"
+
+
+def test_a_location_in_a_tables_job_directories_is_refused(tmp_path: Path):
+    # review 6, finding 3 (registration half): a table or partition registered inside
+    # another table's staging or trash had its data deleted by that table's job cleanup
+    root = tmp_path / "wh"
+    warehouse = Warehouse((str(root), "s3://b/w"))
+    for location in (
+        f"{root}/t/_hcat_staging/job-1/p=1",
+        f"{root}/t/_hcat_trash",
+        f"file://{root}/t/_hcat_trash/job-1",
+        "s3://b/w/t/_hcat_staging/x",
+    ):
+        for external in (False, True):
+            with pytest.raises(InvalidInputError, match="hidden job directory"):
+                warehouse.check(location, external=external)
+        with pytest.raises(InvalidInputError, match="hidden job directory"):
+            canonical_location(location, what="partition location")
+    # compaction's relocations, and a name merely like them, stay allowed
+    warehouse.check(f"{root}/t/_hcat_compacted/p=1/0a1b")
+    warehouse.check(f"{root}/t/_hcat_staging_old/p=1")
