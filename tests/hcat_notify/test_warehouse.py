@@ -8,7 +8,8 @@ import pytest
 
 from hcat_notify.config import load_settings
 from hcat_notify.errors import ConfigError, InvalidInputError, LocationOutsideWarehouseError
-from hcat_notify.warehouse import Warehouse, canonical_location, location_key
+from hcat_notify.migrations.frozen import canonical_location_0023, location_key_0023
+from hcat_notify.warehouse import Warehouse, canonical_location, key_text, location_key
 
 
 def test_the_default_root_is_the_warehouse_under_the_home(
@@ -175,3 +176,30 @@ def test_a_location_in_a_tables_job_directories_is_refused(tmp_path: Path):
     # compaction's relocations, and a name merely like them, stay allowed
     warehouse.check(f"{root}/t/_hcat_compacted/p=1/0a1b")
     warehouse.check(f"{root}/t/_hcat_staging_old/p=1")
+
+
+def test_migration_0023_stores_and_keys_as_the_live_code_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # 0023 (frozen copy) and the live code must agree, or a migrated row is missed
+    (tmp_path / "real" / "p.har").mkdir(parents=True)
+    (tmp_path / "lnk").symlink_to(tmp_path / "real")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    spellings = [
+        f"{tmp_path}/lnk/t",
+        f"file:{tmp_path}/lnk/t/",
+        f"LOCAL://{tmp_path}/lnk/t",
+        "~/lnk/t",
+        f"har://file-{tmp_path}/lnk/p.har/inner",
+        f"har://file-localhost{tmp_path}/lnk/p.har",
+        "har://hdfs-nn:8020/w/p.har/in",
+        "hdfs://alice@NN:8020/w/t/",
+        "s3a://bucket/w/t/",
+        "gs://b/w/t",
+        "abfss://Finance@ACCT.dfs.core.windows.net:443/w/t",
+        "wasbs://c@acct.blob.core.windows.net/w/t/",
+    ]
+    for given in spellings:
+        live = canonical_location(given, what="location", relative=True)
+        assert canonical_location_0023(given) == live, given
+        assert location_key_0023(live) == key_text(live) != "", given
