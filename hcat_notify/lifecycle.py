@@ -36,7 +36,7 @@ from hcat_notify.store.catalog import Catalog
 from hcat_notify.store.records import NewPartition, PartitionInfo, TableInfo
 from hcat_notify.store.table_changes import DroppedPartitions, DroppedTable, Registration
 from hcat_notify.store.usage import LocationUse
-from hcat_notify.warehouse import Warehouse, location_key, names_another_host
+from hcat_notify.warehouse import Warehouse, key_text, location_key, names_another_host
 
 __all__ = [
     "Discovery",
@@ -341,22 +341,36 @@ def purge_partitions(
     outcome = Purge()
     warehouse = Warehouse.of(catalog.settings)
     for done, partition in enumerate(partitions, start=1):
-        try:
-            where = _partition_directory(partition.location)
-        except (OSError, ValueError) as exc:
-            if names_another_host(partition.location):
-                _keep(outcome, partition.location, _ANOTHER_HOST)
-            else:
-                outcome.errors.append(f"{partition.location}: {exc}")
+        if key_text(partition.location):
+            _purge_one(catalog, partition, warehouse, outcome)
         else:
-            _delete_directory(
-                catalog, where, partition.location, warehouse, outcome, str(partition.table)
-            )
+            _keep(outcome, partition.location, _UNKEYED)
         progress(done, len(partitions), partition.spec.to_path())
     return outcome
 
 
 _ANOTHER_HOST = "names another host (stored by an older version); no purge deletes it"
+# a relative or "~" path an older version stored: no overlap check sees what it names
+_UNKEYED = (
+    "names no directory the catalog can key (a relative path stored by an older "
+    "version); no purge deletes it"
+)
+
+
+def _purge_one(
+    catalog: Catalog, partition: PartitionInfo, warehouse: Warehouse, outcome: Purge
+) -> None:
+    try:
+        where = _partition_directory(partition.location)
+    except (OSError, ValueError) as exc:
+        if names_another_host(partition.location):
+            _keep(outcome, partition.location, _ANOTHER_HOST)
+        else:
+            outcome.errors.append(f"{partition.location}: {exc}")
+    else:
+        _delete_directory(
+            catalog, where, partition.location, warehouse, outcome, str(partition.table)
+        )
 
 
 def _keep(outcome: Purge, shown: str, why: str) -> None:
@@ -409,9 +423,10 @@ def drop_table(
     dropped = catalog.tables.drop(info.name, purged=purge)
     if not purge:
         return dropped, Purge()
-    if names_another_host(info.location):
+    if names_another_host(info.location) or not key_text(info.location):
         outcome = purge_partitions(catalog, dropped.partitions, progress)
-        _keep(outcome, info.location, _ANOTHER_HOST)
+        hosted = names_another_host(info.location)
+        _keep(outcome, info.location, _ANOTHER_HOST if hosted else _UNKEYED)
         return dropped, outcome
     root = TableLocation.parse(info.location)
     why = reason_to_keep(catalog, root.uri)

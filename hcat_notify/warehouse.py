@@ -36,9 +36,15 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+# spark_output.commit.moves's STAGING_DIR and TRASH_DIR (a layer above this module)
+_JOB_DIRECTORIES = ("_hcat_staging", "_hcat_trash")
 _LOCAL_SCHEMES = ("", "file", "local")  # pyarrow's local:// is the local filesystem
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 _BUCKET_SCHEMES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs"}
+# the user part of an authority is the container here (abfss://container@account/...)
+_CONTAINER_SCHEMES = ("abfs", "abfss", "wasb", "wasbs")
+# object stores: a location names its bucket (or container's account) as the authority
+_OBJECT_STORE_SCHEMES = (*_BUCKET_SCHEMES, *_CONTAINER_SCHEMES, "adl", "oss", "cos", "cosn")
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,8 @@ class LocationKey:
     """A directory's identity across spellings: ``/w/t``, ``file:/w/t``, ``file:///w/t``
     and pyarrow's ``local:///w/t`` are one key; ``s3a://b/k`` and ``s3://b/k`` too (the
     bucket becomes the first path segment). ``authority`` is the host of other schemes,
-    port dropped."""
+    port dropped (for Azure's ``abfs[s]``/``wasb[s]``: ``container@host``, the container
+    being part of the directory's identity)."""
 
     scheme: str
     authority: str
@@ -81,8 +88,8 @@ class LocationKey:
         """This directory and every directory that contains it, innermost first."""
         found = [self]
         path = self.path
-        while path not in ("/", ""):
-            path = posixpath.dirname(path)
+        while (parent := posixpath.dirname(path)) != path:  # "//" is its own parent
+            path = parent
             found.append(LocationKey(self.scheme, self.authority, path))
         return found
 
@@ -104,7 +111,10 @@ def location_key(location: str, *, resolve: bool = True) -> LocationKey:
         return LocationKey(
             _BUCKET_SCHEMES[scheme], "", posixpath.normpath(f"/{authority}/{path.lstrip('/')}")
         )
-    host = authority.rpartition("@")[2].partition(":")[0].lower()
+    user, _, host = authority.rpartition("@")
+    host = host.partition(":")[0].lower()
+    if user and scheme in _CONTAINER_SCHEMES:
+        host = f"{user.lower()}@{host}"
     return LocationKey(scheme, host, posixpath.normpath("/" + path.lstrip("/")))
 
 
@@ -210,12 +220,19 @@ def canonical_location(
                 f"{what} {location!r} is a relative path; give an absolute one (file:///path)"
             )
         return "file://" + os.path.realpath(posixpath.normpath(path))
+    if scheme == "har" and authority.lower() in ("file-", "file-localhost"):  # local archive
+        archive = split_location(storage_location(stripped))[2]
+        inner = path[len(archive) :]
+        real = os.path.realpath(posixpath.normpath(archive))
+        return f"{scheme}://{authority}{real}{inner}".rstrip("/")
     return stripped.rstrip("/")
 
 
 def check_location_shape(location: str, *, what: str = "location") -> None:
     """Refuse what no table or partition may be at, managed or external: nothing, a
-    ``..`` segment, or a filesystem's (or bucket's) root.
+    ``..`` segment, a filesystem's (or bucket's) root, an object store's URI without a
+    bucket, or a path through a table's hidden job directories (``_hcat_staging``,
+    ``_hcat_trash``).
 
     Raises:
         InvalidInputError: naming ``what`` and the problem (an empty one too).
@@ -225,6 +242,18 @@ def check_location_shape(location: str, *, what: str = "location") -> None:
     if has_parent_segment(location):
         raise InvalidInputError(
             f"{what} {location!r} has a '..' segment; give the directory it means"
+        )
+    scheme, authority, path = split_location(storage_location(location))
+    hidden = [segment for segment in path.split("/") if segment in _JOB_DIRECTORIES]
+    if hidden:
+        raise InvalidInputError(
+            f"{what} {location!r} has a {hidden[0]!r} segment: that is a table's hidden "
+            "job directory (a write's staging or trash), which its cleanup deletes; "
+            "nothing was registered"
+        )
+    if scheme.lower() in _OBJECT_STORE_SCHEMES and not authority:
+        raise InvalidInputError(
+            f"{what} {location!r} names no bucket or container ({scheme}://<bucket>/path)"
         )
     key = location_key(location, resolve=False)
     root_depth = 1 if key.scheme in _BUCKET_SCHEMES.values() else 0

@@ -117,11 +117,17 @@ def canonical_location_0023(location: str) -> str:
     """The spelling the current code stores, or ``location`` where it has none."""
     scheme, authority, path = _split_0023(location)
     if not scheme:
-        return os.path.realpath(location) if location.startswith("/") else location
+        # "~/x" was accepted as the writer's home: taken as the upgrading user's
+        expanded = os.path.expanduser(location) if location.startswith("~") else location
+        return os.path.realpath(expanded) if expanded.startswith("/") else location
     if scheme.lower() in _LOCAL_0023:
         if _another_host_0023(scheme, authority) or not path.startswith("/"):
             return location
         return "file://" + os.path.realpath(posixpath.normpath(path))
+    if scheme == "har" and authority.lower() in ("file-", "file-localhost"):
+        archive = _split_0023(_archive_0023(location))[2]
+        real = os.path.realpath(posixpath.normpath(archive))
+        return f"har://{authority}{real}{path[len(archive) :]}".rstrip("/")
     return location.rstrip("/") or location
 
 
@@ -151,7 +157,10 @@ def location_key_0023(location: str) -> str:
         return f"{_BUCKETS_0023[lowered]}://" + posixpath.normpath(
             f"/{authority}/{path.lstrip('/')}"
         )
-    host = authority.rpartition("@")[2].partition(":")[0].lower()
+    user, _, host = authority.rpartition("@")
+    host = host.partition(":")[0].lower()
+    if user and lowered in ("abfs", "abfss", "wasb", "wasbs"):  # the container
+        host = f"{user.lower()}@{host}"
     return f"{lowered}://{host}" + posixpath.normpath("/" + path.lstrip("/"))
 
 

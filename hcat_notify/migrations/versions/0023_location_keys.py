@@ -14,12 +14,15 @@ live code):
 * a ``file:`` or ``local:`` URI (any case) with no host or ``localhost`` and an absolute
   path: ``file://`` and the real path;
 * any other URI: as stored, without a trailing ``/``;
+* a path starting with ``~`` (accepted then as the writer's home directory): the real
+  path of its expansion in the home directory of the user running the upgrade;
 * kept exactly as stored, because the current code refuses it and no spelling is right:
   a relative path, and a ``file:``/``local:`` URI naming another host (``file://h/x``)
   or a relative path. Such a row is never dropped: another host's ``file://h/x`` holds
   the local ``/x`` (it may be that directory: every purge keeps it, and its own purge
   never deletes it); one that names no directory (a relative path, ``file://h/``) holds
-  nothing and is never deleted.
+  nothing and is never deleted. Each row keyed ``""`` is logged (a warning naming the
+  table or partition and its location), for the operator to register it again.
 
 ``hcat_tables.location_key`` is the location's key (``hcat_notify.warehouse.key_text``:
 ``file:///w/t``, ``s3:///bucket/k``, ``hdfs://nn/w``; ``""`` for one naming no
@@ -67,6 +70,8 @@ _PARTITION_INDEX = "ix_hcat_partitions_outside_key"
 _tables = sa.table(
     "hcat_tables",
     sa.column("id", sa.Integer()),
+    sa.column("db_name", sa.Text()),
+    sa.column("table_name", sa.Text()),
     sa.column("location", sa.Text()),
     sa.column("location_key", sa.Text()),
 )
@@ -74,6 +79,7 @@ _partitions = sa.table(
     "hcat_partitions",
     sa.column("id", sa.Integer()),
     sa.column("table_id", sa.Integer()),
+    sa.column("path_spec", sa.Text()),
     sa.column("location", sa.Text()),
     sa.column("outside_key", sa.Text()),
 )
@@ -91,9 +97,14 @@ def upgrade() -> None:
     )
     op.add_column("hcat_partitions", sa.Column("outside_key", _key_type(bind), nullable=True))
     table_keys: dict[int, str] = {}
-    for table in bind.execute(sa.select(_tables.c.id, _tables.c.location)).all():
+    names: dict[int, str] = {}
+    query = sa.select(_tables.c.id, _tables.c.db_name, _tables.c.table_name, _tables.c.location)
+    for table in bind.execute(query).all():
+        names[table.id] = f"{table.db_name}.{table.table_name}"
         canonical = canonical_location_0023(table.location)
         table_keys[table.id] = location_key_0023(canonical)
+        if not table_keys[table.id]:
+            _unkeyed(f"table {names[table.id]}", canonical)
         bind.execute(
             _tables.update()
             .where(_tables.c.id == table.id)
@@ -107,7 +118,12 @@ def upgrade() -> None:
     last, seen, rewritten = 0, 0, 0
     while True:
         rows = bind.execute(
-            sa.select(_partitions.c.id, _partitions.c.table_id, _partitions.c.location)
+            sa.select(
+                _partitions.c.id,
+                _partitions.c.table_id,
+                _partitions.c.path_spec,
+                _partitions.c.location,
+            )
             .where(_partitions.c.id > last)
             .order_by(_partitions.c.id)
             .limit(_CHUNK)
@@ -118,9 +134,11 @@ def upgrade() -> None:
         updates = []
         for row in rows:
             canonical = canonical_location_0023(row.location)
-            outside = outside_key_0023(
-                location_key_0023(canonical), table_keys.get(row.table_id, "")
-            )
+            key = location_key_0023(canonical)
+            if not key:
+                name = names.get(row.table_id, f"#{row.table_id}")
+                _unkeyed(f"partition {row.path_spec} of table {name}", canonical)
+            outside = outside_key_0023(key, table_keys.get(row.table_id, ""))
             if canonical != row.location or outside is not None:
                 updates.append({"b_id": row.id, "b_location": canonical, "b_key": outside})
         if updates:
@@ -138,6 +156,16 @@ def upgrade() -> None:
         ["outside_key"],
         sqlite_where=sa.text("outside_key IS NOT NULL"),
         postgresql_where=sa.text("outside_key IS NOT NULL"),
+    )
+
+
+def _unkeyed(what: str, location: str) -> None:
+    logger.warning(
+        "0023: %s is at %r, which names no directory this version can key (a relative "
+        "path, or another host's file:// root): the overlap checks do not see what it "
+        "holds and no purge deletes it; register it again at its absolute location",
+        what,
+        location,
     )
 
 

@@ -13,6 +13,7 @@ from alembic import command
 from sqlalchemy import inspect, text
 
 from hcat_notify.config import load_settings
+from hcat_notify.errors import InvalidInputError
 from hcat_notify.lifecycle import drop_partitions, drop_table
 from hcat_notify.store import Catalog
 from hcat_notify.store.engine import alembic_config, open_engine, upgrade
@@ -160,3 +161,46 @@ def test_a_purge_after_the_upgrade_keeps_data_held_under_an_old_spelling(
         assert "names another host" in purged.kept[-1]
     assert old.read_text() == "old's data"
     assert hosted.read_text() == "another host's data, maybe this one's"
+
+
+def test_an_old_tilde_location_is_keyed_and_a_relative_one_is_reported_and_kept(
+    empty_db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # review 6, finding 1: an older version stored "~/..." and relative partition
+    # locations as given; 0023 keyed them "", so a table created around them was
+    # accepted, and a purge (theirs or that table's) deleted their data
+    wh = tmp_path / "wh"
+    tilde = _data(wh / "x" / "p=1", "b's data under ~")
+    relative = _data(wh / "y" / "p=2", "b's data, relative")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(wh)  # where the relative path resolves, for whoever reads it here
+    catalog_at(
+        empty_db_url,
+        "0022",
+        _table(1, "b", f"{wh}/b"),
+        _partition(1, 1, "1", "~/wh/x/p=1"),
+        _partition(2, 1, "2", "y/p=2"),
+    )
+    engine = open_engine(empty_db_url)
+    try:
+        with caplog.at_level("WARNING"):
+            upgrade(engine)
+    finally:
+        engine.dispose()
+    assert _select(
+        empty_db_url, "SELECT location, outside_key FROM hcat_partitions ORDER BY id"
+    ) == [(f"{wh}/x/p=1", f"file://{wh}/x/p=1"), ("y/p=2", None)]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("partition p=2 of table web.b is at 'y/p=2'" in w for w in warnings), warnings
+    settings = load_settings(home=tmp_path / "home", db_url=empty_db_url, warehouse_roots=[str(wh)])
+    with Catalog.open(settings) as catalog:
+        with pytest.raises(InvalidInputError, match=r"web\.b"):
+            catalog.create_table("web.c", location=str(wh / "x"), partition_keys=["p"])
+        _, purged = drop_partitions(catalog, "web.b", {"p": "2"}, purge=True)
+        assert purged.deleted == []
+        assert "names no directory the catalog can key" in purged.kept[0]
+    assert tilde.read_text() == "b's data under ~"
+    assert relative.read_text() == "b's data, relative"

@@ -13,15 +13,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, select, update
 
 from hcat_notify.config import load_settings
 from hcat_notify.errors import InvalidInputError, LocationOutsideWarehouseError
 from hcat_notify.lifecycle import drop_partitions, drop_table
 from hcat_notify.store import Catalog, NewPartition
-from hcat_notify.store.models import PartitionRow, TableRow
-from hcat_notify.warehouse import key_outside, location_key
 from tests.counts import row_counts
+from tests.older_locations import as_an_older_version_stored
 
 pytestmark = pytest.mark.integration
 
@@ -59,37 +57,6 @@ def _data(directory: Path, text: str = "precious") -> Path:
     return directory / "part-0.parquet"
 
 
-def _as_an_older_version_stored(
-    catalog: Catalog, table: str, location: str, path: str = ""
-) -> None:
-    """Write a location as a version without the overlap check (or that stored locations
-    unresolved) left it, keyed as migration 0023 keys what it keeps: the catalog of an
-    operator who upgrades."""
-    db, name = table.split(".")
-    engine = create_engine(catalog.settings.database_url)
-    try:
-        with engine.begin() as connection:
-            table_id = connection.execute(
-                TableRow.__table__.select().where(
-                    TableRow.db_name == db, TableRow.table_name == name
-                )
-            ).one()[0]
-            table_key = connection.execute(
-                select(TableRow.location_key).where(TableRow.id == table_id)
-            ).scalar_one()
-            if path:
-                statement = update(PartitionRow).where(
-                    PartitionRow.table_id == table_id, PartitionRow.path_spec == path
-                )
-                keyed = {"outside_key": key_outside(location_key(location).text, table_key)}
-            else:
-                statement = update(TableRow).where(TableRow.id == table_id)
-                keyed = {"location_key": location_key(location).text}
-            connection.execute(statement.values(location=location, **keyed))
-    finally:
-        engine.dispose()
-
-
 def _part(spec: str, location: str) -> NewPartition:
     key, _, value = spec.partition("=")
     return NewPartition({key: value}, location, file_count=1, total_bytes=8)
@@ -122,7 +89,7 @@ def test_a_managed_location_at_inside_or_around_another_tables_is_refused(
         (lambda: cat.add_partitions("db.b", [_part("q=1", str(warehouse / "g/a/p=2"))]),
          r"partition q=1 of db\.b '.*/wh/g/a/p=2' lies inside the location of table db\.a"),
         (lambda: cat.add_partitions("db.b", [_part("q=2", f"file://{warehouse}/g/a/_hcat_staging/job1/p=3")]),
-         r"lies inside the location of table db\.a"),
+         r"has a '_hcat_staging' segment: that is a table's hidden job directory"),
         (lambda: cat.add_partitions("db.b", [_part("q=3", str(warehouse / "g"))]),
          r"'.*/wh/g' contains the location of table db\.a"),
         # the same place is said as such (it "lay inside" before)
@@ -160,8 +127,8 @@ def test_a_purge_keeps_directories_inside_another_tables_location(cat: Catalog, 
     cat.create_table("db.b", location=str(warehouse / "b"), partition_keys=["q"])
     cat.add_partitions("db.b", [_part("q=1", str(warehouse / "b/q=1"))])
     # an older version registered these, before overlaps were refused
-    _as_an_older_version_stored(cat, "db.m2", str(warehouse / "ext/p=2"))
-    _as_an_older_version_stored(cat, "db.b", f"file://{warehouse}/a/p=2", path="q=1")
+    as_an_older_version_stored(cat, "db.m2", str(warehouse / "ext/p=2"))
+    as_an_older_version_stored(cat, "db.b", f"file://{warehouse}/a/p=2", path="q=1")
 
     _, purged = drop_table(cat, "db.m2", purge=True)
     assert purged.deleted == []
@@ -202,8 +169,8 @@ def test_holders_are_found_through_a_symlinked_warehouse_root(db_url: str, tmp_p
             catalog.create_table("db.b", location=str(real / "db"), partition_keys=["p"])
         # a catalog an older version filled: a's location stored under the link's name
         catalog.create_table("db.b", location=str(real / "b"), partition_keys=["p"])
-        _as_an_older_version_stored(catalog, "db.a", str(link / "db/a"))
-        _as_an_older_version_stored(catalog, "db.b", str(real / "db"))
+        as_an_older_version_stored(catalog, "db.a", str(link / "db/a"))
+        as_an_older_version_stored(catalog, "db.b", str(real / "db"))
         _, purged = drop_table(catalog, "db.b", purge=True)
         assert purged.deleted == []
         assert "still used by table db.a" in purged.kept[0]

@@ -26,6 +26,7 @@ from spark_output.commit import committer as committer_module
 from spark_output.commit.committer import PartitionCommitter
 from spark_output.commit.moves import PlanPaths, apply_moves
 from spark_output.commit.recovery import recover
+from tests.older_locations import as_an_older_version_stored
 
 
 @contextmanager
@@ -160,7 +161,10 @@ def test_the_trash_is_kept_when_another_table_holds_what_it_replaced(
 
         def registered_meanwhile(*args: Any, **kwargs: Any) -> None:
             new = NewPartition(PartitionSpec.parse("q=1"), held, file_count=1, total_bytes=3)
+            if where == "in the trash":  # refused today: by an older version
+                new = NewPartition(new.spec, str(tmp_path / "x" / "q=1"), 1, 3)
             catalog.partitions.register("web.x", [new])  # as the API registers (sizes given)
+            as_an_older_version_stored(catalog, "web.x", held, path="q=1")
             apply_moves(*args, **kwargs)
 
         monkeypatch.setattr(committer_module, "apply_moves", registered_meanwhile)
@@ -207,10 +211,14 @@ def test_an_appends_cleanup_keeps_a_job_directory_another_table_holds(
     (external / "q=1" / "part-0.parquet").write_text("external")
     with Catalog.open(load_settings(home=tmp_path / "home", db_url=None)) as catalog:
         table = catalog.create_table("web.t", location=str(table_dir), partition_keys=["g"])
-        catalog.create_table(
-            "web.x", location=str(external), partition_keys=["q"], table_type="EXTERNAL_TABLE"
-        )
-        register_partitions(catalog, "web.x", {"q=1": str(external / "q=1")})
+        catalog.create_table(  # in a job directory: refused today, so by an older version
+            "web.x", location=str(tmp_path / "e"), partition_keys=["q"],
+            table_type="EXTERNAL_TABLE",
+        )  # fmt: skip
+        new = NewPartition(PartitionSpec.parse("q=1"), str(tmp_path / "e" / "q=1"), 1, 8)
+        catalog.partitions.register("web.x", [new])
+        as_an_older_version_stored(catalog, "web.x", str(external))
+        as_an_older_version_stored(catalog, "web.x", str(external / "q=1"), path="q=1")
         committer = PartitionCommitter(catalog, table, job_id="job1", mode="append")
         staged = Path(committer.staging) / "g=1"
         staged.mkdir(parents=True)
