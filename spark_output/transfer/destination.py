@@ -128,10 +128,7 @@ def open_destination(
         yield _RemoteTarget(destination)
         return
     label = f"{action} {to}"
-    if bases is None:
-        fd = _create_local(destination.path, label)
-    else:
-        fd = _create_below(destination.path, bases, label)
+    fd = _create_below(destination.path, ["/"] if bases is None else bases, label)
     try:
         yield _LocalTarget(destination.uri, fd, label, unfinished)
     finally:
@@ -175,35 +172,6 @@ def _create_below(path: str, bases: Sequence[str], label: str) -> int:
         os.close(fd)
         raise _refuse(label, "it is not empty (something appeared in it meanwhile)")
     return fd
-
-
-def _create_local(path: str, label: str) -> int:
-    """Open (creating what is missing) every directory of ``path`` from ``/``, each with
-    ``O_NOFOLLOW``; ``path`` itself must be new or empty. Its descriptor."""
-    parts = [part for part in path.split("/") if part]
-    fd = os.open("/", _DIR_FLAGS)
-    try:
-        for index, part in enumerate(parts):
-            last = index == len(parts) - 1
-            try:
-                os.mkdir(part, dir_fd=fd)
-            except FileExistsError:
-                pass
-            except OSError as exc:
-                raise _refuse(label, f"cannot create {part}: {exc.strerror}") from exc
-            try:
-                inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                shown = "/" + "/".join(parts[: index + 1])
-                raise _refuse(label, f"{shown} is a link or not a directory") from exc
-            os.close(fd)
-            fd = inner
-            if last and os.listdir(fd):
-                raise _refuse(label, "it is not empty (something appeared in it meanwhile)")
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 class _LocalTarget:

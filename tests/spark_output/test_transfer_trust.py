@@ -440,7 +440,7 @@ def test_a_parent_swapped_for_a_link_after_the_check_stops_the_export(
         sub.symlink_to(tmp_path / "b", target_is_directory=True)
 
     monkeypatch.setattr(export_module, "check_destination", then_swapped)
-    with pytest.raises(InvalidInputError, match=rf"{tmp_path}/drop/sub is a link"):
+    with pytest.raises(InvalidInputError, match=rf"{tmp_path}/drop/sub is a symbolic link"):
         export_table(catalog, "web.a", to=str(sub / "exp"))
     assert _tree(tmp_path / "b") == {"ds=1/part-0.csv": "web.b,ds=1\n"}
 
