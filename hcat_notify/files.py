@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 from pyarrow import fs as pafs
@@ -44,6 +45,7 @@ __all__ = [
     "list_data_files",
     "measure_partition",
     "measure_partitions",
+    "new_file_at",
     "open_data_file",
     "open_data_file_at",
     "open_partition_dir",
@@ -227,6 +229,18 @@ def _list_local(directory: str, fd: int) -> list[FileStat]:
                 size = entry.stat(follow_symlinks=False).st_size
                 found.append(FileStat(name=entry.name, path=path, size=size))
     return sorted(found, key=lambda stat: stat.name)
+
+
+def new_file_at(dir_fd: int, name: str, mode: int = 0o644) -> BinaryIO:
+    """A new file ``name`` in the directory ``dir_fd``, open for writing: created
+    ``O_CREAT | O_EXCL | O_NOFOLLOW``, so never one that exists nor a link planted there.
+
+    Raises:
+        FileExistsError: something (a link included) is at ``name``.
+        OSError: it cannot be created (``ELOOP`` on some systems for a link).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.fdopen(os.open(name, flags, mode, dir_fd=dir_fd), "wb")
 
 
 def open_data_file_at(dir_fd: int, name: str, shown: str) -> int:

@@ -26,7 +26,12 @@ from hcat_notify import (
 from hcat_notify import list_data_files as _list_data_files
 from hcat_notify import path_exists as exists
 from hcat_notify.errors import LinkInPartitionError
-from hcat_notify.files import open_data_file, open_data_file_at, open_partition_dir
+from hcat_notify.files import (
+    new_file_at,
+    open_data_file,
+    open_data_file_at,
+    open_partition_dir,
+)
 from spark_output.errors import PartitionDirectoryNotFoundError
 
 __all__ = [
@@ -116,9 +121,7 @@ def link_or_copy(
                 raise LinkInPartitionError(
                     f"{source} was replaced while it was being linked; nothing is copied"
                 )
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            out = os.open(target_name, flags, 0o644, dir_fd=target_fd)
-            with os.fdopen(out, "wb") as writer:
+            with new_file_at(target_fd, target_name) as writer:
                 shutil.copyfileobj(reader, writer)
 
 

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import pyarrow.fs as pafs
 
 from hcat_notify.errors import LinkInPartitionError
-from hcat_notify.files import open_partition_dir
+from hcat_notify.files import new_file_at, open_partition_dir
 from spark_output.fs import FileStat, TableLocation
 
 __all__ = ["SUPERSEDED_MARKER", "Marker", "MarkerError", "read_marker", "write_marker"]
@@ -77,9 +77,8 @@ def _write_local(directory: str, temp: str, body: bytes, bases: Sequence[str]) -
         with open_partition_dir(directory, bases) as dir_fd:
             # a new file of its own (O_EXCL never follows a link), renamed over the name:
             # a link planted at the marker's name is replaced, never written through
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             try:
-                with os.fdopen(os.open(temp, flags, 0o644, dir_fd=dir_fd), "wb") as out:
+                with new_file_at(dir_fd, temp) as out:
                     out.write(body)
                 os.rename(temp, SUPERSEDED_MARKER, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             except OSError:

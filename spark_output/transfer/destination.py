@@ -24,6 +24,7 @@ from typing import BinaryIO, Protocol
 from pyarrow import fs as pafs
 
 from hcat_notify import Catalog, InvalidInputError, TableLocation, UnsafeMoveError, open_dir_below
+from hcat_notify.files import new_file_at
 from hcat_notify.lifecycle import location_holders
 from hcat_notify.warehouse import Warehouse, location_key
 from spark_output.transfer.manifest import MANIFEST_NAME
@@ -31,7 +32,6 @@ from spark_output.transfer.manifest import MANIFEST_NAME
 __all__ = ["ExportTarget", "check_destination", "open_destination"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class ExportTarget(Protocol):
@@ -223,7 +223,7 @@ class _LocalTarget:
     def new_file(self, relative: str) -> BinaryIO:
         directory = self._directory(posixpath.dirname(relative))
         try:
-            fd = os.open(posixpath.basename(relative), _NEW_FILE_FLAGS, 0o666, dir_fd=directory)
+            return new_file_at(directory, posixpath.basename(relative), 0o666)
         except FileExistsError as exc:
             raise self._appeared(relative, exc) from exc
         except OSError as exc:
@@ -232,7 +232,6 @@ class _LocalTarget:
             raise self._appeared(relative, exc) from exc
         finally:
             os.close(directory)
-        return os.fdopen(fd, "wb")
 
     def rename(self, relative: str, final: str) -> None:
         # A rename replaces a link planted at ``final``; it never writes through it.
